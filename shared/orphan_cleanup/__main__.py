@@ -1,0 +1,3 @@
+from orphan_cleanup.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,62 @@
+"""The library's error types. Adapters translate SDK errors into these at the edge."""
+
+from __future__ import annotations
+
+
+class OrphanCleanupError(Exception):
+    """Base of every error this library raises on purpose."""
+
+
+class ConfigError(OrphanCleanupError):
+    """Bad input from a user: a setting, a CLI argument, an event payload."""
+
+
+class DatabaseError(OrphanCleanupError):
+    """The ledger database could not be reached or answered with an error."""
+
+
+class LeaseLost(OrphanCleanupError):
+    """A cycle's fence no longer matches: another cycle owns the backend now.
+
+    The holder must apply nothing and emit nothing (DESIGN §5 rule 6).
+    """
+
+
+class BlastRadiusExceeded(OrphanCleanupError):
+    """A cycle would delete more than the configured count or share of groups."""
+
+
+class ProviderError(OrphanCleanupError):
+    """A provider call failed. ``region`` names where, when known.
+
+    Subclasses say how the pipeline should react; a plain ``ProviderError``
+    is a failure of that call only.
+    """
+
+    def __init__(self, message: str, *, region: str | None = None) -> None:
+        super().__init__(message)
+        self.region = region
+
+
+class ProviderUnavailable(ProviderError):
+    """The region or service is unreachable: skip the rest of that region this cycle."""
+
+
+class ProviderTimeout(ProviderUnavailable):
+    """A call exceeded its timeout: treated like unavailable (seed 004)."""
+
+
+class ProviderThrottled(ProviderError):
+    """Throttled past the SDK's own retries."""
+
+
+class AccessDenied(ProviderError):
+    """The credentials lack a permission."""
+
+
+class ResourceNotFound(ProviderError):
+    """The resource does not exist (any more). Deletion treats this as done."""
+
+
+class DependencyNotReady(ProviderError):
+    """A resource cannot be deleted yet because another still uses it (not a failure)."""

@@ -1,0 +1,126 @@
+"""The provisioner-side ledger client, for platform authors.
+
+The protocol that makes orphan cleanup safe:
+
+1. ``issue_ref`` commits a ref and its owner row *before* any provider call;
+2. every resource created for it carries the ref as a tag (``aws_tag_specifications``)
+   or label (``gcp_labels``);
+3. once the provider answers, ``mark_provisioning`` records the provisioning
+   data (backend, primary id, region); later transitions follow the owner's life.
+
+Example::
+
+    ledger = LedgerClient(Database.from_url(os.environ["DATABASE_URL"]))
+    issued = ledger.issue_ref(owner_id="inst-42", owner_name="train-7")
+    resp = ec2.run_instances(..., TagSpecifications=aws_tag_specifications(issued.provider_ref))
+    ledger.mark_provisioning("inst-42", backend_id="aws-prod",
+                             primary_id=resp["Instances"][0]["InstanceId"], region="us-east-1")
+"""
+
+from __future__ import annotations
+
+import secrets
+import string
+from dataclasses import dataclass
+from datetime import datetime
+
+from orphan_cleanup.errors import ConfigError, DatabaseError
+from orphan_cleanup.ledger.db import Database
+from orphan_cleanup.models import DEFAULT_TAG_KEY, OwnerStatus
+
+REF_ALPHABET = string.ascii_lowercase + string.digits
+REF_LENGTH = 12
+AWS_TAGGABLE = ("instance", "volume", "network-interface")
+
+
+def new_ref() -> str:
+    """A random ref matching ``^[a-z0-9]{12}$`` (62 bits of entropy)."""
+    return "".join(secrets.choice(REF_ALPHABET) for _ in range(REF_LENGTH))
+
+
+@dataclass(frozen=True)
+class IssuedRef:
+    provider_ref: str
+    owner_id: str
+    issued_at: datetime
+
+
+class LedgerClient:
+    """Writes the ledger the way the cleanup expects. Every method commits before returning."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def issue_ref(self, *, owner_id: str | None = None, owner_name: str | None = None,
+                  owner_type: str = "instance") -> IssuedRef:
+        """Commit a new ref and its owner (an instance row in ``pending``) in one
+        transaction. Call it before the provider call that creates resources."""
+        for _ in range(5):
+            ref = new_ref()
+            oid = owner_id or f"inst-{ref}"
+            try:
+                with self.db.transaction() as conn:
+                    rows = conn.run(
+                        "INSERT INTO provider_refs (provider_ref, owner_type, owner_id, owner_name)"
+                        " VALUES (:r, :t, :o, :n) ON CONFLICT (provider_ref) DO NOTHING RETURNING issued_at",
+                        r=ref, t=owner_type, o=oid, n=owner_name,
+                    )
+                    if not rows:
+                        raise _RefTaken
+                    if owner_type == "instance":
+                        conn.run(
+                            "INSERT INTO instances (id, name, provider_ref, status) VALUES (:i, :n, :r, 'pending')",
+                            i=oid, n=owner_name, r=ref,
+                        )
+            except _RefTaken:
+                continue
+            return IssuedRef(provider_ref=ref, owner_id=oid, issued_at=rows[0][0])
+        raise DatabaseError("could not issue a unique provider_ref after 5 attempts")
+
+    def mark_provisioning(self, instance_id: str, *, backend_id: str, primary_id: str, region: str,
+                          status: OwnerStatus = OwnerStatus.PROVISIONING) -> None:
+        """Record the provisioning data once the provider created the instance."""
+        self._update(instance_id,
+                     "status = :s, backend_id = :b, primary_id = :p, region = :g,"
+                     " provisioned_at = coalesce(provisioned_at, now())",
+                     s=status.value, b=backend_id, p=primary_id, g=region)
+
+    def set_status(self, instance_id: str, status: OwnerStatus) -> None:
+        """Move a live owner to ``idle``, ``busy``, ``terminating`` (or back to ``pending``)."""
+        if status is OwnerStatus.TERMINATED:
+            return self.mark_terminated(instance_id)
+        self._update(instance_id, "status = :s", s=status.value)
+
+    def mark_terminated(self, instance_id: str) -> None:
+        self._update(instance_id, "status = 'terminated', terminated_at = coalesce(terminated_at, now())")
+
+    def soft_delete(self, instance_id: str) -> None:
+        self._update(instance_id, "deleted_at = coalesce(deleted_at, now())")
+
+    def hard_delete(self, instance_id: str) -> None:
+        """Delete a failed placeholder's row; its ref stays behind in ``provider_refs``."""
+        with self.db.transaction() as conn:
+            conn.run("DELETE FROM instances WHERE id = :i", i=instance_id)
+
+    def _update(self, instance_id: str, assignments: str, **params: object) -> None:
+        with self.db.transaction() as conn:
+            rows = conn.run(f"UPDATE instances SET {assignments} WHERE id = :_id RETURNING id",
+                            _id=instance_id, **params)
+            if not rows:
+                raise ConfigError(f"no instance {instance_id!r} in the ledger")
+
+
+class _RefTaken(Exception):
+    pass
+
+
+def aws_tag_specifications(provider_ref: str, *, tag_key: str = DEFAULT_TAG_KEY,
+                           resource_types: tuple[str, ...] = AWS_TAGGABLE) -> list[dict]:
+    """``TagSpecifications`` for ``run_instances`` (and friends) carrying the ref."""
+    tags = [{"Key": tag_key, "Value": provider_ref}]
+    return [{"ResourceType": t, "Tags": list(tags)} for t in resource_types]
+
+
+def gcp_labels(provider_ref: str, *, label_key: str = DEFAULT_TAG_KEY) -> dict[str, str]:
+    """Labels for a GCP instance/disk/address carrying the ref."""
+    return {label_key: provider_ref}

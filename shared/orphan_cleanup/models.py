@@ -1,0 +1,276 @@
+"""The data every step exchanges: resources as listed, backends, verdicts, messages.
+
+Pure pydantic models, no I/O. Messages that cross a queue carry a ``v`` field.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+
+REF_PATTERN = re.compile(r"^[a-z0-9]{12}$")
+DEFAULT_TAG_KEY = "provider_ref"
+DEFAULT_PROTECT_KEY = "orphan-cleanup-protect"
+
+ProviderRef = Annotated[str, StringConstraints(pattern=r"^[a-z0-9]{12}$")]
+Provider = Literal["aws", "gcp"]
+Mode = Literal["report", "delete", "off"]
+
+
+def is_valid_ref(value: object) -> bool:
+    return isinstance(value, str) and REF_PATTERN.fullmatch(value) is not None
+
+
+class Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ResourceKind(StrEnum):
+    INSTANCE = "instance"
+    VOLUME = "volume"
+    NETWORK_INTERFACE = "network-interface"
+    SECURITY_GROUP = "security-group"
+    ADDRESS = "address"
+    DISK = "disk"
+
+
+class ResourceState(StrEnum):
+    """Provider states folded into what the classifier and deleter need.
+
+    ``active``: exists and may be in use (instance pending/running/stopped, attached volume);
+    ``available``: exists and is not in use (detached volume/disk, unassociated address);
+    ``terminating``: deletion is under way (AWS shutting-down, GCP STOPPING after delete);
+    ``terminated``: gone or going for good; never listed as a live resource.
+    """
+
+    ACTIVE = "active"
+    AVAILABLE = "available"
+    TERMINATING = "terminating"
+    TERMINATED = "terminated"
+
+
+class Resource(Frozen):
+    kind: ResourceKind
+    id: str = Field(min_length=1)
+    region: str
+    state: ResourceState = ResourceState.ACTIVE
+    tags: dict[str, str] = Field(default_factory=dict)
+    created_at: datetime | None = None
+    # The primary resource (instance id) this one is attached to, as the provider says.
+    attached_to: str | None = None
+    # Provider extras (name, zone, raw state, vpc id ...): informational only.
+    details: dict[str, Any] = Field(default_factory=dict)
+
+
+class ResourceGroup(Frozen):
+    """One provisioning attempt as found in the provider: an owner resource and
+    the internal resources created with it, all carrying one ``provider_ref``.
+
+    ``primary_id`` is the instance id (AWS) or numeric id (GCP), or ``None`` for a
+    group of leftovers (volumes, interfaces, addresses) whose instance is gone.
+    """
+
+    provider_ref: ProviderRef
+    region: str
+    primary_id: str | None = None
+    resources: tuple[Resource, ...] = ()
+
+    @property
+    def key(self) -> str:
+        return f"{self.provider_ref}/{self.region}/{self.primary_id or '-'}"
+
+    @property
+    def primary(self) -> Resource | None:
+        if self.primary_id is None:
+            return None
+        for r in self.resources:
+            if r.id == self.primary_id:
+                return r
+        return None
+
+    def resource_ids(self) -> list[str]:
+        return [r.id for r in self.resources]
+
+
+class RegionFailure(Frozen):
+    region: str
+    error: str
+
+
+class RegionListing(Frozen):
+    """What one region (or zone set) produced: its groups, or why it failed."""
+
+    region: str
+    groups: tuple[ResourceGroup, ...] = ()
+    failure: str | None = None
+
+
+class ResourceListing(Frozen):
+    groups: tuple[ResourceGroup, ...]
+    failures: tuple[RegionFailure, ...] = ()
+    listed_at: datetime
+
+
+class BackendSettings(BaseModel):
+    """Per-backend settings stored in ``backends.settings`` (jsonb).
+
+    Unknown keys are kept (platforms may store their own), but known keys are typed.
+    Limits left ``None`` fall back to the process settings.
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+    tag_key: str = DEFAULT_TAG_KEY
+    protect_tag_key: str = DEFAULT_PROTECT_KEY
+    # AWS: role to assume for cross-account cleanup.
+    role_arn: str | None = None
+    external_id: str | None = None
+    # GCP: project id (defaults to the backend's account) and credentials secret.
+    project: str | None = None
+    credentials_secret: str | None = None
+    credentials_json: str | None = None
+    margin_seconds: int | None = Field(default=None, ge=0)
+    interval_seconds: int | None = Field(default=None, ge=1)
+    max_deletes: int | None = Field(default=None, ge=0)
+    max_delete_share: float | None = Field(default=None, ge=0, le=1)
+    max_concurrency: int = Field(default=4, ge=1, le=64)
+
+
+class Backend(BaseModel):
+    """A row of ``backends``: one provider account and its regions."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    provider: Provider
+    account: str
+    regions: tuple[str, ...]
+    settings: BackendSettings = Field(default_factory=BackendSettings)
+    mode: Mode | None = None
+
+    @field_validator("regions", mode="before")
+    @classmethod
+    def _regions(cls, v: Any) -> Any:
+        return tuple(v or ())
+
+
+class OwnerStatus(StrEnum):
+    PENDING = "pending"
+    PROVISIONING = "provisioning"
+    IDLE = "idle"
+    BUSY = "busy"
+    TERMINATING = "terminating"
+    TERMINATED = "terminated"
+
+
+class LedgerRecord(Frozen):
+    """STEP 3's view of one ref: the ``provider_refs`` row and its owner, if any.
+
+    ``owner_*`` fields are ``None`` when the owner row is gone (hard delete).
+    """
+
+    provider_ref: str
+    owner_type: str = "instance"
+    owner_id: str | None = None
+    owner_name: str | None = None
+    issued_at: datetime | None = None
+    instance_found: bool = False
+    status: OwnerStatus | str | None = None
+    backend_id: str | None = None
+    primary_id: str | None = None
+    region: str | None = None
+    created_at: datetime | None = None
+    provisioned_at: datetime | None = None
+    terminated_at: datetime | None = None
+    deleted_at: datetime | None = None
+    # Resource ids recorded in an orphan group of this ref by an earlier cycle.
+    known_orphan_resource_ids: frozenset[str] = frozenset()
+
+
+class VerdictKind(StrEnum):
+    TRACKED = "tracked"
+    ORPHAN = "orphan"
+    SKIPPED = "skipped"
+    IGNORED = "ignored"
+    PROTECTED = "protected"
+
+
+class Verdict(Frozen):
+    kind: VerdictKind
+    reason: str
+    # An error worth logging (stuck pending owner, owner without provisioning data).
+    log_error: str | None = None
+
+
+class Outcome(StrEnum):
+    CLEAN = "clean"
+    UNSETTLED = "unsettled"
+    FAILED = "failed"
+
+
+class Action(StrEnum):
+    NONE = "none"
+    REPORTED = "reported"
+    DELETED = "deleted"
+    DELETING = "deleting"
+    DELETE_FAILED = "delete_failed"
+
+
+class DeleteStatus(StrEnum):
+    DELETED = "deleted"  # every resource of the group with our ref is gone
+    DELETING = "deleting"  # the owner's termination is confirmed under way; dependents later
+    SKIPPED = "skipped"  # nothing deleted: protect tag or changed ref found on re-read
+
+
+class SkippedResource(Frozen):
+    kind: ResourceKind
+    id: str
+    reason: str
+
+
+class DeleteResult(Frozen):
+    """What ``delete_resource_group`` did. ``deleted`` lists ids confirmed gone
+    (or confirmed terminating for the instance); ``skipped`` what was left alone and why."""
+
+    status: DeleteStatus
+    deleted: tuple[str, ...] = ()
+    skipped: tuple[SkippedResource, ...] = ()
+    pending: tuple[str, ...] = ()
+
+
+MESSAGE_VERSION = 1
+
+
+class ListingBatch(Frozen):
+    """One batch of a cycle's listing, in listing order. The last batch
+    (``last=True``) carries ``batch_count`` and the cycle's region failures."""
+
+    v: Literal[1] = MESSAGE_VERSION
+    cycle_id: str = Field(min_length=1, max_length=64)
+    backend: str = Field(min_length=1, max_length=200)
+    seq: int = Field(ge=0)
+    listed_at: datetime
+    groups: tuple[ResourceGroup, ...] = ()
+    last: bool = False
+    batch_count: int | None = Field(default=None, ge=1)
+    failures: tuple[RegionFailure, ...] = ()
+
+
+class DeleteRequest(Frozen):
+    v: Literal[1] = MESSAGE_VERSION
+    cycle_id: str = Field(min_length=1, max_length=64)
+    backend: str = Field(min_length=1, max_length=200)
+    group: ResourceGroup
+
+
+class ListerEvent(BaseModel):
+    """The lister's input: ``{"backend": "ID"}`` from a schedule or a manual invoke."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    backend: str = Field(min_length=1, max_length=200)
+    mode: Mode | None = None

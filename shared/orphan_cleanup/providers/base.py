@@ -1,0 +1,150 @@
+"""The provider port: what the pipeline needs from a cloud, and nothing more.
+
+An adapter is built for one backend (account + regions + settings) with its
+SDK clients injected; it never reads the environment itself.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from datetime import datetime, timezone
+
+from orphan_cleanup.errors import OrphanCleanupError
+from orphan_cleanup.models import (
+    Resource,
+    ResourceKind,
+    Backend,
+    DeleteResult,
+    RegionFailure,
+    RegionListing,
+    ResourceGroup,
+    ResourceListing,
+    is_valid_ref,
+)
+
+
+class ResourceProvider(ABC):
+    """Lists and deletes the resource groups of one backend.
+
+    Listing contract (``iter_listing``):
+      - yields one ``RegionListing`` per configured region (or zone), in any
+        order, as soon as that region is done, so a caller can stream batches;
+      - only resources carrying the backend's ref tag key are listed, through
+        each service's own describe/list call (never a tagging index alone:
+        it shows deleted resources for up to an hour);
+      - a resource whose tag value is not a valid ref is dropped (never an orphan);
+      - terminated instances are not listed;
+      - a region that fails (timeout, unavailable, throttled past retries,
+        access denied, a warning such as "unreachable" from the API) yields a
+        ``RegionListing`` with ``failure`` set and no groups; it never hides
+        the other regions.
+
+    Deletion contract (``delete_resource_group``):
+      - re-reads every resource of the group by its immutable id right before
+        acting; a resource that is gone counts as deleted ("already gone = done");
+        one that lost or changed its ref, or carries the protect tag, is left
+        alone and reported in ``DeleteResult.skipped``;
+      - deletes the owner resource first and confirms that it is terminating or
+        terminated; while it is still shutting down returns ``DELETING`` and
+        the dependents are deleted by a later call ("not yet terminated");
+      - then deletes the dependents in dependency order; a dependency that is
+        still in use means "not yet" (``DELETING``), never failure;
+      - is idempotent: calling it again after ``DELETED`` does nothing and
+        returns ``DELETED``;
+      - raises a ``ProviderError`` subclass on failure; ``ProviderUnavailable``
+        (including timeouts) tells the caller to skip the rest of that region.
+    """
+
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+
+    @property
+    def tag_key(self) -> str:
+        return self.backend.settings.tag_key
+
+    @property
+    def protect_key(self) -> str:
+        return self.backend.settings.protect_tag_key
+
+    @abstractmethod
+    def iter_listing(self) -> Iterator[RegionListing]:
+        """Yield each configured region's listing as it completes."""
+
+    @abstractmethod
+    def delete_resource_group(self, group: ResourceGroup) -> DeleteResult:
+        """Delete one orphan group, as described in the class docstring."""
+
+    def list_resource_groups(self) -> ResourceListing:
+        """Collect ``iter_listing`` into one listing. ``listed_at`` is taken before
+        the first call, so anything created after it is newer than the listing."""
+        listed_at = datetime.now(timezone.utc)
+        groups: list[ResourceGroup] = []
+        failures: list[RegionFailure] = []
+        for region in self.iter_listing():
+            if region.failure is not None:
+                failures.append(RegionFailure(region=region.region, error=region.failure))
+            else:
+                groups.extend(region.groups)
+        return ResourceListing(groups=tuple(groups), failures=tuple(failures), listed_at=listed_at)
+
+
+def describe_error(exc: BaseException) -> str:
+    """A one-line description of a listing error for ``RegionFailure.error``."""
+    name = type(exc).__name__
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{name}: {text}"[:500] if text else name
+
+
+def parallel_regions(
+    regions: Iterable[str],
+    list_region: Callable[[str], list[ResourceGroup]],
+    max_workers: int,
+) -> Iterator[RegionListing]:
+    """Run ``list_region`` for each region on a bounded pool and yield results
+    as they complete. Our own errors become a failed ``RegionListing``;
+    anything else is a bug and propagates."""
+    regions = list(regions)
+    if not regions:
+        return
+    with ThreadPoolExecutor(max_workers=max(1, min(max_workers, len(regions)))) as pool:
+        pending: dict[Future[list[ResourceGroup]], str] = {
+            pool.submit(list_region, r): r for r in regions
+        }
+        while pending:
+            done, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for fut in done:
+                region = pending.pop(fut)
+                try:
+                    groups = fut.result()
+                except OrphanCleanupError as exc:
+                    yield RegionListing(region=region, failure=describe_error(exc))
+                else:
+                    yield RegionListing(region=region, groups=tuple(groups))
+
+
+def group_resources(resources: Iterable[Resource], tag_key: str) -> list[ResourceGroup]:
+    """Fold listed resources into groups by (ref, region, owning instance).
+
+    Each instance with a valid ref is the primary of its own group, so two
+    instances sharing a ref form two groups. A dependent resource joins the
+    group of the instance it is attached to when that instance carries the
+    same ref; otherwise it joins the primary-less group of its ref and region.
+    Resources without a valid ref value are dropped: they are never ours.
+    """
+    ours = [r for r in resources if is_valid_ref(r.tags.get(tag_key))]
+    instances = {r.id: r for r in ours if r.kind is ResourceKind.INSTANCE}
+    groups: dict[tuple[str, str, str | None], list[Resource]] = {}
+    for res in ours:
+        ref = res.tags[tag_key]
+        owner = instances.get(res.id if res.kind is ResourceKind.INSTANCE else res.attached_to or "")
+        if owner is not None and owner.tags[tag_key] == ref:
+            key = (ref, owner.region, owner.id)
+        else:
+            key = (ref, res.region, None)
+        groups.setdefault(key, []).append(res)
+    return [
+        ResourceGroup(provider_ref=ref, region=region, primary_id=primary, resources=tuple(items))
+        for (ref, region, primary), items in groups.items()
+    ]

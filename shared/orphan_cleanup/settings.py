@@ -1,0 +1,50 @@
+"""Typed settings, read once at the edge (CLI, handler cold start) and passed down."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+Mode = Literal["report", "delete", "off"]
+
+
+class Settings(BaseSettings):
+    """Process-wide settings from the environment (DESIGN C4).
+
+    Per-backend overrides live in ``backends.settings`` (see ``BackendSettings``).
+    """
+
+    model_config = SettingsConfigDict(env_prefix="", extra="ignore", populate_by_name=True)
+
+    database_url: str | None = Field(default=None, alias="DATABASE_URL")
+    mode: Mode = Field(default="report", alias="ORPHAN_CLEANUP_MODE")
+    margin_seconds: int = Field(default=300, ge=0, alias="ORPHAN_CLEANUP_MARGIN_SECONDS")
+    interval_seconds: int = Field(default=900, ge=1, alias="ORPHAN_CLEANUP_INTERVAL_SECONDS")
+    max_deletes: int = Field(default=100, ge=0, alias="ORPHAN_CLEANUP_MAX_DELETES")
+    max_delete_share: float = Field(default=0.5, ge=0, le=1, alias="ORPHAN_CLEANUP_MAX_DELETE_SHARE")
+    gcp_endpoint: str | None = Field(default=None, alias="ORPHAN_CLEANUP_GCP_ENDPOINT")
+    sentry_dsn: str | None = Field(default=None, alias="SENTRY_DSN")
+    data_dir: str = Field(default=".orphan-cleanup", alias="ORPHAN_CLEANUP_DATA_DIR")
+    # Queue wiring for the deployed functions (DESIGN C5).
+    listing_queue_url: str | None = Field(default=None, alias="LISTING_QUEUE_URL")
+    delete_queue_url: str | None = Field(default=None, alias="DELETE_QUEUE_URL")
+    listing_topic: str | None = Field(default=None, alias="LISTING_TOPIC")
+    delete_topic: str | None = Field(default=None, alias="DELETE_TOPIC")
+    # Every provider call has a timeout (DESIGN §5 rule 5).
+    provider_connect_timeout: float = Field(default=5.0, gt=0, alias="ORPHAN_CLEANUP_CONNECT_TIMEOUT")
+    provider_read_timeout: float = Field(default=20.0, gt=0, alias="ORPHAN_CLEANUP_READ_TIMEOUT")
+    # A cycle not finished by then is failed by the next lister run.
+    cycle_deadline_seconds: int = Field(default=1800, ge=1, alias="ORPHAN_CLEANUP_CYCLE_DEADLINE_SECONDS")
+    stuck_pending_seconds: int = Field(default=3600, ge=0, alias="ORPHAN_CLEANUP_STUCK_PENDING_SECONDS")
+    max_backoff_seconds: int = Field(default=6 * 3600, ge=1, alias="ORPHAN_CLEANUP_MAX_BACKOFF_SECONDS")
+
+    @field_validator("database_url")
+    @classmethod
+    def _check_url(cls, v: str | None) -> str | None:
+        if v is not None and v.strip() == "":
+            return None
+        if v is not None and not v.startswith(("postgresql://", "postgres://")):
+            raise ValueError("DATABASE_URL must start with postgresql://")
+        return v
