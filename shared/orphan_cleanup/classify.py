@@ -1,0 +1,194 @@
+"""The pure rules: STEP 1's activity decision, STEP 4-5 classification, STEP 7
+outcome and backoff. Data in, data out: no I/O, no clock, no SDKs.
+
+Every rule fails closed: anything unexpected is ``skipped`` (the cycle stays
+unsettled) or ``ignored``/``protected`` (never touched), never ``orphan``.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from orphan_cleanup.models import (
+    LedgerRecord,
+    Outcome,
+    OwnerStatus,
+    ResourceGroup,
+    Verdict,
+    VerdictKind,
+)
+
+LIVE = {OwnerStatus.PROVISIONING.value, OwnerStatus.IDLE.value, OwnerStatus.BUSY.value}
+
+
+@dataclass(frozen=True)
+class ClassifyContext:
+    backend_id: str
+    listed_at: datetime
+    margin: timedelta
+    protect_key: str
+    stuck_after: timedelta = timedelta(hours=1)
+
+
+def _v(kind: VerdictKind, reason: str, log_error: str | None = None) -> Verdict:
+    return Verdict(kind=kind, reason=reason, log_error=log_error)
+
+
+def classify(group: ResourceGroup, record: LedgerRecord | None, ctx: ClassifyContext) -> Verdict:
+    """STEP 4-5 for one group. ``record`` is ``None`` when the ref is not in the ledger."""
+    if record is None:
+        return _v(VerdictKind.IGNORED, "no_record")
+    if record.provider_ref != group.provider_ref:
+        return _v(VerdictKind.SKIPPED, "record_mismatch", "ledger record does not match the group's ref")
+    if not record.instance_found:
+        if record.owner_type != "instance":
+            return _v(VerdictKind.IGNORED, "unsupported_owner_type",
+                      f"ref owned by {record.owner_type!r}, which cleanup does not handle")
+        return _orphan_unless_recent(group, record, ctx, "owner_deleted")
+    if record.deleted_at is not None:
+        return _orphan_unless_recent(group, record, ctx, "owner_soft_deleted")
+    status = str(record.status.value if isinstance(record.status, OwnerStatus) else record.status)
+    if status == OwnerStatus.PENDING.value:
+        stuck = record.created_at is not None and ctx.listed_at - record.created_at > ctx.stuck_after
+        return _v(VerdictKind.SKIPPED, "owner_pending",
+                  "pending owner's resources look stuck" if stuck else None)
+    if status == OwnerStatus.TERMINATING.value:
+        return _v(VerdictKind.SKIPPED, "owner_terminating")
+    if status == OwnerStatus.TERMINATED.value:
+        if record.terminated_at is None:
+            return _v(VerdictKind.SKIPPED, "terminated_at_missing",
+                      "terminated owner has no terminated_at: cannot apply the margin")
+        return _orphan_unless_recent(group, record, ctx, "owner_terminated")
+    if status not in LIVE:
+        return _v(VerdictKind.SKIPPED, "unknown_status", f"owner status {status!r} is not known")
+    return _classify_live(group, record, ctx)
+
+
+def _classify_live(group: ResourceGroup, record: LedgerRecord, ctx: ClassifyContext) -> Verdict:
+    if record.backend_id is None or record.primary_id is None:
+        return _v(VerdictKind.IGNORED, "no_provisioning_data",
+                  "live owner has no provisioning data (backend_id, primary_id)")
+    if group.primary_id is None:
+        known = record.known_orphan_resource_ids
+        if group.resources and all(r.id in known for r in group.resources):
+            return _orphan_unless_recent(group, record, ctx, "leftover_of_orphan")
+        return _v(VerdictKind.PROTECTED, "unattached_of_live_owner")
+    if record.backend_id == ctx.backend_id and record.primary_id == group.primary_id:
+        return _v(VerdictKind.TRACKED, "tracked")
+    # Another primary with this ref: a leaked attempt (a retry's first VM) was
+    # created before the owner's provisioning; a copy ("launch more like this")
+    # was created after it.
+    primary = group.primary
+    if primary is None or primary.created_at is None or record.provisioned_at is None:
+        return _v(VerdictKind.PROTECTED, "suspected_copy")
+    if primary.created_at > record.provisioned_at + ctx.margin:
+        return _v(VerdictKind.PROTECTED, "suspected_copy")
+    reason = "backend_mismatch" if record.backend_id != ctx.backend_id else "primary_mismatch"
+    return _orphan_unless_recent(group, record, ctx, reason)
+
+
+def _orphan_unless_recent(group: ResourceGroup, record: LedgerRecord, ctx: ClassifyContext,
+                          reason: str) -> Verdict:
+    """STEP 5, then the protect tag: an orphan candidate whose owner changed (or
+    whose resources appeared) within the margin of the listing is skipped."""
+    horizon = ctx.listed_at - ctx.margin
+    owner_times = (record.issued_at, record.created_at, record.provisioned_at,
+                   record.terminated_at, record.deleted_at)
+    if any(t is not None and t >= horizon for t in owner_times):
+        return _v(VerdictKind.SKIPPED, "recent_owner_change")
+    if any(r.created_at is not None and r.created_at >= horizon for r in group.resources):
+        return _v(VerdictKind.SKIPPED, "recent_resource")
+    if any(ctx.protect_key in r.tags for r in group.resources):
+        return _v(VerdictKind.PROTECTED, "protect_tag")
+    return _v(VerdictKind.ORPHAN, reason)
+
+
+# ---- STEP 1 -----------------------------------------------------------------
+
+def may_have_new_orphans(*, clean_at: datetime | None, clean_mode: str | None, mode: str,
+                         activity_since_clean: bool) -> tuple[bool, str]:
+    """Whether a scheduled run must list: never cleaned, mode changed, or ledger
+    activity since ``clean_at``. Returns (decision, reason)."""
+    if clean_at is None:
+        return True, "never_cleaned"
+    if clean_mode != mode:
+        return True, "mode_changed"
+    if activity_since_clean:
+        return True, "activity"
+    return False, "no_activity"
+
+
+# ---- STEP 7 -----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class CycleFacts:
+    listing_failed: bool = False
+    region_failures: int = 0
+    skipped: bool = False
+    deleting: bool = False
+    delete_failed: bool = False
+    tripped_regions: int = 0
+
+
+def outcome(f: CycleFacts) -> Outcome:
+    """Failed: the listing raised or a deletion failed. Unsettled: a region failed,
+    a group was skipped, a deletion is still in progress. Otherwise clean."""
+    if f.listing_failed or f.delete_failed:
+        return Outcome.FAILED
+    if f.region_failures or f.skipped or f.deleting or f.tripped_regions:
+        return Outcome.UNSETTLED
+    return Outcome.CLEAN
+
+
+@dataclass(frozen=True)
+class Schedule:
+    clean_at: datetime | None
+    next_due_at: datetime
+    retry_delay_seconds: int
+
+
+def next_schedule(result: Outcome, *, now: datetime, listed_at: datetime | None,
+                  clean_at: datetime | None, retry_delay_seconds: int, interval_seconds: int,
+                  margin_seconds: int, max_backoff_seconds: int,
+                  rng: random.Random | None = None) -> Schedule:
+    """STEP 7: clean moves ``clean_at`` to listing time minus the margin (never
+    backwards); unsettled keeps it and retries after the interval; failed keeps
+    it and backs off exponentially (capped, with ±20% jitter)."""
+    if result is Outcome.CLEAN and listed_at is not None:
+        candidate = listed_at - timedelta(seconds=margin_seconds)
+        new_clean = candidate if clean_at is None or candidate > clean_at else clean_at
+        return Schedule(new_clean, now + timedelta(seconds=interval_seconds), 0)
+    if result is not Outcome.FAILED:
+        return Schedule(clean_at, now + timedelta(seconds=interval_seconds), 0)
+    delay = backoff_delay(retry_delay_seconds, interval_seconds, max_backoff_seconds)
+    jitter = (rng or random).uniform(0.8, 1.2)
+    return Schedule(clean_at, now + timedelta(seconds=min(max_backoff_seconds, delay * jitter)), delay)
+
+
+def backoff_delay(previous: int, interval_seconds: int, max_backoff_seconds: int) -> int:
+    base = max(1, min(interval_seconds, 60))
+    return min(max_backoff_seconds, base if previous <= 0 else previous * 2)
+
+
+# ---- blast radius (DESIGN §5 rule 8) ---------------------------------------
+
+def blast_radius_violation(to_delete: int, listed_groups: int, *, max_deletes: int,
+                           max_share: float) -> str | None:
+    """Why a cycle must delete nothing, or ``None``. The share applies only when
+    more than 10 groups would be deleted."""
+    if to_delete > max_deletes:
+        return f"would delete {to_delete} groups, more than the cap of {max_deletes}"
+    if to_delete > 10 and listed_groups > 0 and to_delete / listed_groups > max_share:
+        return (f"would delete {to_delete} of {listed_groups} listed groups "
+                f"({to_delete / listed_groups:.0%}), more than the cap of {max_share:.0%}")
+    return None
+
+
+def count_verdicts(verdicts: Iterable[Verdict]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for v in verdicts:
+        counts[v.kind.value] = counts.get(v.kind.value, 0) + 1
+    return counts

@@ -1,0 +1,117 @@
+"""`orphan-cleanup`: migrate, backend add|list, run, status, demo (DESIGN C3).
+
+Exit codes: 0 success (a cycle that finished clean or unsettled), 1 a failed
+cycle, 2 bad input (arguments, settings, unknown backend, unreachable database).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import re
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from orphan_cleanup.errors import ConfigError, DatabaseError, OrphanCleanupError
+
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+BACKEND_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,99}$")
+AWS_ACCOUNT = re.compile(r"^\d{12}$")
+GCP_PROJECT = re.compile(r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$")
+AWS_REGION = re.compile(r"^[a-z]{2}(-gov)?-[a-z]+-\d$")
+GCP_LOCATION = re.compile(r"^[a-z]+-[a-z]+\d(-[a-z])?$")
+
+EPILOG = """examples:
+  orphan-cleanup migrate
+  orphan-cleanup backend add aws-prod --provider aws --account 123456789012 --regions us-east-1,eu-west-1
+  orphan-cleanup run --backend aws-prod --json
+  orphan-cleanup status
+  orphan-cleanup demo
+
+exit codes: 0 ok (cycle clean or unsettled), 1 cycle failed, 2 bad input or database unreachable
+environment: DATABASE_URL (unset: embedded Postgres in ./.orphan-cleanup), ORPHAN_CLEANUP_MODE,
+  ORPHAN_CLEANUP_MARGIN_SECONDS, ORPHAN_CLEANUP_INTERVAL_SECONDS, ORPHAN_CLEANUP_MAX_DELETES,
+  ORPHAN_CLEANUP_MAX_DELETE_SHARE, AWS_ENDPOINT_URL, ORPHAN_CLEANUP_GCP_ENDPOINT, SENTRY_DSN"""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse exits 2 already; keep it one line
+        self.print_usage(sys.stderr)
+        raise SystemExit(f"orphan-cleanup: error: {message}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="orphan-cleanup", description="Find and remove cloud resources your platform lost track of.",
+                epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    sub.add_parser("migrate", help="create or upgrade the schema (idempotent)")
+    b = sub.add_parser("backend", help="manage backends").add_subparsers(dest="action", required=True,
+                                                                         parser_class=_Parser)
+    add = b.add_parser("add", help="register a provider account",
+                       epilog="example: backend add gcp-main --provider gcp --account my-project --regions us-central1")
+    add.add_argument("id")
+    add.add_argument("--provider", required=True, choices=["aws", "gcp"])
+    add.add_argument("--account", required=True, help="AWS account id (12 digits) or GCP project id")
+    add.add_argument("--regions", required=True, help="comma-separated regions (GCP: regions or zones)")
+    add.add_argument("--mode", choices=["report", "delete", "off"], default=None)
+    add.add_argument("--settings", default=None, help="JSON object of backend settings (tag_key, role_arn, ...)")
+    ls = b.add_parser("list", help="list backends")
+    ls.add_argument("--json", action="store_true")
+    run = sub.add_parser("run", help="run one full cycle of one backend now",
+                         epilog="example: orphan-cleanup run --backend aws-prod --mode report --json")
+    run.add_argument("--backend", required=True)
+    run.add_argument("--mode", choices=["report", "delete"], default=None)
+    run.add_argument("--json", action="store_true", help="print the cycle as one JSON document")
+    st = sub.add_parser("status", help="per-backend cleanup state")
+    st.add_argument("--json", action="store_true")
+    sub.add_parser("demo", help="a self-contained demo on moto and an embedded Postgres")
+    return p
+
+
+def validate_backend(args: argparse.Namespace) -> tuple[list[str], dict[str, Any]]:
+    if not BACKEND_ID.match(args.id):
+        raise ConfigError(f"backend id {args.id!r} must be 1-100 letters, digits, '-', '_', '.', ':'")
+    if args.provider == "aws" and not AWS_ACCOUNT.match(args.account):
+        raise ConfigError(f"AWS account {args.account!r} must be 12 digits")
+    if args.provider == "gcp" and not GCP_PROJECT.match(args.account):
+        raise ConfigError(f"GCP project id {args.account!r} is malformed")
+    regions = [r.strip() for r in args.regions.split(",") if r.strip()]
+    pattern = AWS_REGION if args.provider == "aws" else GCP_LOCATION
+    bad = [r for r in regions if not pattern.match(r)]
+    if not regions or bad or len(set(regions)) != len(regions):
+        raise ConfigError(f"bad region list {args.regions!r}" + (f": {', '.join(bad)}" if bad else ""))
+    settings: dict[str, Any] = {}
+    if args.settings:
+        try:
+            settings = json.loads(args.settings)
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"--settings is not JSON: {e.msg}") from e
+        if not isinstance(settings, dict):
+            raise ConfigError("--settings must be a JSON object")
+        from pydantic import ValidationError
+
+        from orphan_cleanup.models import BackendSettings
+        try:
+            BackendSettings.model_validate(settings)
+        except ValidationError as e:
+            raise ConfigError(f"--settings: {e.errors()[0]['loc'][0]}: {e.errors()[0]['msg']}") from e
+    return regions, settings
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s", stream=sys.stderr)
+    try:
+        from orphan_cleanup import commands
+        return commands.dispatch(args)
+    except (ConfigError, DatabaseError) as e:
+        print(f"orphan-cleanup: error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except OrphanCleanupError as e:
+        print(f"orphan-cleanup: error: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        print("orphan-cleanup: interrupted", file=sys.stderr)
+        return 130

@@ -1,0 +1,131 @@
+"""The CLI commands' bodies; ``cli.py`` parses and maps errors to exit codes."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from datetime import datetime
+from typing import Any
+
+from orphan_cleanup import bootstrap
+from orphan_cleanup.cli import EXIT_FAILED, EXIT_OK, validate_backend
+from orphan_cleanup.errors import ConfigError
+from orphan_cleanup.ledger.db import Database, sqlstate
+from orphan_cleanup.ledger.queries import list_backends
+from orphan_cleanup.output import print_table, verdict_style
+
+
+def dispatch(args: argparse.Namespace) -> int:
+    if args.command == "demo":
+        from orphan_cleanup.demo import run_demo
+
+        return run_demo()
+    settings = bootstrap.load_settings()
+    db = bootstrap.open_database(settings, run_migrations=args.command != "migrate")
+    if args.command == "migrate":
+        from orphan_cleanup.ledger.migrate import migrate
+
+        applied = migrate(db)
+        print(f"applied {len(applied)} migration(s)" + (f": {', '.join(applied)}" if applied else ", schema up to date"))
+        return EXIT_OK
+    if args.command == "backend":
+        return backend_add(db, args) if args.action == "add" else backend_list(db, args)
+    if args.command == "status":
+        return status(db, args)
+    if args.command == "run":
+        return run(settings, db, args)
+    raise ConfigError(f"unknown command {args.command}")
+
+
+def backend_add(db: Database, args: argparse.Namespace) -> int:
+    regions, settings = validate_backend(args)
+    from pg8000.exceptions import DatabaseError as PgError
+
+    try:
+        with db.connection() as conn:
+            conn.run("INSERT INTO backends (id, provider, account, regions, settings, mode)"
+                     " VALUES (:i, :p, :a, CAST(:r AS text[]), CAST(:s AS jsonb), :m)",
+                     i=args.id, p=args.provider, a=args.account, r=regions, s=json.dumps(settings), m=args.mode)
+    except PgError as e:
+        if sqlstate(e) == "23505":
+            raise ConfigError(f"backend {args.id!r} already exists") from e
+        raise
+    print(f"added backend {args.id} ({args.provider} {args.account}, regions {', '.join(regions)})")
+    return EXIT_OK
+
+
+def backend_list(db: Database, args: argparse.Namespace) -> int:
+    with db.connection() as conn:
+        backends = list_backends(conn)
+    if args.json:
+        print(json.dumps([b.model_dump(mode="json") for b in backends], indent=2))
+        return EXIT_OK
+    print_table(["backend", "provider", "account", "regions", "mode"],
+                [[b.id, b.provider, b.account, ",".join(b.regions), b.mode or "(global)"] for b in backends])
+    return EXIT_OK
+
+
+def _iso(v: datetime | None) -> str | None:
+    return v.isoformat() if v else None
+
+
+def status_rows(db: Database, global_mode: str) -> list[dict[str, Any]]:
+    with db.connection() as conn:
+        rows = conn.run(
+            "SELECT b.id, b.provider, b.mode, c.clean_at, c.last_outcome, c.last_processed_at, c.next_due_at,"
+            " (SELECT count(*) FROM orphans o WHERE o.backend_id = b.id AND o.verdict = 'orphan'"
+            "   AND o.state IN ('open', 'deleting', 'delete_failed'))"
+            " FROM backends b LEFT JOIN cleanup c ON c.backend_id = b.id ORDER BY b.id")
+    return [{"backend": r[0], "provider": r[1], "mode": r[2] or global_mode, "clean_at": _iso(r[3]),
+             "last_outcome": r[4], "last_processed_at": _iso(r[5]), "next_due_at": _iso(r[6]),
+             "open_orphans": int(r[7])} for r in rows]
+
+
+def status(db: Database, args: argparse.Namespace) -> int:
+    rows = status_rows(db, bootstrap.load_settings().mode)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return EXIT_OK
+    print_table(["backend", "provider", "mode", "last outcome", "clean_at", "next due", "open orphans"],
+                [[r["backend"], r["provider"], r["mode"], r["last_outcome"] or "-", r["clean_at"] or "never",
+                  r["next_due_at"] or "-", str(r["open_orphans"])] for r in rows])
+    return EXIT_OK
+
+
+def run(settings: Any, db: Database, args: argparse.Namespace) -> int:
+    from orphan_cleanup.pipeline import Pipeline
+    from orphan_cleanup.queues.memory import InProcessQueue
+    from orphan_cleanup.reporting import Reporter, sentry_sink
+    from orphan_cleanup.runner import run_cycle
+
+    pipeline = Pipeline(settings=settings, db=db, provider_for=bootstrap.provider_factory(settings),
+                        listing_queue=InProcessQueue(), delete_queue=InProcessQueue(),
+                        reporter=Reporter(sentry=sentry_sink(settings.sentry_dsn)))
+
+    def progress(msg: str) -> None:
+        if sys.stderr.isatty() or not args.json:
+            print(f"  {msg}", file=sys.stderr, flush=True)
+
+    report = run_cycle(pipeline, args.backend, mode=args.mode, progress=progress)
+    notes = {k: report.pop(k) for k in ("blocked_reason", "error")}
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print_cycle(report, notes)
+    return EXIT_FAILED if report["outcome"] == "failed" else EXIT_OK
+
+
+def print_cycle(report: dict[str, Any], notes: dict[str, Any]) -> None:
+    print(f"backend {report['backend']}  mode {report['mode']}  listed at {report['listed_at']}")
+    rows = [[g["provider_ref"], g["region"], g["primary_id"] or "-",
+             ", ".join(f"{r['kind']}:{r['id']}" for r in g["resources"]),
+             verdict_style(g["verdict"]), g["reason"], g["action"]] for g in report["groups"]]
+    print_table(["ref", "region", "primary", "resources", "verdict", "reason", "action"], rows)
+    for f in report["failures"]:
+        print(f"region {f['region']} failed: {f['error']}")
+    if notes.get("blocked_reason"):
+        print(f"blast-radius cap: {notes['blocked_reason']}")
+    if notes.get("error"):
+        print(f"error: {notes['error']}")
+    print(f"outcome: {report['outcome']}")

@@ -1,0 +1,136 @@
+"""botocore errors translated into the library's error types (the AWS edge).
+
+Every decision is made on ``e.response["Error"]["Code"]`` (and the HTTP status
+for unknown server errors) or on the botocore exception class, never on
+message text. Callers always ``raise translate_error(e, ...) from e``.
+"""
+
+from __future__ import annotations
+
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    ConnectTimeoutError,
+    CredentialRetrievalError,
+    EndpointConnectionError,
+    HTTPClientError,
+    NoCredentialsError,
+    PartialCredentialsError,
+    ReadTimeoutError,
+)
+from botocore.exceptions import ConnectionError as BotoConnectionError
+
+from orphan_cleanup.errors import (
+    AccessDenied,
+    DependencyNotReady,
+    ProviderError,
+    ProviderThrottled,
+    ProviderTimeout,
+    ProviderUnavailable,
+    ResourceNotFound,
+)
+
+THROTTLING_CODES = frozenset({
+    "Throttling",
+    "ThrottlingException",
+    "ThrottledException",
+    "RequestThrottled",
+    "RequestThrottledException",
+    "RequestLimitExceeded",
+    "TooManyRequestsException",
+    "EC2ThrottledException",
+    "PriorRequestNotComplete",
+    "BandwidthLimitExceeded",
+    "SlowDown",
+})
+TIMEOUT_CODES = frozenset({"RequestTimeout", "RequestTimeoutException"})
+UNAVAILABLE_CODES = frozenset({
+    "ServiceUnavailable",
+    "ServiceUnavailableException",
+    "Unavailable",
+    "InternalError",
+    "InternalFailure",
+    "InternalServerError",
+})
+ACCESS_DENIED_CODES = frozenset({
+    "UnauthorizedOperation",
+    "AuthFailure",
+    "InvalidClientTokenId",
+    "UnrecognizedClientException",
+    "SignatureDoesNotMatch",
+    "ExpiredToken",
+    "ExpiredTokenException",
+    "OptInRequired",
+    "Blocked",
+})
+# "The resource is still in use by something": retry later, never a failure.
+NOT_YET_CODES = frozenset({
+    "DependencyViolation",
+    "VolumeInUse",
+    "IncorrectState",
+    "IncorrectInstanceState",
+    "InvalidNetworkInterface.InUse",
+    "InvalidIPAddress.InUse",
+    "InvalidGroup.InUse",
+})
+
+
+def error_code(exc: ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+def is_not_found_code(code: str) -> bool:
+    return code.endswith(".NotFound") or code in {"NotFound", "ResourceNotFoundException"}
+
+
+def _client_error_type(exc: ClientError) -> type[ProviderError]:
+    code = error_code(exc)
+    if code in THROTTLING_CODES:
+        return ProviderThrottled
+    if code in TIMEOUT_CODES:
+        return ProviderTimeout
+    if code in UNAVAILABLE_CODES:
+        return ProviderUnavailable
+    if code in ACCESS_DENIED_CODES or code.startswith("AccessDenied"):
+        return AccessDenied
+    if code in NOT_YET_CODES:
+        return DependencyNotReady
+    if is_not_found_code(code):
+        return ResourceNotFound
+    status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    if isinstance(status, int) and status >= 500:
+        return ProviderUnavailable
+    return ProviderError
+
+
+def _botocore_error_type(exc: BotoCoreError) -> type[ProviderError]:
+    # Timeouts first: ConnectTimeoutError is also an EndpointConnectionError.
+    if isinstance(exc, (ReadTimeoutError, ConnectTimeoutError)):
+        return ProviderTimeout
+    if isinstance(exc, (EndpointConnectionError, BotoConnectionError, HTTPClientError)):
+        return ProviderUnavailable
+    if isinstance(exc, (NoCredentialsError, PartialCredentialsError, CredentialRetrievalError)):
+        return AccessDenied
+    return ProviderError
+
+
+def translate_error(
+    exc: ClientError | BotoCoreError, *, region: str | None, operation: str | None = None
+) -> ProviderError:
+    """Map a botocore error to our type; the caller raises it ``from exc``.
+
+    Throttling past retries -> ``ProviderThrottled``; read/connect timeouts ->
+    ``ProviderTimeout``; endpoint unreachable, 5xx, ``ServiceUnavailable`` /
+    ``InternalError`` -> ``ProviderUnavailable``; ``UnauthorizedOperation``,
+    ``AccessDenied*``, missing credentials -> ``AccessDenied``; "still in use"
+    codes -> ``DependencyNotReady``; ``*.NotFound`` -> ``ResourceNotFound``;
+    anything else -> ``ProviderError``.
+    """
+    where = f" in {region}" if region else ""
+    what = f"{operation}{where}" if operation else f"AWS call{where}"
+    if isinstance(exc, ClientError):
+        code = error_code(exc) or "Unknown"
+        message = str(exc.response.get("Error", {}).get("Message", "")).strip()
+        text = f"{what}: {code}" + (f" ({message[:200]})" if message else "")
+        return _client_error_type(exc)(text, region=region)
+    return _botocore_error_type(exc)(f"{what}: {type(exc).__name__}: {exc}", region=region)

@@ -1,0 +1,277 @@
+"""The EC2 resource kinds the AWS adapter handles: one declarative row each.
+
+A row says how to list the kind (describe call, where the items sit in the
+reply, which filters narrow it), how to read one item (id, created-at, state
+and its literal mapping, tags, attachment) and how to delete it (call, id
+parameter, the kinds that must be gone first, the error codes that mean
+"already gone"). ``DELETE_ORDER`` is derived from ``depends_on``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from graphlib import TopologicalSorter
+from types import MappingProxyType
+from typing import Any
+
+from orphan_cleanup.models import Resource, ResourceKind, ResourceState
+
+Path = tuple[str | int, ...]
+
+
+@dataclass(frozen=True)
+class AwsKind:
+    kind: ResourceKind
+    describe: str  # boto3 method; paginated when boto3 has a paginator for it
+    items_path: tuple[str, ...]  # where the items sit in one page of the reply
+    id_field: str
+    ids_param: str  # the describe parameter that re-reads items by id
+    created_path: Path | None  # None: the API does not say when it was created
+    state_path: Path | None  # None: the kind has no state of its own
+    states: Mapping[str, ResourceState]  # raw state -> ours; unknown -> ACTIVE
+    delete: str
+    delete_param: str
+    not_found: frozenset[str]
+    depends_on: tuple[ResourceKind, ...] = ()
+    tags_field: str = "Tags"
+    attached_path: Path | None = None  # the instance id it is attached to
+    list_filters: tuple[Mapping[str, Any], ...] = field(default=())
+    delete_as_list: bool = False  # terminate_instances takes a list of ids
+
+    def items(self, page: Mapping[str, Any]) -> Iterator[Mapping[str, Any]]:
+        """The items of one describe page (reservations are flattened)."""
+        level: list[Any] = [page]
+        for key in self.items_path:
+            level = [child for node in level for child in (node.get(key) or [])]
+        yield from level
+
+    def item_id(self, item: Mapping[str, Any]) -> str:
+        return str(item[self.id_field])
+
+    def raw_state(self, item: Mapping[str, Any]) -> str | None:
+        if self.kind is ResourceKind.ADDRESS:
+            return "associated" if item.get("AssociationId") else "unassociated"
+        value = dig(item, self.state_path)
+        return None if value is None else str(value)
+
+    def state(self, item: Mapping[str, Any]) -> ResourceState:
+        raw = self.raw_state(item)
+        # An unknown or missing state is read as "exists and may be in use".
+        return self.states.get(raw or "", ResourceState.ACTIVE)
+
+    def delete_params(self, resource_id: str) -> dict[str, Any]:
+        return {self.delete_param: [resource_id] if self.delete_as_list else resource_id}
+
+
+def dig(item: Mapping[str, Any], path: Path | None) -> Any:
+    """Follow ``path`` (keys and list indexes) into a reply item; None if absent."""
+    if path is None:
+        return None
+    node: Any = item
+    for step in path:
+        if isinstance(step, int):
+            node = node[step] if isinstance(node, list) and len(node) > step else None
+        else:
+            node = node.get(step) if isinstance(node, Mapping) else None
+        if node is None:
+            return None
+    return node
+
+
+def tags_of(item: Mapping[str, Any], spec: AwsKind) -> dict[str, str]:
+    return {str(t["Key"]): str(t.get("Value", "")) for t in item.get(spec.tags_field) or [] if "Key" in t}
+
+
+def _utc(value: Any) -> datetime | None:
+    if not isinstance(value, datetime):
+        return None
+    return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
+
+
+_literal = MappingProxyType
+
+INSTANCE_STATES = _literal({
+    "pending": ResourceState.ACTIVE,
+    "running": ResourceState.ACTIVE,
+    "stopping": ResourceState.ACTIVE,
+    "stopped": ResourceState.ACTIVE,
+    "shutting-down": ResourceState.TERMINATING,
+    "terminated": ResourceState.TERMINATED,
+})
+VOLUME_STATES = _literal({
+    "creating": ResourceState.ACTIVE,
+    "in-use": ResourceState.ACTIVE,
+    "error": ResourceState.ACTIVE,
+    "available": ResourceState.AVAILABLE,
+    "deleting": ResourceState.TERMINATING,
+    "deleted": ResourceState.TERMINATED,
+})
+ENI_STATES = _literal({
+    "in-use": ResourceState.ACTIVE,
+    "attaching": ResourceState.ACTIVE,
+    "detaching": ResourceState.ACTIVE,
+    "associated": ResourceState.ACTIVE,
+    "available": ResourceState.AVAILABLE,
+})
+ADDRESS_STATES = _literal({
+    "associated": ResourceState.ACTIVE,
+    "unassociated": ResourceState.AVAILABLE,
+})
+
+INSTANCE = AwsKind(
+    kind=ResourceKind.INSTANCE,
+    describe="describe_instances",
+    items_path=("Reservations", "Instances"),
+    id_field="InstanceId",
+    ids_param="InstanceIds",
+    created_path=("LaunchTime",),
+    state_path=("State", "Name"),
+    states=INSTANCE_STATES,
+    delete="terminate_instances",
+    delete_param="InstanceIds",
+    delete_as_list=True,
+    not_found=frozenset({"InvalidInstanceID.NotFound"}),
+    list_filters=(
+        {
+            "Name": "instance-state-name",
+            "Values": [s for s, v in INSTANCE_STATES.items() if v is not ResourceState.TERMINATED],
+        },
+    ),
+)
+ADDRESS = AwsKind(
+    kind=ResourceKind.ADDRESS,
+    describe="describe_addresses",
+    items_path=("Addresses",),
+    id_field="AllocationId",
+    ids_param="AllocationIds",
+    created_path=None,
+    state_path=None,
+    states=ADDRESS_STATES,
+    delete="release_address",
+    delete_param="AllocationId",
+    not_found=frozenset({"InvalidAllocationID.NotFound", "InvalidAddress.NotFound"}),
+    depends_on=(ResourceKind.INSTANCE,),
+    attached_path=("InstanceId",),
+)
+NETWORK_INTERFACE = AwsKind(
+    kind=ResourceKind.NETWORK_INTERFACE,
+    describe="describe_network_interfaces",
+    items_path=("NetworkInterfaces",),
+    id_field="NetworkInterfaceId",
+    ids_param="NetworkInterfaceIds",
+    # ENIs carry no creation time; the attach time is never earlier than it.
+    created_path=("Attachment", "AttachTime"),
+    state_path=("Status",),
+    states=ENI_STATES,
+    delete="delete_network_interface",
+    delete_param="NetworkInterfaceId",
+    not_found=frozenset({"InvalidNetworkInterfaceID.NotFound"}),
+    depends_on=(ResourceKind.INSTANCE, ResourceKind.ADDRESS),
+    tags_field="TagSet",
+    attached_path=("Attachment", "InstanceId"),
+)
+VOLUME = AwsKind(
+    kind=ResourceKind.VOLUME,
+    describe="describe_volumes",
+    items_path=("Volumes",),
+    id_field="VolumeId",
+    ids_param="VolumeIds",
+    created_path=("CreateTime",),
+    state_path=("State",),
+    states=VOLUME_STATES,
+    delete="delete_volume",
+    delete_param="VolumeId",
+    not_found=frozenset({"InvalidVolume.NotFound"}),
+    depends_on=(ResourceKind.INSTANCE,),
+    attached_path=("Attachments", 0, "InstanceId"),
+)
+SECURITY_GROUP = AwsKind(
+    kind=ResourceKind.SECURITY_GROUP,
+    describe="describe_security_groups",
+    items_path=("SecurityGroups",),
+    id_field="GroupId",
+    ids_param="GroupIds",
+    created_path=None,
+    state_path=None,
+    states=_literal({}),
+    delete="delete_security_group",
+    delete_param="GroupId",
+    not_found=frozenset({"InvalidGroup.NotFound", "InvalidGroupId.NotFound"}),
+    depends_on=(ResourceKind.INSTANCE, ResourceKind.NETWORK_INTERFACE),
+)
+
+# Listing order: instances first, so the link pass can see who uses what.
+KINDS: tuple[AwsKind, ...] = (INSTANCE, VOLUME, NETWORK_INTERFACE, SECURITY_GROUP, ADDRESS)
+BY_KIND: Mapping[ResourceKind, AwsKind] = _literal({k.kind: k for k in KINDS})
+DELETE_ORDER: tuple[AwsKind, ...] = tuple(
+    BY_KIND[k] for k in TopologicalSorter({k.kind: k.depends_on for k in KINDS}).static_order()
+)
+
+
+def to_resource(spec: AwsKind, item: Mapping[str, Any], region: str) -> Resource:
+    """One describe item as a ``Resource`` (``attached_to`` as the item says)."""
+    details: dict[str, Any] = {"state": spec.raw_state(item)}
+    for key in ("AvailabilityZone", "VpcId", "PublicIp", "GroupName"):
+        if item.get(key):
+            details[key] = item[key]
+    attached = dig(item, spec.attached_path)
+    return Resource(
+        kind=spec.kind,
+        id=spec.item_id(item),
+        region=region,
+        state=spec.state(item),
+        tags=tags_of(item, spec),
+        created_at=_utc(dig(item, spec.created_path)),
+        attached_to=str(attached) if attached else None,
+        details=details,
+    )
+
+
+def link_resources(
+    raw: Mapping[ResourceKind, list[Mapping[str, Any]]], resources: list[Resource], tag_key: str
+) -> list[Resource]:
+    """Fill the attachments a single item cannot tell.
+
+    An address associated to an interface (not directly to an instance) is
+    attached to that interface's instance, when the interface was listed.
+    A security group is attached to an instance only when exactly one listed
+    instance with the same ref uses it (directly or through a listed
+    interface); a group shared by several instances stays in the primary-less
+    group of its ref, so deleting one instance's group never targets it.
+    """
+    eni_instance = {
+        str(e["NetworkInterfaceId"]): str(i)
+        for e in raw.get(ResourceKind.NETWORK_INTERFACE, [])
+        if (i := dig(e, ("Attachment", "InstanceId")))
+    }
+    instance_ref: dict[str, str | None] = {}
+    sg_users: dict[str, set[str]] = {}
+    for inst in raw.get(ResourceKind.INSTANCE, []):
+        iid = str(inst["InstanceId"])
+        instance_ref[iid] = tags_of(inst, INSTANCE).get(tag_key)
+        for g in inst.get("SecurityGroups") or []:
+            sg_users.setdefault(str(g["GroupId"]), set()).add(iid)
+    for eni in raw.get(ResourceKind.NETWORK_INTERFACE, []):
+        iid = eni_instance.get(str(eni["NetworkInterfaceId"]))
+        if iid is None:
+            continue
+        for g in eni.get("Groups") or []:
+            sg_users.setdefault(str(g["GroupId"]), set()).add(iid)
+    addr_eni = {
+        str(a["AllocationId"]): str(a.get("NetworkInterfaceId") or "")
+        for a in raw.get(ResourceKind.ADDRESS, [])
+        if a.get("AllocationId")
+    }
+    linked: list[Resource] = []
+    for res in resources:
+        target = res.attached_to
+        if res.kind is ResourceKind.ADDRESS and target is None:
+            target = eni_instance.get(addr_eni.get(res.id, ""))
+        elif res.kind is ResourceKind.SECURITY_GROUP:
+            ref = res.tags.get(tag_key)
+            users = [i for i in sg_users.get(res.id, ()) if instance_ref.get(i) == ref]
+            target = users[0] if len(users) == 1 else None
+        linked.append(res if target == res.attached_to else res.model_copy(update={"attached_to": target}))
+    return linked

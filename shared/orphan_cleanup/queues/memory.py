@@ -1,0 +1,28 @@
+"""In-process queue for a manual single-backend run and for tests."""
+
+from __future__ import annotations
+
+from collections import deque
+
+from pydantic import BaseModel
+
+from orphan_cleanup.queues.base import Queue
+
+
+class InProcessQueue(Queue):
+    """Holds serialized messages, exactly as a real queue would carry them."""
+
+    def __init__(self) -> None:
+        self.items: deque[str] = deque()
+
+    def publish(self, message: BaseModel) -> None:
+        body = message.model_dump_json()
+        if len(body.encode()) > self.max_message_bytes:
+            raise ValueError(f"message of {len(body)} bytes exceeds {self.max_message_bytes}")
+        self.items.append(body)
+
+    def pop(self) -> str | None:
+        return self.items.popleft() if self.items else None
+
+    def __len__(self) -> int:
+        return len(self.items)

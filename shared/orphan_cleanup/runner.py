@@ -1,0 +1,77 @@
+"""One full cycle of one backend in this process (``orphan-cleanup run``):
+the same steps as the deployed functions, through in-process queues."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import TypeAdapter
+
+from orphan_cleanup.ledger.db import Database
+from orphan_cleanup.models import DeleteRequest, ListingBatch
+from orphan_cleanup.pipeline import GateBusy, Pipeline
+from orphan_cleanup.queues.memory import InProcessQueue
+
+Progress = Callable[[str], None]
+_batch = TypeAdapter(ListingBatch)
+_delete = TypeAdapter(DeleteRequest)
+
+
+def run_cycle(pipeline: Pipeline, backend_id: str, *, mode: str | None = None,
+              progress: Progress = lambda _m: None) -> dict[str, Any]:
+    """Run lister, classifier and deleter to completion; return the C3 report."""
+    assert isinstance(pipeline.listing_queue, InProcessQueue)
+    assert isinstance(pipeline.delete_queue, InProcessQueue)
+    progress(f"listing {backend_id} ...")
+    summary = pipeline.run_lister(backend_id, mode=mode, manual=True)
+    if not summary.get("cycle_id"):
+        raise RuntimeError(f"cycle did not start: {summary.get('reason')}")
+    drain(pipeline, progress)
+    return cycle_report(pipeline.db, summary["cycle_id"])
+
+
+def drain(pipeline: Pipeline, progress: Progress = lambda _m: None) -> None:
+    lq, dq = pipeline.listing_queue, pipeline.delete_queue
+    n_batches = n_deletes = 0
+    busy_rounds = 0
+    while len(lq) or len(dq):
+        while (body := lq.pop()) is not None:
+            pipeline.handle_batch(_batch.validate_json(body))
+            n_batches += 1
+            progress(f"classified batch {n_batches}")
+        while (body := dq.pop()) is not None:
+            try:
+                pipeline.handle_delete(_delete.validate_json(body))
+            except GateBusy:
+                busy_rounds += 1
+                if busy_rounds > 1000:
+                    raise
+                dq.items.append(body)
+                continue
+            n_deletes += 1
+            progress(f"deleted group {n_deletes}")
+
+
+def cycle_report(db: Database, cycle_id: str) -> dict[str, Any]:
+    with db.connection() as conn:
+        c = conn.run("SELECT backend_id, mode, listed_at, outcome, failures, blocked_reason, error"
+                     " FROM cycles WHERE id = :c", c=cycle_id)[0]
+        rows = conn.run("SELECT provider_ref, region, primary_id, resources, verdict, reason, action, error"
+                        " FROM cycle_groups WHERE cycle_id = :c ORDER BY provider_ref, region, primary_id",
+                        c=cycle_id)
+    failures = c[4] if isinstance(c[4], list) else json.loads(c[4] or "[]")
+    return {
+        "backend": c[0], "cycle_id": cycle_id, "mode": c[1],
+        "listed_at": c[2].isoformat() if c[2] else None,
+        "outcome": c[3] or "unsettled",
+        "failures": [{"region": f["region"], "error": f["error"]} for f in failures],
+        "groups": [{
+            "provider_ref": r[0], "region": r[1], "primary_id": r[2],
+            "resources": [{"kind": x["kind"], "id": x["id"]} for x in (r[3] if isinstance(r[3], list) else json.loads(r[3]))],
+            "verdict": r[4], "reason": r[5], "action": r[6],
+        } for r in rows],
+        "blocked_reason": c[5],
+        "error": c[6],
+    }
