@@ -120,8 +120,9 @@ class Pipeline:
 
     # ---- classifier: STEP 3-6 ---------------------------------------------
 
-    def handle_batch(self, batch: ListingBatch) -> str:
-        """Join, classify and apply one batch (fenced, idempotent). Returns the apply status."""
+    def handle_batch(self, batch: ListingBatch) -> dict[str, Any]:
+        """Join, classify and apply one batch (fenced, idempotent). Returns the
+        apply status (applied, duplicate, fenced, unknown_cycle) and verdict counts."""
         with self.db.connection() as conn:
             backend = get_backend(conn, batch.backend)
             records = load_records(conn, backend.id, batch.groups)
@@ -130,17 +131,17 @@ class Pipeline:
                 backend_id=backend.id, listed_at=batch.listed_at, margin=timedelta(seconds=limits.margin_seconds),
                 protect_key=backend.settings.protect_tag_key,
                 stuck_after=timedelta(seconds=self.settings.stuck_pending_seconds))
-            payload, to_report, errors = build_payload(batch, records, ctx)
+            payload, to_report, errors, counts = build_payload(batch, records, ctx)
             result = cycles.apply_batch(conn, payload)
         if result["status"] != "applied":
-            return result["status"]
+            return {"status": result["status"], "verdicts": {}}
         for row in to_report:
             self.reporter.orphan(backend.id, batch.cycle_id, row)
         for message, row in errors:
             self.reporter.error(message, backend=backend.id, provider_ref=row["provider_ref"], group=row["group_key"])
         if result["listing_complete"]:
             self._complete_listing(batch.cycle_id, backend, limits, batch.mode)
-        return "applied"
+        return {"status": "applied", "verdicts": counts}
 
     def _complete_listing(self, cycle_id: str, backend: Backend, limits: cycles.Limits, mode: str) -> None:
         if mode != "delete":
@@ -198,16 +199,18 @@ class Pipeline:
             log.warning("cycle %s lost its lease: delete result of %s not recorded", request.cycle_id, group.key)
 
 
-def build_payload(batch: ListingBatch, records: dict, ctx: classify.ClassifyContext
-                  ) -> tuple[dict[str, Any], list[dict[str, Any]], list[tuple[str, dict[str, Any]]]]:
+def build_payload(batch: ListingBatch, records: dict, ctx: classify.ClassifyContext) -> tuple[
+        dict[str, Any], list[dict[str, Any]], list[tuple[str, dict[str, Any]]], dict[str, int]]:
     """Classify a batch and shape what the fenced apply writes. Pure."""
     rows, orphans, orphan_res, events, to_report, errors = [], [], [], [], [], []
+    counts: dict[str, int] = {}
     skipped = False
     report = batch.mode != "delete"
     for group in batch.groups:
         record = records.get(group.provider_ref)
         verdict = classify.classify(group, record, ctx)
         kind = verdict.kind
+        counts[kind.value] = counts.get(kind.value, 0) + 1
         skipped = skipped or kind is VerdictKind.SKIPPED
         if kind is VerdictKind.ORPHAN:
             action = Action.REPORTED if report else Action.NONE
@@ -240,4 +243,4 @@ def build_payload(batch: ListingBatch, records: dict, ctx: classify.ClassifyCont
                "failures": [f.model_dump() for f in batch.failures], "groups": len(batch.groups),
                "skipped": skipped, "rows": rows, "orphans": orphans, "orphan_resources": orphan_res,
                "events": events}
-    return payload, to_report, errors
+    return payload, to_report, errors, counts

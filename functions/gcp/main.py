@@ -1,0 +1,30 @@
+"""Cloud Functions (2nd gen) entry points: `lister` (HTTP, Cloud Scheduler),
+`classifier` and `deleter` (Pub/Sub CloudEvents; HTTP JSON also accepted by
+posting the same CloudEvent). A raised error makes Pub/Sub redeliver, and after
+the maximum attempts the message lands in the dead-letter topic."""
+
+import functions_framework
+
+from orphan_cleanup.entrypoints import gcp
+from orphan_cleanup.errors import ConfigError
+from orphan_cleanup.models import DeleteRequest, ListerEvent, ListingBatch
+
+
+@functions_framework.http
+def lister(request):
+    try:
+        event = gcp.parse(ListerEvent, request.get_data())
+        summary = gcp.pipeline().run_lister(event.backend, mode=event.mode, manual=event.mode is not None)
+    except ConfigError as e:
+        return {"ok": False, "error": str(e)}, 400
+    return {"ok": True, **summary}, 200
+
+
+@functions_framework.cloud_event
+def classifier(cloud_event):
+    gcp.pipeline().handle_batch(gcp.parse(ListingBatch, cloud_event.data))
+
+
+@functions_framework.cloud_event
+def deleter(cloud_event):
+    gcp.pipeline().handle_delete(gcp.parse(DeleteRequest, cloud_event.data))

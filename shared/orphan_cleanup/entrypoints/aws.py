@@ -1,0 +1,88 @@
+"""AWS Lambda wiring: SQS queues, Powertools logger/metrics, Sentry's Lambda integration."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.parser.models import SqsRecordModel
+from pydantic import Json
+
+from orphan_cleanup.entrypoints import common
+from orphan_cleanup.errors import ConfigError
+from orphan_cleanup.models import DeleteRequest, ListerEvent, ListingBatch
+from orphan_cleanup.pipeline import Pipeline
+from orphan_cleanup.queues.sqs import SqsQueue
+from orphan_cleanup.settings import Settings
+
+logger = Logger(service="orphan-cleanup")
+metrics = Metrics(namespace="OrphanCleanup", service="orphan-cleanup")
+
+
+class ListingBatchRecord(SqsRecordModel):
+    body: Json[ListingBatch]  # type: ignore[assignment]
+
+
+class DeleteRequestRecord(SqsRecordModel):
+    body: Json[DeleteRequest]  # type: ignore[assignment]
+
+
+def _sqs_queues(settings: Settings) -> tuple[SqsQueue, SqsQueue]:
+    import boto3
+
+    if not settings.listing_queue_url or not settings.delete_queue_url:
+        raise ConfigError("LISTING_QUEUE_URL and DELETE_QUEUE_URL must be set")
+    sqs = boto3.client("sqs")
+    return SqsQueue(sqs, settings.listing_queue_url), SqsQueue(sqs, settings.delete_queue_url)
+
+
+def _integrations() -> tuple[Any, ...]:
+    try:
+        from sentry_sdk.integrations.aws_lambda import AwsLambdaIntegration
+    except ImportError:  # sentry is an optional extra
+        return ()
+    return (AwsLambdaIntegration(),)
+
+
+def pipeline() -> Pipeline:
+    return common.pipeline(_sqs_queues, _integrations(), logger)
+
+
+def run_lister(event: Any) -> dict[str, Any]:
+    """Validate ``{"backend": ID[, "mode": M]}`` and run STEP 1-2; bad input is an error result."""
+    from pydantic import ValidationError
+
+    try:
+        request = ListerEvent.model_validate(event)
+    except ValidationError as e:
+        logger.error("malformed lister event", extra={"errors": e.errors(include_url=False)})
+        return {"ok": False, "error": f"malformed event: {e.errors()[0]['msg']}"}
+    logger.append_keys(backend=request.backend)
+    try:
+        summary = pipeline().run_lister(request.backend, mode=request.mode, manual=request.mode is not None)
+    except ConfigError as e:
+        logger.error(str(e))
+        return {"ok": False, "error": str(e)}
+    if summary.get("cycle_id"):
+        logger.append_keys(cycle_id=summary["cycle_id"])
+        metrics.add_metric(name="CyclesStarted", unit=MetricUnit.Count, value=1)
+        metrics.add_metric(name="BatchesPublished", unit=MetricUnit.Count, value=summary.get("batches", 0))
+    logger.info("lister done", extra={"summary": summary})
+    return {"ok": True, **summary}
+
+
+def classify_record(record: ListingBatchRecord) -> None:
+    batch = record.body
+    logger.append_keys(cycle_id=batch.cycle_id, backend=batch.backend)
+    result = pipeline().handle_batch(batch)
+    metrics.add_metric(name="GroupsListed", unit=MetricUnit.Count, value=len(batch.groups))
+    for verdict, n in result.get("verdicts", {}).items():
+        metrics.add_metric(name=f"Groups_{verdict}", unit=MetricUnit.Count, value=n)
+
+
+def delete_record(record: DeleteRequestRecord) -> None:
+    request = record.body
+    logger.append_keys(cycle_id=request.cycle_id, backend=request.backend)
+    status = pipeline().handle_delete(request)
+    metrics.add_metric(name=f"Delete_{status}", unit=MetricUnit.Count, value=1)

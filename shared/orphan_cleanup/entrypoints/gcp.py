@@ -1,0 +1,63 @@
+"""Cloud Functions wiring: Pub/Sub queues, CloudEvent and HTTP payloads."""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from orphan_cleanup.entrypoints import common
+from orphan_cleanup.errors import ConfigError
+from orphan_cleanup.pipeline import Pipeline
+from orphan_cleanup.queues.pubsub import PubSubQueue
+from orphan_cleanup.settings import Settings
+
+
+class MalformedMessage(ConfigError):
+    """A message that can never be processed: it fails (and lands in the dead-letter topic)."""
+
+
+def _pubsub_queues(settings: Settings) -> tuple[PubSubQueue, PubSubQueue]:
+    from google.cloud import pubsub_v1
+
+    if not settings.listing_topic or not settings.delete_topic:
+        raise ConfigError("LISTING_TOPIC and DELETE_TOPIC must be set")
+    publisher = pubsub_v1.PublisherClient()
+    return PubSubQueue(publisher, settings.listing_topic), PubSubQueue(publisher, settings.delete_topic)
+
+
+def _integrations() -> tuple[Any, ...]:
+    try:
+        from sentry_sdk.integrations.gcp import GcpIntegration
+    except ImportError:
+        return ()
+    return (GcpIntegration(),)
+
+
+def pipeline() -> Pipeline:
+    return common.pipeline(_pubsub_queues, _integrations())
+
+
+def decode_pubsub(data: Any) -> Any:
+    """The JSON document inside a Pub/Sub CloudEvent (``{"message": {"data": b64}}``),
+    or a plain JSON body as sent over HTTP."""
+    if isinstance(data, (bytes, str)):
+        try:
+            data = json.loads(data)
+        except (ValueError, UnicodeDecodeError) as e:
+            raise MalformedMessage("payload is not JSON") from e
+    if isinstance(data, dict) and isinstance(data.get("message"), dict) and "data" in data["message"]:
+        try:
+            return json.loads(base64.b64decode(data["message"]["data"], validate=True))
+        except (ValueError, TypeError) as e:
+            raise MalformedMessage("Pub/Sub message data is not base64 JSON") from e
+    return data
+
+
+def parse(model: type[BaseModel], data: Any) -> Any:
+    try:
+        return model.model_validate(decode_pubsub(data))
+    except ValidationError as e:
+        raise MalformedMessage(f"malformed {model.__name__}: {e.errors()[0]['msg']}") from e

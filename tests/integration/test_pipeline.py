@@ -1,0 +1,247 @@
+"""The whole pipeline in one process: real Postgres, in-process queues, the
+in-memory cloud behind the provider port."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from orphan_cleanup.ledger.db import Database
+from orphan_cleanup.models import DeleteRequest, ListingBatch, ResourceKind
+from orphan_cleanup.pipeline import GateBusy, Pipeline
+from orphan_cleanup.ledger import deletes
+from orphan_cleanup.queues.memory import InProcessQueue
+from orphan_cleanup.runner import cycle_report, drain, run_cycle
+from orphan_cleanup.settings import Settings
+from tests.support.memory_cloud import MemoryCloud, MemoryProvider
+from tests.support.platform import Platform, add_backend
+
+
+@pytest.fixture
+def cloud() -> MemoryCloud:
+    return MemoryCloud()
+
+
+def make_pipeline(db: Database, cloud: MemoryCloud, **settings) -> Pipeline:
+    return Pipeline(settings=Settings(**settings), db=db, provider_for=lambda b: MemoryProvider(b, cloud),
+                    listing_queue=InProcessQueue(), delete_queue=InProcessQueue())
+
+
+@pytest.fixture
+def platform(db: Database, cloud: MemoryCloud) -> Platform:
+    add_backend(db)
+    return Platform(db, cloud)
+
+
+def verdicts(report: dict) -> dict[str, tuple[str, str, str]]:
+    return {g["primary_id"] or g["provider_ref"]: (g["verdict"], g["reason"], g["action"]) for g in report["groups"]}
+
+
+def clean_at(db: Database, backend: str = "mem"):
+    with db.connection() as conn:
+        return conn.run("SELECT clean_at FROM cleanup WHERE backend_id = :b", b=backend)[0][0]
+
+
+def test_report_mode_reports_orphans_and_deletes_nothing(db, cloud, platform):
+    _, _, tracked = platform.tracked()
+    _, _, leaked = platform.terminated_leak()
+    _, _, placeholder = platform.placeholder_leak(region="r2")
+    foreign = platform.foreign()
+    _, _, protected = platform.terminated_leak(protect=True)
+    before = set(cloud.resources)
+
+    report = run_cycle(make_pipeline(db, cloud), "mem", mode="report")
+
+    v = verdicts(report)
+    assert v[tracked] == ("tracked", "tracked", "none")
+    assert v[leaked] == ("orphan", "owner_terminated", "reported")
+    assert v[placeholder] == ("orphan", "owner_deleted", "reported")
+    assert v[foreign] == ("ignored", "no_record", "none")
+    assert v[protected] == ("protected", "protect_tag", "reported")
+    assert cloud.deleted == [] and set(cloud.resources) == before
+    assert report["outcome"] == "clean"
+    with db.connection() as conn:
+        events = conn.run("SELECT kind, owner_name FROM events WHERE kind = 'orphan_reported' ORDER BY owner_name")
+    assert events == [["orphan_reported", "placeholder"], ["orphan_reported", "tracked"]]
+
+
+def test_delete_mode_removes_exactly_the_orphans_and_advances_clean_at(db, cloud, platform):
+    _, _, tracked = platform.tracked()
+    _, _, leaked = platform.terminated_leak()
+    _, _, placeholder = platform.placeholder_leak(region="r2")
+    foreign = platform.foreign()
+    _, _, protected = platform.terminated_leak(protect=True)
+    orphan_ids = {r.id for r in cloud.resources.values() if r.id in (leaked, placeholder)
+                  or r.attached_to in (leaked, placeholder)}
+
+    report = run_cycle(make_pipeline(db, cloud), "mem", mode="delete")
+
+    v = verdicts(report)
+    assert v[leaked][2] == "deleted" and v[placeholder][2] == "deleted"
+    assert not cloud.exists(leaked) and not cloud.exists(placeholder)
+    assert cloud.exists(tracked) and cloud.exists(foreign) and cloud.exists(protected)
+    assert report["outcome"] == "clean"
+    listed_at = report["listed_at"]
+    assert clean_at(db).isoformat() < listed_at  # listing time minus the margin
+    assert set(cloud.deleted) == orphan_ids and len(orphan_ids) == 4
+
+
+def test_owner_changed_within_margin_is_skipped_and_cycle_unsettled(db, cloud, platform):
+    ref, owner, iid = platform.tracked()
+    platform.ledger.mark_terminated(owner)  # just now: inside the margin
+
+    report = run_cycle(make_pipeline(db, cloud), "mem", mode="delete")
+
+    assert verdicts(report)[iid] == ("skipped", "recent_owner_change", "none")
+    assert cloud.exists(iid)
+    assert report["outcome"] == "unsettled"
+    assert clean_at(db) is None
+
+
+def test_not_yet_terminated_is_unsettled_then_finished_by_next_cycle(db, cloud, platform):
+    cloud.terminate_lag = 1
+    _, _, leaked = platform.terminated_leak()
+    vol = next(r.id for r in cloud.resources.values() if r.kind is ResourceKind.VOLUME)
+    pipeline = make_pipeline(db, cloud)
+
+    first = run_cycle(pipeline, "mem", mode="delete")
+    assert verdicts(first)[leaked][2] == "deleting"
+    assert first["outcome"] == "unsettled"
+    second = run_cycle(pipeline, "mem", mode="delete")
+    assert not cloud.exists(leaked) and not cloud.exists(vol)
+    assert second["outcome"] == "clean"
+
+
+def test_blast_radius_cap_deletes_nothing(db, cloud, platform):
+    leaks = [platform.terminated_leak()[2] for _ in range(12)]
+    platform.tracked()
+
+    report = run_cycle(make_pipeline(db, cloud, ORPHAN_CLEANUP_MAX_DELETE_SHARE=0.5), "mem", mode="delete")
+
+    assert all(cloud.exists(i) for i in leaks)
+    assert {verdicts(report)[i] for i in leaks} == {("orphan", "owner_terminated", "reported")}
+    assert report["outcome"] == "unsettled"
+    with db.connection() as conn:
+        blocked = conn.run("SELECT blocked_reason FROM cycles")[0][0]
+    assert "more than the cap of 50%" in blocked
+
+
+def test_count_cap(db, cloud, platform):
+    leaks = [platform.terminated_leak()[2] for _ in range(3)]
+    run_cycle(make_pipeline(db, cloud, ORPHAN_CLEANUP_MAX_DELETES=2), "mem", mode="delete")
+    assert all(cloud.exists(i) for i in leaks)
+
+
+def test_region_failure_keeps_other_regions_and_leaves_clean_at(db, cloud, platform):
+    _, _, leaked = platform.terminated_leak(region="r1")
+    cloud.failing_regions.add("r2")
+
+    report = run_cycle(make_pipeline(db, cloud), "mem", mode="delete")
+
+    assert report["failures"] == [{"region": "r2", "error": "r2 failed"}]
+    assert not cloud.exists(leaked)
+    assert report["outcome"] == "unsettled" and clean_at(db) is None
+
+
+def test_unavailable_region_during_delete_trips_the_region(db, cloud, platform):
+    leaks = [platform.terminated_leak(region="r1")[2] for _ in range(3)]
+    platform.tracked(region="r1")
+    for _ in range(4):
+        platform.tracked(region="r2")
+    pipeline = make_pipeline(db, cloud)
+    pipeline.run_lister("mem", mode="delete", manual=True)
+    while (body := pipeline.listing_queue.pop()) is not None:
+        pipeline.handle_batch(ListingBatch.model_validate_json(body))
+    cloud.unavailable_regions.add("r1")  # after listing, before deleting
+
+    drain(pipeline)
+
+    assert all(cloud.exists(i) for i in leaks)
+    assert cloud.calls["describe"] == 0  # only the first delete reached the region, and failed fast
+    with db.connection() as conn:
+        outcome, tripped = conn.run("SELECT outcome, tripped_regions FROM cycles")[0]
+    assert outcome == "unsettled" and tripped == ["r1"]
+
+
+def test_duplicate_batch_delivery_changes_nothing(db, cloud, platform):
+    platform.terminated_leak()
+    pipeline = make_pipeline(db, cloud)
+    pipeline.run_lister("mem", mode="report", manual=True)
+    bodies = list(pipeline.listing_queue.items)
+    pipeline.listing_queue.items.clear()
+    results = [pipeline.handle_batch(ListingBatch.model_validate_json(b))["status"] for b in bodies + bodies]
+    assert results == ["applied"] * len(bodies) + ["fenced"] * len(bodies)  # cycle already finished
+    with db.connection() as conn:
+        assert conn.run("SELECT count(*) FROM events WHERE kind = 'orphan_reported'")[0][0] == 1
+        assert conn.run("SELECT times_reported FROM orphans")[0][0] == 1
+
+
+def test_duplicate_within_open_cycle_is_a_noop(db, cloud, platform):
+    for _ in range(30):
+        platform.terminated_leak()
+    pipeline = make_pipeline(db, cloud)
+    pipeline.listing_queue.max_message_bytes = 8 * 1024  # force several batches
+    pipeline.run_lister("mem", mode="report", manual=True)
+    bodies = list(pipeline.listing_queue.items)
+    assert len(bodies) > 2
+    first = ListingBatch.model_validate_json(bodies[0])
+    assert pipeline.handle_batch(first)["status"] == "applied"
+    assert pipeline.handle_batch(first)["status"] == "duplicate"
+
+
+def test_stale_cycle_applies_and_emits_nothing(db, cloud, platform):
+    platform.terminated_leak()
+    pipeline = make_pipeline(db, cloud, ORPHAN_CLEANUP_CYCLE_DEADLINE_SECONDS=1)
+    old = pipeline.run_lister("mem", mode="report", manual=True)
+    stale = list(pipeline.listing_queue.items)
+    pipeline.listing_queue.items.clear()
+    later = pipeline.clock() + timedelta(seconds=5)
+    pipeline.clock = lambda: later  # the old cycle's deadline has passed
+    new = pipeline.run_lister("mem", mode="report", manual=True)
+    assert new["cycle_id"] != old["cycle_id"]
+
+    statuses = [pipeline.handle_batch(ListingBatch.model_validate_json(b))["status"] for b in stale]
+
+    assert statuses == ["fenced"] * len(stale)
+    with db.connection() as conn:
+        assert conn.run("SELECT count(*) FROM events")[0][0] == 0
+        assert conn.run("SELECT outcome FROM cycles WHERE id = :c", c=old["cycle_id"])[0][0] == "failed"
+
+
+def test_delete_gate_serializes_one_ref_and_not_others(db, cloud, platform):
+    ref_a, _, a = platform.terminated_leak()
+    _, _, b = platform.terminated_leak()
+    pipeline = make_pipeline(db, cloud)
+    pipeline.run_lister("mem", mode="delete", manual=True)
+    while (body := pipeline.listing_queue.pop()) is not None:
+        pipeline.handle_batch(ListingBatch.model_validate_json(body))
+    requests = [DeleteRequest.model_validate_json(x) for x in pipeline.delete_queue.items]
+    req_a = next(r for r in requests if r.group.provider_ref == ref_a)
+    req_b = next(r for r in requests if r.group.provider_ref != ref_a)
+    assert deletes.acquire_gate(db, "mem", ref_a, "someone-else", 60)
+
+    with pytest.raises(GateBusy):
+        pipeline.handle_delete(req_a)
+    assert pipeline.handle_delete(req_b) == "deleted"  # unrelated group does not wait
+
+    assert cloud.exists(a) and not cloud.exists(b)
+    deletes.release_gate(db, "mem", ref_a, "someone-else")
+    assert pipeline.handle_delete(req_a) == "deleted"
+    assert pipeline.handle_delete(req_a) == "fenced"  # redelivery after the cycle finished: no-op
+    assert cycle_report(db, req_a.cycle_id)["outcome"] == "clean"
+
+
+def test_listing_crash_fails_cycle_and_backs_off(db, cloud, platform):
+    platform.terminated_leak()
+
+    def broken(_backend):
+        raise RuntimeError("credentials exploded")
+
+    pipeline = make_pipeline(db, cloud)
+    pipeline.provider_for = broken
+    with pytest.raises(RuntimeError):
+        pipeline.run_lister("mem", mode="delete", manual=True)
+    with db.connection() as conn:
+        row = conn.run("SELECT last_outcome, retry_delay_seconds, clean_at, lease_owner FROM cleanup")[0]
+    assert row[0] == "failed" and row[1] > 0 and row[2] is None and row[3] is None

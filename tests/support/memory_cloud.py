@@ -1,0 +1,148 @@
+"""An in-memory cloud behind the real provider port, for pipeline tests, the
+simulation and benchmarks. It keeps the port's contract (re-read by id before
+acting, confirm termination, dependents after the owner) so a change to the
+port breaks it like it breaks the real adapters."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+from orphan_cleanup.errors import ProviderError, ProviderUnavailable
+from orphan_cleanup.models import (
+    Backend, DeleteResult, DeleteStatus, RegionListing, Resource, ResourceGroup, ResourceKind,
+    ResourceState, SkippedResource,
+)
+from orphan_cleanup.providers.base import ResourceProvider, group_resources
+
+DEPENDENT_ORDER = (ResourceKind.NETWORK_INTERFACE, ResourceKind.VOLUME, ResourceKind.DISK,
+                   ResourceKind.ADDRESS, ResourceKind.SECURITY_GROUP)
+
+
+@dataclass
+class CloudResource:
+    kind: ResourceKind
+    id: str
+    region: str
+    tags: dict[str, str]
+    created_at: datetime
+    state: ResourceState = ResourceState.ACTIVE
+    attached_to: str | None = None
+    terminating_reads: int = 0  # reads left while "shutting-down"
+
+
+@dataclass
+class MemoryCloud:
+    """One provider account. Tests mutate it directly, as a platform would."""
+
+    resources: dict[str, CloudResource] = field(default_factory=dict)
+    calls: Counter = field(default_factory=Counter)
+    failing_regions: set[str] = field(default_factory=set)
+    unavailable_regions: set[str] = field(default_factory=set)
+    terminate_lag: int = 0
+    deleted: list[str] = field(default_factory=list)
+    _ids: Iterator[int] = field(default_factory=lambda: itertools.count(1))
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def create(self, kind: ResourceKind, region: str, tags: dict[str, str] | None = None, *,
+               attached_to: str | None = None, created_at: datetime | None = None) -> str:
+        prefix = {"instance": "i", "volume": "vol", "network-interface": "eni", "security-group": "sg",
+                  "address": "eipalloc", "disk": "disk"}[kind.value]
+        rid = f"{prefix}-{next(self._ids):08x}"
+        state = ResourceState.ACTIVE if kind is ResourceKind.INSTANCE or attached_to else ResourceState.AVAILABLE
+        self.resources[rid] = CloudResource(kind, rid, region, dict(tags or {}),
+                                            created_at or datetime.now(timezone.utc), state, attached_to)
+        return rid
+
+    def exists(self, rid: str) -> bool:
+        r = self.resources.get(rid)
+        return r is not None and r.state is not ResourceState.TERMINATED
+
+
+class MemoryProvider(ResourceProvider):
+    def __init__(self, backend: Backend, cloud: MemoryCloud) -> None:
+        super().__init__(backend)
+        self.cloud = cloud
+
+    def _check_region(self, region: str) -> None:
+        if region in self.cloud.unavailable_regions:
+            raise ProviderUnavailable(f"{region} is unavailable", region=region)
+        if region in self.cloud.failing_regions:
+            raise ProviderError(f"{region} failed", region=region)
+
+    def iter_listing(self) -> Iterator[RegionListing]:
+        for region in self.backend.regions:
+            self.cloud.calls["list"] += 1
+            try:
+                self._check_region(region)
+            except ProviderError as e:
+                yield RegionListing(region=region, failure=str(e))
+                continue
+            with self.cloud._lock:
+                listed = [_snapshot(r) for r in self.cloud.resources.values()
+                          if r.region == region and r.state is not ResourceState.TERMINATED
+                          and self.tag_key in r.tags]
+            yield RegionListing(region=region, groups=tuple(group_resources(listed, self.tag_key)))
+
+    def _reread(self, res: Resource, ref: str) -> tuple[CloudResource | None, str | None]:
+        self.cloud.calls["describe"] += 1
+        live = self.cloud.resources.get(res.id)
+        if live is None or live.state is ResourceState.TERMINATED:
+            return None, None
+        if self.protect_key in live.tags:
+            return live, "protected"
+        if live.tags.get(self.tag_key) != ref:
+            return live, "ref_changed" if self.tag_key in live.tags else "ref_missing"
+        return live, None
+
+    def delete_resource_group(self, group: ResourceGroup) -> DeleteResult:
+        self._check_region(group.region)
+        skipped: list[SkippedResource] = []
+        deleted: list[str] = []
+        pending: list[str] = []
+        with self.cloud._lock:
+            primary = group.primary
+            if primary is not None:
+                live, why = self._reread(primary, group.provider_ref)
+                if why:
+                    return DeleteResult(status=DeleteStatus.SKIPPED,
+                                        skipped=(SkippedResource(kind=primary.kind, id=primary.id, reason=why),))
+                if live is not None:
+                    if live.state is ResourceState.ACTIVE:
+                        self.cloud.calls["terminate"] += 1
+                        live.state = ResourceState.TERMINATING
+                        live.terminating_reads = self.cloud.terminate_lag
+                    if live.terminating_reads > 0:
+                        live.terminating_reads -= 1
+                        return DeleteResult(status=DeleteStatus.DELETING, pending=(primary.id,))
+                    live.state = ResourceState.TERMINATED
+                    self.cloud.deleted.append(live.id)
+                    for dep in self.cloud.resources.values():
+                        if dep.attached_to == live.id:
+                            dep.attached_to, dep.state = None, ResourceState.AVAILABLE
+                deleted.append(primary.id)
+            for kind in DEPENDENT_ORDER:
+                for res in (r for r in group.resources if r.kind is kind):
+                    live, why = self._reread(res, group.provider_ref)
+                    if why:
+                        skipped.append(SkippedResource(kind=res.kind, id=res.id, reason=why))
+                    elif live is None:
+                        deleted.append(res.id)
+                    elif live.attached_to and self.cloud.exists(live.attached_to):
+                        pending.append(res.id)
+                    else:
+                        self.cloud.calls["delete"] += 1
+                        live.state = ResourceState.TERMINATED
+                        self.cloud.deleted.append(live.id)
+                        deleted.append(res.id)
+        status = DeleteStatus.DELETING if pending else DeleteStatus.DELETED
+        return DeleteResult(status=status, deleted=tuple(deleted), skipped=tuple(skipped), pending=tuple(pending))
+
+
+def _snapshot(r: CloudResource) -> Resource:
+    return Resource(kind=r.kind, id=r.id, region=r.region, state=r.state, tags=dict(r.tags),
+                    created_at=r.created_at, attached_to=r.attached_to)
