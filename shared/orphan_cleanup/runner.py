@@ -9,6 +9,7 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
+from orphan_cleanup.errors import OrphanCleanupError
 from orphan_cleanup.ledger.db import Database
 from orphan_cleanup.models import DeleteRequest, ListingBatch
 from orphan_cleanup.pipeline import GateBusy, Pipeline
@@ -27,9 +28,20 @@ def run_cycle(pipeline: Pipeline, backend_id: str, *, mode: str | None = None,
     progress(f"listing {backend_id} ...")
     summary = pipeline.run_lister(backend_id, mode=mode, manual=True)
     if not summary.get("cycle_id"):
-        raise RuntimeError(f"cycle did not start: {summary.get('reason')}")
+        raise CycleNotStarted(backend_id, summary.get("reason", "unknown"))
     drain(pipeline, progress)
     return cycle_report(pipeline.db, summary["cycle_id"])
+
+
+class CycleNotStarted(OrphanCleanupError):
+    """A manual run could not start a cycle (the backend is off, or another cycle holds the lease)."""
+
+    REASONS = {"off": "the backend's mode is off",
+               "busy": "another cycle of this backend is running (its lease has not expired)"}
+
+    def __init__(self, backend_id: str, reason: str) -> None:
+        super().__init__(f"no cycle started for {backend_id}: {self.REASONS.get(reason, reason)}")
+        self.reason = reason
 
 
 def drain(pipeline: Pipeline, progress: Progress = lambda _m: None) -> None:
