@@ -1,0 +1,116 @@
+"""``orphan-cleanup demo`` as a new user runs it: a subprocess with no
+DATABASE_URL and no AWS endpoint, which must bring its own Postgres and moto,
+reach the expected verdicts, delete only the orphans and clean up after itself.
+
+The expected verdicts are written out here, independently of the demo's own
+self-check, and compared with the tables the demo prints.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+# vm -> (verdict, reason) in the report and first delete cycles.
+EXPECTED = {
+    "tracked": ("tracked", "tracked"),
+    "copy": ("protected", "suspected_copy"),
+    "retry-lost": ("orphan", "primary_mismatch"),
+    "retry-kept": ("tracked", "tracked"),
+    "crash": ("orphan", "owner_deleted"),
+    "failed-placeholder": ("orphan", "owner_deleted"),
+    "gave-up": ("orphan", "owner_terminated"),
+    "protected": ("protected", "protect_tag"),
+    "foreign": ("ignored", "no_record"),
+    "just-failed": ("skipped", "recent_owner_change"),
+}
+ORPHANS = {vm for vm, (verdict, _) in EXPECTED.items() if verdict == "orphan"}
+ACTIONS = {"tracked": "none", "ignored": "none", "skipped": "none", "protected": "reported"}
+ROW = re.compile(r"^\s*(?P<vm>[a-z-]+)\s+(?P<instance>i-[0-9a-f]+)\s+(?P<verdict>\w+)\s+(?P<reason>\w+)"
+                 r"\s+(?P<action>\w+)$")
+
+
+def sections(stdout: str) -> dict[str, str]:
+    """The text under each numbered heading ("1. ...", "2. ...", "3. ...")."""
+    parts = re.split(r"^(\d)\. ", stdout, flags=re.M)
+    return {parts[i]: parts[i + 1] for i in range(1, len(parts) - 1, 2)}
+
+
+def cycle_rows(text: str) -> dict[str, tuple[str, str, str, str]]:
+    rows = {}
+    for line in text.splitlines():
+        if m := ROW.match(line):
+            rows[m["vm"]] = (m["instance"], m["verdict"], m["reason"], m["action"])
+    return rows
+
+
+def outcome(text: str) -> str:
+    m = re.search(r"^\s*outcome: (\w+)$", text, flags=re.M)
+    assert m, text
+    return m[1]
+
+
+@pytest.fixture(scope="module")
+def demo() -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("DATABASE_URL", "FORCE_COLOR") and not k.startswith("AWS_")}
+    return subprocess.run([sys.executable, "-m", "orphan_cleanup", "demo"], env=env, capture_output=True,
+                          text=True, timeout=240, cwd=Path(__file__).parent)
+
+
+def test_demo_succeeds_and_says_so(demo):
+    assert demo.returncode == 0, demo.stdout + demo.stderr
+    assert "self-check: ok" in demo.stdout
+    assert "\033[" not in demo.stdout  # piped: plain text
+
+
+def test_report_cycle_reports_every_leak_and_deletes_nothing(demo):
+    rows = cycle_rows(sections(demo.stdout)["1"])
+
+    assert {vm: r[1:3] for vm, r in rows.items()} == EXPECTED
+    for vm, (_, verdict, _, action) in rows.items():
+        assert action == ("reported" if verdict == "orphan" else ACTIONS[verdict]), vm
+    assert outcome(sections(demo.stdout)["1"]) == "unsettled"  # just-failed is inside the margin
+
+
+def test_delete_cycle_deletes_exactly_the_orphans(demo):
+    text = sections(demo.stdout)["2"]
+    rows = cycle_rows(text)
+
+    assert {vm: r[1:3] for vm, r in rows.items()} == EXPECTED
+    assert {vm for vm, r in rows.items() if r[3] == "deleted"} == ORPHANS
+    for vm, (_, verdict, _, action) in rows.items():
+        if vm not in ORPHANS:
+            assert action == ACTIONS[verdict], vm
+    assert outcome(text) == "unsettled"
+
+
+def test_moto_still_runs_exactly_the_vms_that_were_kept(demo):
+    text = sections(demo.stdout)["2"]
+    table = text.split("Still running on moto (describe_instances):", 1)[1]
+    running = {m[1]: m[2] for m in re.finditer(r"^\s+([a-z-]+)\s+(i-[0-9a-f]+)\s+[a-z0-9]{12}$", table, re.M)}
+    instances = {vm: r[0] for vm, r in cycle_rows(text).items()}
+
+    assert set(running) == set(EXPECTED) - ORPHANS
+    assert all(instances[vm] == iid for vm, iid in running.items())
+
+
+def test_the_skipped_vm_is_deleted_once_past_the_margin(demo):
+    text = sections(demo.stdout)["3"]
+
+    assert cycle_rows(text)["just-failed"][1:] == ("orphan", "owner_deleted", "deleted")
+    assert outcome(text) == "clean"
+
+
+def test_progress_goes_to_stderr_and_the_demo_cleans_up(demo):
+    assert "listing demo-aws" in demo.stderr and "deleted group" in demo.stderr
+    assert "listing demo-aws" not in demo.stdout
+    data_dir = re.search(r"starting an embedded Postgres in (\S+) \.\.\.", demo.stderr)
+    assert data_dir, demo.stderr
+    assert not Path(data_dir[1]).exists()
+    assert "stopping moto" in demo.stderr
