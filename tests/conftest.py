@@ -1,3 +1,4 @@
 pytest_plugins = [
     "tests.support.pg",
+    "tests.support.gcp_fake",
 ]

@@ -1,0 +1,256 @@
+"""GCP adapter: the Compute Engine instances, disks and static addresses of one project.
+
+``backend.account`` is the project id (``settings.project`` overrides it);
+``backend.regions`` holds regions (``us-central1``: all its zones, and its
+regional addresses) or single zones (``us-central1-a``: that zone, plus the
+addresses its listed instances use). Kinds are declared in ``gcp_kinds.KINDS``;
+the calls live in ``gcp_calls``, deletion in ``gcp_delete``.
+
+Listing makes one ``aggregatedList`` pass per kind for the whole project,
+restricted server-side by ``filter=labels.<tag_key>:*`` and paginated, then
+keeps the scopes matching the configured regions/zones. A failed call fails
+every configured region (it cannot be attributed); a scope reported with a
+warning (``UNREACHABLE``...) fails the configured region or zone it belongs
+to; a configured name the API does not list at all fails too (typo guard).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+import google.auth
+import google.auth.exceptions as auth_exceptions
+from google.api_core.retry import Retry
+from google.auth.credentials import AnonymousCredentials, Credentials
+from google.cloud import compute_v1
+from google.oauth2 import service_account
+from pydantic import ValidationError
+
+from orphan_cleanup.errors import AccessDenied, ConfigError, ProviderError
+from orphan_cleanup.models import (
+    Backend,
+    BackendSettings,
+    DeleteResult,
+    RegionListing,
+    ResourceGroup,
+    ResourceKind,
+)
+from orphan_cleanup.providers.base import ResourceProvider, describe_error, group_resources
+from orphan_cleanup.providers.gcp_calls import GcpCalls, read_retry
+from orphan_cleanup.providers.gcp_delete import delete_group
+from orphan_cleanup.providers.gcp_kinds import (
+    BENIGN_WARNINGS,
+    KINDS,
+    GcpKind,
+    link_key,
+    region_of,
+    to_resource,
+)
+
+__all__ = ["GcpProvider", "build_gcp_clients", "build_gcp_provider"]
+
+COMPUTE_SCOPE = "https://www.googleapis.com/auth/compute"
+LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
+_DEFAULT: Any = object()
+
+
+@dataclass
+class _Fetched:
+    """One kind's aggregated listing: items by location, failed scopes, seen scopes."""
+
+    items: list[tuple[str, Any]] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+    seen: set[str] = field(default_factory=set)
+    error: str | None = None
+
+
+class GcpProvider(ResourceProvider):
+    """``ResourceProvider`` for one GCP backend over injected ``compute_v1`` clients.
+
+    ``timeout`` bounds every call; ``operation_timeout`` bounds waiting for a
+    delete operation (then the resource is re-read to confirm). ``retry``
+    applies to reads (default: throttling only, see ``read_retry``; ``None``
+    disables it).
+    """
+
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        instances: Any,
+        disks: Any,
+        addresses: Any,
+        zone_operations: Any,
+        region_operations: Any,
+        timeout: float = 30.0,
+        operation_timeout: float = 120.0,
+        page_size: int = 500,
+        retry: Retry | None = _DEFAULT,
+        poll_interval: float = 1.0,
+    ) -> None:
+        super().__init__(backend)
+        if backend.provider != "gcp":
+            raise ConfigError(f"backend {backend.id} is not a gcp backend")
+        for key in (self.tag_key, self.protect_key):
+            if not LABEL_KEY.fullmatch(key):
+                raise ConfigError(f"backend {backend.id}: {key!r} is not a valid GCP label key")
+        self.project = backend.settings.project or backend.account
+        self.calls = GcpCalls(
+            self.project,
+            {"instances": instances, "disks": disks, "addresses": addresses},
+            {"zone": zone_operations, "region": region_operations},
+            timeout=timeout, operation_timeout=operation_timeout, page_size=page_size,
+            retry=read_retry(timeout) if retry is _DEFAULT else retry, poll_interval=poll_interval,
+        )
+
+    # --- listing ---------------------------------------------------------------------
+
+    def iter_listing(self) -> Iterator[RegionListing]:
+        entries = tuple(dict.fromkeys(self.backend.regions))
+        if not entries:
+            return
+        with ThreadPoolExecutor(max_workers=len(KINDS), thread_name_prefix="gcp-list") as pool:
+            fetched = dict(zip(KINDS, pool.map(self._fetch, KINDS)))
+        yield from self._assemble(entries, fetched)
+
+    def _fetch(self, spec: GcpKind) -> _Fetched:
+        out = _Fetched()
+        try:
+            for page in self.calls.pages(spec, f"labels.{self.tag_key}:*"):
+                for scope in page.unreachables:
+                    out.failed[_location(scope)] = "UNREACHABLE"
+                for scope, scoped in page.items.items():
+                    loc = _location(scope)
+                    out.seen.add(loc)
+                    code = scoped.warning.code
+                    if code and code not in BENIGN_WARNINGS:
+                        out.failed[loc] = f"{code}: {scoped.warning.message}".strip()
+                    out.items.extend((loc, item) for item in getattr(scoped, spec.items_field))
+        except ProviderError as e:
+            out.error = f"{spec.client}: {describe_error(e)}"
+        return out
+
+    def _assemble(self, entries: tuple[str, ...], fetched: dict[GcpKind, _Fetched]) -> Iterator[RegionListing]:
+        failures: dict[str, str] = {}
+        for got in fetched.values():
+            for entry in entries if got.error else ():
+                failures.setdefault(entry, got.error or "")
+            for loc, why in got.failed.items():
+                for entry in _touched(entries, loc):
+                    failures.setdefault(entry, f"{loc}: {why}")
+        seen = set().union(*(got.seen for got in fetched.values()))
+        for entry in entries:
+            if not any(entry in (loc, region_of(loc)) for loc in seen):
+                failures.setdefault(entry, f"{entry}: no such zone or region in project {self.project}")
+
+        instance_ids = {link_key(item.self_link): str(item.id)
+                        for spec in KINDS if spec.primary for _, item in fetched[spec].items}
+        entry_of: dict[tuple[ResourceKind, str], str] = {}
+        resources = []
+        for spec in KINDS:  # instances first, so dependents can follow their instance's entry
+            for loc, item in fetched[spec].items:
+                try:
+                    res = to_resource(spec, loc, item, instance_ids)
+                except ValidationError as e:  # an unexpected shape: fail closed for that place
+                    for entry in _touched(entries, loc):
+                        failures.setdefault(entry, f"{loc}: unexpected {spec.client} item: {describe_error(e)}")
+                    continue
+                entry = _entry_for(entries, loc) or entry_of.get((ResourceKind.INSTANCE, res.attached_to or ""))
+                if entry is not None:
+                    entry_of[(res.kind, res.id)] = entry
+                    resources.append(res)
+
+        groups: dict[str, list[ResourceGroup]] = {entry: [] for entry in entries}
+        for group in group_resources(resources, self.tag_key):
+            anchor = group.primary or group.resources[0]
+            groups[entry_of[(anchor.kind, anchor.id)]].append(group)
+        for entry in entries:
+            if entry in failures:
+                yield RegionListing(region=entry, failure=failures[entry])
+            else:
+                yield RegionListing(region=entry, groups=tuple(groups[entry]))
+
+    # --- deletion --------------------------------------------------------------------
+
+    def delete_resource_group(self, group: ResourceGroup) -> DeleteResult:
+        return delete_group(self.calls, group, tag_key=self.tag_key, protect_key=self.protect_key)
+
+
+def _location(scope: str) -> str:
+    """``zones/us-central1-a`` -> ``us-central1-a``; ``regions/x`` -> ``x``."""
+    return scope.partition("/")[2] or scope
+
+
+def _touched(entries: tuple[str, ...], location: str) -> list[str]:
+    """The configured entries a zone or region's trouble affects: a zone fails its
+    own entry and its region's; a region fails its entry and its zones' entries."""
+    return [e for e in entries if location in (e, region_of(e)) or e == region_of(location)]
+
+
+def _entry_for(entries: tuple[str, ...], location: str) -> str | None:
+    """The configured entry a zone or region belongs to: the zone itself, else its region."""
+    if location in entries:
+        return location
+    region = region_of(location)
+    return region if region != location and region in entries else None
+
+
+# --- composition ---------------------------------------------------------------------
+
+
+def build_gcp_provider(backend: Backend, *, endpoint: str | None = None, timeout: float = 30.0) -> GcpProvider:
+    """Build a ``GcpProvider`` with real ``compute_v1`` clients (see ``build_gcp_clients``)."""
+    return GcpProvider(backend, **build_gcp_clients(backend.settings, endpoint=endpoint), timeout=timeout)
+
+
+def build_gcp_clients(settings: BackendSettings, *, endpoint: str | None = None) -> dict[str, Any]:
+    """The five ``compute_v1`` clients ``GcpProvider`` takes, as keyword arguments (REST transport).
+
+    ``endpoint`` (``http://host:port``, from ``ORPHAN_CLEANUP_GCP_ENDPOINT``) sends
+    every call there with anonymous credentials, operation polling included (the
+    operations clients are built for it too; left to the SDK they would poll the
+    public endpoint). Otherwise credentials come from ``settings.credentials_json``
+    (a service-account key) or Application Default Credentials.
+    """
+    if endpoint:
+        parts = urlsplit(endpoint)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ConfigError(f"GCP endpoint must look like http://host:port, got {endpoint!r}")
+        credentials: Credentials = AnonymousCredentials()
+        options: dict[str, str] | None = {"api_endpoint": parts.netloc}
+        scheme = parts.scheme
+    else:
+        credentials, options, scheme = _credentials(settings), None, "https"
+
+    def make(client_cls: Any) -> Any:
+        transport = functools.partial(client_cls.get_transport_class("rest"), url_scheme=scheme)
+        return client_cls(credentials=credentials, client_options=options, transport=transport)
+
+    return {
+        "instances": make(compute_v1.InstancesClient),
+        "disks": make(compute_v1.DisksClient),
+        "addresses": make(compute_v1.AddressesClient),
+        "zone_operations": make(compute_v1.ZoneOperationsClient),
+        "region_operations": make(compute_v1.RegionOperationsClient),
+    }
+
+
+def _credentials(settings: BackendSettings) -> Credentials:
+    if settings.credentials_json:
+        try:
+            info = json.loads(settings.credentials_json)
+            return service_account.Credentials.from_service_account_info(info, scopes=[COMPUTE_SCOPE])
+        except (ValueError, TypeError, KeyError) as e:
+            raise ConfigError("settings.credentials_json is not a service-account key") from e
+    try:
+        credentials, _ = google.auth.default(scopes=[COMPUTE_SCOPE])
+    except auth_exceptions.DefaultCredentialsError as e:
+        raise AccessDenied("no GCP credentials: set credentials_json or application default credentials") from e
+    return credentials

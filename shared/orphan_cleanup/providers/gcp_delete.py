@@ -1,0 +1,170 @@
+"""Deleting one orphan group on Compute Engine, per the port's deletion contract.
+
+Identity is the numeric id: every resource is re-read by name right before
+acting and must still have the listed id (a name reused by a new resource
+is never touched: skipped ``replaced``), still carry the group's ref and no
+protect label. A protect label anywhere in the group leaves the whole group
+alone, because deleting the instance can take auto-delete disks with it.
+
+Order: the instance first; it must then be gone or ``STOPPING``/``TERMINATED``
+(anything else after our delete is a ``ProviderError``: seed 002). While it
+is shutting down the result is ``DELETING`` and dependents wait for a later
+call. Disks are deleted once no instance uses them, addresses once no longer
+``IN_USE``; a dependent still in use is pending, never a failure.
+
+Known residual race: Compute Engine deletes by *name*, so a resource deleted
+and re-created under the same name in the milliseconds between our re-read
+and our delete call would be hit. Platforms should not reuse names quickly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from orphan_cleanup.errors import DependencyNotReady, ProviderError
+from orphan_cleanup.models import (
+    DeleteResult,
+    DeleteStatus,
+    ResourceGroup,
+    Resource,
+    ResourceKind,
+    ResourceState,
+    SkippedResource,
+)
+from orphan_cleanup.providers.gcp_calls import GcpCalls
+from orphan_cleanup.providers.gcp_kinds import AFTER_DELETE, KIND_BY_RESOURCE, ORDER, GcpKind
+
+
+@dataclass
+class _Target:
+    res: Resource
+    spec: GcpKind | None
+    name: str
+    location: str
+    live: Any = None  # the re-read resource; None when gone
+    skip: str | None = None
+
+    def skipped(self, reason: str | None = None) -> SkippedResource:
+        return SkippedResource(kind=self.res.kind, id=self.res.id, reason=reason or self.skip or "skipped")
+
+
+def _target(res: Resource, ref: str, tag_key: str) -> _Target:
+    spec = KIND_BY_RESOURCE.get(res.kind)
+    name = str(res.details.get("name") or "")
+    location = str(res.details.get(spec.scope) or "") if spec else ""
+    t = _Target(res, spec, name, location)
+    if spec is None:
+        t.skip = "unsupported_kind"
+    elif not name or not location:
+        t.skip = "missing_details"
+    elif res.tags.get(tag_key) != ref:
+        t.skip = "ref_mismatch"
+    return t
+
+
+def _recheck(calls: GcpCalls, t: _Target, ref: str, tag_key: str, protect_key: str) -> None:
+    """Re-read ``t`` and decide whether it is still ours to delete."""
+    if t.spec is None or t.skip in ("unsupported_kind", "missing_details", "ref_mismatch"):
+        return
+    t.skip, t.live = None, calls.get(t.spec, t.location, t.name)
+    if t.live is None:
+        return
+    labels = dict(t.live.labels)
+    if str(t.live.id) != t.res.id:
+        t.skip = "replaced"
+    elif protect_key in labels:
+        t.skip = "protected"
+    elif labels.get(tag_key) != ref:
+        t.skip = "ref_changed"
+
+
+def _delete_instance(calls: GcpCalls, t: _Target) -> ResourceState | None:
+    """Delete the instance; ``None`` when it is gone, ``TERMINATING`` while shutting down."""
+    if t.spec is None:
+        raise ProviderError(f"cannot delete {t.res.kind} {t.res.id}", region=t.location or None)
+    if t.live is None:
+        return None
+    if t.live.status == "STOPPING":
+        return ResourceState.TERMINATING  # already shutting down: no second delete
+    calls.delete(t.spec, t.location, t.name)
+    after = calls.get(t.spec, t.location, t.name)
+    if after is None or str(after.id) != t.res.id:
+        return None
+    state = AFTER_DELETE.get(after.status)
+    if state is None:
+        raise ProviderError(
+            f"instance {t.name} ({t.res.id}) is still {after.status} after delete", region=t.location
+        )
+    return state
+
+
+def _delete_dependent(calls: GcpCalls, t: _Target) -> bool:
+    """Delete a disk or address; ``True`` when confirmed gone, ``False`` when not yet."""
+    if t.spec is None:
+        return False
+    try:
+        calls.delete(t.spec, t.location, t.name)
+    except DependencyNotReady:
+        return False
+    after = calls.get(t.spec, t.location, t.name)
+    return after is None or str(after.id) != t.res.id
+
+
+def delete_group(calls: GcpCalls, group: ResourceGroup, *, tag_key: str, protect_key: str) -> DeleteResult:
+    """Delete one group. ``deleted``: ids confirmed gone, plus the instance while
+    confirmed terminating; ``pending``: ids not finished yet (the terminating
+    instance, dependents in use or waiting for it)."""
+    ref = group.provider_ref
+    targets = [_target(r, ref, tag_key) for r in sorted(group.resources, key=lambda r: ORDER.get(r.kind, 99))]
+    for t in targets:
+        _recheck(calls, t, ref, tag_key, protect_key)
+    if any(t.skip == "protected" for t in targets):
+        return DeleteResult(status=DeleteStatus.SKIPPED,
+                            skipped=tuple(t.skipped(t.skip or "group_protected") for t in targets))
+
+    primary: _Target | None = None
+    if group.primary_id is not None:
+        primary = next((t for t in targets if t.res.id == group.primary_id
+                        and t.res.kind is ResourceKind.INSTANCE), None)
+        if primary is None or primary.skip:
+            why = "primary_missing" if primary is None else "primary_skipped"
+            return DeleteResult(status=DeleteStatus.SKIPPED,
+                                skipped=tuple(t.skipped(t.skip or why) for t in targets))
+
+    deleted: list[str] = []
+    pending: list[str] = []
+    dependents = [t for t in targets if t is not primary]
+    if primary is not None:
+        was_live = primary.live is not None
+        state = _delete_instance(calls, primary)
+        deleted.append(primary.res.id)
+        if state is not None:
+            pending = [primary.res.id] + [t.res.id for t in dependents if not t.skip]
+            return DeleteResult(status=DeleteStatus.DELETING, deleted=tuple(deleted), pending=tuple(pending),
+                                skipped=tuple(t.skipped() for t in dependents if t.skip))
+        if was_live:
+            # The instance went in this call: its disks and addresses changed (detached, auto-deleted).
+            for t in dependents:
+                _recheck(calls, t, ref, tag_key, protect_key)
+
+    skipped: list[SkippedResource] = []
+    for t in dependents:
+        if t.skip:
+            skipped.append(t.skipped())
+        elif t.live is None:
+            deleted.append(t.res.id)
+        elif t.spec is not None and t.spec.in_use(t.live):
+            pending.append(t.res.id)
+        elif _delete_dependent(calls, t):
+            deleted.append(t.res.id)
+        else:
+            pending.append(t.res.id)
+
+    if pending:
+        status = DeleteStatus.DELETING
+    elif skipped and not deleted:
+        status = DeleteStatus.SKIPPED
+    else:
+        status = DeleteStatus.DELETED
+    return DeleteResult(status=status, deleted=tuple(deleted), skipped=tuple(skipped), pending=tuple(pending))

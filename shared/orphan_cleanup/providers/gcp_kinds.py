@@ -1,0 +1,208 @@
+"""Compute Engine resource kinds for the GCP adapter: one declarative table,
+the literal state maps, wire-to-``Resource`` conversion and error translation.
+
+Every kind has a numeric ``id`` (uint64, our identity: names are reused after a
+delete), a ``name`` (what get/delete take), ``labels``, ``creationTimestamp``
+and a ``selfLink``. Dependents name the instances using them in ``users``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+import google.auth.exceptions as auth_exceptions
+import requests
+import urllib3.exceptions
+from google.api_core import exceptions as gexc
+
+from orphan_cleanup.errors import (
+    AccessDenied,
+    DependencyNotReady,
+    ProviderError,
+    ProviderThrottled,
+    ProviderTimeout,
+    ProviderUnavailable,
+    ResourceNotFound,
+)
+from orphan_cleanup.models import Resource, ResourceKind, ResourceState
+
+ACTIVE, AVAILABLE, TERMINATING = ResourceState.ACTIVE, ResourceState.AVAILABLE, ResourceState.TERMINATING
+
+#: Instance ``status`` -> state as listed. Every status the API shows means the
+#: VM still exists: ``TERMINATED`` is GCE's word for *stopped* (restartable, its
+#: disks kept), not deleted; a deleted instance simply disappears (404).
+#: ``STOPPING`` is ``active`` in a listing: from outside, a stop and a delete
+#: look the same. Unknown statuses are ``active`` too (it exists, so fail closed).
+INSTANCE_STATES: dict[str, ResourceState] = {
+    "PROVISIONING": ACTIVE,
+    "STAGING": ACTIVE,
+    "RUNNING": ACTIVE,
+    "STOPPING": ACTIVE,
+    "SUSPENDING": ACTIVE,
+    "SUSPENDED": ACTIVE,
+    "REPAIRING": ACTIVE,
+    "TERMINATED": ACTIVE,
+}
+
+#: Instance ``status`` right after *our* delete call completed: the states that
+#: confirm the deletion is under way. ``STOPPING`` is GCE's shutting-down;
+#: ``TERMINATED`` is a stopped VM whose delete operation has not removed it yet.
+#: Any other status (``RUNNING``...) means the delete did not take effect.
+AFTER_DELETE: dict[str, ResourceState] = {"STOPPING": TERMINATING, "TERMINATED": TERMINATING}
+
+#: Address ``status`` -> state. ``IN_USE``: assigned to a VM or forwarding rule.
+ADDRESS_STATES: dict[str, ResourceState] = {"RESERVING": ACTIVE, "RESERVED": AVAILABLE, "IN_USE": ACTIVE}
+
+#: Aggregated-list scope warnings that are not a failure of that scope.
+BENIGN_WARNINGS = frozenset({"NO_RESULTS_ON_PAGE"})
+
+#: Error ``reason`` values (REST body) and operation error ``code`` values that mean
+#: "still used by another resource / not ready yet": not yet, never failure.
+IN_USE_REASONS = frozenset({"resourceInUseByAnotherResource", "resourceNotReady"})
+IN_USE_OP_CODES = frozenset({"RESOURCE_IN_USE_BY_ANOTHER_RESOURCE", "RESOURCE_NOT_READY"})
+NOT_FOUND_OP_CODES = frozenset({"RESOURCE_NOT_FOUND"})
+
+
+def _disk_state(disk: Any) -> ResourceState:
+    if disk.status == "DELETING":
+        return TERMINATING
+    return ACTIVE if disk.users else AVAILABLE
+
+
+@dataclass(frozen=True)
+class GcpKind:
+    """One resource kind: which client lists/gets/deletes it, where it lives,
+    the request field naming it, its state, and when it is still in use."""
+
+    kind: ResourceKind
+    client: Literal["instances", "disks", "addresses"]
+    scope: Literal["zone", "region"]
+    name_field: str  # request field naming the resource in get/delete
+    items_field: str  # field of the aggregated scoped list holding the items
+    state: Callable[[Any], ResourceState]
+    in_use: Callable[[Any], bool]
+    primary: bool = False
+
+
+#: Deletion order is table order: the instance first, then what it used.
+KINDS: tuple[GcpKind, ...] = (
+    GcpKind(ResourceKind.INSTANCE, "instances", "zone", "instance", "instances",
+            state=lambda i: INSTANCE_STATES.get(i.status, ACTIVE), in_use=lambda i: False, primary=True),
+    GcpKind(ResourceKind.DISK, "disks", "zone", "disk", "disks",
+            state=_disk_state, in_use=lambda d: bool(d.users)),
+    GcpKind(ResourceKind.ADDRESS, "addresses", "region", "address", "addresses",
+            state=lambda a: ADDRESS_STATES.get(a.status, ACTIVE),
+            in_use=lambda a: a.status == "IN_USE" or bool(a.users)),
+)
+KIND_BY_RESOURCE: dict[ResourceKind, GcpKind] = {k.kind: k for k in KINDS}
+ORDER: dict[ResourceKind, int] = {k.kind: n for n, k in enumerate(KINDS)}
+
+
+def region_of(location: str) -> str:
+    """``us-central1-a`` -> ``us-central1``; a region is returned unchanged
+    (regions are ``geo-nameN``, zones add one more ``-suffix``)."""
+    return "-".join(location.split("-")[:2])
+
+
+def link_key(self_link: str) -> str:
+    """The stable part of a self link (``projects/p/zones/z/instances/n``), whatever the host."""
+    at = self_link.find("projects/")
+    return self_link[at:] if at >= 0 else self_link
+
+
+def parse_time(value: str) -> datetime | None:
+    try:
+        return datetime.fromisoformat(value) if value else None
+    except ValueError:
+        return None
+
+
+def to_resource(spec: GcpKind, location: str, item: Any, instance_ids: Mapping[str, str]) -> Resource:
+    """A listed item as a ``Resource``. ``attached_to`` is the numeric id of the
+    first user that is an instance of this listing (``None`` when it is not)."""
+    users = list(getattr(item, "users", ()) or ())
+    attached = next((instance_ids[k] for k in map(link_key, users) if k in instance_ids), None)
+    details: dict[str, Any] = {"name": item.name, spec.scope: location, "status": item.status,
+                               "self_link": item.self_link}
+    if users:
+        details["users"] = users
+    return Resource(
+        kind=spec.kind, id=str(item.id), region=location, state=spec.state(item),
+        tags=dict(item.labels), created_at=parse_time(item.creation_timestamp),
+        attached_to=attached, details=details,
+    )
+
+
+# --- error translation -------------------------------------------------------------
+
+#: SDK exception -> our error, first match wins (subclasses before their bases).
+ERROR_MAP: tuple[tuple[type[BaseException] | tuple[type[BaseException], ...], type[ProviderError]], ...] = (
+    (gexc.NotFound, ResourceNotFound),
+    ((gexc.Forbidden, gexc.Unauthorized), AccessDenied),  # PermissionDenied, Unauthenticated
+    (gexc.TooManyRequests, ProviderThrottled),  # ResourceExhausted
+    (gexc.GatewayTimeout, ProviderTimeout),  # DeadlineExceeded
+    (gexc.ServerError, ProviderUnavailable),  # InternalServerError, BadGateway, ServiceUnavailable
+    (requests.exceptions.Timeout, ProviderTimeout),
+    (requests.exceptions.ConnectionError, ProviderUnavailable),
+    (auth_exceptions.TransportError, ProviderUnavailable),
+    (auth_exceptions.GoogleAuthError, AccessDenied),  # RefreshError, DefaultCredentialsError
+)
+TRANSLATED: tuple[type[BaseException], ...] = (
+    gexc.GoogleAPIError, requests.exceptions.RequestException, auth_exceptions.GoogleAuthError,
+)
+
+
+def error_reasons(exc: BaseException) -> set[str]:
+    """The machine-readable ``reason`` values of a REST error body."""
+    errors = getattr(exc, "errors", None) or ()
+    return {e.get("reason", "") for e in errors if isinstance(e, Mapping)}
+
+
+_TIMEOUTS = (requests.exceptions.Timeout, urllib3.exceptions.TimeoutError, TimeoutError)
+
+
+def _timed_out(exc: BaseException) -> bool:
+    """Whether a transport error is a timeout underneath: requests reports a read
+    timeout on a reused connection as ``ConnectionError(MaxRetryError(ReadTimeoutError))``."""
+    todo, seen = [exc], set()
+    while todo:
+        e = todo.pop()
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, _TIMEOUTS):
+            return True
+        todo.extend(x for x in (e.__cause__, e.__context__, getattr(e, "reason", None), *e.args)
+                    if isinstance(x, BaseException))
+    return False
+
+
+def translate(exc: BaseException, *, region: str | None) -> ProviderError:
+    """Our error for an SDK/transport exception; decided by type (and the API's
+    ``reason`` code for "in use"), never by message text."""
+    if isinstance(exc, gexc.RetryError) and exc.cause is not None:
+        return translate(exc.cause, region=region)
+    if isinstance(exc, gexc.RetryError):
+        return ProviderTimeout(f"RetryError: {exc}", region=region)
+    text = f"{type(exc).__name__}: {exc}".strip()
+    if isinstance(exc, gexc.ClientError) and error_reasons(exc) & IN_USE_REASONS:
+        return DependencyNotReady(text, region=region)
+    if isinstance(exc, requests.exceptions.RequestException) and _timed_out(exc):
+        return ProviderTimeout(text, region=region)
+    for sdk_types, ours in ERROR_MAP:
+        if isinstance(exc, sdk_types):
+            return ours(text, region=region)
+    return ProviderError(text, region=region)
+
+
+@contextmanager
+def gcp_errors(region: str | None) -> Iterator[None]:
+    """Translate SDK errors raised inside the block, ``raise ... from e``."""
+    try:
+        yield
+    except TRANSLATED as e:
+        raise translate(e, region=region) from e

@@ -1,0 +1,202 @@
+"""GcpProvider deletion: the real google-cloud-compute client against the fake Compute server."""
+
+from __future__ import annotations
+
+import pytest
+
+from orphan_cleanup.errors import ProviderError, ProviderUnavailable
+from orphan_cleanup.models import Backend, DeleteStatus, ResourceGroup
+from orphan_cleanup.providers.gcp import GcpProvider, build_gcp_clients
+from tests.support.gcp_fake import FakeCompute
+
+REF, OTHER = "aaaaaaaaaaa1", "bbbbbbbbbbb2"
+ZONE, REGION = "us-central1-a", "us-central1"
+
+
+def provider(gcp: FakeCompute, **kw: object) -> GcpProvider:
+    backend = Backend(id="gcp-test", provider="gcp", account=gcp.project, regions=[REGION, "europe-west1"])
+    kw.setdefault("timeout", 5.0)
+    kw.setdefault("poll_interval", 0.01)
+    return GcpProvider(backend, **build_gcp_clients(backend.settings, endpoint=gcp.url), **kw)  # type: ignore[arg-type]
+
+
+def owner_group(gcp: FakeCompute, *, auto_delete: bool = False, **instance_kw: object) -> dict[str, dict]:
+    made = {
+        "vm": gcp.add_instance("vm", zone=ZONE, labels={"provider_ref": REF}, **instance_kw),  # type: ignore[arg-type]
+        "boot": gcp.add_disk("vm-boot", zone=ZONE, labels={"provider_ref": REF}, attached_to="vm",
+                             auto_delete=auto_delete, boot=True),
+        "data": gcp.add_disk("vm-data", zone=ZONE, labels={"provider_ref": REF}, attached_to="vm"),
+        "ip": gcp.add_address("vm-ip", region=REGION, labels={"provider_ref": REF}, attached_to="vm"),
+    }
+    return made
+
+
+def listed_group(p: GcpProvider, primary_id: str | None = None) -> ResourceGroup:
+    groups = [g for g in p.list_resource_groups().groups if primary_id is None or g.primary_id == primary_id]
+    assert len(groups) == 1, groups
+    return groups[0]
+
+
+def test_orphan_group_is_deleted_over_two_calls(gcp: FakeCompute) -> None:
+    # Given: an instance that stays STOPPING for one read after its delete
+    made = owner_group(gcp, stopping_gets=1)
+    p = provider(gcp)
+    group = listed_group(p)
+    # When / Then: first call confirms the instance shutting down, dependents wait
+    first = p.delete_resource_group(group)
+    assert first.status is DeleteStatus.DELETING
+    assert first.deleted == (made["vm"]["id"],)
+    assert set(first.pending) == {made[k]["id"] for k in made}
+    assert gcp.get("disks", ZONE, "vm-data") is not None
+    # second call finds it gone and deletes the disks and the address
+    second = p.delete_resource_group(group)
+    assert second.status is DeleteStatus.DELETED and second.pending == ()
+    assert set(second.deleted) == {made[k]["id"] for k in made}
+    assert gcp.names("instances") == gcp.names("disks") == gcp.names("addresses") == set()
+    assert gcp.count("DELETE", "/instances/vm") == 1
+    assert gcp.count("POST", "/zones/us-central1-a/operations/") >= 1  # polled at the fake, not googleapis
+    assert gcp.count("POST", "/regions/us-central1/operations/") == 1
+
+
+def test_immediate_delete_with_auto_delete_disk_finishes_in_one_call(gcp: FakeCompute) -> None:
+    made = owner_group(gcp, auto_delete=True)
+    p = provider(gcp)
+    result = p.delete_resource_group(listed_group(p))
+    assert result.status is DeleteStatus.DELETED
+    assert set(result.deleted) == {made[k]["id"] for k in made}
+    assert gcp.count("DELETE", "/disks/vm-boot") == 0  # went with the instance: 404 = done
+
+
+def test_second_delete_of_a_deleted_group_changes_nothing(gcp: FakeCompute) -> None:
+    owner_group(gcp)
+    p = provider(gcp)
+    group = listed_group(p)
+    assert p.delete_resource_group(group).status is DeleteStatus.DELETED
+    gcp.clear_calls()
+    again = p.delete_resource_group(group)
+    assert again.status is DeleteStatus.DELETED
+    assert {c.method for c in gcp.calls} == {"GET"}
+
+
+def test_name_reused_after_listing_is_never_deleted(gcp: FakeCompute) -> None:
+    made = owner_group(gcp)
+    p = provider(gcp)
+    group = listed_group(p)
+    # the platform deleted "vm" and created a new "vm" with the same labels
+    new = gcp.replace("instances", ZONE, "vm")
+    result = p.delete_resource_group(group)
+    assert result.status is DeleteStatus.SKIPPED
+    assert ("instance", made["vm"]["id"], "replaced") in {(s.kind.value, s.id, s.reason) for s in result.skipped}
+    assert gcp.get("instances", ZONE, "vm")["id"] == new["id"]  # type: ignore[index]
+    assert gcp.names("disks") == {"vm-boot", "vm-data"}
+    assert gcp.count("DELETE") == 0
+
+
+def test_replaced_dependent_survives_while_the_rest_goes(gcp: FakeCompute) -> None:
+    made = owner_group(gcp)
+    p = provider(gcp)
+    group = listed_group(p)
+    gcp.remove("addresses", REGION, "vm-ip")
+    spare = gcp.add_address("vm-ip", region=REGION, labels={"provider_ref": REF})  # same name, new id
+    result = p.delete_resource_group(group)
+    assert result.status is DeleteStatus.DELETED
+    assert [(s.id, s.reason) for s in result.skipped] == [(made["ip"]["id"], "replaced")]
+    assert gcp.get("addresses", REGION, "vm-ip")["id"] == spare["id"]  # type: ignore[index]
+
+
+@pytest.mark.parametrize("target", [("instances", ZONE, "vm"), ("disks", ZONE, "vm-data")])
+def test_protect_label_anywhere_leaves_the_group_alone(gcp: FakeCompute, target: tuple[str, str, str]) -> None:
+    owner_group(gcp)
+    p = provider(gcp)
+    group = listed_group(p)
+    labels = dict(gcp.get(*target)["labels"], **{"orphan-cleanup-protect": "yes"})  # type: ignore[index]
+    gcp.set_labels(*target, labels)
+    result = p.delete_resource_group(group)
+    assert result.status is DeleteStatus.SKIPPED and "protected" in {s.reason for s in result.skipped}
+    assert gcp.count("DELETE") == 0 and gcp.names("instances") == {"vm"}
+
+
+@pytest.mark.parametrize("labels", [{"provider_ref": OTHER}, {}])
+def test_ref_label_changed_after_listing_survives(gcp: FakeCompute, labels: dict[str, str]) -> None:
+    owner_group(gcp)
+    p = provider(gcp)
+    group = listed_group(p)
+    gcp.set_labels("instances", ZONE, "vm", labels)
+    result = p.delete_resource_group(group)
+    assert result.status is DeleteStatus.SKIPPED
+    assert gcp.count("DELETE") == 0 and gcp.names("instances") == {"vm"}
+
+
+def test_stopped_instance_is_deleted_not_taken_for_gone(gcp: FakeCompute) -> None:
+    gcp.add_instance("vm", zone=ZONE, labels={"provider_ref": REF}, status="TERMINATED")
+    p = provider(gcp)
+    assert p.delete_resource_group(listed_group(p)).status is DeleteStatus.DELETED
+    assert gcp.names("instances") == set() and gcp.count("DELETE", "/instances/vm") == 1
+
+
+def test_delete_that_does_not_take_effect_is_an_error(gcp: FakeCompute) -> None:
+    owner_group(gcp, ignore_delete=True)
+    p = provider(gcp)
+    with pytest.raises(ProviderError, match="still RUNNING"):
+        p.delete_resource_group(listed_group(p))
+    assert gcp.names("disks") == {"vm-boot", "vm-data"}
+
+
+def test_disk_used_by_a_foreign_instance_is_pending_not_failed(gcp: FakeCompute) -> None:
+    gcp.add_instance("foreign", zone=ZONE)
+    disk = gcp.add_disk("left", zone=ZONE, labels={"provider_ref": REF}, attached_to="foreign")
+    p = provider(gcp)
+    result = p.delete_resource_group(listed_group(p))
+    assert (result.status, result.pending) == (DeleteStatus.DELETING, (disk["id"],))
+    assert gcp.count("DELETE") == 0
+
+
+def test_in_use_answer_from_the_api_is_pending(gcp: FakeCompute) -> None:
+    # the disk gets attached between our re-read and our delete: the API says "in use"
+    disk = gcp.add_disk("left", zone=ZONE, labels={"provider_ref": REF})
+    p = provider(gcp)
+    group = listed_group(p)
+    gcp.add_fault("DELETE", "/disks/left", status=400, reason="resourceInUseByAnotherResource", times=1)
+    result = p.delete_resource_group(group)
+    assert (result.status, result.pending) == (DeleteStatus.DELETING, (disk["id"],))
+    assert gcp.names("disks") == {"left"}
+
+
+def test_leftover_group_is_deleted(gcp: FakeCompute) -> None:
+    disk = gcp.add_disk("left", zone="europe-west1-b", labels={"provider_ref": REF})
+    ip = gcp.add_address("left-ip", region="europe-west1", labels={"provider_ref": REF})
+    p = provider(gcp)
+    results = [p.delete_resource_group(g) for g in p.list_resource_groups().groups]
+    assert {r.status for r in results} == {DeleteStatus.DELETED}
+    assert {i for r in results for i in r.deleted} == {disk["id"], ip["id"]}
+
+
+def test_resources_gone_since_listing_are_done_without_deletes(gcp: FakeCompute) -> None:
+    owner_group(gcp)
+    p = provider(gcp)
+    group = listed_group(p)
+    for coll, loc, name in [("instances", ZONE, "vm"), ("disks", ZONE, "vm-boot"), ("disks", ZONE, "vm-data"),
+                            ("addresses", REGION, "vm-ip")]:
+        gcp.remove(coll, loc, name)
+    assert p.delete_resource_group(group).status is DeleteStatus.DELETED
+    assert gcp.count("DELETE") == 0
+
+
+def test_failing_region_raises_unavailable_with_region(gcp: FakeCompute) -> None:
+    owner_group(gcp)
+    p = provider(gcp)
+    group = listed_group(p)
+    gcp.fail_region(REGION)
+    with pytest.raises(ProviderUnavailable) as info:
+        p.delete_resource_group(group)
+    assert info.value.region == ZONE
+    assert gcp.names("instances") == {"vm"}
+
+
+def test_slow_operation_is_confirmed_by_rereading(gcp: FakeCompute) -> None:
+    made = owner_group(gcp, auto_delete=True)
+    gcp.operation_polls = 10_000
+    p = provider(gcp, operation_timeout=0.2)
+    result = p.delete_resource_group(listed_group(p))
+    assert result.status is DeleteStatus.DELETED
+    assert made["vm"]["id"] in result.deleted

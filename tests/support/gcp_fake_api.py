@@ -1,0 +1,163 @@
+"""Request routing of the fake Compute Engine server (see ``gcp_fake``): the
+v1 paths, list filtering and paging, get/delete semantics, operations."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import Any
+
+from tests.support.gcp_fake_state import COLLECTIONS, SINGULAR, FakeState, _copy, _now, _Stored
+from tests.support.gcp_fake_wire import (
+    GOOGLE_BASE,
+    WireError,
+    aggregated_page,
+    operation_body,
+    page_params,
+    parse_filter,
+    scope_warning,
+    strip_empty,
+)
+
+_PREFIX = r"^/compute/v1/projects/(?P<project>[^/]+)"
+_SCOPED = _PREFIX + r"/(?P<scope>zones|regions)/(?P<loc>[^/]+)"
+_COLL = r"(?P<coll>instances|disks|addresses)"
+_ROUTES = [
+    ("aggregated", re.compile(_PREFIX + r"/aggregated/" + _COLL + "$")),
+    ("operation", re.compile(_SCOPED + r"/operations/(?P<name>[^/]+?)(?P<wait>/wait)?$")),
+    ("list", re.compile(_SCOPED + "/" + _COLL + "$")),
+    ("item", re.compile(_SCOPED + "/" + _COLL + r"/(?P<name>[^/]+)$")),
+]
+
+
+class FakeApi(FakeState):
+    """``dispatch(method, path, query)`` -> JSON body, or ``WireError``. Call with the lock held."""
+
+    def dispatch(self, method: str, path: str, query: dict[str, str]) -> dict[str, Any]:
+        for kind, rx in _ROUTES:
+            m = rx.match(path)
+            if m is None:
+                continue
+            args = m.groupdict()
+            if kind != "aggregated":
+                if args.get("coll") and COLLECTIONS[args["coll"]] != args["scope"]:
+                    break
+                if not self._known(args["scope"], args["loc"]):
+                    where = f"projects/{args['project']}/{args['scope']}/{args['loc']}"
+                    raise WireError(404, f"The resource '{where}' was not found")
+                if (hit := self._matches(self._failing, args["loc"])) is not None:
+                    raise WireError(self._failing[hit], f"Injected failure of {hit}")
+            handler = getattr(self, f"_on_{kind}")
+            return handler(method, query, **args)
+        raise WireError(404, f"The requested URL {path} was not found on this server.")
+
+    def _predicate(self, query: dict[str, str]) -> Any:
+        text = query.get("filter", "")
+        if not text:
+            if self.require_label_filter:
+                raise WireError(400, "This fake requires a 'filter' with a labels.KEY term on list calls.")
+            return lambda item: True
+        pred, keys = parse_filter(text)
+        if self.require_label_filter and not keys:
+            raise WireError(400, "This fake requires a labels.KEY term in 'filter' on list calls.")
+        return pred
+
+    def _render(self, stored: _Stored) -> dict[str, Any]:
+        return _render_body(stored.body)
+
+    def _on_aggregated(self, method: str, query: dict[str, str], project: str, coll: str) -> dict[str, Any]:
+        if method != "GET":
+            raise WireError(405, "Method not allowed")
+        pred = self._predicate(query)
+        offset, size = page_params(query)
+        scope = COLLECTIONS[coll]
+        units: list[tuple[str, str, dict[str, Any]]] = []
+        for loc in self._locations(scope):
+            key = f"{scope}/{loc}"
+            if self._matches(self._unreachable, loc) or self._matches(self._failing, loc):
+                units.append((key, "warning", scope_warning("UNREACHABLE", key, f"Scope '{key}' is unreachable.")))
+                continue
+            rows = sorted((n, s) for (p, l, n), s in self._store[coll].items() if p == project and l == loc)
+            items = [s.body for _, s in rows if pred(s.body)]
+            units.extend((key, "item", b) for b in items)
+            if not items:
+                units.append((key, "warning", scope_warning(
+                    "NO_RESULTS_ON_PAGE", key, f"There are no results for scope '{key}' on this page.")))
+        items, token = aggregated_page(units, coll, offset, size, render=_render_body)
+        body: dict[str, Any] = {
+            "kind": f"compute#{SINGULAR[coll]}AggregatedList", "id": f"projects/{project}/aggregated/{coll}",
+            "items": items, "selfLink": f"{GOOGLE_BASE}/projects/{project}/aggregated/{coll}",
+        }
+        unreachable = [k for k, v in items.items() if v.get("warning", {}).get("code") == "UNREACHABLE"]
+        if unreachable:
+            body["unreachables"] = unreachable
+        if token:
+            body["nextPageToken"] = token
+        return body
+
+    def _on_list(self, method: str, query: dict[str, str], project: str, scope: str, loc: str,
+                 coll: str) -> dict[str, Any]:
+        if method != "GET":
+            raise WireError(405, "Insert is not supported by this fake")
+        pred = self._predicate(query)
+        offset, size = page_params(query)
+        rows = sorted((n, s) for (p, l, n), s in self._store[coll].items() if p == project and l == loc)
+        items = [s.body for _, s in rows if pred(s.body)]
+        page, token = aggregated_page([(loc, "item", b) for b in items], coll, offset, size, render=_render_body)
+        body: dict[str, Any] = {"kind": f"compute#{SINGULAR[coll]}List", "items": page.get(loc, {}).get(coll, []),
+                                "selfLink": f"{GOOGLE_BASE}/projects/{project}/{scope}/{loc}/{coll}"}
+        if token:
+            body["nextPageToken"] = token
+        return body
+
+    def _on_item(self, method: str, query: dict[str, str], project: str, scope: str, loc: str,
+                 coll: str, name: str) -> dict[str, Any]:
+        key = (project, loc, name)
+        stored = self._store[coll].get(key)
+        what = f"projects/{project}/{scope}/{loc}/{coll}/{name}"
+        if stored is None:
+            raise WireError(404, f"The resource '{what}' was not found")
+        if method == "GET":
+            if stored.gets_left is not None:
+                if stored.gets_left <= 0:
+                    self._drop(coll, *key)
+                    raise WireError(404, f"The resource '{what}' was not found")
+                stored.gets_left -= 1
+            return self._render(stored)
+        if method != "DELETE":
+            raise WireError(405, "Method not allowed")
+        if coll != "instances" and stored.body.get("users"):
+            raise WireError(400, f"The {SINGULAR[coll]} resource '{what}' is already being used by "
+                                 f"'{stored.body['users'][0]}'", "resourceInUseByAnotherResource")
+        target = dict(stored.body)
+        if coll == "instances" and not stored.ignore_delete and stored.gets_left is None:
+            wait = self.delete_stopping_gets if stored.stopping_gets is None else stored.stopping_gets
+            if wait > 0:
+                stored.body["status"], stored.gets_left = "STOPPING", wait
+            else:
+                self._drop(coll, *key)
+        elif coll != "instances":
+            self._drop(coll, *key)
+        op_name = f"operation-{next(self._ids)}-{hashlib.sha1(name.encode()).hexdigest()[:8]}"
+        op = operation_body(project, scope, loc, op_name, str(self._new_id()), target, "RUNNING")
+        self._ops[(project, scope, loc, op_name)] = [op, self.operation_polls]
+        return dict(op)
+
+    def _on_operation(self, method: str, query: dict[str, str], project: str, scope: str, loc: str,
+                      name: str, wait: str | None) -> dict[str, Any]:
+        entry = self._ops.get((project, scope, loc, name))
+        if entry is None or (method == "POST") != bool(wait):
+            raise WireError(404, f"The resource 'projects/{project}/{scope}/{loc}/operations/{name}' was not found")
+        op, polls = entry
+        if polls > 0:
+            entry[1] = polls - 1
+        else:
+            op.update(status="DONE", progress=100, endTime=_now())
+        return dict(op)
+
+
+
+
+def _render_body(body: dict[str, Any]) -> dict[str, Any]:
+    """A stored body as the API shows it: a copy, without empty labels/users."""
+    return strip_empty(_copy(body))

@@ -1,0 +1,237 @@
+"""State of the fake Compute Engine server (see ``gcp_fake``) and the helpers
+tests use to arrange it.
+
+Resources are stored as their v1 JSON bodies (``id`` a decimal string, uint64),
+keyed by ``(project, zone-or-region, name)``. Ids are never reused, even across
+``reset()``; a name can be reused after a delete and then gets a new id.
+
+Instance deletion: by default the instance disappears at once. With
+``delete_stopping_gets = N`` (server-wide) or ``add_instance(..., stopping_gets=N)``
+it turns ``STOPPING`` and the next N direct GETs still see it, the one after
+answers 404. ``ignore_delete=True`` makes a delete "succeed" without effect
+(the silent failure of seed 002). When an instance goes, it is removed from
+disks' and addresses' ``users``; disks attached with ``auto_delete`` go with it.
+Deleting a disk or address that has users answers 400
+``resourceInUseByAnotherResource``. Operations are ``RUNNING`` in the delete
+response and ``DONE`` on the next get/wait (``operation_polls`` delays that).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import threading
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from tests.support.gcp_fake_wire import GOOGLE_BASE, region_of, self_link
+
+#: Collection -> the scope kind it lives in.
+COLLECTIONS = {"instances": "zones", "disks": "zones", "addresses": "regions"}
+SINGULAR = {"instances": "instance", "disks": "disk", "addresses": "address"}
+DEFAULT_ZONES = {"us-central1": "abcf", "us-east1": "bcd", "europe-west1": "bcd", "asia-east1": "abc"}
+INSTANCE_STATUSES = frozenset(
+    {"PROVISIONING", "STAGING", "RUNNING", "STOPPING", "SUSPENDING", "SUSPENDED", "REPAIRING", "TERMINATED"}
+)
+_PACIFIC = timezone(timedelta(hours=-7))
+
+
+@dataclass
+class _Stored:
+    body: dict[str, Any]
+    stopping_gets: int | None = None
+    ignore_delete: bool = False
+    gets_left: int | None = None  # set while STOPPING after a delete
+
+
+class FakeState:
+    """Resources, operations and the helpers tests use to arrange them."""
+
+    def __init__(self, project: str) -> None:
+        self.project = project
+        self._lock = threading.RLock()
+        self._ids = itertools.count(1)
+        self.reset()
+
+    def reset(self) -> None:
+        with self._lock:
+            self.require_label_filter = True
+            self.delete_stopping_gets = 0
+            self.operation_polls = 0
+            self._zones = {f"{r}-{z}" for r, zs in DEFAULT_ZONES.items() for z in zs}
+            self._store: dict[str, dict[tuple[str, str, str], _Stored]] = {c: {} for c in COLLECTIONS}
+            self._ops: dict[tuple[str, str, str, str], list[Any]] = {}
+            self._unreachable: set[str] = set()
+            self._failing: dict[str, int] = {}
+
+    # --- arranging state ---------------------------------------------------------
+
+    def add_zone(self, zone: str) -> None:
+        """Make a zone (and its region) known; unknown zones answer 404."""
+        with self._lock:
+            self._zones.add(zone)
+
+    def add_instance(
+        self, name: str, *, zone: str = "us-central1-a", labels: dict[str, str] | None = None,
+        status: str = "RUNNING", project: str | None = None, stopping_gets: int | None = None,
+        ignore_delete: bool = False,
+    ) -> dict[str, Any]:
+        """Create an instance; returns a copy of its JSON body (``["id"]``, ``["selfLink"]``)."""
+        if status not in INSTANCE_STATUSES:
+            raise ValueError(f"unknown instance status {status}")
+        body = {"kind": "compute#instance", "status": status, "disks": [],
+                "machineType": f"{GOOGLE_BASE}/projects/{project or self.project}/zones/{zone}/machineTypes/e2-small"}
+        return self._add("instances", name, zone, labels, body, project,
+                         stopping_gets=stopping_gets, ignore_delete=ignore_delete)
+
+    def add_disk(
+        self, name: str, *, zone: str = "us-central1-a", labels: dict[str, str] | None = None,
+        attached_to: str | None = None, auto_delete: bool = False, boot: bool = False,
+        project: str | None = None,
+    ) -> dict[str, Any]:
+        """Create a disk, optionally attached to the instance named ``attached_to``
+        in the same zone (it appears in the disk's ``users``)."""
+        body: dict[str, Any] = {"kind": "compute#disk", "status": "READY", "sizeGb": "10", "users": []}
+        with self._lock:
+            disk = self._add("disks", name, zone, labels, body, project)
+            if attached_to is not None:
+                inst = self._stored("instances", project, zone, attached_to)
+                self._stored("disks", project, zone, name).body["users"].append(inst.body["selfLink"])
+                inst.body["disks"].append({"source": disk["selfLink"], "deviceName": name, "boot": boot,
+                                           "autoDelete": auto_delete, "type": "PERSISTENT", "mode": "READ_WRITE"})
+                disk = self.get("disks", zone, name, project=project) or disk
+            return disk
+
+    def add_address(
+        self, name: str, *, region: str = "us-central1", labels: dict[str, str] | None = None,
+        attached_to: str | None = None, zone: str | None = None, project: str | None = None,
+    ) -> dict[str, Any]:
+        """Create a static address; ``attached_to`` names an instance of that region
+        (``zone`` disambiguates) that becomes its user (status ``IN_USE``)."""
+        body: dict[str, Any] = {"kind": "compute#address", "status": "RESERVED", "users": [],
+                                "addressType": "EXTERNAL", "address": f"203.0.113.{next(self._ids) % 250 + 1}"}
+        with self._lock:
+            if attached_to is not None:
+                zones = [zone] if zone else sorted(z for z in self._zones if region_of(z) == region)
+                instances = self._store["instances"]
+                found = [s for z in zones if (s := instances.get((project or self.project, z, attached_to)))]
+                if len(found) != 1:
+                    raise ValueError(f"need exactly one instance {attached_to!r} in {region}, found {len(found)}")
+                body.update(status="IN_USE", users=[found[0].body["selfLink"]])
+            return self._add("addresses", name, region, labels, body, project)
+
+    def get(self, collection: str, location: str, name: str, *, project: str | None = None) -> dict[str, Any] | None:
+        """The stored JSON body (a copy) or ``None``; does not count as an API call."""
+        with self._lock:
+            stored = self._store[collection].get((project or self.project, location, name))
+            return _copy(stored.body) if stored else None
+
+    def names(self, collection: str, *, project: str | None = None) -> set[str]:
+        with self._lock:
+            return {n for (p, _, n) in self._store[collection] if p == (project or self.project)}
+
+    def set_labels(self, collection: str, location: str, name: str, labels: dict[str, str], *,
+                   project: str | None = None) -> None:
+        with self._lock:
+            stored = self._stored(collection, project, location, name)
+            stored.body["labels"] = dict(labels)
+            stored.body["labelFingerprint"] = _fingerprint(labels)
+
+    def set_status(self, collection: str, location: str, name: str, status: str, *,
+                   project: str | None = None) -> None:
+        with self._lock:
+            self._stored(collection, project, location, name).body["status"] = status
+
+    def remove(self, collection: str, location: str, name: str, *, project: str | None = None) -> None:
+        """Delete a resource out of band (no API call), with the usual cascades."""
+        with self._lock:
+            self._drop(collection, project or self.project, location, name)
+
+    def replace(self, collection: str, location: str, name: str, *, project: str | None = None) -> dict[str, Any]:
+        """Delete and re-create a resource under the same name: same body, new id."""
+        with self._lock:
+            stored = self._stored(collection, project, location, name)
+            stored.body["id"] = str(self._new_id())
+            stored.body["creationTimestamp"] = _now()
+            stored.gets_left = None
+            return _copy(stored.body)
+
+    def make_unreachable(self, scope: str) -> None:
+        with self._lock:
+            self._unreachable.add(scope)
+
+    def fail_region(self, scope: str, status: int = 503) -> None:
+        with self._lock:
+            self._failing[scope] = status
+
+    # --- internals -----------------------------------------------------------------
+
+    def _new_id(self) -> int:
+        # 19-digit uint64 values, as Compute Engine hands out; never reused.
+        return 4_100_000_000_000_000_000 + next(self._ids) * 7_919_000_013
+
+    def _add(self, coll: str, name: str, location: str, labels: dict[str, str] | None,
+             body: dict[str, Any], project: str | None, **meta: Any) -> dict[str, Any]:
+        project = project or self.project
+        scope = COLLECTIONS[coll]
+        with self._lock:
+            if scope == "zones":
+                self._zones.add(location)
+            if (project, location, name) in self._store[coll]:
+                raise ValueError(f"{coll} {name} already exists in {location}")
+            loc_key = "zone" if scope == "zones" else "region"
+            body.update(id=str(self._new_id()), name=name, creationTimestamp=_now(),
+                        labels=dict(labels or {}), labelFingerprint=_fingerprint(labels or {}),
+                        selfLink=self_link(project, scope, location, coll, name))
+            body[loc_key] = f"{GOOGLE_BASE}/projects/{project}/{scope}/{location}"
+            self._store[coll][(project, location, name)] = _Stored(body, **meta)
+            return _copy(body)
+
+    def _stored(self, coll: str, project: str | None, location: str, name: str) -> _Stored:
+        stored = self._store[coll].get((project or self.project, location, name))
+        if stored is None:
+            raise KeyError(f"no {coll} {name} in {location}")
+        return stored
+
+    def _drop(self, coll: str, project: str, location: str, name: str) -> None:
+        stored = self._store[coll].pop((project, location, name), None)
+        if stored is None or coll != "instances":
+            return
+        link = stored.body["selfLink"]
+        auto = {d["source"] for d in stored.body.get("disks", []) if d.get("autoDelete")}
+        for (p, loc, n), disk in list(self._store["disks"].items()):
+            if link in disk.body.get("users", []):
+                disk.body["users"].remove(link)
+                if disk.body["selfLink"] in auto:
+                    self._store["disks"].pop((p, loc, n))
+        for addr in self._store["addresses"].values():
+            if link in addr.body.get("users", []):
+                addr.body["users"].remove(link)
+                if not addr.body["users"]:
+                    addr.body["status"] = "RESERVED"
+
+    def _locations(self, scope: str) -> list[str]:
+        return sorted(self._zones if scope == "zones" else {region_of(z) for z in self._zones})
+
+    def _known(self, scope: str, location: str) -> bool:
+        return location in self._locations(scope)
+
+    def _matches(self, scopes: set[str] | dict[str, int], location: str) -> str | None:
+        for s in (location, region_of(location)):
+            if s in scopes:
+                return s
+        return None
+
+
+def _copy(body: dict[str, Any]) -> dict[str, Any]:
+    return json.loads(json.dumps(body))
+
+
+def _now() -> str:
+    return datetime.now(_PACIFIC).isoformat(timespec="milliseconds")
+
+
+def _fingerprint(labels: dict[str, str]) -> str:
+    return hashlib.sha1(json.dumps(labels, sort_keys=True).encode()).hexdigest()[:12]

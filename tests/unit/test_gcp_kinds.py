@@ -1,0 +1,154 @@
+"""Pure parts of the GCP adapter: kind table, state maps, conversion, operation
+handling, composition (no sockets: clients are built, never called)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from google.cloud.compute_v1.types import compute
+
+from orphan_cleanup.errors import ConfigError, DependencyNotReady, ProviderError, ProviderThrottled
+from orphan_cleanup.models import Backend, BackendSettings, ResourceKind, ResourceState
+from orphan_cleanup.providers.gcp import GcpProvider, build_gcp_clients
+from orphan_cleanup.providers.gcp_calls import GcpCalls
+from orphan_cleanup.providers.gcp_kinds import (
+    AFTER_DELETE,
+    INSTANCE_STATES,
+    KIND_BY_RESOURCE,
+    KINDS,
+    link_key,
+    region_of,
+    to_resource,
+)
+
+LINK = "https://www.googleapis.com/compute/v1/projects/p/zones/us-central1-a/instances/vm"
+
+
+def test_kind_table_declares_instances_disks_addresses_in_delete_order() -> None:
+    assert [(k.kind, k.scope, k.primary) for k in KINDS] == [
+        (ResourceKind.INSTANCE, "zone", True), (ResourceKind.DISK, "zone", False),
+        (ResourceKind.ADDRESS, "region", False)]
+
+
+@pytest.mark.parametrize("status", sorted(INSTANCE_STATES))
+def test_every_listed_instance_status_is_an_existing_vm(status: str) -> None:
+    # TERMINATED is a stopped VM in GCE: it still exists and is never "gone".
+    vm = compute.Instance(id=1, name="vm", status=status)
+    assert KIND_BY_RESOURCE[ResourceKind.INSTANCE].state(vm) is ResourceState.ACTIVE
+
+
+def test_only_stopping_or_stopped_confirm_a_delete() -> None:
+    assert set(AFTER_DELETE) == {"STOPPING", "TERMINATED"}
+    assert "RUNNING" not in AFTER_DELETE
+
+
+@pytest.mark.parametrize(
+    ("kind", "item", "state"),
+    [
+        (ResourceKind.DISK, compute.Disk(status="READY", users=[LINK]), ResourceState.ACTIVE),
+        (ResourceKind.DISK, compute.Disk(status="READY"), ResourceState.AVAILABLE),
+        (ResourceKind.ADDRESS, compute.Address(status="IN_USE", users=[LINK]), ResourceState.ACTIVE),
+        (ResourceKind.ADDRESS, compute.Address(status="RESERVED"), ResourceState.AVAILABLE),
+    ],
+)
+def test_dependent_states(kind: ResourceKind, item: Any, state: ResourceState) -> None:
+    spec = KIND_BY_RESOURCE[kind]
+    assert spec.state(item) is state
+    assert spec.in_use(item) is (state is ResourceState.ACTIVE)
+
+
+@pytest.mark.parametrize(("loc", "region"), [("us-central1-a", "us-central1"), ("us-central1", "us-central1"),
+                                             ("northamerica-northeast1-b", "northamerica-northeast1"),
+                                             ("us-central1-ai1a", "us-central1")])
+def test_region_of(loc: str, region: str) -> None:
+    assert region_of(loc) == region
+
+
+def test_to_resource_uses_numeric_id_and_maps_users_to_instance_ids() -> None:
+    other_host = "http://127.0.0.1:9/compute/v1/projects/p/zones/us-central1-a/instances/vm"
+    disk = compute.Disk(id=18446744073709551615, name="vm-data", status="READY", users=[other_host],
+                        labels={"provider_ref": "aaaaaaaaaaa1"}, creation_timestamp="2024-05-01T10:00:00.000-07:00",
+                        self_link="https://x/projects/p/zones/us-central1-a/disks/vm-data")
+    res = to_resource(KIND_BY_RESOURCE[ResourceKind.DISK], "us-central1-a", disk, {link_key(LINK): "42"})
+    assert (res.id, res.attached_to, res.region) == ("18446744073709551615", "42", "us-central1-a")
+    assert res.details["name"] == "vm-data" and res.details["zone"] == "us-central1-a"
+    assert res.created_at is not None and res.created_at.utcoffset() is not None
+
+
+class _Ops:
+    def __init__(self, *ops: compute.Operation) -> None:
+        self.ops = list(ops)
+
+    def wait(self, request: dict[str, str], timeout: float, retry: Any) -> compute.Operation:
+        return self.ops.pop(0)
+
+
+class _Client:
+    def __init__(self, op: compute.Operation) -> None:
+        self.op = op
+
+    def delete_unary(self, request: dict[str, str], timeout: float, retry: Any) -> compute.Operation:
+        return self.op
+
+
+def _calls(op: compute.Operation, *later: compute.Operation) -> GcpCalls:
+    return GcpCalls("p", {"disks": _Client(op)}, {"zone": _Ops(*later)}, timeout=1, operation_timeout=5,
+                    page_size=10, retry=None, sleep=lambda s: None)
+
+
+def _failed(code: str, http: int = 400) -> compute.Operation:
+    return compute.Operation(name="op", status="DONE", http_error_status_code=http,
+                             error=compute.Error(errors=[compute.Errors(code=code)]))
+
+
+def test_operation_error_in_use_is_dependency_not_ready() -> None:
+    with pytest.raises(DependencyNotReady):
+        _calls(compute.Operation(name="op", status="RUNNING"), _failed("RESOURCE_IN_USE_BY_ANOTHER_RESOURCE")) \
+            .delete(KIND_BY_RESOURCE[ResourceKind.DISK], "us-central1-a", "d")
+
+
+def test_operation_error_is_translated_by_http_status() -> None:
+    with pytest.raises(ProviderThrottled):
+        _calls(_failed("QUOTA_EXCEEDED", 429)).delete(KIND_BY_RESOURCE[ResourceKind.DISK], "us-central1-a", "d")
+    with pytest.raises(ProviderError):
+        _calls(_failed("SOMETHING", 0)).delete(KIND_BY_RESOURCE[ResourceKind.DISK], "us-central1-a", "d")
+
+
+def test_operation_not_found_means_already_gone() -> None:
+    _calls(_failed("RESOURCE_NOT_FOUND", 404)).delete(KIND_BY_RESOURCE[ResourceKind.DISK], "us-central1-a", "d")
+
+
+def test_endpoint_clients_all_target_the_endpoint_over_http() -> None:
+    clients = build_gcp_clients(BackendSettings(), endpoint="http://127.0.0.1:8123")
+    assert set(clients) == {"instances", "disks", "addresses", "zone_operations", "region_operations"}
+    assert {c.transport._host for c in clients.values()} == {"http://127.0.0.1:8123"}
+
+
+@pytest.mark.parametrize("endpoint", ["127.0.0.1:8123", "ftp://host:1", "http://"])
+def test_bad_endpoint_is_a_config_error(endpoint: str) -> None:
+    with pytest.raises(ConfigError):
+        build_gcp_clients(BackendSettings(), endpoint=endpoint)
+
+
+def test_bad_credentials_json_is_a_config_error() -> None:
+    with pytest.raises(ConfigError):
+        build_gcp_clients(BackendSettings(credentials_json='{"type": "service_account"}'), endpoint=None)
+
+
+@pytest.mark.parametrize(("provider", "tag_key"), [("aws", "provider_ref"), ("gcp", "Provider Ref")])
+def test_provider_rejects_bad_backends(provider: str, tag_key: str) -> None:
+    backend = Backend(id="b", provider=provider, account="p", regions=["us-central1"],
+                      settings=BackendSettings(tag_key=tag_key))
+    clients = dict.fromkeys(("instances", "disks", "addresses", "zone_operations", "region_operations"))
+    with pytest.raises(ConfigError):
+        GcpProvider(backend, **clients)
+
+
+def test_project_defaults_to_account_and_settings_override() -> None:
+    clients = dict.fromkeys(("instances", "disks", "addresses", "zone_operations", "region_operations"))
+    plain = Backend(id="b", provider="gcp", account="acct", regions=[])
+    assert GcpProvider(plain, **clients).project == "acct"
+    other = Backend(id="b", provider="gcp", account="acct", regions=[], settings=BackendSettings(project="proj"))
+    assert GcpProvider(other, **clients).project == "proj"
+    assert list(GcpProvider(plain, **clients).iter_listing()) == []
