@@ -24,16 +24,56 @@ AWS_REGION = re.compile(r"^[a-z]{2}(-gov)?-[a-z]+-\d$")
 GCP_LOCATION = re.compile(r"^[a-z]+-[a-z]+\d(-[a-z])?$")
 
 EPILOG = """examples:
-  orphan-cleanup migrate
+  orphan-cleanup demo         # the whole product on a fake AWS: no account, no database, ~30 s
+  orphan-cleanup migrate      # create or upgrade the tables in $DATABASE_URL
   orphan-cleanup backend add aws-prod --provider aws --account 123456789012 --regions us-east-1,eu-west-1
-  orphan-cleanup run --backend aws-prod --json
+  orphan-cleanup run --backend aws-prod                  # one cycle in the backend's mode (report by default)
+  orphan-cleanup run --backend aws-prod --mode delete --json
   orphan-cleanup status
-  orphan-cleanup demo
 
-exit codes: 0 ok (cycle clean or unsettled), 1 cycle failed, 2 bad input or database unreachable
+exit codes:
+  0  ok; for run: the cycle finished clean or unsettled
+  1  run: the cycle failed (listing raised, a deletion failed); demo: its self-check failed
+  2  bad input: arguments, settings, unknown backend, database unreachable
+
 environment: DATABASE_URL (unset: embedded Postgres in ./.orphan-cleanup), ORPHAN_CLEANUP_MODE,
   ORPHAN_CLEANUP_MARGIN_SECONDS, ORPHAN_CLEANUP_INTERVAL_SECONDS, ORPHAN_CLEANUP_MAX_DELETES,
-  ORPHAN_CLEANUP_MAX_DELETE_SHARE, AWS_ENDPOINT_URL, ORPHAN_CLEANUP_GCP_ENDPOINT, SENTRY_DSN"""
+  ORPHAN_CLEANUP_MAX_DELETE_SHARE, AWS_ENDPOINT_URL, ORPHAN_CLEANUP_GCP_ENDPOINT, SENTRY_DSN
+  (all of them, with defaults: README.md, "Configuration")"""
+RAW = argparse.RawDescriptionHelpFormatter
+MIGRATE_EPILOG = """Safe to run twice and from several processes at once.
+
+example:
+  DATABASE_URL=postgresql://cleanup@db.internal/platform orphan-cleanup migrate"""
+ADD_EPILOG = """examples:
+  orphan-cleanup backend add aws-prod --provider aws --account 123456789012 --regions us-east-1,eu-west-1
+  orphan-cleanup backend add aws-team --provider aws --account 210987654321 --regions us-east-1 \\
+      --mode delete --settings '{"role_arn": "arn:aws:iam::210987654321:role/orphan-cleanup"}'
+  orphan-cleanup backend add gcp-main --provider gcp --account my-project --regions us-central1,europe-west4-a
+
+settings keys: tag_key, protect_tag_key, role_arn, external_id, project, credentials_secret,
+  margin_seconds, interval_seconds, max_deletes, max_delete_share, max_concurrency"""
+RUN_EPILOG = """Lists every region of the backend, joins the listing with the ledger, classifies each
+resource group and, in delete mode, deletes the orphans; synchronous. The table goes to
+stdout, progress to stderr. --json prints one document (README.md, "Running it by hand").
+
+examples:
+  orphan-cleanup run --backend aws-prod                 # report: nothing is deleted
+  orphan-cleanup run --backend aws-prod --mode delete
+  orphan-cleanup run --backend aws-prod --json | jq '.groups[] | select(.verdict == "orphan")'
+
+exit codes: 0 clean or unsettled, 1 failed, 2 bad input"""
+STATUS_EPILOG = """Per backend: effective mode, last outcome, clean_at (everything before it is known clean),
+when the next scheduled cycle is due, and orphans found but not deleted yet.
+
+examples:
+  orphan-cleanup status
+  orphan-cleanup status --json"""
+DEMO_EPILOG = """Starts an embedded Postgres in a temp dir and moto (a fake AWS) on 127.0.0.1, lets a small
+platform provision and leak VMs, then runs a report cycle, a delete cycle and one more after
+the margin, and checks that only the orphans were deleted. Cleans up after itself.
+Needs the dev extras (moto): pip install -e '.[dev]'. Exit 0 when every verdict came out
+as expected, 1 otherwise."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -46,27 +86,30 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="orphan-cleanup", description="Find and remove cloud resources your platform lost track of.",
                 epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    sub.add_parser("migrate", help="create or upgrade the schema (idempotent)")
+    sub.add_parser("migrate", help="create or upgrade the schema (idempotent)", epilog=MIGRATE_EPILOG,
+                   formatter_class=RAW)
     b = sub.add_parser("backend", help="manage backends").add_subparsers(dest="action", required=True,
                                                                          parser_class=_Parser)
-    add = b.add_parser("add", help="register a provider account",
-                       epilog="example: backend add gcp-main --provider gcp --account my-project --regions us-central1")
-    add.add_argument("id")
+    add = b.add_parser("add", help="register a provider account", epilog=ADD_EPILOG, formatter_class=RAW)
+    add.add_argument("id", help="your name for it, e.g. aws-prod")
     add.add_argument("--provider", required=True, choices=["aws", "gcp"])
     add.add_argument("--account", required=True, help="AWS account id (12 digits) or GCP project id")
     add.add_argument("--regions", required=True, help="comma-separated regions (GCP: regions or zones)")
-    add.add_argument("--mode", choices=["report", "delete", "off"], default=None)
+    add.add_argument("--mode", choices=["report", "delete", "off"], default=None,
+                     help="override ORPHAN_CLEANUP_MODE for this backend")
     add.add_argument("--settings", default=None, help="JSON object of backend settings (tag_key, role_arn, ...)")
-    ls = b.add_parser("list", help="list backends")
-    ls.add_argument("--json", action="store_true")
-    run = sub.add_parser("run", help="run one full cycle of one backend now",
-                         epilog="example: orphan-cleanup run --backend aws-prod --mode report --json")
-    run.add_argument("--backend", required=True)
-    run.add_argument("--mode", choices=["report", "delete"], default=None)
+    ls = b.add_parser("list", help="list backends", epilog="example: orphan-cleanup backend list --json")
+    ls.add_argument("--json", action="store_true", help="print a JSON list")
+    run = sub.add_parser("run", help="run one full cycle of one backend now", epilog=RUN_EPILOG,
+                         formatter_class=RAW)
+    run.add_argument("--backend", required=True, help="a backend id (see backend list)")
+    run.add_argument("--mode", choices=["report", "delete"], default=None,
+                     help="this run only (default: the backend's mode, else ORPHAN_CLEANUP_MODE)")
     run.add_argument("--json", action="store_true", help="print the cycle as one JSON document")
-    st = sub.add_parser("status", help="per-backend cleanup state")
-    st.add_argument("--json", action="store_true")
-    sub.add_parser("demo", help="a self-contained demo on moto and an embedded Postgres")
+    st = sub.add_parser("status", help="per-backend cleanup state", epilog=STATUS_EPILOG, formatter_class=RAW)
+    st.add_argument("--json", action="store_true", help="print a JSON list, one object per backend")
+    sub.add_parser("demo", help="see it work: a self-contained demo on moto and an embedded Postgres",
+                   epilog=DEMO_EPILOG, formatter_class=RAW)
     return p
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections import Counter
 from datetime import datetime
 from typing import Any
 
@@ -13,7 +14,7 @@ from orphan_cleanup.cli import EXIT_FAILED, EXIT_OK, validate_backend
 from orphan_cleanup.errors import ConfigError
 from orphan_cleanup.ledger.db import Database, sqlstate
 from orphan_cleanup.ledger.queries import list_backends
-from orphan_cleanup.output import print_table, verdict_style
+from orphan_cleanup.output import human_time, print_table, verdict_style
 
 
 def dispatch(args: argparse.Namespace) -> int:
@@ -87,10 +88,18 @@ def status(db: Database, args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
         return EXIT_OK
-    print_table(["backend", "provider", "mode", "last outcome", "clean_at", "next due", "open orphans"],
-                [[r["backend"], r["provider"], r["mode"], r["last_outcome"] or "-", r["clean_at"] or "never",
-                  r["next_due_at"] or "-", str(r["open_orphans"])] for r in rows])
+    if not rows:
+        print("no backends yet: orphan-cleanup backend add ID --provider aws|gcp --account A --regions r1,r2")
+        return EXIT_OK
+    print_status(rows)
     return EXIT_OK
+
+
+def print_status(rows: list[dict[str, Any]]) -> None:
+    print_table(["backend", "provider", "mode", "last outcome", "clean_at", "next due", "open orphans"],
+                [[r["backend"], r["provider"], r["mode"], verdict_style(r["last_outcome"] or "-"),
+                  human_time(r["clean_at"]), human_time(r["next_due_at"], never="-"), str(r["open_orphans"])]
+                 for r in rows])
 
 
 def run(settings: Any, db: Database, args: argparse.Namespace) -> int:
@@ -117,15 +126,45 @@ def run(settings: Any, db: Database, args: argparse.Namespace) -> int:
 
 
 def print_cycle(report: dict[str, Any], notes: dict[str, Any]) -> None:
-    print(f"backend {report['backend']}  mode {report['mode']}  listed at {report['listed_at']}")
-    rows = [[g["provider_ref"], g["region"], g["primary_id"] or "-",
-             ", ".join(f"{r['kind']}:{r['id']}" for r in g["resources"]),
-             verdict_style(g["verdict"]), g["reason"], g["action"]] for g in report["groups"]]
-    print_table(["ref", "region", "primary", "resources", "verdict", "reason", "action"], rows)
+    """The cycle as a table, then counts, the outcome and why (human output of ``run``)."""
+    groups = report["groups"]
+    print(f"backend {report['backend']}  mode {report['mode']}  listed at {human_time(report['listed_at'])}"
+          f"  cycle {report['cycle_id']}")
+
+    def others(g: dict[str, Any]) -> str:
+        rest = [f"{r['kind']}:{r['id']}" for r in g["resources"] if r["id"] != g["primary_id"]]
+        return ", ".join(rest) or "-"
+
+    print_table(["ref", "region", "primary", "other resources", "verdict", "reason", "action"],
+                [[g["provider_ref"], g["region"], g["primary_id"] or "-", others(g), verdict_style(g["verdict"]),
+                  g["reason"], g["action"]] for g in groups])
+    counts = Counter(g["verdict"] for g in groups)
+    print(f"{len(groups)} group(s)" + (": " + ", ".join(f"{n} {v}" for v, n in sorted(counts.items()))
+                                       if counts else ""))
     for f in report["failures"]:
         print(f"region {f['region']} failed: {f['error']}")
     if notes.get("blocked_reason"):
-        print(f"blast-radius cap: {notes['blocked_reason']}")
+        print(f"blast-radius cap: deleted nothing: {notes['blocked_reason']}")
     if notes.get("error"):
         print(f"error: {notes['error']}")
-    print(f"outcome: {report['outcome']}")
+    print(f"outcome: {verdict_style(report['outcome'])}{_why(report, counts)}")
+    if report["mode"] == "report" and counts.get("orphan"):
+        print(f"report mode deleted nothing; to delete the orphans: "
+              f"orphan-cleanup run --backend {report['backend']} --mode delete")
+
+
+def _why(report: dict[str, Any], counts: Counter[str]) -> str:
+    if report["outcome"] == "clean":
+        return " (clean_at advances to the listing time minus the margin)"
+    reasons = []
+    if counts.get("skipped"):
+        reasons.append(f"{counts['skipped']} group(s) skipped, retried next cycle")
+    deleting = sum(1 for g in report["groups"] if g["action"] == "deleting")
+    if deleting:
+        reasons.append(f"{deleting} deletion(s) still in progress")
+    failed = sum(1 for g in report["groups"] if g["action"] == "delete_failed")
+    if failed:
+        reasons.append(f"{failed} deletion(s) failed")
+    if report["failures"]:
+        reasons.append(f"{len(report['failures'])} region(s) not listed")
+    return f" ({'; '.join(reasons)})" if reasons else ""

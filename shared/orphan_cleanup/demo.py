@@ -64,7 +64,7 @@ def _play(world: DemoWorld) -> list[str]:
     import boto3
 
     from orphan_cleanup import bootstrap
-    from orphan_cleanup.commands import status_rows
+    from orphan_cleanup.commands import print_status, status_rows
     from orphan_cleanup.pipeline import Pipeline
     from orphan_cleanup.queues.memory import InProcessQueue
     from orphan_cleanup.runner import run_cycle
@@ -128,10 +128,7 @@ def _play(world: DemoWorld) -> list[str]:
     problems += _check_running(ec2, fleet, show=False)
 
     print("\n$ orphan-cleanup status")
-    rows = status_rows(world.db, settings.mode)
-    print_table(["backend", "mode", "last outcome", "clean_at", "open orphans"],
-                [[r["backend"], r["mode"], r["last_outcome"] or "-", (r["clean_at"] or "never")[:19],
-                  str(r["open_orphans"])] for r in rows])
+    print_status(status_rows(world.db, settings.mode))
     if not problems:
         orphans = sum(1 for s in fleet if s.is_orphan)
         print(f"\nself-check: ok ({orphans} orphans deleted, {len(fleet) - orphans} VMs kept, "
