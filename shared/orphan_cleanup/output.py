@@ -11,6 +11,7 @@ import os
 import re
 import sys
 from collections.abc import Sequence
+from datetime import datetime, timezone
 from typing import TextIO
 
 COLORS = {"orphan": "31", "protected": "33", "skipped": "35", "tracked": "32", "ignored": "90",
@@ -59,3 +60,24 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[str]], stream: T
         print(line(row), file=stream)
     if not rows:
         print(f"{pad}(none)", file=stream)
+
+
+def human_time(value: str | datetime | None, now: datetime | None = None, *, never: str = "never") -> str:
+    """``2024-05-01 12:00:05Z (3m ago)`` / ``(in 14m)``: second precision and
+    a relative hint; ``never`` for a missing value."""
+    if value is None:
+        return never
+    when = datetime.fromisoformat(value) if isinstance(value, str) else value
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    when = when.astimezone(timezone.utc)
+    delta = int(((now or datetime.now(timezone.utc)) - when).total_seconds())
+    return f"{when:%Y-%m-%d %H:%M:%S}Z ({_span(delta)} ago)" if delta >= 0 else \
+        f"{when:%Y-%m-%d %H:%M:%S}Z (in {_span(-delta)})"
+
+
+def _span(seconds: int) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"

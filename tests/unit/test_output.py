@@ -44,3 +44,14 @@ def test_default_stream_is_the_current_stdout(capsys, monkeypatch):
     monkeypatch.delenv("FORCE_COLOR", raising=False)
     print_table(["a"], [])
     assert capsys.readouterr().out == "a\n(none)\n"
+
+
+def test_human_time_is_second_precision_with_a_relative_hint():
+    from datetime import datetime, timezone
+
+    from orphan_cleanup.output import human_time
+
+    now = datetime(2024, 5, 1, 12, 0, 0, tzinfo=timezone.utc)
+    assert human_time("2024-05-01T11:57:00.123+00:00", now) == "2024-05-01 11:57:00Z (3m ago)"
+    assert human_time(datetime(2024, 5, 1, 14, 0, tzinfo=timezone.utc), now) == "2024-05-01 14:00:00Z (in 2h)"
+    assert human_time(None, now) == "never" and human_time(None, now, never="-") == "-"
