@@ -71,7 +71,7 @@ def human_time(value: str | datetime | None, now: datetime | None = None, *, nev
     if when.tzinfo is None:
         when = when.replace(tzinfo=timezone.utc)
     when = when.astimezone(timezone.utc)
-    delta = int(((now or datetime.now(timezone.utc)) - when).total_seconds())
+    delta = round(((now or datetime.now(timezone.utc)) - when).total_seconds())
     return f"{when:%Y-%m-%d %H:%M:%S}Z ({_span(delta)} ago)" if delta >= 0 else \
         f"{when:%Y-%m-%d %H:%M:%S}Z (in {_span(-delta)})"
 
