@@ -7,6 +7,9 @@ message text. Callers always ``raise translate_error(e, ...) from e``.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from botocore.exceptions import (
     BotoCoreError,
     ClientError,
@@ -19,6 +22,7 @@ from botocore.exceptions import (
     ReadTimeoutError,
 )
 from botocore.exceptions import ConnectionError as BotoConnectionError
+from botocore.parsers import ResponseParserError
 
 from orphan_cleanup.errors import (
     AccessDenied,
@@ -75,6 +79,11 @@ NOT_YET_CODES = frozenset({
 })
 
 
+# Everything the SDK raises for a failed call. ``ResponseParserError`` (an
+# unparseable reply, e.g. a proxy's HTML 500 page) is not a ``BotoCoreError``.
+SDK_ERRORS = (ClientError, BotoCoreError, ResponseParserError)
+
+
 def error_code(exc: ClientError) -> str:
     return str(exc.response.get("Error", {}).get("Code", ""))
 
@@ -103,7 +112,9 @@ def _client_error_type(exc: ClientError) -> type[ProviderError]:
     return ProviderError
 
 
-def _botocore_error_type(exc: BotoCoreError) -> type[ProviderError]:
+def _botocore_error_type(exc: BotoCoreError | ResponseParserError) -> type[ProviderError]:
+    if isinstance(exc, ResponseParserError):
+        return ProviderUnavailable
     # Timeouts first: ConnectTimeoutError is also an EndpointConnectionError.
     if isinstance(exc, (ReadTimeoutError, ConnectTimeoutError)):
         return ProviderTimeout
@@ -115,13 +126,13 @@ def _botocore_error_type(exc: BotoCoreError) -> type[ProviderError]:
 
 
 def translate_error(
-    exc: ClientError | BotoCoreError, *, region: str | None, operation: str | None = None
+    exc: ClientError | BotoCoreError | ResponseParserError, *, region: str | None, operation: str | None = None
 ) -> ProviderError:
     """Map a botocore error to our type; the caller raises it ``from exc``.
 
     Throttling past retries -> ``ProviderThrottled``; read/connect timeouts ->
-    ``ProviderTimeout``; endpoint unreachable, 5xx, ``ServiceUnavailable`` /
-    ``InternalError`` -> ``ProviderUnavailable``; ``UnauthorizedOperation``,
+    ``ProviderTimeout``; endpoint unreachable, 5xx, unparseable reply,
+    ``ServiceUnavailable`` / ``InternalError`` -> ``ProviderUnavailable``; ``UnauthorizedOperation``,
     ``AccessDenied*``, missing credentials -> ``AccessDenied``; "still in use"
     codes -> ``DependencyNotReady``; ``*.NotFound`` -> ``ResourceNotFound``;
     anything else -> ``ProviderError``.
@@ -134,3 +145,12 @@ def translate_error(
         text = f"{what}: {code}" + (f" ({message[:200]})" if message else "")
         return _client_error_type(exc)(text, region=region)
     return _botocore_error_type(exc)(f"{what}: {type(exc).__name__}: {exc}", region=region)
+
+
+@contextmanager
+def translated(region: str | None, operation: str | None = None) -> Iterator[None]:
+    """Run a block of SDK calls, raising our error types ``from`` botocore's."""
+    try:
+        yield
+    except SDK_ERRORS as exc:
+        raise translate_error(exc, region=region, operation=operation) from exc

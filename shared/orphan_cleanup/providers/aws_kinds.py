@@ -21,13 +21,14 @@ from orphan_cleanup.models import Resource, ResourceKind, ResourceState
 Path = tuple[str | int, ...]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # rows compare by identity; mappings are unhashable
 class AwsKind:
     kind: ResourceKind
     describe: str  # boto3 method; paginated when boto3 has a paginator for it
     items_path: tuple[str, ...]  # where the items sit in one page of the reply
     id_field: str
     ids_param: str  # the describe parameter that re-reads items by id
+    id_filter: str  # the describe filter on ids (tolerates ids that are gone)
     created_path: Path | None  # None: the API does not say when it was created
     state_path: Path | None  # None: the kind has no state of its own
     states: Mapping[str, ResourceState]  # raw state -> ours; unknown -> ACTIVE
@@ -126,6 +127,7 @@ INSTANCE = AwsKind(
     items_path=("Reservations", "Instances"),
     id_field="InstanceId",
     ids_param="InstanceIds",
+    id_filter="instance-id",
     created_path=("LaunchTime",),
     state_path=("State", "Name"),
     states=INSTANCE_STATES,
@@ -146,6 +148,7 @@ ADDRESS = AwsKind(
     items_path=("Addresses",),
     id_field="AllocationId",
     ids_param="AllocationIds",
+    id_filter="allocation-id",
     created_path=None,
     state_path=None,
     states=ADDRESS_STATES,
@@ -154,6 +157,8 @@ ADDRESS = AwsKind(
     not_found=frozenset({"InvalidAllocationID.NotFound", "InvalidAddress.NotFound"}),
     depends_on=(ResourceKind.INSTANCE,),
     attached_path=("InstanceId",),
+    # EC2-Classic addresses have no allocation id (and no longer exist).
+    list_filters=({"Name": "domain", "Values": ["vpc"]},),
 )
 NETWORK_INTERFACE = AwsKind(
     kind=ResourceKind.NETWORK_INTERFACE,
@@ -161,6 +166,7 @@ NETWORK_INTERFACE = AwsKind(
     items_path=("NetworkInterfaces",),
     id_field="NetworkInterfaceId",
     ids_param="NetworkInterfaceIds",
+    id_filter="network-interface-id",
     # ENIs carry no creation time; the attach time is never earlier than it.
     created_path=("Attachment", "AttachTime"),
     state_path=("Status",),
@@ -178,6 +184,7 @@ VOLUME = AwsKind(
     items_path=("Volumes",),
     id_field="VolumeId",
     ids_param="VolumeIds",
+    id_filter="volume-id",
     created_path=("CreateTime",),
     state_path=("State",),
     states=VOLUME_STATES,
@@ -193,6 +200,7 @@ SECURITY_GROUP = AwsKind(
     items_path=("SecurityGroups",),
     id_field="GroupId",
     ids_param="GroupIds",
+    id_filter="group-id",
     created_path=None,
     state_path=None,
     states=_literal({}),

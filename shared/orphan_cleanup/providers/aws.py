@@ -1,0 +1,201 @@
+"""The AWS adapter: EC2 instances and their volumes, interfaces, security
+groups and Elastic IPs, listed with each service's own describe call.
+
+Wiring: ``build_aws_provider`` (the composition root's entry) builds real
+boto3 clients with timeouts, adaptive retries and an optional assumed role;
+``AwsProvider`` itself only receives a client factory, so tests and other
+callers choose where clients point. Nothing here reads the environment:
+boto3 resolves credentials and ``AWS_ENDPOINT_URL`` itself.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import boto3
+import botocore.session
+from botocore.config import Config
+from botocore.credentials import CredentialProvider, DeferredRefreshableCredentials
+
+from orphan_cleanup.errors import ConfigError, ProviderError
+from orphan_cleanup.models import Backend, DeleteResult, RegionListing, ResourceGroup, ResourceKind, ResourceState
+from orphan_cleanup.providers.aws_delete import GroupDeletion
+from orphan_cleanup.providers.aws_errors import translated
+from orphan_cleanup.providers.aws_kinds import KINDS, AwsKind, link_resources, to_resource
+from orphan_cleanup.providers.base import ResourceProvider, group_resources, parallel_regions
+
+ClientFactory = Callable[[str, str], Any]
+"""``(service, region) -> boto3 client``; must return clients usable from several threads."""
+
+ROLE_SESSION_NAME = "orphan-cleanup"
+DEFAULT_MAX_ATTEMPTS = 5
+
+
+class AwsProvider(ResourceProvider):
+    """Lists and deletes the EC2 resource groups of one AWS backend.
+
+    Implements the ``ResourceProvider`` contract (see its docstring). AWS specifics:
+
+    - listing: per region, one describe call per kind (``aws_kinds.KINDS``),
+      server-side filtered on ``tag-key = settings.tag_key``, paginated; never
+      the Resource Groups Tagging API; instances in ``terminated`` are
+      excluded by filter; regions run in parallel on
+      ``settings.max_concurrency`` threads;
+    - attachment: volumes and interfaces by their attachment, addresses by
+      their instance (or their interface's instance), security groups by the
+      single same-ref instance that uses them (see ``link_resources``);
+    - deletion: ``aws_delete.GroupDeletion`` (re-read, terminate, confirm,
+      then ``aws_kinds.DELETE_ORDER``: volumes, addresses, interfaces,
+      security groups).
+    """
+
+    def __init__(self, backend: Backend, client_factory: ClientFactory) -> None:
+        if backend.provider != "aws":
+            raise ConfigError(f"backend {backend.id} is a {backend.provider} backend, not aws")
+        super().__init__(backend)
+        self._client_factory = client_factory
+        self._clients: dict[str, Any] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def client_factory(self) -> ClientFactory:
+        return self._client_factory
+
+    def ec2(self, region: str) -> Any:
+        """The (cached) EC2 client of one region."""
+        with self._lock:
+            client = self._clients.get(region)
+            if client is None:
+                with translated(region, "create ec2 client"):
+                    client = self._clients[region] = self._client_factory("ec2", region)
+            return client
+
+    def iter_listing(self) -> Iterator[RegionListing]:
+        yield from parallel_regions(self.backend.regions, self._list_region, self.backend.settings.max_concurrency)
+
+    def delete_resource_group(self, group: ResourceGroup) -> DeleteResult:
+        if group.region not in self.backend.regions:
+            raise ProviderError(
+                f"group {group.key} is in {group.region}, not a region of backend {self.backend.id}",
+                region=group.region,
+            )
+        deletion = GroupDeletion(self.ec2(group.region), group, tag_key=self.tag_key, protect_key=self.protect_key)
+        return deletion.run()
+
+    def _list_region(self, region: str) -> list[ResourceGroup]:
+        ec2 = self.ec2(region)
+        raw: dict[ResourceKind, list[Mapping[str, Any]]] = {}
+        for spec in KINDS:
+            with translated(region, spec.describe):
+                raw[spec.kind] = list(self._describe_tagged(ec2, spec))
+        try:
+            resources = [to_resource(spec, item, region) for spec in KINDS for item in raw[spec.kind]]
+        except (KeyError, TypeError, ValueError) as exc:
+            # An unexpected reply shape fails the region (fail closed), it never drops items silently.
+            raise ProviderError(f"unexpected describe reply in {region}: {exc!r}", region=region) from exc
+        live = [r for r in link_resources(raw, resources, self.tag_key) if r.state is not ResourceState.TERMINATED]
+        return group_resources(live, self.tag_key)
+
+    def _describe_tagged(self, ec2: Any, spec: AwsKind) -> Iterator[Mapping[str, Any]]:
+        filters = [{"Name": "tag-key", "Values": [self.tag_key]}, *spec.list_filters]
+        if ec2.can_paginate(spec.describe):
+            for page in ec2.get_paginator(spec.describe).paginate(Filters=filters):
+                yield from spec.items(page)
+        else:
+            yield from spec.items(getattr(ec2, spec.describe)(Filters=filters))
+
+
+def client_config(*, connect_timeout: float, read_timeout: float, max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+                  max_pool_connections: int = 10) -> Config:
+    """botocore config for every adapter call: bounded time, adaptive retries."""
+    return Config(
+        connect_timeout=connect_timeout,
+        read_timeout=read_timeout,
+        retries={"mode": "adaptive", "max_attempts": max_attempts},
+        max_pool_connections=max_pool_connections,
+    )
+
+
+def session_client_factory(session: boto3.Session, config: Config) -> ClientFactory:
+    """A thread-safe factory over one boto3 session (``Session.client`` is not)."""
+    lock = threading.Lock()
+
+    def make(service: str, region: str) -> Any:
+        with lock:
+            return session.client(service, region_name=region, config=config)
+
+    return make
+
+
+class _AssumedRole(CredentialProvider):
+    METHOD = "orphan-cleanup-assume-role"
+    CANONICAL_NAME = "custom-orphan-cleanup-assume-role"
+
+    def __init__(self, fetch: Callable[[], dict[str, str]]) -> None:
+        super().__init__()
+        self._fetch = fetch
+
+    def load(self) -> DeferredRefreshableCredentials:
+        return DeferredRefreshableCredentials(refresh_using=self._fetch, method=self.METHOD)
+
+
+def assumed_role_session(
+    base: boto3.Session, *, role_arn: str, external_id: str | None, config: Config, region: str | None
+) -> boto3.Session:
+    """A session whose credentials come from ``sts:AssumeRole`` on ``base``'s
+    credentials (session name ``orphan-cleanup``), fetched on first use and
+    refreshed before they expire. No network call happens here."""
+    sts = base.client("sts", region_name=region, config=config)
+    params = {"RoleArn": role_arn, "RoleSessionName": ROLE_SESSION_NAME}
+    if external_id:
+        params["ExternalId"] = external_id
+
+    def fetch() -> dict[str, str]:
+        with translated(region, "sts:AssumeRole"):
+            creds = sts.assume_role(**params)["Credentials"]
+        return {
+            "access_key": creds["AccessKeyId"],
+            "secret_key": creds["SecretAccessKey"],
+            "token": creds["SessionToken"],
+            "expiry_time": creds["Expiration"].isoformat(),
+        }
+
+    core = botocore.session.Session()
+    core.get_component("credential_provider").insert_before("env", _AssumedRole(fetch))
+    return boto3.Session(botocore_session=core)
+
+
+def build_aws_provider(
+    backend: Backend,
+    *,
+    connect_timeout: float,
+    read_timeout: float,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    session: boto3.Session | None = None,
+) -> AwsProvider:
+    """Build the adapter with real boto3 clients (the composition root's call).
+
+    ``session`` defaults to a fresh ``boto3.Session()`` (environment
+    credentials, ``AWS_ENDPOINT_URL`` honoured by boto3). When
+    ``backend.settings.role_arn`` is set, every client uses credentials
+    assumed from that role (with ``external_id`` when given).
+    """
+    settings = backend.settings
+    config = client_config(
+        connect_timeout=connect_timeout,
+        read_timeout=read_timeout,
+        max_attempts=max_attempts,
+        max_pool_connections=max(10, 2 * settings.max_concurrency),
+    )
+    session = session or boto3.Session()
+    if settings.role_arn:
+        session = assumed_role_session(
+            session,
+            role_arn=settings.role_arn,
+            external_id=settings.external_id,
+            config=config,
+            region=backend.regions[0] if backend.regions else None,
+        )
+    return AwsProvider(backend, session_client_factory(session, config))

@@ -1,0 +1,171 @@
+"""Deletion paths moto cannot show (it terminates instantly, never says "still
+running"), played on a real botocore EC2 client with botocore's Stubber: every
+request is validated against the EC2 model and no socket is opened. Any call
+not listed here fails the test (the stubber has no answer for it)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import pytest
+from botocore.stub import Stubber
+
+from orphan_cleanup.errors import ProviderError, ProviderThrottled
+from orphan_cleanup.models import DeleteStatus, Resource, ResourceGroup, ResourceKind
+from orphan_cleanup.providers.aws_delete import GroupDeletion
+
+REGION = "us-east-1"
+REF = "abcdefabcdef"
+TAGS = [{"Key": "provider_ref", "Value": REF}]
+PID = "i-0123456789abcdef0"
+VOL = "vol-0123456789abcdef0"
+ENI = "eni-0123456789abcdef0"
+SG = "sg-0123456789abcdef0"
+EIP = "eipalloc-0123456789abcdef0"
+
+
+@pytest.fixture
+def ec2() -> Iterator[tuple[Any, Stubber]]:
+    client = boto3.client("ec2", region_name=REGION, aws_access_key_id="x", aws_secret_access_key="y",
+                          endpoint_url="http://ec2.stubbed.invalid")
+    with Stubber(client) as stub:
+        yield client, stub
+        stub.assert_no_pending_responses()
+
+
+def res(kind: ResourceKind, rid: str) -> Resource:
+    return Resource(kind=kind, id=rid, region=REGION, tags={"provider_ref": REF})
+
+
+def group(*members: Resource, primary: str | None = PID) -> ResourceGroup:
+    return ResourceGroup(provider_ref=REF, region=REGION, primary_id=primary, resources=members)
+
+
+def instance_reply(state: str, iid: str = PID, tags: list[dict[str, str]] = TAGS) -> dict[str, Any]:
+    code = {"running": 16, "shutting-down": 32, "terminated": 48, "stopped": 80}[state]
+    return {"Reservations": [{"Instances": [{"InstanceId": iid, "State": {"Name": state, "Code": code},
+                                              "Tags": tags, "BlockDeviceMappings": [], "NetworkInterfaces": []}]}]}
+
+
+def expect_instance(stub: Stubber, state: str, iid: str = PID) -> None:
+    stub.add_response("describe_instances", instance_reply(state, iid), {"InstanceIds": [iid]})
+
+
+def delete(client: Any, g: ResourceGroup):
+    return GroupDeletion(client, g, tag_key="provider_ref", protect_key="orphan-cleanup-protect").run()
+
+
+FULL = group(res(ResourceKind.INSTANCE, PID), res(ResourceKind.VOLUME, VOL), res(ResourceKind.SECURITY_GROUP, SG))
+
+
+def test_shutting_down_after_terminate_is_deleting_and_leaves_dependents_for_later(ec2):
+    client, stub = ec2
+    expect_instance(stub, "running")
+    stub.add_response("terminate_instances", {}, {"InstanceIds": [PID]})
+    expect_instance(stub, "shutting-down")
+
+    result = delete(client, FULL)
+
+    assert result.status is DeleteStatus.DELETING
+    assert result.deleted == (PID,) and set(result.pending) == {VOL, SG}
+
+
+def test_already_shutting_down_is_not_terminated_again(ec2):
+    client, stub = ec2
+    expect_instance(stub, "shutting-down")
+
+    result = delete(client, FULL)
+
+    assert result.status is DeleteStatus.DELETING and result.deleted == (PID,)
+
+
+def test_termination_that_does_not_take_is_an_error(ec2):
+    # seed 002: a successful terminate call is not proof; the re-read must show it.
+    client, stub = ec2
+    expect_instance(stub, "running")
+    stub.add_response("terminate_instances", {}, {"InstanceIds": [PID]})
+    expect_instance(stub, "running")
+
+    with pytest.raises(ProviderError, match="not shutting-down or terminated"):
+        delete(client, FULL)
+
+
+def test_terminated_owner_lets_dependents_go_in_the_same_call_and_in_use_is_pending(ec2):
+    client, stub = ec2
+    expect_instance(stub, "running")
+    stub.add_response("terminate_instances", {}, {"InstanceIds": [PID]})
+    expect_instance(stub, "terminated")
+    stub.add_response("describe_volumes", {"Volumes": [{"VolumeId": VOL, "State": "in-use", "Tags": TAGS,
+                                                        "Attachments": [{"InstanceId": PID}]}]},
+                      {"VolumeIds": [VOL]})
+    stub.add_response("describe_security_groups", {"SecurityGroups": [{"GroupId": SG, "Tags": TAGS}]},
+                      {"GroupIds": [SG]})
+    stub.add_response("delete_security_group", {}, {"GroupId": SG})
+
+    result = delete(client, FULL)
+
+    assert result.status is DeleteStatus.DELETING
+    assert result.deleted == (PID, SG) and result.pending == (VOL,)
+
+
+def test_dependency_violation_is_not_yet_and_blocks_what_depends_on_it(ec2):
+    client, stub = ec2
+    leftovers = group(res(ResourceKind.NETWORK_INTERFACE, ENI), res(ResourceKind.SECURITY_GROUP, SG), primary=None)
+    stub.add_response("describe_network_interfaces",
+                      {"NetworkInterfaces": [{"NetworkInterfaceId": ENI, "Status": "available", "TagSet": TAGS}]},
+                      {"NetworkInterfaceIds": [ENI]})
+    stub.add_client_error("delete_network_interface", "InvalidNetworkInterface.InUse", expected_params={
+        "NetworkInterfaceId": ENI})
+
+    result = delete(client, leftovers)
+
+    # The security group is not even tried while an interface of the group may still use it.
+    assert result.status is DeleteStatus.DELETING and set(result.pending) == {ENI, SG}
+
+
+def test_interface_on_a_live_instance_outside_the_group_is_never_detached(ec2):
+    client, stub = ec2
+    other = "i-0fedcba9876543210"
+    stub.add_response("describe_network_interfaces", {"NetworkInterfaces": [{
+        "NetworkInterfaceId": ENI, "Status": "in-use", "TagSet": TAGS,
+        "Attachment": {"AttachmentId": "eni-attach-1", "InstanceId": other, "Status": "attached"}}]},
+        {"NetworkInterfaceIds": [ENI]})
+    expect_instance(stub, "shutting-down", other)
+
+    result = delete(client, group(res(ResourceKind.NETWORK_INTERFACE, ENI), primary=None))
+
+    assert result.status is DeleteStatus.DELETING and result.pending == (ENI,)
+
+
+def test_address_on_an_interface_that_is_not_ours_stays_associated(ec2):
+    client, stub = ec2
+    stub.add_response("describe_addresses", {"Addresses": [{
+        "AllocationId": EIP, "AssociationId": "eipassoc-1", "NetworkInterfaceId": "eni-0notours0000000",
+        "Tags": TAGS}]}, {"AllocationIds": [EIP]})
+
+    result = delete(client, group(res(ResourceKind.ADDRESS, EIP), primary=None))
+
+    assert result.status is DeleteStatus.DELETING and result.pending == (EIP,)
+
+
+def test_gone_everywhere_is_deleted_without_acting(ec2):
+    client, stub = ec2
+    stub.add_client_error("describe_instances", "InvalidInstanceID.NotFound", expected_params={"InstanceIds": [PID]})
+    stub.add_client_error("describe_volumes", "InvalidVolume.NotFound", expected_params={"VolumeIds": [VOL]})
+    stub.add_client_error("describe_security_groups", "InvalidGroup.NotFound", expected_params={"GroupIds": [SG]})
+
+    result = delete(client, FULL)
+
+    assert result.status is DeleteStatus.DELETED and set(result.deleted) == {PID, VOL, SG}
+
+
+def test_throttled_re_read_raises_our_type_with_the_region(ec2):
+    client, stub = ec2
+    stub.add_client_error("describe_instances", "RequestLimitExceeded", http_status_code=503)
+
+    with pytest.raises(ProviderThrottled) as err:
+        delete(client, FULL)
+
+    assert err.value.region == REGION

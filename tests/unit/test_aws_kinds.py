@@ -1,0 +1,167 @@
+"""The declarative kind table: item parsing, state mapping, attachment links, delete order."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from orphan_cleanup.models import ResourceKind, ResourceState
+from orphan_cleanup.providers.aws_kinds import (
+    ADDRESS,
+    BY_KIND,
+    DELETE_ORDER,
+    INSTANCE,
+    KINDS,
+    NETWORK_INTERFACE,
+    SECURITY_GROUP,
+    VOLUME,
+    link_resources,
+    to_resource,
+)
+from orphan_cleanup.providers.base import group_resources
+
+REF = "abcdefabcdef"
+T = [{"Key": "provider_ref", "Value": REF}]
+
+
+def instance(iid: str, *, state: str = "running", sgs: tuple[str, ...] = (), tags=T) -> dict:
+    return {
+        "InstanceId": iid,
+        "State": {"Name": state, "Code": 16},
+        "LaunchTime": datetime(2024, 5, 1, 12, 0, tzinfo=timezone(timedelta(hours=2))),
+        "Tags": tags,
+        "SecurityGroups": [{"GroupId": g} for g in sgs],
+        "Placement": {"AvailabilityZone": "us-east-1a"},
+    }
+
+
+def test_every_kind_has_one_row_and_the_delete_order_respects_dependencies():
+    assert set(BY_KIND) == {ResourceKind.INSTANCE, ResourceKind.VOLUME, ResourceKind.NETWORK_INTERFACE,
+                            ResourceKind.SECURITY_GROUP, ResourceKind.ADDRESS}
+    order = [k.kind for k in DELETE_ORDER]
+    for spec in KINDS:
+        for dep in spec.depends_on:
+            assert order.index(dep) < order.index(spec.kind), (spec.kind, dep)
+    assert order[0] is ResourceKind.INSTANCE and order[-1] is ResourceKind.SECURITY_GROUP
+
+
+def test_instances_are_listed_without_terminated_ones():
+    [state_filter] = INSTANCE.list_filters
+
+    assert state_filter["Name"] == "instance-state-name"
+    assert set(state_filter["Values"]) == {"pending", "running", "stopping", "stopped", "shutting-down"}
+
+
+@pytest.mark.parametrize(
+    "spec, item, state",
+    [
+        (INSTANCE, instance("i-1", state="pending"), ResourceState.ACTIVE),
+        (INSTANCE, instance("i-1", state="stopped"), ResourceState.ACTIVE),
+        (INSTANCE, instance("i-1", state="shutting-down"), ResourceState.TERMINATING),
+        (INSTANCE, instance("i-1", state="terminated"), ResourceState.TERMINATED),
+        (INSTANCE, instance("i-1", state="some-new-state"), ResourceState.ACTIVE),
+        (VOLUME, {"VolumeId": "vol-1", "State": "in-use"}, ResourceState.ACTIVE),
+        (VOLUME, {"VolumeId": "vol-1", "State": "available"}, ResourceState.AVAILABLE),
+        (NETWORK_INTERFACE, {"NetworkInterfaceId": "eni-1", "Status": "available"}, ResourceState.AVAILABLE),
+        (NETWORK_INTERFACE, {"NetworkInterfaceId": "eni-1", "Status": "in-use"}, ResourceState.ACTIVE),
+        (ADDRESS, {"AllocationId": "eipalloc-1", "AssociationId": "eipassoc-1"}, ResourceState.ACTIVE),
+        (ADDRESS, {"AllocationId": "eipalloc-1"}, ResourceState.AVAILABLE),
+        (SECURITY_GROUP, {"GroupId": "sg-1"}, ResourceState.ACTIVE),
+    ],
+)
+def test_state_mapping(spec, item, state):
+    assert spec.state(item) is state
+
+
+def test_instance_item_becomes_a_resource():
+    res = to_resource(INSTANCE, instance("i-1"), "us-east-1")
+
+    assert (res.kind, res.id, res.region, res.state) == (ResourceKind.INSTANCE, "i-1", "us-east-1",
+                                                        ResourceState.ACTIVE)
+    assert res.tags == {"provider_ref": REF}
+    assert res.created_at == datetime(2024, 5, 1, 10, 0, tzinfo=timezone.utc)
+    assert res.attached_to is None and res.details["state"] == "running"
+
+
+def test_dependents_take_their_attachment_and_times():
+    vol = to_resource(VOLUME, {"VolumeId": "vol-1", "State": "in-use", "Tags": T,
+                               "CreateTime": datetime(2024, 1, 1),
+                               "Attachments": [{"InstanceId": "i-1", "State": "attached"}]}, "r")
+    eni = to_resource(NETWORK_INTERFACE, {"NetworkInterfaceId": "eni-1", "Status": "in-use", "TagSet": T,
+                                          "Attachment": {"InstanceId": "i-1",
+                                                         "AttachTime": datetime(2024, 1, 2, tzinfo=timezone.utc)}},
+                      "r")
+    loose = to_resource(VOLUME, {"VolumeId": "vol-2", "State": "available", "Attachments": []}, "r")
+
+    assert vol.attached_to == "i-1" and vol.created_at == datetime(2024, 1, 1, tzinfo=timezone.utc)
+    assert eni.attached_to == "i-1" and eni.tags == {"provider_ref": REF} and eni.created_at is not None
+    assert loose.attached_to is None and loose.created_at is None and loose.tags == {}
+
+
+def test_reservations_are_flattened():
+    page = {"Reservations": [{"Instances": [instance("i-1"), instance("i-2")]}, {"Instances": [instance("i-3")]}]}
+
+    assert [INSTANCE.item_id(i) for i in INSTANCE.items(page)] == ["i-1", "i-2", "i-3"]
+
+
+def _linked(raw):
+    resources = [to_resource(BY_KIND[kind], item, "r") for kind, items in raw.items() for item in items]
+    return {r.id: r.attached_to for r in link_resources(raw, resources, "provider_ref")}
+
+
+def test_security_group_used_by_one_same_ref_instance_joins_its_group():
+    raw = {
+        ResourceKind.INSTANCE: [instance("i-1", sgs=("sg-1", "sg-shared")), instance("i-2", sgs=("sg-shared",)),
+                                instance("i-3", sgs=("sg-other",), tags=[{"Key": "provider_ref",
+                                                                           "Value": "zzzzzzzzzzzz"}])],
+        ResourceKind.NETWORK_INTERFACE: [],
+        ResourceKind.SECURITY_GROUP: [{"GroupId": g, "Tags": T} for g in ("sg-1", "sg-shared", "sg-other")],
+    }
+
+    links = _linked(raw)
+
+    assert links["sg-1"] == "i-1"
+    assert links["sg-shared"] is None  # two instances use it: primary-less group
+    assert links["sg-other"] is None  # used only by an instance of another ref
+
+
+def test_security_group_of_an_attached_interface_counts_as_used_by_its_instance():
+    raw = {
+        ResourceKind.INSTANCE: [instance("i-1")],
+        ResourceKind.NETWORK_INTERFACE: [{"NetworkInterfaceId": "eni-1", "Status": "in-use", "TagSet": T,
+                                          "Groups": [{"GroupId": "sg-1"}], "Attachment": {"InstanceId": "i-1"}}],
+        ResourceKind.SECURITY_GROUP: [{"GroupId": "sg-1", "Tags": T}],
+    }
+
+    assert _linked(raw)["sg-1"] == "i-1"
+
+
+def test_address_on_an_interface_is_attached_to_that_interfaces_instance():
+    raw = {
+        ResourceKind.INSTANCE: [instance("i-1")],
+        ResourceKind.NETWORK_INTERFACE: [{"NetworkInterfaceId": "eni-1", "Status": "in-use", "TagSet": T,
+                                          "Attachment": {"InstanceId": "i-1"}}],
+        ResourceKind.ADDRESS: [
+            {"AllocationId": "eipalloc-1", "AssociationId": "a", "NetworkInterfaceId": "eni-1", "Tags": T},
+            {"AllocationId": "eipalloc-2", "AssociationId": "b", "NetworkInterfaceId": "eni-unlisted", "Tags": T},
+        ],
+    }
+
+    links = _linked(raw)
+
+    assert links["eipalloc-1"] == "i-1" and links["eipalloc-2"] is None
+
+
+def test_linked_resources_fold_into_groups():
+    raw = {
+        ResourceKind.INSTANCE: [instance("i-1", sgs=("sg-1",))],
+        ResourceKind.SECURITY_GROUP: [{"GroupId": "sg-1", "Tags": T}],
+        ResourceKind.VOLUME: [{"VolumeId": "vol-9", "State": "available", "Tags": T}],
+    }
+    resources = [to_resource(BY_KIND[k], item, "r") for k, items in raw.items() for item in items]
+
+    groups = group_resources(link_resources(raw, resources, "provider_ref"), "provider_ref")
+
+    assert {(g.primary_id, tuple(g.resource_ids())) for g in groups} == {("i-1", ("i-1", "sg-1")),
+                                                                         (None, ("vol-9",))}
