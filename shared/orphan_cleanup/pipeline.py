@@ -11,12 +11,14 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from orphan_cleanup import classify
-from orphan_cleanup.errors import DatabaseError, LeaseLost, OrphanCleanupError, ProviderError, ProviderUnavailable
+from orphan_cleanup.errors import (
+    DatabaseError, DependencyNotReady, LeaseLost, OrphanCleanupError, ProviderError, ProviderUnavailable,
+)
 from orphan_cleanup.ledger import cycles, deletes
 from orphan_cleanup.ledger.db import Database
 from orphan_cleanup.ledger.queries import get_backend, load_records
 from orphan_cleanup.models import (
-    Action, Backend, DeleteRequest, ListingBatch, RegionFailure, RegionListing, ResourceGroup, VerdictKind,
+    Action, Backend, DeleteRequest, DeleteResult, DeleteStatus, ListingBatch, RegionFailure, RegionListing, ResourceGroup, VerdictKind,
 )
 from orphan_cleanup.providers.base import ResourceProvider, describe_error
 from orphan_cleanup.queues.base import Queue
@@ -184,6 +186,10 @@ class Pipeline:
             except ProviderUnavailable as exc:
                 self._record(request, group, limits, error=describe_error(exc), trip_region=True)
                 return "region_tripped"
+            except DependencyNotReady:  # "not yet", never a failure: a later cycle retries
+                result = DeleteResult(status=DeleteStatus.DELETING, pending=tuple(group.resource_ids()))
+                self._record(request, group, limits, result=result)
+                return result.status.value
             except ProviderError as exc:
                 self._record(request, group, limits, error=describe_error(exc))
                 return "failed"
