@@ -92,8 +92,8 @@ def _play(world: DemoWorld) -> list[str]:
     by_id = {s.instance_id: s for s in fleet}
 
     print(f"A platform ran {len(fleet)} VMs on a fake AWS (moto) through its ledger, and leaked some.")
-    print(f"Backend {BACKEND}: aws account {ACCOUNT}, region {REGION}, margin {MARGIN_SECONDS} s "
-          "(300 s by default; short here so the demo fits in a minute).\n")
+    print(f"Backend {BACKEND}: aws account {ACCOUNT}, region {REGION}, margin {MARGIN_SECONDS} s"
+          " (300 s by default; short here to fit in a minute).\n")
     print_table(["vm", "instance", "ref", "what happened"],
                 [[s.key, s.instance_id, s.provider_ref, s.story] for s in fleet])
 

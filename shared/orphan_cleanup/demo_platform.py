@@ -99,8 +99,8 @@ class DemoPlatform:
         # Someone used "Launch more like this" on it: the copy carries the same ref
         # tag and was launched long after the owner was provisioned.
         copy = self.launch(owner.provider_ref)
-        fleet.append(Scenario("copy", '"launch more like this" of that job\'s VM (same ref tag)', "protected",
-                              "suspected_copy", copy, owner.provider_ref))
+        fleet.append(Scenario("copy", '"launch more like this" of the tracked job\'s VM (same ref tag)',
+                              "protected", "suspected_copy", copy, owner.provider_ref))
 
         # run_instances timed out; the retry (same ref) succeeded and was recorded.
         # Real timestamps here: the lost VM predates the recorded provisioning.
