@@ -1,0 +1,256 @@
+# One role per function with inline policies only: a managed policy such as
+# AWSLambdaVPCAccessExecutionRole would grant ec2:DeleteNetworkInterface on *
+# to every function. infra/checks fails on any EC2 write outside the
+# deleter's tag-conditioned statement.
+
+locals {
+  ec2_delete_actions = [
+    "ec2:TerminateInstances",
+    "ec2:DeleteVolume",
+    "ec2:DeleteNetworkInterface",
+    "ec2:DeleteSecurityGroup",
+    "ec2:ReleaseAddress",
+    "ec2:DetachNetworkInterface",
+    "ec2:DisassociateAddress",
+  ]
+  # Describe* support no resource-level permission: "*" is the only form.
+  ec2_describe_actions = [
+    "ec2:DescribeInstances",
+    "ec2:DescribeVolumes",
+    "ec2:DescribeNetworkInterfaces",
+    "ec2:DescribeSecurityGroups",
+    "ec2:DescribeAddresses",
+  ]
+  ec2_arn = "arn:${local.partition}:ec2:*:${local.account_id}"
+  step_policies = {
+    lister     = data.aws_iam_policy_document.lister.json
+    classifier = data.aws_iam_policy_document.classifier.json
+    deleter    = data.aws_iam_policy_document.deleter.json
+  }
+  assumes_targets = var.target_role_arn_pattern == null ? toset([]) : toset(["lister", "deleter"])
+}
+
+data "aws_iam_policy_document" "lambda_trust" {
+  statement {
+    actions = ["sts:AssumeRole"]
+
+    principals {
+      type        = "Service"
+      identifiers = ["lambda.amazonaws.com"]
+    }
+  }
+}
+
+resource "aws_iam_role" "fn" {
+  for_each = local.functions
+
+  name               = "${var.name_prefix}-${each.key}"
+  description        = "orphan-cleanup ${each.key}"
+  assume_role_policy = data.aws_iam_policy_document.lambda_trust.json
+}
+
+# ------------------------------------------------------------- every function
+
+data "aws_iam_policy_document" "runtime" {
+  for_each = local.functions
+
+  statement {
+    sid       = "Logs"
+    actions   = ["logs:CreateLogStream", "logs:PutLogEvents"]
+    resources = ["${aws_cloudwatch_log_group.fn[each.key].arn}:*"]
+  }
+
+  statement {
+    sid       = "Tracing"
+    actions   = ["xray:PutTraceSegments", "xray:PutTelemetryRecords"]
+    resources = ["*"]
+  }
+
+  statement {
+    sid       = "ReadDatabaseUrl"
+    actions   = ["secretsmanager:GetSecretValue"]
+    resources = [var.database_url_secret_arn]
+  }
+}
+
+resource "aws_iam_role_policy" "runtime" {
+  for_each = local.functions
+
+  name   = "runtime"
+  role   = aws_iam_role.fn[each.key].id
+  policy = data.aws_iam_policy_document.runtime[each.key].json
+}
+
+data "aws_iam_policy_document" "secret_key" {
+  count = var.database_secret_kms_key_arn == null ? 0 : 1
+
+  statement {
+    sid       = "DecryptDatabaseSecret"
+    actions   = ["kms:Decrypt"]
+    resources = [var.database_secret_kms_key_arn]
+
+    condition {
+      test     = "StringEquals"
+      variable = "kms:ViaService"
+      values   = ["secretsmanager.${data.aws_region.current.name}.amazonaws.com"]
+    }
+  }
+}
+
+resource "aws_iam_role_policy" "secret_key" {
+  for_each = var.database_secret_kms_key_arn == null ? {} : local.functions
+
+  name   = "database-secret-key"
+  role   = aws_iam_role.fn[each.key].id
+  policy = data.aws_iam_policy_document.secret_key[0].json
+}
+
+# --------------------------------------------------------------------- steps
+
+data "aws_iam_policy_document" "lister" {
+  statement {
+    sid       = "DescribeTaggedResources"
+    actions   = local.ec2_describe_actions
+    resources = ["*"]
+  }
+
+  statement {
+    sid       = "PublishListingBatches"
+    actions   = ["sqs:SendMessage"]
+    resources = [aws_sqs_queue.main["listing"].arn]
+  }
+
+  statement {
+    sid       = "ReportFailedRuns"
+    actions   = ["sqs:SendMessage"]
+    resources = [aws_sqs_queue.lister_dlq.arn]
+  }
+}
+
+data "aws_iam_policy_document" "classifier" {
+  statement {
+    sid       = "ConsumeListingQueue"
+    actions   = ["sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility", "sqs:GetQueueAttributes"]
+    resources = [aws_sqs_queue.main["listing"].arn]
+  }
+
+  statement {
+    sid       = "DispatchDeletes"
+    actions   = ["sqs:SendMessage"]
+    resources = [aws_sqs_queue.main["delete"].arn]
+  }
+}
+
+data "aws_iam_policy_document" "deleter" {
+  statement {
+    sid       = "ConsumeDeleteQueue"
+    actions   = ["sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility", "sqs:GetQueueAttributes"]
+    resources = [aws_sqs_queue.main["delete"].arn]
+  }
+
+  statement {
+    sid       = "DescribeTaggedResources"
+    actions   = local.ec2_describe_actions
+    resources = ["*"]
+  }
+
+  # Every EC2 write is limited to resources carrying a well-formed ref tag
+  # (12 characters); a request naming several resources (detach, disassociate)
+  # needs the tag on each of them.
+  statement {
+    sid     = "DeleteOnlyRefTaggedResources"
+    actions = local.ec2_delete_actions
+    resources = [
+      "${local.ec2_arn}:instance/*",
+      "${local.ec2_arn}:volume/*",
+      "${local.ec2_arn}:network-interface/*",
+      "${local.ec2_arn}:security-group/*",
+      "${local.ec2_arn}:elastic-ip/*",
+    ]
+
+    condition {
+      test     = "StringLike"
+      variable = "aws:ResourceTag/${var.tag_key}"
+      values   = ["????????????"]
+    }
+  }
+
+  statement {
+    sid       = "NeverTouchProtectedResources"
+    effect    = "Deny"
+    actions   = local.ec2_delete_actions
+    resources = ["*"]
+
+    condition {
+      test     = "Null"
+      variable = "aws:ResourceTag/${var.protect_tag_key}"
+      values   = ["false"]
+    }
+  }
+}
+
+resource "aws_iam_role_policy" "step" {
+  for_each = local.functions
+
+  name   = each.key
+  role   = aws_iam_role.fn[each.key].id
+  policy = local.step_policies[each.key]
+}
+
+# ------------------------------------------------------------- cross-account
+
+data "aws_iam_policy_document" "assume_target" {
+  count = var.target_role_arn_pattern == null ? 0 : 1
+
+  statement {
+    sid       = "AssumeTargetRole"
+    actions   = ["sts:AssumeRole"]
+    resources = [var.target_role_arn_pattern]
+  }
+}
+
+resource "aws_iam_role_policy" "assume_target" {
+  for_each = local.assumes_targets
+
+  name   = "cross-account"
+  role   = aws_iam_role.fn[each.key].id
+  policy = data.aws_iam_policy_document.assume_target[0].json
+}
+
+# ----------------------------------------------------------------------- VPC
+
+data "aws_iam_policy_document" "vpc_access" {
+  statement {
+    sid       = "DescribeForVpcAccess"
+    actions   = ["ec2:DescribeNetworkInterfaces", "ec2:DescribeSubnets"]
+    resources = ["*"]
+  }
+
+  # Lambda manages a VPC function's interfaces with the execution role. Those
+  # calls carry no lambda:SourceFunctionArn; calls from the function code
+  # always do, so the code cannot use this grant.
+  statement {
+    sid = "LambdaManagedInterfacesOnly"
+    actions = [
+      "ec2:CreateNetworkInterface",
+      "ec2:DeleteNetworkInterface",
+      "ec2:AssignPrivateIpAddresses",
+      "ec2:UnassignPrivateIpAddresses",
+    ]
+    resources = ["*"]
+
+    condition {
+      test     = "Null"
+      variable = "lambda:SourceFunctionArn"
+      values   = ["true"]
+    }
+  }
+}
+
+resource "aws_iam_role_policy" "vpc_access" {
+  for_each = local.in_vpc ? local.functions : {}
+
+  name   = "vpc-access"
+  role   = aws_iam_role.fn[each.key].id
+  policy = data.aws_iam_policy_document.vpc_access.json
+}

@@ -1,0 +1,116 @@
+data "aws_partition" "current" {}
+
+data "aws_caller_identity" "current" {}
+
+data "aws_region" "current" {}
+
+locals {
+  lambda_zip = coalesce(var.lambda_zip, "${path.module}/../../build/aws/lambda.zip")
+  in_vpc     = length(var.subnet_ids) > 0
+  account_id = data.aws_caller_identity.current.account_id
+  partition  = data.aws_partition.current.partition
+
+  # Handlers per DESIGN C5: functions/aws/<step>.py:handler.
+  functions = {
+    lister = {
+      handler     = "functions.aws.lister.handler"
+      timeout     = 300
+      description = "orphan-cleanup lister (STEP 1-2), invoked per backend by EventBridge Scheduler"
+    }
+    classifier = {
+      handler     = "functions.aws.classifier.handler"
+      timeout     = 120
+      description = "orphan-cleanup classifier (STEP 3-6), fed by the listing queue"
+    }
+    deleter = {
+      handler     = "functions.aws.deleter.handler"
+      timeout     = 180
+      description = "orphan-cleanup deleter, fed by the delete queue; one group per invocation"
+    }
+  }
+
+  environment = merge(
+    {
+      DATABASE_URL_SECRET_ARN         = var.database_url_secret_arn
+      ORPHAN_CLEANUP_MODE             = var.mode
+      ORPHAN_CLEANUP_MARGIN_SECONDS   = tostring(var.margin_seconds)
+      ORPHAN_CLEANUP_INTERVAL_SECONDS = tostring(var.interval_seconds)
+      ORPHAN_CLEANUP_MAX_DELETES      = tostring(var.max_deletes)
+      ORPHAN_CLEANUP_MAX_DELETE_SHARE = tostring(var.max_delete_share)
+      LISTING_QUEUE_URL               = aws_sqs_queue.main["listing"].url
+      DELETE_QUEUE_URL                = aws_sqs_queue.main["delete"].url
+      POWERTOOLS_SERVICE_NAME         = "orphan-cleanup"
+      POWERTOOLS_METRICS_NAMESPACE    = "OrphanCleanup"
+    },
+    var.sentry_dsn == "" ? {} : { SENTRY_DSN = var.sentry_dsn },
+  )
+}
+
+resource "aws_cloudwatch_log_group" "fn" {
+  for_each = local.functions
+
+  name              = "/orphan-cleanup/${var.name_prefix}/${each.key}"
+  retention_in_days = var.log_retention_days
+  kms_key_id        = var.logs_kms_key_arn
+}
+
+resource "aws_lambda_function" "fn" {
+  #checkov:skip=CKV_AWS_115:No reserved concurrency: it fails to deploy in accounts with a low concurrency quota; SQS-driven functions are capped by scaling_config.maximum_concurrency and the lister runs once per backend per schedule.
+  #checkov:skip=CKV_AWS_116:The classifier and deleter are SQS-driven (their queues have DLQs); the lister, the only async-invoked function, has a dead_letter_config.
+  #checkov:skip=CKV_AWS_117:VPC attachment is optional (subnet_ids); only needed when the ledger database is private.
+  #checkov:skip=CKV_AWS_173:No secret in the environment: the database URL stays in Secrets Manager (only its ARN is here); the Sentry DSN is a client key.
+  #checkov:skip=CKV_AWS_272:Code signing is not set up by default; add code_signing_config_arn where AWS Signer is used.
+  for_each = local.functions
+
+  function_name    = "${var.name_prefix}-${each.key}"
+  description      = each.value.description
+  filename         = local.lambda_zip
+  source_code_hash = filebase64sha256(local.lambda_zip)
+  handler          = each.value.handler
+  runtime          = var.runtime
+  architectures    = ["arm64"]
+  memory_size      = 512
+  timeout          = each.value.timeout
+  role             = aws_iam_role.fn[each.key].arn
+
+  environment {
+    variables = local.environment
+  }
+
+  tracing_config {
+    mode = "Active"
+  }
+
+  logging_config {
+    log_format = "Text"
+    log_group  = aws_cloudwatch_log_group.fn[each.key].name
+  }
+
+  dynamic "vpc_config" {
+    for_each = local.in_vpc ? [true] : []
+    content {
+      subnet_ids         = var.subnet_ids
+      security_group_ids = var.security_group_ids
+    }
+  }
+
+  # Scheduled lister runs that failed after Lambda's async retries.
+  dynamic "dead_letter_config" {
+    for_each = each.key == "lister" ? [true] : []
+    content {
+      target_arn = aws_sqs_queue.lister_dlq.arn
+    }
+  }
+
+  depends_on = [
+    aws_iam_role_policy.runtime,
+    aws_iam_role_policy.step,
+    aws_iam_role_policy.vpc_access,
+  ]
+}
+
+resource "aws_lambda_function_event_invoke_config" "lister" {
+  function_name                = aws_lambda_function.fn["lister"].function_name
+  maximum_retry_attempts       = 1
+  maximum_event_age_in_seconds = 900
+}

@@ -1,0 +1,48 @@
+resource "google_cloudfunctions2_function" "fn" {
+  for_each = local.functions
+
+  name        = "${var.name_prefix}-${each.key}"
+  project     = var.project_id
+  location    = var.region
+  description = each.value.description
+  labels      = var.labels
+
+  build_config {
+    runtime         = var.runtime
+    entry_point     = each.value.entry_point
+    service_account = var.build_service_account
+
+    source {
+      storage_source {
+        bucket = google_storage_bucket.source.name
+        object = google_storage_bucket_object.source.name
+      }
+    }
+  }
+
+  service_config {
+    available_memory                 = var.function_memory
+    timeout_seconds                  = each.value.timeout
+    min_instance_count               = 0
+    max_instance_count               = each.value.max_instances
+    max_instance_request_concurrency = 1
+    ingress_settings                 = var.ingress_settings
+    all_traffic_on_latest_revision   = true
+    service_account_email            = google_service_account.fn[each.key].email
+    environment_variables            = local.environment
+    vpc_connector                    = var.vpc_connector
+    vpc_connector_egress_settings    = var.vpc_connector == null ? null : "PRIVATE_RANGES_ONLY"
+
+    secret_environment_variables {
+      key        = "DATABASE_URL"
+      project_id = var.project_id
+      secret     = google_secret_manager_secret.database_url.secret_id
+      version    = "latest"
+    }
+  }
+
+  depends_on = [
+    google_project_service.api,
+    google_secret_manager_secret_iam_member.database_url,
+  ]
+}

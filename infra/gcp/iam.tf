@@ -1,0 +1,138 @@
+# One service account per function, plus one for Cloud Scheduler and one for
+# Pub/Sub push deliveries. Each gets only what its step needs.
+
+resource "google_service_account" "fn" {
+  for_each = local.functions
+
+  project      = var.project_id
+  account_id   = "${var.name_prefix}-${each.key}"
+  display_name = "orphan-cleanup ${each.key}"
+}
+
+resource "google_service_account" "scheduler" {
+  project      = var.project_id
+  account_id   = "${var.name_prefix}-sched"
+  display_name = "orphan-cleanup Cloud Scheduler caller"
+}
+
+resource "google_service_account" "push" {
+  project      = var.project_id
+  account_id   = "${var.name_prefix}-push"
+  display_name = "orphan-cleanup Pub/Sub push caller"
+}
+
+# ------------------------------------------------------------------- compute
+# GCP IAM conditions cannot test resource labels (only names, types and
+# Resource Manager tags), so unlike AWS the delete permission cannot be limited
+# to resources labelled provider_ref: the deleter re-reads each resource by its
+# numeric id and checks the label before deleting (DESIGN section 5 rule 3).
+
+locals {
+  # aggregatedList per kind.
+  lister_permissions = [
+    "compute.addresses.list",
+    "compute.disks.list",
+    "compute.instances.list",
+  ]
+  # Re-read by name, check the numeric id and the label, delete, wait for the
+  # operation, read again to confirm.
+  deleter_permissions = [
+    "compute.addresses.delete",
+    "compute.addresses.get",
+    "compute.disks.delete",
+    "compute.disks.get",
+    "compute.instances.delete",
+    "compute.instances.get",
+    "compute.regionOperations.get",
+    "compute.zoneOperations.get",
+  ]
+  role_prefix = replace(var.name_prefix, "-", "_")
+}
+
+resource "google_project_iam_custom_role" "lister" {
+  for_each = toset(local.compute_projects)
+
+  project     = each.value
+  role_id     = "${local.role_prefix}_lister"
+  title       = "orphan-cleanup lister"
+  description = "List instances, disks and addresses (aggregatedList)."
+  permissions = local.lister_permissions
+}
+
+resource "google_project_iam_custom_role" "deleter" {
+  for_each = toset(local.compute_projects)
+
+  project     = each.value
+  role_id     = "${local.role_prefix}_deleter"
+  title       = "orphan-cleanup deleter"
+  description = "Re-read, delete and confirm deletion of instances, disks and addresses."
+  permissions = local.deleter_permissions
+}
+
+resource "google_project_iam_member" "lister_compute" {
+  for_each = toset(local.compute_projects)
+
+  project = each.value
+  role    = google_project_iam_custom_role.lister[each.value].id
+  member  = google_service_account.fn["lister"].member
+}
+
+resource "google_project_iam_member" "deleter_compute" {
+  for_each = toset(local.compute_projects)
+
+  project = each.value
+  role    = google_project_iam_custom_role.deleter[each.value].id
+  member  = google_service_account.fn["deleter"].member
+}
+
+# ------------------------------------------------------------ secret, topics
+
+resource "google_secret_manager_secret_iam_member" "database_url" {
+  for_each = google_service_account.fn
+
+  project   = var.project_id
+  secret_id = google_secret_manager_secret.database_url.secret_id
+  role      = "roles/secretmanager.secretAccessor"
+  member    = each.value.member
+}
+
+resource "google_pubsub_topic_iam_member" "lister_publishes_listing" {
+  project = var.project_id
+  topic   = google_pubsub_topic.listing.name
+  role    = "roles/pubsub.publisher"
+  member  = google_service_account.fn["lister"].member
+}
+
+resource "google_pubsub_topic_iam_member" "classifier_publishes_delete" {
+  project = var.project_id
+  topic   = google_pubsub_topic.delete.name
+  role    = "roles/pubsub.publisher"
+  member  = google_service_account.fn["classifier"].member
+}
+
+# ------------------------------------------------------------------- callers
+
+resource "google_cloud_run_v2_service_iam_member" "scheduler_invoker" {
+  project  = var.project_id
+  location = var.region
+  name     = google_cloudfunctions2_function.fn["lister"].name
+  role     = "roles/run.invoker"
+  member   = google_service_account.scheduler.member
+}
+
+resource "google_cloud_run_v2_service_iam_member" "push_invoker" {
+  for_each = toset(["classifier", "deleter"])
+
+  project  = var.project_id
+  location = var.region
+  name     = google_cloudfunctions2_function.fn[each.value].name
+  role     = "roles/run.invoker"
+  member   = google_service_account.push.member
+}
+
+# Pub/Sub mints the OIDC token of push deliveries as the push account.
+resource "google_service_account_iam_member" "pubsub_token_creator" {
+  service_account_id = google_service_account.push.name
+  role               = "roles/iam.serviceAccountTokenCreator"
+  member             = local.pubsub_agent
+}

@@ -1,0 +1,154 @@
+data "google_project" "this" {
+  project_id = var.project_id
+}
+
+data "google_storage_project_service_account" "gcs" {
+  project = var.project_id
+}
+
+locals {
+  source_archive   = coalesce(var.source_archive, "${path.module}/../../build/gcp/function-source.zip")
+  compute_projects = distinct(concat([var.project_id], var.compute_projects))
+  pubsub_agent     = "serviceAccount:service-${data.google_project.this.number}@gcp-sa-pubsub.iam.gserviceaccount.com"
+
+  # Entry points in functions/gcp/main.py (DESIGN C5). The lister is called
+  # over HTTP by Cloud Scheduler; the classifier and deleter receive Pub/Sub
+  # push deliveries, which functions-framework turns into CloudEvents.
+  functions = {
+    lister = {
+      entry_point   = "lister"
+      description   = "orphan-cleanup lister (STEP 1-2), called per backend by Cloud Scheduler"
+      timeout       = 540
+      max_instances = var.lister_max_instances
+    }
+    classifier = {
+      entry_point   = "classifier"
+      description   = "orphan-cleanup classifier (STEP 3-6), fed by the listing topic"
+      timeout       = 300
+      max_instances = var.classifier_max_instances
+    }
+    deleter = {
+      entry_point   = "deleter"
+      description   = "orphan-cleanup deleter, fed by the delete topic; one group per request"
+      timeout       = 300
+      max_instances = var.deleter_max_instances
+    }
+  }
+
+  environment = merge(
+    {
+      ORPHAN_CLEANUP_MODE             = var.mode
+      ORPHAN_CLEANUP_MARGIN_SECONDS   = tostring(var.margin_seconds)
+      ORPHAN_CLEANUP_INTERVAL_SECONDS = tostring(var.interval_seconds)
+      ORPHAN_CLEANUP_MAX_DELETES      = tostring(var.max_deletes)
+      ORPHAN_CLEANUP_MAX_DELETE_SHARE = tostring(var.max_delete_share)
+      LISTING_TOPIC                   = google_pubsub_topic.listing.id
+      DELETE_TOPIC                    = google_pubsub_topic.delete.id
+      POWERTOOLS_SERVICE_NAME         = "orphan-cleanup"
+      POWERTOOLS_METRICS_NAMESPACE    = "OrphanCleanup"
+      LOG_EXECUTION_ID                = "true"
+    },
+    var.sentry_dsn == "" ? {} : { SENTRY_DSN = var.sentry_dsn },
+  )
+
+  apis = [
+    "artifactregistry.googleapis.com",
+    "cloudbuild.googleapis.com",
+    "cloudfunctions.googleapis.com",
+    "cloudscheduler.googleapis.com",
+    "compute.googleapis.com",
+    "iam.googleapis.com",
+    "monitoring.googleapis.com",
+    "pubsub.googleapis.com",
+    "run.googleapis.com",
+    "secretmanager.googleapis.com",
+  ]
+}
+
+resource "google_project_service" "api" {
+  for_each = var.enable_apis ? toset(local.apis) : toset([])
+
+  project            = var.project_id
+  service            = each.value
+  disable_on_destroy = false
+}
+
+# ------------------------------------------------------------ source archive
+
+resource "google_storage_bucket" "source" {
+  #checkov:skip=CKV_GCP_62:The bucket holds only the functions' source archives (private, uniform access, public access prevented); reads are recorded by Cloud Audit Logs, usage logs would add nothing.
+  name                        = "${var.project_id}-${var.name_prefix}-source"
+  project                     = var.project_id
+  location                    = var.region
+  uniform_bucket_level_access = true
+  public_access_prevention    = "enforced"
+  labels                      = var.labels
+
+  versioning {
+    enabled = true
+  }
+
+  lifecycle_rule {
+    condition {
+      num_newer_versions = 3
+    }
+    action {
+      type = "Delete"
+    }
+  }
+
+  dynamic "encryption" {
+    for_each = var.kms_key_name == null ? [] : [var.kms_key_name]
+    content {
+      default_kms_key_name = encryption.value
+    }
+  }
+
+  depends_on = [google_kms_crypto_key_iam_member.gcs]
+}
+
+# The object name carries the archive's hash: a new build redeploys the functions.
+resource "google_storage_bucket_object" "source" {
+  name   = "function-source-${filemd5(local.source_archive)}.zip"
+  bucket = google_storage_bucket.source.name
+  source = local.source_archive
+}
+
+resource "google_kms_crypto_key_iam_member" "gcs" {
+  for_each = var.kms_key_name == null ? toset([]) : toset(["gcs"])
+
+  crypto_key_id = var.kms_key_name
+  role          = "roles/cloudkms.cryptoKeyEncrypterDecrypter"
+  member        = "serviceAccount:${data.google_storage_project_service_account.gcs.email_address}"
+}
+
+resource "google_kms_crypto_key_iam_member" "pubsub" {
+  for_each = var.kms_key_name == null ? toset([]) : toset(["pubsub"])
+
+  crypto_key_id = var.kms_key_name
+  role          = "roles/cloudkms.cryptoKeyEncrypterDecrypter"
+  member        = local.pubsub_agent
+}
+
+# ---------------------------------------------------------- database secret
+
+# The secret holds the ledger URL; functions get it as DATABASE_URL through
+# secret_environment_variables, never as a plain variable.
+resource "google_secret_manager_secret" "database_url" {
+  project   = var.project_id
+  secret_id = "${var.name_prefix}-database-url"
+  labels    = var.labels
+
+  replication {
+    auto {}
+  }
+
+  depends_on = [google_project_service.api]
+}
+
+resource "google_secret_manager_secret_version" "database_url" {
+  count = var.database_url == null ? 0 : 1
+
+  secret      = google_secret_manager_secret.database_url.id
+  secret_data = var.database_url
+}

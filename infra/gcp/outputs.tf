@@ -1,0 +1,47 @@
+output "function_names" {
+  description = "Cloud Functions by step (lister, classifier, deleter)."
+  value       = { for k, f in google_cloudfunctions2_function.fn : k => f.name }
+}
+
+output "function_uris" {
+  description = "HTTPS endpoints of the functions (internal-only unless ingress_settings says otherwise)."
+  value       = { for k, f in google_cloudfunctions2_function.fn : k => f.service_config[0].uri }
+}
+
+output "listing_topic" {
+  description = "LISTING_TOPIC: full id of the listing topic."
+  value       = google_pubsub_topic.listing.id
+}
+
+output "delete_topic" {
+  description = "DELETE_TOPIC: full id of the delete topic."
+  value       = google_pubsub_topic.delete.id
+}
+
+output "dead_letter_subscriptions" {
+  description = "Pull subscriptions that retain dead-lettered messages, by topic (listing, delete)."
+  value       = { for k, s in google_pubsub_subscription.dead_letter : k => s.name }
+}
+
+output "scheduler_jobs" {
+  description = "Cloud Scheduler job names by backend id (`gcloud scheduler jobs run NAME --location REGION` for a manual run)."
+  value       = { for k, j in google_cloud_scheduler_job.backend : k => j.name }
+}
+
+output "service_accounts" {
+  description = "Service account emails of the functions, the scheduler caller and the push caller."
+  value = merge(
+    { for k, sa in google_service_account.fn : k => sa.email },
+    { scheduler = google_service_account.scheduler.email, push = google_service_account.push.email },
+  )
+}
+
+output "database_url_secret" {
+  description = "Secret Manager secret holding DATABASE_URL; add a version with `gcloud secrets versions add`."
+  value       = google_secret_manager_secret.database_url.id
+}
+
+output "source_bucket" {
+  description = "Bucket holding the functions' source archives."
+  value       = google_storage_bucket.source.name
+}

@@ -1,0 +1,201 @@
+variable "project_id" {
+  description = "Project that hosts the functions, topics, scheduler jobs and the database URL secret."
+  type        = string
+}
+
+variable "region" {
+  description = "Region of the functions, the scheduler jobs and the source bucket."
+  type        = string
+  default     = "us-central1"
+}
+
+variable "name_prefix" {
+  description = "Prefix of every resource name (functions, topics, service accounts, custom roles)."
+  type        = string
+  default     = "orphan-cleanup"
+
+  validation {
+    condition     = can(regex("^[a-z][a-z0-9-]{2,17}$", var.name_prefix))
+    error_message = "name_prefix: 3-18 characters, lowercase letters, digits and dashes (service account ids are at most 30 characters)."
+  }
+}
+
+variable "labels" {
+  description = "Labels added to the resources that take labels."
+  type        = map(string)
+  default     = {}
+}
+
+variable "enable_apis" {
+  description = "Enable the Google APIs the stack needs (Cloud Functions, Run, Build, Artifact Registry, Pub/Sub, Scheduler, Secret Manager, Compute, IAM, Monitoring)."
+  type        = bool
+  default     = true
+}
+
+variable "source_archive" {
+  description = "Path of the Cloud Functions source zip built by `python infra/package.py`; null means build/gcp/function-source.zip at the repository root."
+  type        = string
+  default     = null
+}
+
+variable "runtime" {
+  description = "Cloud Functions Python runtime."
+  type        = string
+  default     = "python312"
+}
+
+variable "build_service_account" {
+  description = "Service account (full resource name projects/P/serviceAccounts/EMAIL) Cloud Build uses to build the functions; null uses the project's default build account."
+  type        = string
+  default     = null
+}
+
+variable "backends" {
+  description = "Backends to schedule, keyed by backend id (a row of the ledger's backends table). One Cloud Scheduler job per entry; schedule and time_zone override the defaults."
+  type = map(object({
+    schedule  = optional(string)
+    time_zone = optional(string)
+  }))
+  default = {}
+
+  validation {
+    condition     = alltrue([for id in keys(var.backends) : can(regex("^[A-Za-z0-9_-]{1,100}$", id))])
+    error_message = "Backend ids become scheduler job names: letters, digits, '_' and '-' only."
+  }
+}
+
+variable "schedule" {
+  description = "Default cron schedule of a backend's lister run. A run whose backend saw no ledger activity since its last clean cycle ends early (STEP 1), so a short period is cheap."
+  type        = string
+  default     = "*/5 * * * *"
+}
+
+variable "time_zone" {
+  description = "Default time zone of the schedules."
+  type        = string
+  default     = "Etc/UTC"
+}
+
+variable "mode" {
+  description = "ORPHAN_CLEANUP_MODE: report, delete or off. A backend's own mode in the ledger overrides it."
+  type        = string
+  default     = "report"
+
+  validation {
+    condition     = contains(["report", "delete", "off"], var.mode)
+    error_message = "mode must be report, delete or off."
+  }
+}
+
+variable "margin_seconds" {
+  description = "ORPHAN_CLEANUP_MARGIN_SECONDS, the STEP 5 safety margin."
+  type        = number
+  default     = 300
+}
+
+variable "interval_seconds" {
+  description = "ORPHAN_CLEANUP_INTERVAL_SECONDS, the cleanup interval."
+  type        = number
+  default     = 900
+}
+
+variable "max_deletes" {
+  description = "ORPHAN_CLEANUP_MAX_DELETES, groups one cycle may delete before it deletes nothing."
+  type        = number
+  default     = 100
+}
+
+variable "max_delete_share" {
+  description = "ORPHAN_CLEANUP_MAX_DELETE_SHARE, share of a backend's listed groups one cycle may delete."
+  type        = number
+  default     = 0.5
+
+  validation {
+    condition     = var.max_delete_share >= 0 && var.max_delete_share <= 1
+    error_message = "max_delete_share must be between 0 and 1."
+  }
+}
+
+variable "sentry_dsn" {
+  description = "SENTRY_DSN; empty disables Sentry."
+  type        = string
+  default     = ""
+  sensitive   = true
+}
+
+variable "database_url" {
+  description = "The ledger's postgresql:// URL. When set, Terraform stores it as a secret version (and so in its state); leave null and add the version with gcloud instead (docs/DEPLOY.md)."
+  type        = string
+  default     = null
+  sensitive   = true
+}
+
+variable "compute_projects" {
+  description = "Projects whose instances, disks and addresses the functions list and delete; empty means project_id only. A custom role is created in each (needs iam.roles.create there)."
+  type        = list(string)
+  default     = []
+}
+
+variable "lister_max_instances" {
+  description = "Most lister instances at once (each serves one request)."
+  type        = number
+  default     = 5
+}
+
+variable "classifier_max_instances" {
+  description = "Most classifier instances at once (each serves one request)."
+  type        = number
+  default     = 5
+}
+
+variable "deleter_max_instances" {
+  description = "Most deleter instances at once, each deleting one group: bounds concurrent Compute API delete calls."
+  type        = number
+  default     = 2
+}
+
+variable "max_delivery_attempts" {
+  description = "Pub/Sub deliveries of one message before it goes to the dead-letter topic (5-100). Deliveries refused while the function is at its instance limit count too, so keep it well above 5."
+  type        = number
+  default     = 15
+
+  validation {
+    condition     = var.max_delivery_attempts >= 5 && var.max_delivery_attempts <= 100
+    error_message = "max_delivery_attempts must be between 5 and 100."
+  }
+}
+
+variable "function_memory" {
+  description = "Memory of each function."
+  type        = string
+  default     = "512M"
+}
+
+variable "vpc_connector" {
+  description = "Serverless VPC Access connector (projects/P/locations/R/connectors/C) when the ledger database has only a private address; null for none."
+  type        = string
+  default     = null
+}
+
+variable "ingress_settings" {
+  description = "Who may call the functions: ALLOW_INTERNAL_ONLY lets Cloud Scheduler and Pub/Sub of this project through and nobody from outside."
+  type        = string
+  default     = "ALLOW_INTERNAL_ONLY"
+
+  validation {
+    condition     = contains(["ALLOW_ALL", "ALLOW_INTERNAL_ONLY", "ALLOW_INTERNAL_AND_GCLB"], var.ingress_settings)
+    error_message = "ingress_settings must be ALLOW_ALL, ALLOW_INTERNAL_ONLY or ALLOW_INTERNAL_AND_GCLB."
+  }
+}
+
+variable "notification_channels" {
+  description = "Cloud Monitoring notification channel ids the alerts notify; empty creates the alerts without notifications."
+  type        = list(string)
+  default     = []
+}
+
+variable "kms_key_name" {
+  description = "Cloud KMS key (projects/P/locations/L/keyRings/R/cryptoKeys/K) for the topics and the source bucket; null uses Google-managed keys."
+  type        = string
+  default     = null
+}
