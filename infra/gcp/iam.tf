@@ -111,11 +111,13 @@ resource "google_pubsub_topic_iam_member" "classifier_publishes_delete" {
 }
 
 # ------------------------------------------------------------------- callers
+# A 2nd gen function is served by a Cloud Run service: invoking it takes
+# run.invoker on that service (service_config.service is its full name).
 
 resource "google_cloud_run_v2_service_iam_member" "scheduler_invoker" {
   project  = var.project_id
   location = var.region
-  name     = google_cloudfunctions2_function.fn["lister"].name
+  name     = google_cloudfunctions2_function.fn["lister"].service_config[0].service
   role     = "roles/run.invoker"
   member   = google_service_account.scheduler.member
 }
@@ -125,7 +127,7 @@ resource "google_cloud_run_v2_service_iam_member" "push_invoker" {
 
   project  = var.project_id
   location = var.region
-  name     = google_cloudfunctions2_function.fn[each.value].name
+  name     = google_cloudfunctions2_function.fn[each.value].service_config[0].service
   role     = "roles/run.invoker"
   member   = google_service_account.push.member
 }

@@ -3,6 +3,8 @@ data "google_project" "this" {
 }
 
 data "google_storage_project_service_account" "gcs" {
+  count = var.kms_key_name == null ? 0 : 1
+
   project = var.project_id
 }
 
@@ -62,6 +64,7 @@ locals {
     "pubsub.googleapis.com",
     "run.googleapis.com",
     "secretmanager.googleapis.com",
+    "storage.googleapis.com",
   ]
 }
 
@@ -119,7 +122,7 @@ resource "google_kms_crypto_key_iam_member" "gcs" {
 
   crypto_key_id = var.kms_key_name
   role          = "roles/cloudkms.cryptoKeyEncrypterDecrypter"
-  member        = "serviceAccount:${data.google_storage_project_service_account.gcs.email_address}"
+  member        = "serviceAccount:${data.google_storage_project_service_account.gcs[0].email_address}"
 }
 
 resource "google_kms_crypto_key_iam_member" "pubsub" {

@@ -2,14 +2,14 @@ resource "google_monitoring_alert_policy" "dead_letters" {
   for_each = google_pubsub_subscription.dead_letter
 
   project      = var.project_id
-  display_name = "orphan-cleanup: messages in ${each.value.name}"
+  display_name = "orphan-cleanup: messages in ${var.name_prefix}-${each.key}-dead-letter-retain"
   combiner     = "OR"
   user_labels  = var.labels
 
   conditions {
     display_name = "undelivered messages > 0"
     condition_threshold {
-      filter          = "resource.type = \"pubsub_subscription\" AND resource.labels.subscription_id = \"${each.value.name}\" AND metric.type = \"pubsub.googleapis.com/subscription/num_undelivered_messages\""
+      filter          = "resource.type = \"pubsub_subscription\" AND resource.labels.subscription_id = \"${var.name_prefix}-${each.key}-dead-letter-retain\" AND metric.type = \"pubsub.googleapis.com/subscription/num_undelivered_messages\""
       comparison      = "COMPARISON_GT"
       threshold_value = 0
       duration        = "0s"
@@ -22,7 +22,7 @@ resource "google_monitoring_alert_policy" "dead_letters" {
   }
 
   documentation {
-    content   = "Messages a function failed ${var.max_delivery_attempts} times. Inspect them with `gcloud pubsub subscriptions pull ${each.value.name}`; see docs/DEPLOY.md."
+    content   = "Messages a function failed ${var.max_delivery_attempts} times. Inspect them with `gcloud pubsub subscriptions pull ${var.name_prefix}-${each.key}-dead-letter-retain`; see docs/DEPLOY.md."
     mime_type = "text/markdown"
   }
 
@@ -34,14 +34,14 @@ resource "google_monitoring_alert_policy" "function_errors" {
   for_each = google_cloudfunctions2_function.fn
 
   project      = var.project_id
-  display_name = "orphan-cleanup: ${each.value.name} errors"
+  display_name = "orphan-cleanup: ${var.name_prefix}-${each.key} errors"
   combiner     = "OR"
   user_labels  = var.labels
 
   conditions {
     display_name = "5xx responses > 0"
     condition_threshold {
-      filter          = "resource.type = \"cloud_run_revision\" AND resource.labels.service_name = \"${each.value.name}\" AND metric.type = \"run.googleapis.com/request_count\" AND metric.labels.response_code_class = \"5xx\""
+      filter          = "resource.type = \"cloud_run_revision\" AND resource.labels.service_name = \"${var.name_prefix}-${each.key}\" AND metric.type = \"run.googleapis.com/request_count\" AND metric.labels.response_code_class = \"5xx\""
       comparison      = "COMPARISON_GT"
       threshold_value = 0
       duration        = "0s"

@@ -27,7 +27,7 @@ variable "labels" {
 }
 
 variable "enable_apis" {
-  description = "Enable the Google APIs the stack needs (Cloud Functions, Run, Build, Artifact Registry, Pub/Sub, Scheduler, Secret Manager, Compute, IAM, Monitoring)."
+  description = "Enable the Google APIs the stack needs (Cloud Functions, Run, Build, Artifact Registry, Pub/Sub, Scheduler, Secret Manager, Storage, Compute, IAM, Monitoring)."
   type        = bool
   default     = true
 }
