@@ -30,6 +30,8 @@ class Scenario:
     reason: str
     instance_id: str = ""
     provider_ref: str = ""
+    # (verdict, reason) once the margin has passed, when it differs.
+    later: tuple[str, str] | None = None
 
     @property
     def is_orphan(self) -> bool:
@@ -158,7 +160,7 @@ class DemoPlatform:
         vm = self.launch(owner.provider_ref)
         self.ledger.hard_delete(owner.owner_id)
         return Scenario("just-failed", "a placeholder that failed seconds ago (inside the margin)", "skipped",
-                        "recent_owner_change", vm, owner.provider_ref)
+                        "recent_owner_change", vm, owner.provider_ref, later=("orphan", "owner_deleted"))
 
 
 def running_instances(ec2: Any) -> dict[str, str]:

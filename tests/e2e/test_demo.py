@@ -114,3 +114,24 @@ def test_progress_goes_to_stderr_and_the_demo_cleans_up(demo):
     assert data_dir, demo.stderr
     assert not Path(data_dir[1]).exists()
     assert "stopping moto" in demo.stderr
+
+
+def test_the_self_check_catches_wrong_verdicts_missing_and_unexpected_groups(capsys):
+    from orphan_cleanup.demo import _show_cycle
+    from orphan_cleanup.demo_platform import Scenario
+
+    plan = [Scenario("gave-up", "", "orphan", "owner_terminated", "i-1", "aaaaaaaaaaaa"),
+            Scenario("tracked", "", "tracked", "tracked", "i-2", "bbbbbbbbbbbb")]
+    report = {"outcome": "clean", "failures": [], "groups": [
+        {"provider_ref": "aaaaaaaaaaaa", "primary_id": "i-1", "verdict": "orphan", "reason": "owner_terminated",
+         "action": "reported"},
+        {"provider_ref": "cccccccccccc", "primary_id": "i-3", "verdict": "ignored", "reason": "no_record",
+         "action": "none"}]}
+
+    problems = _show_cycle(report, plan, "delete", expected_outcome="unsettled")
+
+    assert len(problems) == 4, problems
+    assert any("gave-up came out orphan owner_terminated reported" in p for p in problems)
+    assert any("tracked (i-2) was not listed" in p for p in problems)
+    assert any("unexpected group cccccccccccc/i-3" in p for p in problems)
+    assert any("outcome clean, expected unsettled" in p for p in problems)
