@@ -12,7 +12,7 @@ import logging
 import re
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from orphan_cleanup.errors import ConfigError, DatabaseError, OrphanCleanupError
 
@@ -77,9 +77,9 @@ as expected, 1 otherwise."""
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # argparse exits 2 already; keep it one line
-        self.print_usage(sys.stderr)
-        raise SystemExit(f"orphan-cleanup: error: {message}")
+    def error(self, message: str) -> NoReturn:
+        # Exit 2 (C3: bad input) with one line; SystemExit(str) would exit 1.
+        self.exit(EXIT_BAD_INPUT, f"orphan-cleanup: error: {message} (see `{self.prog} --help`)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:

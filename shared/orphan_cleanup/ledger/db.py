@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 import pg8000.native
 from pg8000.exceptions import DatabaseError as PgDatabaseError
@@ -40,10 +40,14 @@ class ConnInfo:
                         self.unix_sock, self.sslmode, self.options)
 
     def url(self) -> str:
-        auth = self.user + (f":{self.password}" if self.password else "")
+        # Percent-encode: a password with '/', '#', '?' or '@' must survive parse_database_url.
+        auth = quote(self.user, safe="") + (f":{quote(self.password, safe='')}" if self.password else "")
+        database = quote(self.database, safe="")
         if self.unix_sock:
-            return f"postgresql://{auth}@/{self.database}?host={Path(self.unix_sock).parent}&port={self.port}"
-        return f"postgresql://{auth}@{self.host}:{self.port}/{self.database}?sslmode={self.sslmode}"
+            socket_dir = quote(str(Path(self.unix_sock).parent), safe="")
+            return f"postgresql://{auth}@/{database}?host={socket_dir}&port={self.port}"
+        host = f"[{self.host}]" if self.host and ":" in self.host else self.host
+        return f"postgresql://{auth}@{host}:{self.port}/{database}?sslmode={self.sslmode}"
 
 
 def parse_database_url(url: str) -> ConnInfo:
@@ -61,7 +65,10 @@ def parse_database_url(url: str) -> ConnInfo:
         raise ConfigError(f"DATABASE_URL sslmode {sslmode!r} is not one of {sorted(SSL_MODES)}")
     host = parts.hostname
     socket_dir = query.pop("host", None)
-    port = int(query.pop("port", port or 5432))
+    try:
+        port = int(query.pop("port", port or 5432))
+    except ValueError as e:
+        raise ConfigError(f"DATABASE_URL port is not a number: {e}") from e
     unix_sock = None
     if socket_dir and socket_dir.startswith("/"):
         unix_sock = f"{socket_dir}/.s.PGSQL.{port}"
@@ -82,8 +89,10 @@ def parse_database_url(url: str) -> ConnInfo:
 
 
 def _ssl_context(mode: str) -> ssl.SSLContext | bool | None:
-    if mode in ("disable", "allow", "prefer"):
-        # pg8000 has no opportunistic TLS: "prefer"/"allow" connect in clear text.
+    # pg8000: False = no TLS; None = try TLS unverified, fall back to clear text.
+    if mode == "disable":
+        return False
+    if mode in ("allow", "prefer"):
         return None
     ctx = ssl.create_default_context()
     if mode == "require":
@@ -100,7 +109,8 @@ def connect(info: ConnInfo, *, timeout: float = 10.0, application_name: str = "o
     kwargs: dict[str, Any] = dict(user=info.user, password=info.password, database=info.database,
                                   timeout=timeout, application_name=application_name)
     if info.unix_sock:
-        kwargs["unix_sock"] = info.unix_sock
+        # No TLS on a local socket (as libpq); None would also build a CA-loaded context per connection.
+        kwargs.update(unix_sock=info.unix_sock, ssl_context=False)
     else:
         kwargs.update(host=info.host, port=info.port, ssl_context=_ssl_context(info.sslmode))
     try:

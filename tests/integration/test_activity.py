@@ -1,0 +1,158 @@
+"""STEP 1's activity query (DESIGN §5 rule 9): every ledger change that may
+concern a backend is visible after T, and nothing else is.
+
+The query is scoped by time, so the tests of this module share one migrated
+database: each builds its own backends and owners and takes its own T.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from orphan_cleanup.ledger.client import LedgerClient
+from orphan_cleanup.ledger.queries import activity_since
+from orphan_cleanup.models import OwnerStatus
+from tests.support.ledger_helpers import T0, add_backend, add_instance, add_ref, db_now
+from tests.support.pg import fresh_database
+
+
+@pytest.fixture(scope="module")
+def shared_db(pg_server, pg_template):
+    return fresh_database(pg_server, pg_template)
+
+
+@pytest.fixture
+def L(shared_db):
+    """Backends A and B; an instance on each; a pending owner with no backend yet;
+    a ref issued for an instance row not written yet. Then T, the moment after."""
+    db, n = shared_db, uuid.uuid4().hex[:8]
+    ids = dict(a=f"A-{n}", b=f"B-{n}", on_a=f"on-a-{n}", on_b=f"on-b-{n}", pending=f"pending-{n}",
+               late=f"late-{n}", cycle=f"cycle-{n}")
+    add_backend(db, ids["a"])
+    add_backend(db, ids["b"])
+    add_instance(db, instance_id=ids["on_a"], backend_id=ids["a"], primary_id="i-a", region="us-east-1",
+                 created_at=T0, provisioned_at=T0)
+    add_instance(db, instance_id=ids["on_b"], backend_id=ids["b"], primary_id="i-b", region="us-east-1",
+                 created_at=T0, provisioned_at=T0)
+    client = LedgerClient(db)
+    client.issue_ref(owner_id=ids["pending"])
+    spare_ref = add_ref(db, owner_id=ids["late"])
+    t = db_now(db)
+    # a test whose "nothing happened" baseline is already true proves nothing
+    assert not active(db, ids["a"], t) and not active(db, ids["b"], t)
+    return dict(db=db, client=client, t=t, spare_ref=spare_ref, **ids)
+
+
+def active(db, backend_id, t) -> bool:
+    with db.connection() as conn:
+        return activity_since(conn, backend_id, t)
+
+
+def sql(L, statement, **params):
+    with L["db"].connection() as conn:
+        conn.run(statement, **params)
+
+
+COUNTS_FOR_B = {
+    "new ref (issue_ref)": lambda L: L["client"].issue_ref(),
+    "new ref without an owner row (plain SQL)": lambda L: add_ref(L["db"]),
+    "ref row updated": lambda L: sql(L, "UPDATE provider_refs SET owner_name = 'x' WHERE owner_id = :i", i=L["on_a"]),
+    "instance insert on B (ref issued earlier)": lambda L: sql(
+        L, "INSERT INTO instances (id, provider_ref, status, backend_id) VALUES (:i, :r, 'idle', :b)",
+        i=L["late"], r=L["spare_ref"], b=L["b"]),
+    "instance insert without a backend (ref issued earlier)": lambda L: sql(
+        L, "INSERT INTO instances (id, provider_ref) VALUES (:i, :r)", i=L["late"], r=L["spare_ref"]),
+    "status update via the client": lambda L: L["client"].set_status(L["on_b"], OwnerStatus.BUSY),
+    "status update via plain SQL": lambda L: sql(L, "UPDATE instances SET status = 'busy' WHERE id = :i",
+                                                 i=L["on_b"]),
+    "terminated": lambda L: L["client"].mark_terminated(L["on_b"]),
+    "provisioning update onto B": lambda L: L["client"].mark_provisioning(
+        L["pending"], backend_id=L["b"], primary_id="i-new", region="us-east-1"),
+    "update of an owner with no backend yet": lambda L: sql(
+        L, "UPDATE instances SET name = 'n' WHERE id = :i", i=L["pending"]),
+    "soft delete": lambda L: L["client"].soft_delete(L["on_b"]),
+    "hard delete via the client": lambda L: L["client"].hard_delete(L["on_b"]),
+    "hard delete via plain SQL": lambda L: sql(L, "DELETE FROM instances WHERE id = :i", i=L["on_b"]),
+    "hard delete of a placeholder with no backend": lambda L: L["client"].hard_delete(L["pending"]),
+    "instance moved from A to B": lambda L: sql(L, "UPDATE instances SET backend_id = :b WHERE id = :i",
+                                                b=L["b"], i=L["on_a"]),
+    "instance moved from B to A": lambda L: sql(L, "UPDATE instances SET backend_id = :a WHERE id = :i",
+                                                a=L["a"], i=L["on_b"]),
+    "instances truncated": lambda L: sql(L, "TRUNCATE instances"),
+}
+
+
+@pytest.mark.parametrize("change", COUNTS_FOR_B.values(), ids=COUNTS_FOR_B.keys())
+def test_ledger_change_is_activity_for_b(L, change):
+    # when the ledger changes after T
+    change(L)
+    # then STEP 1 sees activity for B
+    assert active(L["db"], L["b"], L["t"])
+
+
+def test_activity_is_only_after_t(L):
+    # given a change after T
+    L["client"].set_status(L["on_b"], OwnerStatus.BUSY)
+    after = db_now(L["db"])
+    # then it is activity since T but not since a moment after it
+    assert active(L["db"], L["b"], L["t"])
+    assert not active(L["db"], L["b"], after)
+
+
+ONLY_FOR_A = {
+    "status update of A's instance": lambda L: L["client"].set_status(L["on_a"], OwnerStatus.BUSY),
+    "A's instance terminated": lambda L: L["client"].mark_terminated(L["on_a"]),
+    "A's instance soft-deleted": lambda L: L["client"].soft_delete(L["on_a"]),
+    "A's instance hard-deleted": lambda L: sql(L, "DELETE FROM instances WHERE id = :i", i=L["on_a"]),
+    "A's instance re-provisioned on A": lambda L: L["client"].mark_provisioning(
+        L["on_a"], backend_id=L["a"], primary_id="i-a2", region="us-east-1"),
+    "instance insert on A (ref issued earlier)": lambda L: sql(
+        L, "INSERT INTO instances (id, provider_ref, status, backend_id) VALUES (:i, :r, 'idle', :a)",
+        i=L["late"], r=L["spare_ref"], a=L["a"]),
+}
+
+
+@pytest.mark.parametrize("change", ONLY_FOR_A.values(), ids=ONLY_FOR_A.keys())
+def test_change_to_a_is_not_activity_for_b(L, change):
+    change(L)
+    assert active(L["db"], L["a"], L["t"])
+    assert not active(L["db"], L["b"], L["t"])
+
+
+def product_writes(L):
+    """The product's own bookkeeping: none of it is ledger activity."""
+    b, c = L["b"], L["cycle"]
+    ref = "abcdef123456"
+    sql(L, "INSERT INTO cleanup (backend_id) VALUES (:b)", b=b)
+    sql(L, "UPDATE cleanup SET clean_at = now(), fence = fence + 1 WHERE backend_id = :b", b=b)
+    sql(L, "INSERT INTO cycles (id, backend_id, fence, mode, deadline) VALUES (:c, :b, 1, 'report', now())",
+        c=c, b=b)
+    sql(L, "INSERT INTO cycle_batches (cycle_id, seq) VALUES (:c, 0)", c=c)
+    sql(L, "INSERT INTO cycle_groups (cycle_id, group_key, provider_ref, region, resources, verdict, reason)"
+           " VALUES (:c, 'k', :r, 'us-east-1', '[]', 'orphan', 'owner_deleted')", c=c, r=ref)
+    sql(L, "INSERT INTO orphans (backend_id, group_key, provider_ref, region, resources, reason)"
+           " VALUES (:b, 'k', :r, 'us-east-1', '[]', 'owner_deleted')", b=b, r=ref)
+    sql(L, "INSERT INTO orphan_resources (backend_id, provider_ref, resource_id) VALUES (:b, :r, 'v')", b=b, r=ref)
+    sql(L, "INSERT INTO delete_requests (cycle_id, group_key) VALUES (:c, 'k')", c=c)
+    sql(L, "INSERT INTO delete_gates (backend_id, provider_ref, holder, expires_at) VALUES (:b, :r, 'h', now())",
+        b=b, r=ref)
+    sql(L, "INSERT INTO events (backend_id, kind, message) VALUES (:b, 'orphan_reported', 'm')", b=b)
+    sql(L, "UPDATE orphans SET state = 'deleted' WHERE backend_id = :b", b=b)
+    sql(L, "DELETE FROM events WHERE backend_id = :b", b=b)
+
+
+NOT_ACTIVITY = {
+    "nothing": lambda L: None,
+    "a new backend": lambda L: add_backend(L["db"], f"C-{L['b']}"),
+    "a backend's settings changed": lambda L: sql(L, "UPDATE backends SET mode = 'delete' WHERE id = :b", b=L["b"]),
+    "the product's own tables": product_writes,
+}
+
+
+@pytest.mark.parametrize("change", NOT_ACTIVITY.values(), ids=NOT_ACTIVITY.keys())
+def test_not_ledger_activity(L, change):
+    change(L)
+    assert not active(L["db"], L["a"], L["t"])
+    assert not active(L["db"], L["b"], L["t"])
