@@ -17,11 +17,16 @@ from orphan_cleanup.ledger.queries import list_backends
 from orphan_cleanup.output import human_time, print_table, verdict_style
 
 
+SECRET_SETTINGS = {"credentials_json"}
+
+
 def dispatch(args: argparse.Namespace) -> int:
     if args.command == "demo":
         from orphan_cleanup.demo import run_demo
 
         return run_demo()
+    if args.command == "backend" and args.action == "add":
+        validate_backend(args)  # bad input is reported before any database is started
     settings = bootstrap.load_settings()
     db = bootstrap.open_database(settings, run_migrations=args.command != "migrate")
     if args.command == "migrate":
@@ -60,7 +65,8 @@ def backend_list(db: Database, args: argparse.Namespace) -> int:
     with db.connection() as conn:
         backends = list_backends(conn)
     if args.json:
-        print(json.dumps([b.model_dump(mode="json") for b in backends], indent=2))
+        print(json.dumps([b.model_dump(mode="json", exclude={"settings": SECRET_SETTINGS}) for b in backends],
+                         indent=2))
         return EXIT_OK
     print_table(["backend", "provider", "account", "regions", "mode"],
                 [[b.id, b.provider, b.account, ",".join(b.regions), b.mode or "(global)"] for b in backends])

@@ -135,6 +135,10 @@ class Pipeline:
                 stuck_after=timedelta(seconds=self.settings.stuck_pending_seconds))
             payload, to_report, errors, counts = build_payload(batch, records, ctx)
             result = cycles.apply_batch(conn, payload)
+        if result["status"] == "duplicate":
+            # The first delivery may have crashed after its apply committed and before
+            # completing the listing: completing is fenced and idempotent, so retry it.
+            self._complete_listing(batch.cycle_id, backend, limits, batch.mode)
         if result["status"] != "applied":
             return {"status": result["status"], "verdicts": {}}
         for row in to_report:

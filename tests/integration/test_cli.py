@@ -202,8 +202,6 @@ def test_bad_database_url_is_bad_input(url, monkeypatch, capsys):
     assert "DATABASE_URL" in one_error_line(err)
 
 
-@pytest.mark.xfail(strict=True, reason="library bug: orphans rows are never closed when their group is no longer "
-                                       "listed, so status open_orphans counts vanished orphans forever")
 def test_an_orphan_no_longer_listed_is_not_open(cli, db):
     # given an orphan reported by one cycle
     assert cli(*ADD_AWS)[0] == 0

@@ -245,3 +245,48 @@ def test_listing_crash_fails_cycle_and_backs_off(db, cloud, platform):
     with db.connection() as conn:
         row = conn.run("SELECT last_outcome, retry_delay_seconds, clean_at, lease_owner FROM cleanup")[0]
     assert row[0] == "failed" and row[1] > 0 and row[2] is None and row[3] is None
+
+
+def test_redelivered_last_batch_completes_a_cycle_whose_first_delivery_crashed(db, cloud, platform):
+    platform.terminated_leak()
+    pipeline = make_pipeline(db, cloud)
+    started = pipeline.run_lister("mem", mode="report", manual=True)
+    (body,) = list(pipeline.listing_queue.items)
+    batch = ListingBatch.model_validate_json(body)
+    # given the first delivery's apply committed but the function died before completing
+    from orphan_cleanup.ledger import cycles
+    from orphan_cleanup.pipeline import build_payload, limits_for
+    with db.connection() as conn:
+        from orphan_cleanup.ledger.queries import get_backend, load_records
+        from orphan_cleanup import classify
+        backend = get_backend(conn, "mem")
+        ctx = classify.ClassifyContext(backend_id="mem", listed_at=batch.listed_at,
+                                       margin=timedelta(seconds=300), protect_key="orphan-cleanup-protect")
+        payload = build_payload(batch, load_records(conn, "mem", batch.groups), ctx)[0]
+        assert cycles.apply_batch(conn, payload)["status"] == "applied"
+    assert cycle_report(db, started["cycle_id"])["outcome"] == "unsettled"  # not finished yet
+
+    # when the batch is redelivered
+    assert pipeline.handle_batch(batch)["status"] == "duplicate"
+
+    # then the cycle finishes, once
+    assert cycle_report(db, started["cycle_id"])["outcome"] == "clean"
+    assert limits_for(pipeline.settings, backend).margin_seconds == 300
+
+
+def test_vanished_orphans_close_except_in_failed_regions(db, cloud, platform):
+    _, _, a = platform.terminated_leak(region="r1")
+    _, _, b = platform.terminated_leak(region="r2")
+    pipeline = make_pipeline(db, cloud)
+    run_cycle(pipeline, "mem", mode="report")
+    for rid in (a, b):  # someone removed both by hand
+        for r in cloud.resources.values():
+            if r.id == rid or r.attached_to == rid:
+                r.state = r.state.TERMINATED
+    cloud.failing_regions.add("r2")
+
+    run_cycle(pipeline, "mem", mode="report")
+
+    with db.connection() as conn:
+        states = dict(conn.run("SELECT region, state FROM orphans"))
+    assert states == {"r1": "gone", "r2": "open"}

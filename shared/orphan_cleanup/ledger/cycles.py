@@ -175,6 +175,7 @@ def finish(conn: pg8000.native.Connection, c: dict[str, Any], limits: Limits,
         interval_seconds=limits.interval_seconds, margin_seconds=limits.margin_seconds,
         max_backoff_seconds=limits.max_backoff_seconds)
     conn.run("UPDATE cycles SET outcome = :o, finished_at = :n WHERE id = :c", o=result.value, n=now, c=c["id"])
+    _close_vanished_orphans(conn, c)
     conn.run(
         "UPDATE cleanup SET clean_at = :ca, clean_mode = CASE WHEN :o = 'clean' THEN :m ELSE clean_mode END,"
         " last_processed_at = :n, next_due_at = :due, retry_delay_seconds = :d, last_outcome = :o,"
@@ -182,6 +183,20 @@ def finish(conn: pg8000.native.Connection, c: dict[str, Any], limits: Limits,
         ca=sched.clean_at, o=result.value, m=c["mode"], n=now, due=sched.next_due_at,
         d=sched.retry_delay_seconds, e=c.get("error"), b=c["backend_id"])
     return result
+
+
+def _close_vanished_orphans(conn: pg8000.native.Connection, c: dict[str, Any]) -> None:
+    """Orphan rows this complete listing did not see again are closed ('gone'),
+    except in regions (or their zones) whose listing failed: those may still exist."""
+    if c["failed"] or c["expected_batches"] is None or c["applied_batches"] < c["expected_batches"]:
+        return
+    failures = c["failures"] if isinstance(c["failures"], list) else json.loads(c["failures"] or "[]")
+    conn.run(
+        "UPDATE orphans o SET state = 'gone' WHERE o.backend_id = :b AND o.last_cycle_id IS DISTINCT FROM :c"
+        " AND o.state IN ('open', 'deleting', 'delete_failed', 'protected')"
+        " AND NOT EXISTS (SELECT 1 FROM unnest(CAST(:f AS text[])) AS f(region)"
+        "                 WHERE o.region = f.region OR o.region LIKE f.region || '-%')",
+        b=c["backend_id"], c=c["id"], f=[f["region"] for f in failures])
 
 
 def fail_cycle(db: Database, cycle_id: str, error: str, limits: Limits) -> Outcome | None:

@@ -25,7 +25,8 @@ def dispatch_deletes(db: Database, cycle_id: str, limits: Limits) -> Dispatch:
     Finishes the cycle when there is nothing to delete. Idempotent."""
     with db.transaction() as conn:
         c = lock_cycle(conn, cycle_id)
-        if c["dispatched"]:
+        listing_done = c["expected_batches"] is not None and c["applied_batches"] >= c["expected_batches"]
+        if c["dispatched"] or not listing_done:
             return Dispatch([], None, None)
         rows = conn.run("SELECT provider_ref, region, primary_id, resources FROM cycle_groups"
                         " WHERE cycle_id = :c AND verdict = 'orphan' ORDER BY group_key", c=cycle_id)
