@@ -135,8 +135,8 @@ def test_no_activity_after_a_clean_cycle_only_marks_processed(ledger):
     clean_cycle(ledger, groups=[group(make_ref(), "i-x")])
     before = cleanup_row(ledger, B)
     n_cycles = count_rows(ledger, "cycles")
-    # when the schedule fires
-    now = db_now(ledger) + timedelta(minutes=1)
+    # when the schedule fires, an interval later
+    now = _after(ledger, 1)
     started = start_cycle(ledger, B, "report", LIM, manual=False, now=now)
     # then nothing starts and only the processing times move
     assert (started.cycle, started.reason) == (None, "no_activity")
@@ -147,6 +147,11 @@ def test_no_activity_after_a_clean_cycle_only_marks_processed(ledger):
         del after[column], before[column]
     assert after == before
     assert count_rows(ledger, "cycles") == n_cycles
+
+
+def _after(db, intervals):
+    """A time past ``intervals`` cleanup intervals: scheduled runs are due again."""
+    return db_now(db) + intervals * timedelta(seconds=LIM.interval_seconds + 1)
 
 
 def _sql(db, statement):
@@ -174,24 +179,24 @@ def test_ledger_activity_after_a_clean_cycle_starts_a_scheduled_run(ledger, chan
     # given a clean cycle (and a ref whose owner row is not written yet)
     add_ref(ledger, owner_id="spare", issued_at=T0)
     clean_cycle(ledger)
-    assert start_cycle(ledger, B, "report", LIM, manual=False).reason == "no_activity"
+    assert start_cycle(ledger, B, "report", LIM, manual=False, now=_after(ledger, 1)).reason == "no_activity"
     # when the ledger changes
     change(ledger)
     # then the next scheduled run lists
-    started = start_cycle(ledger, B, "report", LIM, manual=False)
+    started = start_cycle(ledger, B, "report", LIM, manual=False, now=_after(ledger, 3))
     assert started.reason == "activity" and started.cycle is not None
 
 
 def test_mode_change_starts_a_scheduled_run(ledger):
     clean_cycle(ledger, mode="report")
-    started = start_cycle(ledger, B, "delete", LIM, manual=False)
+    started = start_cycle(ledger, B, "delete", LIM, manual=False, now=_after(ledger, 1))
     assert started.reason == "mode_changed" and started.cycle is not None
     assert cycle_row(ledger, started.cycle.id)["mode"] == "delete"
 
 
 def test_manual_run_always_starts(ledger):
     first, _ = clean_cycle(ledger)
-    assert start_cycle(ledger, B, "report", LIM, manual=False).reason == "no_activity"
+    assert start_cycle(ledger, B, "report", LIM, manual=False, now=_after(ledger, 1)).reason == "no_activity"
     started = start_cycle(ledger, B, "report", LIM, manual=True)
     assert started.reason == "manual"
     assert started.cycle.fence == first.fence + 1

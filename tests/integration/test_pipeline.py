@@ -290,3 +290,39 @@ def test_vanished_orphans_close_except_in_failed_regions(db, cloud, platform):
     with db.connection() as conn:
         states = dict(conn.run("SELECT region, state FROM orphans"))
     assert states == {"r1": "gone", "r2": "open"}
+
+
+def test_scheduled_runs_respect_the_interval_and_the_backoff(db, cloud, platform):
+    platform.terminated_leak()
+    pipeline = make_pipeline(db, cloud)
+    now = pipeline.clock()
+    first = pipeline.run_lister("mem", mode="report")  # scheduled: never cleaned, so it lists
+    drain(pipeline)
+    assert first["started"] and cycle_report(db, first["cycle_id"])["outcome"] == "clean"
+    platform.tracked()  # activity, but the interval has not passed
+
+    assert pipeline.run_lister("mem", mode="report")["reason"] == "not_due"
+
+    pipeline.clock = lambda: now + timedelta(seconds=901)
+    assert pipeline.run_lister("mem", mode="report")["reason"] == "activity"
+
+
+def test_failed_backend_waits_out_its_backoff(db, cloud, platform):
+    platform.terminated_leak()
+    pipeline = make_pipeline(db, cloud)
+    now = pipeline.clock()
+
+    def broken(_backend):
+        raise RuntimeError("boom")
+
+    good = pipeline.provider_for
+    pipeline.provider_for = broken
+    with pytest.raises(RuntimeError):
+        pipeline.run_lister("mem", mode="report")
+    pipeline.provider_for = good
+    with db.connection() as conn:
+        (delay,) = conn.run("SELECT retry_delay_seconds FROM cleanup")[0]
+    pipeline.clock = lambda: now + timedelta(seconds=delay * 0.5)
+    assert pipeline.run_lister("mem", mode="report")["reason"] == "not_due"
+    pipeline.clock = lambda: now + timedelta(seconds=delay * 1.3)
+    assert pipeline.run_lister("mem", mode="report")["started"]

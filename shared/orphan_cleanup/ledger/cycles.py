@@ -66,6 +66,13 @@ def due_backends(db: Database, now: datetime) -> list[str]:
     return [r[0] for r in rows]
 
 
+def due_tolerance(limits: Limits) -> timedelta:
+    """A schedule firing every interval lands a little before ``next_due_at``
+    (which counts from the end of the last cycle): accept that much early.
+    A backoff after a failure is waited out exactly."""
+    return timedelta(seconds=min(60, limits.interval_seconds // 10))
+
+
 def start_cycle(db: Database, backend_id: str, mode: str, limits: Limits, *, manual: bool,
                 now: datetime | None = None) -> StartResult:
     """STEP 1 and the lease. A live lease makes this a no-op ("busy"); an expired
@@ -75,13 +82,16 @@ def start_cycle(db: Database, backend_id: str, mode: str, limits: Limits, *, man
     with db.transaction() as conn:
         conn.run("INSERT INTO cleanup (backend_id) VALUES (:b) ON CONFLICT DO NOTHING", b=backend_id)
         row = conn.run(
-            "SELECT clean_at, clean_mode, lease_owner, lease_expires_at, fence, retry_delay_seconds"
+            "SELECT clean_at, clean_mode, lease_owner, lease_expires_at, fence, retry_delay_seconds, next_due_at"
             " FROM cleanup WHERE backend_id = :b FOR UPDATE", b=backend_id)[0]
-        clean_at, clean_mode, lease_owner, lease_expires, fence, delay = row
+        clean_at, clean_mode, lease_owner, lease_expires, fence, delay, next_due = row
         if lease_owner is not None:
             if lease_expires is not None and lease_expires > now:
                 return StartResult(None, "busy")
             _expire_cycle(conn, backend_id, lease_owner, now, delay, limits)
+        elif not manual and next_due is not None and next_due > now + (timedelta(0) if delay else due_tolerance(limits)):
+            # At most once per interval; a failed backend waits out its backoff.
+            return StartResult(None, "not_due")
         if not manual:
             active = clean_at is not None and activity_since(conn, backend_id, clean_at)
             go, reason = classify.may_have_new_orphans(
