@@ -5,6 +5,7 @@ applies STEP 7 inside its fenced transaction."""
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -86,7 +87,7 @@ class Pipeline:
             return {"backend": backend_id, "started": True, "cycle_id": cycle.id, "reason": "lease_lost"}
         except Exception as exc:  # the listing raised: the cycle fails (STEP 7), never orphans
             self.reporter.error("listing failed", backend=backend_id, cycle_id=cycle.id, error=describe_error(exc))
-            cycles.fail_cycle(self.db, cycle.id, f"listing failed: {describe_error(exc)}", limits)
+            cycles.fail_cycle(self.db, cycle.id, f"listing failed: {describe_error(exc)}", limits, self.clock())
             if not isinstance(exc, (OrphanCleanupError, DatabaseError)):
                 raise
             return {"backend": backend_id, "started": True, "cycle_id": cycle.id, "reason": "listing_failed"}
@@ -151,10 +152,10 @@ class Pipeline:
 
     def _complete_listing(self, cycle_id: str, backend: Backend, limits: cycles.Limits, mode: str) -> None:
         if mode != "delete":
-            cycles.finish_if_complete(self.db, cycle_id, limits)
+            cycles.finish_if_complete(self.db, cycle_id, limits, self.clock())
             return
         try:
-            dispatch = deletes.dispatch_deletes(self.db, cycle_id, limits)
+            dispatch = deletes.dispatch_deletes(self.db, cycle_id, limits, self.clock())
         except LeaseLost:
             return
         if dispatch.blocked:
@@ -176,12 +177,15 @@ class Pipeline:
         except LeaseLost:
             return "fenced"
         if why_not == "region_tripped":
-            deletes.record_delete(self.db, request.cycle_id, group, limits, skipped_reason="region_tripped",
+            deletes.record_delete(self.db, request.cycle_id, group, limits, now=self.clock(),
+                                  skipped_reason="region_tripped",
                                   trip_region=True)
             return why_not
         if why_not is not None:
             return why_not
-        holder = holder or f"{request.cycle_id}:{group.key}"
+        # One holder per delivery: a redelivered request (an SQS duplicate, or a visibility
+        # timeout while this call is still running) must wait for the gate, not share it.
+        holder = holder or f"{request.cycle_id}:{group.key}:{uuid.uuid4().hex[:12]}"
         if not deletes.acquire_gate(self.db, backend.id, group.provider_ref, holder, deletes.gate_ttl(limits)):
             raise GateBusy(f"delete gate of {group.provider_ref} is held")
         try:
@@ -204,24 +208,34 @@ class Pipeline:
 
     def _record(self, request: DeleteRequest, group: ResourceGroup, limits: cycles.Limits, **kw: Any) -> None:
         try:
-            deletes.record_delete(self.db, request.cycle_id, group, limits, **kw)
+            deletes.record_delete(self.db, request.cycle_id, group, limits, now=self.clock(), **kw)
         except LeaseLost:
             log.warning("cycle %s lost its lease: delete result of %s not recorded", request.cycle_id, group.key)
 
 
+# Verdicts whose groups are written to cycle_groups even when record_all is off.
+_RECORDED = frozenset({VerdictKind.ORPHAN, VerdictKind.PROTECTED, VerdictKind.SKIPPED})
+
+
 def build_payload(batch: ListingBatch, records: dict, ctx: classify.ClassifyContext) -> tuple[
         dict[str, Any], list[dict[str, Any]], list[tuple[str, dict[str, Any]]], dict[str, int]]:
-    """Classify a batch and shape what the fenced apply writes. Pure."""
+    """Classify a batch and shape what the fenced apply writes. Pure.
+
+    Most groups of a healthy account are tracked: unless the cycle records
+    every group, a group that is neither written nor logged is only counted
+    (building its row, resources dumped to JSON, was most of this function's
+    time; see bench/classifier.py)."""
     rows, orphans, orphan_res, events, to_report, errors = [], [], [], [], [], []
-    counts: dict[str, int] = {}
-    skipped = False
+    by_kind: dict[VerdictKind, int] = {}
     report = batch.mode != "delete"
+    record_all = batch.record_all
     for group in batch.groups:
         record = records.get(group.provider_ref)
         verdict = classify.classify(group, record, ctx)
         kind = verdict.kind
-        counts[kind.value] = counts.get(kind.value, 0) + 1
-        skipped = skipped or kind is VerdictKind.SKIPPED
+        by_kind[kind] = by_kind.get(kind, 0) + 1
+        if not (record_all or kind in _RECORDED or verdict.log_error):
+            continue
         if kind is VerdictKind.ORPHAN:
             action = Action.REPORTED if report else Action.NONE
         elif kind is VerdictKind.PROTECTED:
@@ -235,7 +249,7 @@ def build_payload(batch: ListingBatch, records: dict, ctx: classify.ClassifyCont
                "owner_name": record.owner_name if record else None}
         if verdict.log_error:
             errors.append((verdict.log_error, row))
-        if batch.record_all or kind in (VerdictKind.ORPHAN, VerdictKind.PROTECTED, VerdictKind.SKIPPED):
+        if record_all or kind in _RECORDED:
             rows.append(row)
         if kind in (VerdictKind.ORPHAN, VerdictKind.PROTECTED):
             state = "open" if kind is VerdictKind.ORPHAN else "protected"
@@ -249,6 +263,8 @@ def build_payload(batch: ListingBatch, records: dict, ctx: classify.ClassifyCont
                            "owner_type": record.owner_type if record else None,
                            "owner_id": row["owner_id"], "owner_name": row["owner_name"],
                            "details": {"resources": [r.id for r in group.resources], "reason": verdict.reason}})
+    counts = {kind.value: n for kind, n in by_kind.items()}
+    skipped = VerdictKind.SKIPPED in by_kind
     payload = {"cycle_id": batch.cycle_id, "seq": batch.seq, "last": batch.last, "batch_count": batch.batch_count,
                "failures": [f.model_dump() for f in batch.failures], "groups": len(batch.groups),
                "skipped": skipped, "rows": rows, "orphans": orphans, "orphan_resources": orphan_res,

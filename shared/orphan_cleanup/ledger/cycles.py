@@ -209,25 +209,27 @@ def _close_vanished_orphans(conn: pg8000.native.Connection, c: dict[str, Any]) -
         b=c["backend_id"], c=c["id"], f=[f["region"] for f in failures])
 
 
-def fail_cycle(db: Database, cycle_id: str, error: str, limits: Limits) -> Outcome | None:
+def fail_cycle(db: Database, cycle_id: str, error: str, limits: Limits,
+               now: datetime | None = None) -> Outcome | None:
     """The listing raised: the cycle fails now (STEP 7 failed). ``None`` if it was fenced."""
     try:
         with db.transaction() as conn:
             c = lock_cycle(conn, cycle_id)
             conn.run("UPDATE cycles SET failed = true, error = :e WHERE id = :c", e=error[:2000], c=cycle_id)
             c.update(failed=True, error=error[:2000])
-            return finish(conn, c, limits)
+            return finish(conn, c, limits, now)
     except LeaseLost:
         return None
 
 
-def finish_if_complete(db: Database, cycle_id: str, limits: Limits) -> Outcome | None:
+def finish_if_complete(db: Database, cycle_id: str, limits: Limits,
+                       now: datetime | None = None) -> Outcome | None:
     """Finish a report-mode cycle whose batches are all in. Fenced; at most once."""
     try:
         with db.transaction() as conn:
             c = lock_cycle(conn, cycle_id)
             if not is_complete(c):
                 return None
-            return finish(conn, c, limits)
+            return finish(conn, c, limits, now)
     except LeaseLost:
         return None

@@ -4,6 +4,7 @@ and fenced recording of each deletion's result."""
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from dataclasses import dataclass
 
 from orphan_cleanup import classify
@@ -19,7 +20,7 @@ class Dispatch:
     outcome: Outcome | None  # set when the cycle finished in this call
 
 
-def dispatch_deletes(db: Database, cycle_id: str, limits: Limits) -> Dispatch:
+def dispatch_deletes(db: Database, cycle_id: str, limits: Limits, now: datetime | None = None) -> Dispatch:
     """Once every batch is in: apply the blast-radius cap to the cycle's orphans
     and register one delete request per orphan group (or none, with the reason).
     Finishes the cycle when there is nothing to delete. Idempotent."""
@@ -52,7 +53,7 @@ def dispatch_deletes(db: Database, cycle_id: str, limits: Limits) -> Dispatch:
             return Dispatch(groups, None, None)
         conn.run("UPDATE cycles SET dispatched = true WHERE id = :c", c=cycle_id)
         c.update(dispatched=True, unsettled=c["unsettled"] or bool(blocked))
-        return Dispatch([], blocked, finish(conn, c, limits))
+        return Dispatch([], blocked, finish(conn, c, limits, now))
 
 
 def _group(row: list) -> ResourceGroup:
@@ -95,7 +96,8 @@ def release_gate(db: Database, backend_id: str, ref: str, holder: str) -> None:
 
 def record_delete(db: Database, cycle_id: str, group: ResourceGroup, limits: Limits, *,
                   result: DeleteResult | None = None, error: str | None = None,
-                  trip_region: bool = False, skipped_reason: str | None = None) -> Outcome | None:
+                  trip_region: bool = False, skipped_reason: str | None = None,
+                  now: datetime | None = None) -> Outcome | None:
     """Record one deletion's end (fenced, once per (cycle, group)); finishes the
     cycle when it was the last open piece. Returns the outcome if it finished."""
     if result is not None:
@@ -143,7 +145,7 @@ def record_delete(db: Database, cycle_id: str, group: ResourceGroup, limits: Lim
                  failed=c["failed"] or failed, tripped_regions=tripped,
                  error=c["error"] or (error if failed else None))
         if is_complete(c):
-            return finish(conn, c, limits)
+            return finish(conn, c, limits, now)
     return None
 
 
