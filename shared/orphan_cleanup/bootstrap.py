@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from pathlib import Path
 
 from orphan_cleanup.errors import ConfigError
@@ -37,10 +39,17 @@ def open_database(settings: Settings, *, run_migrations: bool = False) -> Databa
     return db
 
 
-def provider_factory(settings: Settings) -> ProviderFactory:
-    """Build the real adapter for a backend (imports the SDK only when needed)."""
+def provider_factory(settings: Settings, *, max_cached: int = 16) -> ProviderFactory:
+    """Build the real adapter for a backend (imports the SDK only when needed).
 
-    def build(backend: Backend) -> ResourceProvider:
+    One adapter per backend configuration is kept and reused: a warm function
+    handles many delete requests, and a fresh SDK session and client per
+    message costs ~0.3 s of model loading each. A changed backend row (regions,
+    settings) builds a new adapter."""
+    cache: OrderedDict[str, ResourceProvider] = OrderedDict()
+    lock = threading.Lock()
+
+    def create(backend: Backend) -> ResourceProvider:
         if backend.provider == "aws":
             from orphan_cleanup.providers.aws import build_aws_provider
 
@@ -49,5 +58,18 @@ def provider_factory(settings: Settings) -> ProviderFactory:
         from orphan_cleanup.providers.gcp import build_gcp_provider
 
         return build_gcp_provider(backend, endpoint=settings.gcp_endpoint, timeout=settings.provider_read_timeout)
+
+    def build(backend: Backend) -> ResourceProvider:
+        key = backend.model_dump_json()
+        with lock:
+            if key in cache:
+                cache.move_to_end(key)
+                return cache[key]
+        provider = create(backend)
+        with lock:
+            provider = cache.setdefault(key, provider)
+            while len(cache) > max_cached:
+                cache.popitem(last=False)
+        return provider
 
     return build

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics
@@ -37,6 +38,7 @@ def _sqs_queues(settings: Settings) -> tuple[SqsQueue, SqsQueue]:
     return SqsQueue(sqs, settings.listing_queue_url), SqsQueue(sqs, settings.delete_queue_url)
 
 
+@functools.cache  # one instance per process: it is part of the pipeline cache key
 def _integrations() -> tuple[Any, ...]:
     try:
         from sentry_sdk.integrations.aws_lambda import AwsLambdaIntegration

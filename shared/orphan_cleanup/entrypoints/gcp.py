@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import functools
 import json
 from typing import Any
 
@@ -28,6 +29,7 @@ def _pubsub_queues(settings: Settings) -> tuple[PubSubQueue, PubSubQueue]:
     return PubSubQueue(publisher, settings.listing_topic), PubSubQueue(publisher, settings.delete_topic)
 
 
+@functools.cache  # one instance per process: it is part of the pipeline cache key
 def _integrations() -> tuple[Any, ...]:
     try:
         from sentry_sdk.integrations.gcp import GcpIntegration
