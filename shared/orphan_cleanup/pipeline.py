@@ -189,6 +189,10 @@ class Pipeline:
         if not deletes.acquire_gate(self.db, backend.id, group.provider_ref, holder, deletes.gate_ttl(limits)):
             raise GateBusy(f"delete gate of {group.provider_ref} is held")
         try:
+            changed = self._owner_changed(request, backend, limits)
+            if changed is not None:
+                self._record(request, group, limits, skipped_reason=changed)
+                return "skipped"
             try:
                 result = self.provider_for(backend).delete_resource_group(group)
             except ProviderUnavailable as exc:
@@ -205,6 +209,24 @@ class Pipeline:
             return result.status.value
         finally:
             deletes.release_gate(self.db, backend.id, group.provider_ref, holder)
+
+    def _owner_changed(self, request: DeleteRequest, backend: Backend, limits: cycles.Limits) -> str | None:
+        """STEP 3-5 again, under the gate, right before acting. The batch was classified
+        a while ago (queue latency, redeliveries) and the owner may have moved on since:
+        pending or terminating again, or provisioned with this primary. Only a group that
+        is still an orphan against the current ledger is deleted; otherwise why not."""
+        group = request.group
+        with self.db.connection() as conn:
+            listed = conn.run("SELECT listed_at FROM cycles WHERE id = :c", c=request.cycle_id)
+            record = load_records(conn, backend.id, [group]).get(group.provider_ref)
+        if not listed or listed[0][0] is None:
+            return "cycle_unknown"
+        ctx = classify.ClassifyContext(
+            backend_id=backend.id, listed_at=listed[0][0], margin=timedelta(seconds=limits.margin_seconds),
+            protect_key=backend.settings.protect_tag_key,
+            stuck_after=timedelta(seconds=self.settings.stuck_pending_seconds))
+        verdict = classify.classify(group, record, ctx)
+        return None if verdict.kind is VerdictKind.ORPHAN else f"owner_changed:{verdict.reason}"
 
     def _record(self, request: DeleteRequest, group: ResourceGroup, limits: cycles.Limits, **kw: Any) -> None:
         try:

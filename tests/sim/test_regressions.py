@@ -1,0 +1,102 @@
+"""Regression tests for the library bugs the simulation found (tests/sim/README.md).
+
+Each is the smallest reproduction of a failing seed, on the real pipeline and
+Postgres, with the in-memory cloud behind the provider port.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from orphan_cleanup.ledger.db import Database
+from orphan_cleanup.models import DeleteRequest, DeleteResult, ListingBatch, OwnerStatus, ResourceGroup
+from orphan_cleanup.pipeline import GateBusy, Pipeline
+from orphan_cleanup.queues.memory import InProcessQueue
+from orphan_cleanup.settings import Settings
+from tests.support.memory_cloud import MemoryCloud, MemoryProvider
+from tests.support.platform import Platform, add_backend
+
+
+def _pipeline(db: Database, provider_for) -> Pipeline:  # type: ignore[no-untyped-def]
+    return Pipeline(settings=Settings(ORPHAN_CLEANUP_MARGIN_SECONDS=60), db=db, provider_for=provider_for,
+                    listing_queue=InProcessQueue(), delete_queue=InProcessQueue())
+
+
+def _classify_all(pipeline: Pipeline) -> list[DeleteRequest]:
+    pipeline.run_lister("mem", mode="delete", manual=True)
+    while (body := pipeline.listing_queue.pop()) is not None:
+        pipeline.handle_batch(ListingBatch.model_validate_json(body))
+    return [DeleteRequest.model_validate_json(b) for b in pipeline.delete_queue.items]
+
+
+def test_a_redelivered_delete_waits_for_the_running_one(db: Database) -> None:
+    """Seeds 4, 28, 32, 33 (G1): SQS redelivers a delete request while the first
+    delivery is still in its provider call (visibility timeout). Both deliveries
+    used the same gate holder (``cycle:group``), so the gate let the second one in
+    and two deletes of one ref ran at once (DESIGN §5 rule 4)."""
+    add_backend(db)
+    cloud = MemoryCloud()
+    platform = Platform(db, cloud)
+    platform.terminated_leak()
+    seen: list[str] = []
+
+    class SlowProvider(MemoryProvider):
+        def delete_resource_group(self, group: ResourceGroup) -> DeleteResult:
+            if not seen:  # the message becomes visible again and another deleter takes it
+                seen.append("nested")
+                with pytest.raises(GateBusy):
+                    pipeline.handle_delete(request)
+            return super().delete_resource_group(group)
+
+    pipeline = _pipeline(db, lambda b: SlowProvider(b, cloud))
+    [request] = _classify_all(pipeline)
+
+    assert pipeline.handle_delete(request) == "deleted"
+    assert seen == ["nested"]
+    assert pipeline.handle_delete(request) in ("fenced", "already_done")  # a later redelivery is a no-op
+
+
+@pytest.mark.parametrize("moved_on", [OwnerStatus.TERMINATING, OwnerStatus.PENDING])
+def test_an_owner_that_moved_on_after_classification_keeps_its_resources(db: Database,
+                                                                         moved_on: OwnerStatus) -> None:
+    """Seed 88 (S1): a leaked earlier attempt of a live owner (seed 002's race) is
+    classified an orphan (``primary_mismatch``); before the delete request runs, the
+    owner becomes terminating (or pending again). The deleter re-read the resource
+    but not the ledger, and deleted a resource of a terminating owner (DESIGN §5
+    rule 1, STEP 4: pending and terminating owners are skipped)."""
+    add_backend(db)
+    cloud = MemoryCloud()
+    platform = Platform(db, cloud)
+    ref, owner, tracked = platform.tracked()
+    long_ago = datetime.now(timezone.utc) - timedelta(hours=3)
+    leaked, _ = platform.create_vm(ref, created_at=long_ago)  # created before the owner's provisioning
+    pipeline = _pipeline(db, lambda b: MemoryProvider(b, cloud))
+    [request] = _classify_all(pipeline)
+    assert request.group.primary_id == leaked
+
+    platform.ledger.set_status(owner, moved_on)
+    status = pipeline.handle_delete(request)
+
+    assert status == "skipped"
+    assert cloud.exists(leaked) and cloud.exists(tracked)
+    with db.connection() as conn:
+        outcome, = conn.run("SELECT outcome FROM cycles WHERE id = :c", c=request.cycle_id)[0]
+        reason, = conn.run("SELECT result->>'skipped' FROM delete_requests WHERE cycle_id = :c",
+                           c=request.cycle_id)[0]
+    assert outcome == "unsettled" and reason.startswith("owner_changed:")
+
+
+def test_an_orphan_that_is_still_an_orphan_is_deleted(db: Database) -> None:
+    """The re-check under the gate keeps the normal path: nothing changed, it deletes."""
+    add_backend(db)
+    cloud = MemoryCloud()
+    platform = Platform(db, cloud)
+    ref, owner, tracked = platform.tracked()
+    leaked, _ = platform.create_vm(ref, created_at=datetime.now(timezone.utc) - timedelta(hours=3))
+    pipeline = _pipeline(db, lambda b: MemoryProvider(b, cloud))
+    [request] = _classify_all(pipeline)
+
+    assert pipeline.handle_delete(request) == "deleted"
+    assert not cloud.exists(leaked) and cloud.exists(tracked)
