@@ -30,10 +30,10 @@ def load_settings() -> Settings:
 def open_database(settings: Settings, *, run_migrations: bool = False) -> Database:
     """DATABASE_URL when set, else the embedded Postgres in the data dir."""
     if settings.database_url:
-        db = Database.from_url(settings.database_url)
+        db = Database.from_url(settings.database_url, keep_idle=True)
     else:
         info = start_embedded(Path(settings.data_dir), cleanup="stop")
-        db = Database(ensure_database(info, EMBEDDED_DB_NAME))
+        db = Database(ensure_database(info, EMBEDDED_DB_NAME), keep_idle=True)
     if run_migrations:
         migrate(db)
     return db

@@ -32,7 +32,9 @@ def pg_server() -> ConnInfo:
 def pg_template(pg_server: ConnInfo) -> str:
     name = f"oc_tmpl_{uuid.uuid4().hex[:8]}"
     info = ensure_database(pg_server, name)
-    migrate(Database(info))
+    template = Database(info)
+    migrate(template)
+    template.close()  # a template must have no open session to be copied
     return name
 
 

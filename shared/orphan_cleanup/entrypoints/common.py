@@ -52,5 +52,5 @@ def _database(settings: Settings) -> Database:
         import boto3
 
         url = boto3.client("secretsmanager").get_secret_value(SecretId=secret_arn)["SecretString"].strip()
-        return Database.from_url(url)
+        return Database.from_url(url, keep_idle=True)
     return bootstrap.open_database(settings)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import ssl
 import tempfile
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -123,17 +124,31 @@ def connect(info: ConnInfo, *, timeout: float = 10.0, application_name: str = "o
 
 
 class Database:
-    """A factory of connections to one database. Thread-safe: each caller gets its own."""
+    """A factory of connections to one database. Thread-safe: each caller gets its own.
 
-    def __init__(self, info: ConnInfo) -> None:
+    With ``keep_idle``, ``transaction()`` keeps one idle connection per thread
+    for the next transaction (connecting costs round trips, and TLS over TCP);
+    a connection that saw any error is closed instead of kept, and one the
+    server closed while idle is replaced once, before anything ran on it."""
+
+    def __init__(self, info: ConnInfo, *, keep_idle: bool = False) -> None:
         self.info = info
+        self.keep_idle = keep_idle
+        self._idle = threading.local()
 
     @classmethod
-    def from_url(cls, url: str) -> Database:
-        return cls(parse_database_url(url))
+    def from_url(cls, url: str, *, keep_idle: bool = False) -> Database:
+        return cls(parse_database_url(url), keep_idle=keep_idle)
 
     def connect(self) -> pg8000.native.Connection:
         return connect(self.info)
+
+    def close(self) -> None:
+        """Close this thread's idle connection, if any."""
+        conn = getattr(self._idle, "conn", None)
+        self._idle.conn = None
+        if conn is not None:
+            _close(conn)
 
     @contextmanager
     def connection(self) -> Iterator[pg8000.native.Connection]:
@@ -141,26 +156,53 @@ class Database:
         try:
             yield conn
         finally:
+            _close(conn)
+
+    def _begin(self) -> pg8000.native.Connection:
+        conn = getattr(self._idle, "conn", None)
+        self._idle.conn = None
+        if conn is not None:
             try:
-                conn.close()
-            except Exception:  # noqa: BLE001 - closing a broken socket must not mask the real error
-                pass
+                conn.run("BEGIN")
+                return conn
+            except (PgInterfaceError, PgDatabaseError, OSError):
+                _close(conn)  # the server closed it while idle: connect afresh
+        conn = self.connect()
+        try:
+            conn.run("BEGIN")
+        except (PgInterfaceError, PgDatabaseError, OSError) as e:
+            _close(conn)
+            raise DatabaseError(str(e)) from e
+        return conn
 
     @contextmanager
     def transaction(self) -> Iterator[pg8000.native.Connection]:
-        """One connection, one transaction: commit on success, roll back on error.
+        """One transaction: commit on success, roll back on error.
         pg8000 errors are translated into ``DatabaseError``."""
-        with self.connection() as conn:
-            try:
-                conn.run("BEGIN")
-                yield conn
-                conn.run("COMMIT")
-            except (PgInterfaceError, PgDatabaseError) as e:
-                _rollback(conn)
-                raise DatabaseError(str(e)) from e
-            except BaseException:
-                _rollback(conn)
-                raise
+        conn = self._begin()
+        healthy = False
+        try:
+            yield conn
+            conn.run("COMMIT")
+            healthy = True
+        except (PgInterfaceError, PgDatabaseError) as e:
+            _rollback(conn)
+            raise DatabaseError(str(e)) from e
+        except BaseException:
+            _rollback(conn)
+            raise
+        finally:
+            if healthy and self.keep_idle and getattr(self._idle, "conn", None) is None:
+                self._idle.conn = conn
+            else:
+                _close(conn)
+
+
+def _close(conn: pg8000.native.Connection) -> None:
+    try:
+        conn.close()
+    except Exception:  # noqa: BLE001 - closing a broken socket must not mask the real error
+        pass
 
 
 def sqlstate(exc: BaseException) -> str | None:
