@@ -1,0 +1,56 @@
+"""Listing benchmark, GCP side: the fake Compute server, a fleet, the shipped
+listing and one without the label filter (see ``bench.listing``)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from bench.common import median
+from bench.listing import TAG, Measured
+from orphan_cleanup.models import Backend, ResourceGroup
+
+
+GCP_ZONES = ("us-central1-a", "us-central1-b", "us-central1-c", "us-central1-f")
+
+
+def build_gcp_fleet(fake: Any, n_ours: int, n_others: int) -> int:
+    for i in range(n_ours):
+        zone = GCP_ZONES[i % len(GCP_ZONES)]
+        labels = {TAG: f"g{i:011d}"}
+        fake.add_instance(f"vm-{i}", zone=zone, labels=labels)
+        fake.add_disk(f"vm-{i}-data", zone=zone, labels=labels, attached_to=f"vm-{i}")
+    for i in range(n_others):
+        fake.add_instance(f"other-{i}", zone=GCP_ZONES[i % len(GCP_ZONES)], labels={"team": "other"})
+    return 2 * n_ours
+
+
+def _gcp_provider(fake: Any, *, filtered: bool) -> Any:
+    from orphan_cleanup.providers.gcp import build_gcp_provider
+
+    backend = Backend(id="bench-gcp", provider="gcp", account=fake.project, regions=("us-central1",))
+    provider = build_gcp_provider(backend, endpoint=fake.url, timeout=60)
+    if not filtered:
+        pages = provider.calls.pages
+        provider.calls.pages = lambda spec, _filter: pages(spec, "")
+    return provider
+
+
+def measure(fake: Any, reps: int) -> list[Measured]:
+    """The shipped (filtered) and unfiltered listings, warmed up, then interleaved."""
+    providers = {True: _gcp_provider(fake, filtered=True), False: _gcp_provider(fake, filtered=False)}
+    times: dict[bool, list[float]] = {True: [], False: []}
+    last: dict[bool, tuple[list[ResourceGroup], int]] = {}
+    try:
+        for k in range(reps + 1):
+            for filtered, provider in providers.items():
+                fake.require_label_filter = filtered
+                fake.clear_calls()
+                start = time.perf_counter()
+                groups = list(provider.list_resource_groups().groups)
+                if k:  # the first round is the warm-up
+                    times[filtered].append(time.perf_counter() - start)
+                last[filtered] = (groups, fake.count())
+    finally:
+        fake.require_label_filter = True
+    return [Measured(last[f][0], last[f][1], last[f][1], median(times[f])) for f in (True, False)]
