@@ -92,10 +92,11 @@ class AwsProvider(ResourceProvider):
                 raw[spec.kind] = list(self._describe_tagged(ec2, spec))
         try:
             resources = [to_resource(spec, item, region) for spec in KINDS for item in raw[spec.kind]]
+            linked = link_resources(raw, resources, self.tag_key)
         except (KeyError, TypeError, ValueError) as exc:
             # An unexpected reply shape fails the region (fail closed), it never drops items silently.
             raise ProviderError(f"unexpected describe reply in {region}: {exc!r}", region=region) from exc
-        live = [r for r in link_resources(raw, resources, self.tag_key) if r.state is not ResourceState.TERMINATED]
+        live = [r for r in linked if r.state is not ResourceState.TERMINATED]
         return group_resources(live, self.tag_key)
 
     def _describe_tagged(self, ec2: Any, spec: AwsKind) -> Iterator[Mapping[str, Any]]:

@@ -1,0 +1,148 @@
+"""Hostile provider replies fed to the adapters' pure parsing code (hypothesis).
+
+The AWS adapter turns describe items into ``Resource`` with
+``aws_kinds.to_resource`` and links them with ``aws_kinds.link_resources``;
+``AwsProvider._list_region`` turns ``KeyError``/``TypeError``/``ValueError``
+from that parsing into a failed region (fail closed). The GCP adapter parses
+with ``gcp_kinds.to_resource`` and fails a zone on a pydantic
+``ValidationError``. Whatever the reply, parsing must end in one of those
+outcomes, and a resource never joins a group whose ref it does not carry.
+"""
+
+from __future__ import annotations
+
+import string
+from datetime import datetime, timezone
+from types import SimpleNamespace
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pydantic import ValidationError
+
+from orphan_cleanup.models import Backend, RegionListing, ResourceKind, is_valid_ref
+from orphan_cleanup.providers import aws_kinds, gcp_kinds
+from orphan_cleanup.providers.aws import AwsProvider
+from orphan_cleanup.providers.base import group_resources
+
+TAG = "provider_ref"
+REFS = st.sampled_from(["abcdefgh1234", "zzzzzzzz9999", "", "ABCDEFGH1234", "short", "abcdefgh12345", "abc def 1234"])
+IDS = st.one_of(st.sampled_from(["i-1", "i-2", "vol-1", "eni-1", "sg-1", "eipalloc-1"]), st.text(max_size=8),
+                st.integers(), st.none())
+SCALARS = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), st.text(max_size=12),
+                    st.datetimes(timezones=st.just(timezone.utc)), st.datetimes())
+JSONISH = st.recursive(SCALARS, lambda c: st.one_of(st.lists(c, max_size=3),
+                                                   st.dictionaries(st.text(max_size=6), c, max_size=3)),
+                       max_leaves=8)
+TAGS = st.one_of(
+    st.lists(st.fixed_dictionaries({"Key": st.just(TAG), "Value": REFS}), max_size=2),
+    st.lists(st.dictionaries(st.sampled_from(["Key", "Value", "key"]), st.one_of(REFS, SCALARS), max_size=2),
+             max_size=3),
+    JSONISH,
+)
+
+
+@st.composite
+def describe_item(draw: Any, spec: aws_kinds.AwsKind) -> dict[str, Any]:
+    """A describe item of ``spec``: plausible keys with hostile values, some missing, some extra."""
+    item: dict[str, Any] = {}
+    if draw(st.integers(0, 9)):
+        item[spec.id_field] = draw(IDS)
+    if draw(st.booleans()):
+        item[spec.tags_field] = draw(TAGS)
+    for key in ("State", "Status", "LaunchTime", "CreateTime", "Attachment", "Attachments", "InstanceId",
+                "NetworkInterfaceId", "AssociationId", "SecurityGroups", "Groups", "AllocationId"):
+        if draw(st.integers(0, 3)) == 0:
+            item[key] = draw(st.one_of(JSONISH, IDS, st.lists(st.dictionaries(
+                st.sampled_from(["GroupId", "InstanceId", "Name", "AttachTime"]), IDS, max_size=2), max_size=2)))
+    return item
+
+
+REPLY = st.fixed_dictionaries({spec.kind: st.lists(describe_item(spec), max_size=3) for spec in aws_kinds.KINDS})
+
+
+class FakeEc2:
+    """The boto3 EC2 client's describe calls, answering hostile pages (an SDK
+    double: the adapter under test is the real ``AwsProvider``)."""
+
+    def __init__(self, raw: dict[ResourceKind, list[dict[str, Any]]]) -> None:
+        self.raw = raw
+
+    def can_paginate(self, _method: str) -> bool:
+        return False
+
+    def __getattr__(self, method: str) -> Any:
+        spec = next(k for k in aws_kinds.KINDS if k.describe == method)
+        items = self.raw[spec.kind]
+        if spec.items_path == ("Reservations", "Instances"):
+            return lambda **_kw: {"Reservations": [{"Instances": items}]}
+        return lambda **_kw: {spec.items_path[0]: items}
+
+
+def list_region(raw: dict[ResourceKind, list[dict[str, Any]]]) -> list[RegionListing]:
+    backend = Backend(id="aws-prod", provider="aws", account="123456789012", regions=("us-east-1",))
+    return list(AwsProvider(backend, lambda _service, _region: FakeEc2(raw)).iter_listing())
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(raw=REPLY)
+def test_an_aws_reply_of_any_shape_lists_groups_or_fails_the_region(
+        raw: dict[ResourceKind, list[dict[str, Any]]]) -> None:
+    # when the adapter lists a region whose describe calls answer anything at all
+    [region] = list_region(raw)
+
+    # then the region failed (skipped, unsettled), or every group is well formed
+    for group in region.groups:
+        assert is_valid_ref(group.provider_ref)
+        for res in group.resources:
+            assert res.tags.get(TAG) == group.provider_ref, "a resource joined a group whose ref it does not carry"
+            assert res.id and res.region == group.region
+        if group.primary_id is not None:
+            assert group.primary is not None and group.primary.kind is ResourceKind.INSTANCE
+
+
+def test_a_malformed_security_group_entry_fails_the_region_not_the_listing() -> None:
+    """An instance naming a security group without ``GroupId`` (found by the test above)."""
+    raw: dict[ResourceKind, list[dict[str, Any]]] = {spec.kind: [] for spec in aws_kinds.KINDS}
+    raw[ResourceKind.INSTANCE] = [{"InstanceId": "i-1", "State": {"Name": "running"},
+                                   "Tags": [{"Key": TAG, "Value": "abcdefgh1234"}],
+                                   "SecurityGroups": [{"GroupName": "default"}]}]
+
+    [region] = list_region(raw)
+
+    assert region.failure is not None and "unexpected describe reply" in region.failure
+
+
+LABELS = st.dictionaries(st.sampled_from([TAG, "other", "", "orphan-cleanup-protect"]), REFS, max_size=3)
+
+
+@st.composite
+def gcp_item(draw: Any) -> SimpleNamespace:
+    """A Compute item as the client returns it: typed fields, hostile values."""
+    return SimpleNamespace(
+        id=draw(st.one_of(st.integers(min_value=-(2 ** 70), max_value=2 ** 70), st.text(max_size=5))),
+        name=draw(st.text(max_size=10)),
+        labels=draw(LABELS),
+        status=draw(st.one_of(st.sampled_from(["RUNNING", "STOPPING", "TERMINATED", "READY", "IN_USE", "DELETING"]),
+                              st.text(max_size=6))),
+        creation_timestamp=draw(st.one_of(st.just(""), st.text(max_size=30),
+                                          st.datetimes().map(lambda d: d.isoformat()))),
+        self_link=draw(st.text(alphabet=string.ascii_lowercase + "/:.", max_size=40)),
+        users=draw(st.lists(st.text(max_size=40), max_size=2)),
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(spec=st.sampled_from(gcp_kinds.KINDS), items=st.lists(gcp_item(), min_size=1, max_size=4))
+def test_a_gcp_item_of_any_content_parses_or_fails_its_zone(spec: gcp_kinds.GcpKind,
+                                                            items: list[SimpleNamespace]) -> None:
+    instance_ids = {gcp_kinds.link_key(i.self_link): str(i.id) for i in items}
+    parsed = []
+    for item in items:
+        try:
+            parsed.append(gcp_kinds.to_resource(spec, "us-central1-a", item, instance_ids))
+        except ValidationError:
+            continue  # the adapter fails that zone: skipped and unsettled
+    for group in group_resources(parsed, TAG):
+        assert all(r.tags.get(TAG) == group.provider_ref for r in group.resources)
+        assert all(isinstance(r.created_at, (datetime, type(None))) for r in group.resources)
