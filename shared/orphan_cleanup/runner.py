@@ -26,7 +26,20 @@ def run_cycle(pipeline: Pipeline, backend_id: str, *, mode: str | None = None,
     assert isinstance(pipeline.listing_queue, InProcessQueue)
     assert isinstance(pipeline.delete_queue, InProcessQueue)
     progress(f"listing {backend_id} ...")
-    summary = pipeline.run_lister(backend_id, mode=mode, manual=True)
+    lq = pipeline.listing_queue
+    classified = 0
+
+    def classify_now(body: str) -> None:
+        nonlocal classified
+        pipeline.handle_batch(_batch.validate_json(body))
+        classified += 1
+        progress(f"classified batch {classified}")
+
+    lq.consumer = classify_now
+    try:
+        summary = pipeline.run_lister(backend_id, mode=mode, manual=True)
+    finally:
+        lq.consumer = None
     if not summary.get("cycle_id"):
         raise CycleNotStarted(backend_id, summary.get("reason", "unknown"))
     drain(pipeline, progress)

@@ -326,3 +326,22 @@ def test_failed_backend_waits_out_its_backoff(db, cloud, platform):
     assert pipeline.run_lister("mem", mode="report")["reason"] == "not_due"
     pipeline.clock = lambda: now + timedelta(seconds=delay * 1.3)
     assert pipeline.run_lister("mem", mode="report")["started"]
+
+
+def test_manual_run_classifies_batches_as_the_listing_streams(db, cloud, platform):
+    for _ in range(20):
+        platform.terminated_leak()
+    pipeline = make_pipeline(db, cloud)
+    pipeline.listing_queue.max_message_bytes = 8 * 1024  # several batches
+    seen_queued: list[int] = []
+    original = pipeline.handle_batch
+
+    def spy(batch):
+        seen_queued.append(len(pipeline.listing_queue))
+        return original(batch)
+
+    pipeline.handle_batch = spy
+    report = run_cycle(pipeline, "mem", mode="report")
+
+    assert len(seen_queued) > 2 and max(seen_queued) == 0  # nothing ever piled up in the queue
+    assert report["outcome"] == "clean" and len(report["groups"]) == 20

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 
 from pydantic import BaseModel
 
@@ -14,12 +15,18 @@ class InProcessQueue(Queue):
 
     def __init__(self) -> None:
         self.items: deque[str] = deque()
+        # When set, a published message is handed to it at once instead of queued,
+        # so a long listing is classified as it streams (memory stays flat).
+        self.consumer: Callable[[str], None] | None = None
 
     def publish(self, message: BaseModel) -> None:
         body = message.model_dump_json()
         if len(body.encode()) > self.max_message_bytes:
             raise ValueError(f"message of {len(body)} bytes exceeds {self.max_message_bytes}")
-        self.items.append(body)
+        if self.consumer is not None:
+            self.consumer(body)
+        else:
+            self.items.append(body)
 
     def pop(self) -> str | None:
         return self.items.popleft() if self.items else None
