@@ -13,10 +13,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from orphan_cleanup.models import (
+    DEFAULT_TAG_KEY,
     LedgerRecord,
     Outcome,
     OwnerStatus,
     ResourceGroup,
+    ResourceKind,
     Verdict,
     VerdictKind,
 )
@@ -31,6 +33,7 @@ class ClassifyContext:
     margin: timedelta
     protect_key: str
     stuck_after: timedelta = timedelta(hours=1)
+    tag_key: str = DEFAULT_TAG_KEY
 
 
 def _v(kind: VerdictKind, reason: str, log_error: str | None = None) -> Verdict:
@@ -103,7 +106,26 @@ def _orphan_unless_recent(group: ResourceGroup, record: LedgerRecord, ctx: Class
         return _v(VerdictKind.SKIPPED, "recent_resource")
     if any(ctx.protect_key in r.tags for r in group.resources):
         return _v(VerdictKind.PROTECTED, "protect_tag")
+    problem = malformed(group, ctx.tag_key)
+    if problem is not None:
+        return _v(VerdictKind.SKIPPED, "malformed_group", f"listed group {group.key} is malformed: {problem}")
     return _v(VerdictKind.ORPHAN, reason)
+
+
+def malformed(group: ResourceGroup, tag_key: str) -> str | None:
+    """Why a listed group could not have come from an adapter, or None. A group
+    about to become an orphan must be one: fail closed (DESIGN §5 rule 1).
+    (Regions are not compared: a GCP instance's group holds its regional address.)"""
+    if not group.resources:
+        return "no resources"
+    ids = group.resource_ids()
+    if len(set(ids)) != len(ids):
+        return "duplicate resource ids"
+    if any(r.tags.get(tag_key) != group.provider_ref for r in group.resources):
+        return f"a resource does not carry {tag_key}={group.provider_ref}"
+    if group.primary_id is not None and (group.primary is None or group.primary.kind is not ResourceKind.INSTANCE):
+        return f"primary {group.primary_id} is not an instance of the group"
+    return None
 
 
 # ---- STEP 1 -----------------------------------------------------------------

@@ -132,7 +132,7 @@ class Pipeline:
             limits = limits_for(self.settings, backend)
             ctx = classify.ClassifyContext(
                 backend_id=backend.id, listed_at=batch.listed_at, margin=timedelta(seconds=limits.margin_seconds),
-                protect_key=backend.settings.protect_tag_key,
+                protect_key=backend.settings.protect_tag_key, tag_key=backend.settings.tag_key,
                 stuck_after=timedelta(seconds=self.settings.stuck_pending_seconds))
             payload, to_report, errors, counts = build_payload(batch, records, ctx)
             result = cycles.apply_batch(conn, payload)
@@ -223,7 +223,7 @@ class Pipeline:
             return "cycle_unknown"
         ctx = classify.ClassifyContext(
             backend_id=backend.id, listed_at=listed[0][0], margin=timedelta(seconds=limits.margin_seconds),
-            protect_key=backend.settings.protect_tag_key,
+            protect_key=backend.settings.protect_tag_key, tag_key=backend.settings.tag_key,
             stuck_after=timedelta(seconds=self.settings.stuck_pending_seconds))
         verdict = classify.classify(group, record, ctx)
         return None if verdict.kind is VerdictKind.ORPHAN else f"owner_changed:{verdict.reason}"
