@@ -25,6 +25,11 @@ def is_valid_ref(value: object) -> bool:
     return isinstance(value, str) and REF_PATTERN.fullmatch(value) is not None
 
 
+#: A backend id as a message carries it: Postgres text cannot hold NUL, so a NUL is
+#: refused here (a clear validation error) rather than by the database (a crash).
+BackendId = Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=r"^[^\x00]+$")]
+
+
 class Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -251,7 +256,7 @@ class ListingBatch(Frozen):
 
     v: Literal[1] = MESSAGE_VERSION
     cycle_id: str = Field(min_length=1, max_length=64)
-    backend: str = Field(min_length=1, max_length=200)
+    backend: BackendId
     seq: int = Field(ge=0)
     listed_at: datetime
     mode: Mode = "report"
@@ -265,7 +270,7 @@ class ListingBatch(Frozen):
 class DeleteRequest(Frozen):
     v: Literal[1] = MESSAGE_VERSION
     cycle_id: str = Field(min_length=1, max_length=64)
-    backend: str = Field(min_length=1, max_length=200)
+    backend: BackendId
     group: ResourceGroup
 
 
@@ -274,5 +279,5 @@ class ListerEvent(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
 
-    backend: str = Field(min_length=1, max_length=200)
+    backend: BackendId
     mode: Mode | None = None

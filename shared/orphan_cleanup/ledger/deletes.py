@@ -62,13 +62,22 @@ def _group(row: list) -> ResourceGroup:
 
 
 def delete_allowed(db: Database, cycle_id: str, group: ResourceGroup) -> str | None:
-    """Why a delete request must not run now (fenced, already done, region tripped), or None."""
+    """Why a delete request must not run now (fenced, not dispatched, not the group
+    that was classified, already done, region tripped), or None."""
     with db.transaction() as conn:
         c = lock_cycle(conn, cycle_id)
         state = conn.run("SELECT state FROM delete_requests WHERE cycle_id = :c AND group_key = :k",
                          c=cycle_id, k=group.key)
         if not state:
             return "not_dispatched"
+        # The message must carry exactly the resources classified: a tampered or
+        # corrupted request (an extra resource of the same ref) deletes nothing.
+        recorded = conn.run("SELECT resources FROM cycle_groups WHERE cycle_id = :c AND group_key = :k",
+                            c=cycle_id, k=group.key)
+        listed = recorded[0][0] if recorded else None
+        listed = json.loads(listed) if isinstance(listed, str) else listed or []
+        if sorted((r["kind"], r["id"]) for r in listed) != sorted((r.kind.value, r.id) for r in group.resources):
+            return "group_mismatch"
         if state[0][0] != "queued":
             return "already_done"
         if group.region in (c["tripped_regions"] or ()):
