@@ -83,20 +83,22 @@ def cycle_report(db: Database, cycle_id: str) -> dict[str, Any]:
     with db.connection() as conn:
         c = conn.run("SELECT backend_id, mode, listed_at, outcome, failures, blocked_reason, error"
                      " FROM cycles WHERE id = :c", c=cycle_id)[0]
-        rows = conn.run("SELECT provider_ref, region, primary_id, resources, verdict, reason, action, error"
-                        " FROM cycle_groups WHERE cycle_id = :c ORDER BY provider_ref, region, primary_id",
-                        c=cycle_id)
+        # The report's groups as one JSON text built by Postgres, keeping only each
+        # resource's kind and id: decoding full rows of a 100k-group run cost ~400 MB.
+        groups = conn.run(
+            "SELECT coalesce(json_agg(json_build_object('provider_ref', g.provider_ref, 'region', g.region,"
+            " 'primary_id', g.primary_id, 'resources', (SELECT coalesce(json_agg(json_build_object("
+            "  'kind', x->>'kind', 'id', x->>'id')), '[]') FROM jsonb_array_elements(g.resources) AS x),"
+            " 'verdict', g.verdict, 'reason', g.reason, 'action', g.action)"
+            " ORDER BY g.provider_ref, g.region, g.primary_id), '[]')::text"
+            " FROM cycle_groups g WHERE g.cycle_id = :c", c=cycle_id)[0][0]
     failures = c[4] if isinstance(c[4], list) else json.loads(c[4] or "[]")
     return {
         "backend": c[0], "cycle_id": cycle_id, "mode": c[1],
         "listed_at": c[2].isoformat() if c[2] else None,
         "outcome": c[3] or "unsettled",
         "failures": [{"region": f["region"], "error": f["error"]} for f in failures],
-        "groups": [{
-            "provider_ref": r[0], "region": r[1], "primary_id": r[2],
-            "resources": [{"kind": x["kind"], "id": x["id"]} for x in (r[3] if isinstance(r[3], list) else json.loads(r[3]))],
-            "verdict": r[4], "reason": r[5], "action": r[6],
-        } for r in rows],
+        "groups": json.loads(groups),
         "blocked_reason": c[5],
         "error": c[6],
     }
