@@ -1,0 +1,197 @@
+"""The simulated provider: ``MemoryCloud`` behind the real provider port, with
+the behaviours and faults of a real cloud.
+
+Behaviours (they stay on in the settle phase): a new resource shows up in
+listings only after a listing lag; a terminated one keeps showing for a while
+(a stale listing, a "ghost"); a terminated instance stays shutting-down for a
+while. Faults (they stop in the settle phase): a region's listing fails
+(error, unavailable, timeout, throttled), the whole listing raises, a delete
+call fails before acting (unavailable, throttled, error) or times out after it
+acted, and other pieces of the cleanup run while a provider delete is in
+flight (a concurrent deleter, an overlapping lister).
+
+``SimProvider`` subclasses ``MemoryProvider``: deletion is the in-memory
+cloud's own (re-read by id, confirm termination, dependents after the owner);
+only the listing is re-implemented, to apply lag and ghosts, on top of the real
+``group_resources``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
+
+from orphan_cleanup.errors import (
+    ProviderError, ProviderThrottled, ProviderTimeout, ProviderUnavailable,
+)
+from orphan_cleanup.models import (
+    Backend, DeleteResult, RegionListing, Resource, ResourceGroup, ResourceKind, ResourceState,
+)
+from orphan_cleanup.providers.base import describe_error, group_resources
+from tests.support.memory_cloud import CloudResource, MemoryCloud, MemoryProvider
+
+if TYPE_CHECKING:
+    from tests.sim.engine import Simulation
+
+GONE = (ResourceState.TERMINATING, ResourceState.TERMINATED)
+
+
+@dataclass
+class ResMeta:
+    """What the simulation knows about a resource that the cloud does not."""
+
+    origin: str  # platform | copy | foreign
+    owner_id: str | None
+    attempt: int | None
+    visible_at: datetime
+    terminating_since: datetime | None = None
+    terminated_at: datetime | None = None
+    ghost_for: int = 0  # seconds a terminated resource keeps showing in listings
+    shutdown_for: int = 0  # seconds a terminating instance takes to terminate
+
+
+@dataclass
+class ListingRecord:
+    """One lister run as the provider saw it (attached to its cycle)."""
+
+    regions: list[str] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    crashed: bool = False
+    groups: int = 0
+
+
+class SimCloud(MemoryCloud):
+    """The account, plus the simulation's metadata about each resource."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.meta: dict[str, ResMeta] = {}
+
+    def add(self, kind: ResourceKind, region: str, tags: dict[str, str], *, now: datetime, meta: ResMeta,
+            attached_to: str | None = None) -> str:
+        rid = self.create(kind, region, tags, attached_to=attached_to, created_at=now)
+        self.meta[rid] = meta
+        return rid
+
+    def tick(self, now: datetime) -> None:
+        """Provider-side progress: shutting-down instances terminate after a while."""
+        for res in self.resources.values():
+            m = self.meta.get(res.id)
+            if m is None:
+                continue
+            if res.state is ResourceState.TERMINATING:
+                if m.terminating_since is None:
+                    m.terminating_since = now
+                elif now - m.terminating_since >= timedelta(seconds=m.shutdown_for):
+                    res.state = ResourceState.TERMINATED
+                    for dep in self.resources.values():
+                        if dep.attached_to == res.id:
+                            dep.attached_to, dep.state = None, ResourceState.AVAILABLE
+            if res.state is ResourceState.TERMINATED and m.terminated_at is None:
+                m.terminated_at = now
+
+    def snapshot(self) -> dict[str, tuple[ResourceState, tuple[tuple[str, str], ...]]]:
+        return {rid: (r.state, tuple(sorted(r.tags.items()))) for rid, r in self.resources.items()}
+
+
+class SimProvider(MemoryProvider):
+    def __init__(self, backend: Backend, cloud: SimCloud, sim: Simulation) -> None:
+        super().__init__(backend, cloud)
+        self.sim_cloud = cloud
+        self.sim = sim
+
+    # ---- listing -------------------------------------------------------------
+
+    def iter_listing(self) -> Iterator[RegionListing]:
+        sim = self.sim
+        record = sim.listing_record
+        for region in self.backend.regions:
+            self.cloud.calls["list"] += 1
+            record.regions.append(region)
+            failure = self._region_failure(region)
+            if failure is not None:
+                record.failures.append(region)
+                sim.trace(f"provider: listing {region} failed ({failure})")
+                yield RegionListing(region=region, failure=failure)
+                continue
+            if sim.dice.roll("listing_crash"):
+                record.crashed = True
+                sim.trace(f"provider: listing raised in {region}")
+                raise ProviderError(f"listing of {region} raised (injected)", region=region)
+            groups = group_resources(self._visible(region, sim.clock()), self.tag_key)
+            record.groups += len(groups)
+            yield RegionListing(region=region, groups=tuple(groups))
+
+    def _region_failure(self, region: str) -> str | None:
+        if not self.sim.dice.roll("region_failure"):
+            return None
+        exc = self.sim.rng_cloud.choice([
+            ProviderError(f"{region}: InternalError", region=region),
+            ProviderUnavailable(f"{region}: service unavailable", region=region),
+            ProviderTimeout(f"{region}: read timeout", region=region),
+            ProviderThrottled(f"{region}: RequestLimitExceeded", region=region),
+        ])
+        return describe_error(exc)
+
+    def _visible(self, region: str, now: datetime) -> list[Resource]:
+        listed = []
+        for r in self.sim_cloud.resources.values():
+            if r.region != region or self.tag_key not in r.tags:
+                continue
+            m = self.sim_cloud.meta.get(r.id)
+            if m is not None and m.visible_at > now:
+                continue  # listing lag: created, not listed yet
+            if r.state is ResourceState.TERMINATED:
+                if m is None or m.terminated_at is None or now - m.terminated_at >= timedelta(seconds=m.ghost_for):
+                    continue
+                listed.append(_ghost(r))  # a stale listing still shows it
+                continue
+            listed.append(_resource(r))
+        return listed
+
+    # ---- deletion ------------------------------------------------------------
+
+    def delete_resource_group(self, group: ResourceGroup) -> DeleteResult:
+        sim = self.sim
+        sim.provider_call_started(group)
+        try:
+            dice = sim.dice
+            if dice.roll("delete_unavailable"):
+                raise ProviderUnavailable(f"{group.region}: service unavailable (injected)", region=group.region)
+            if dice.roll("delete_throttled"):
+                raise ProviderThrottled(f"{group.region}: RequestLimitExceeded (injected)", region=group.region)
+            if dice.roll("delete_error"):
+                raise ProviderError(f"{group.region}: InternalError (injected)", region=group.region)
+            sim.concurrent_work(group)
+            before = self.sim_cloud.snapshot()
+            try:
+                result = super().delete_resource_group(group)
+            finally:
+                after = self.sim_cloud.resources
+                sim.provider_touched(group, [rid for rid, (state, _tags) in before.items()
+                                             if after[rid].state in GONE and after[rid].state != state])
+            if dice.roll("delete_timeout_after"):
+                sim.trace(f"provider: delete of {group.key} acted, then timed out")
+                raise ProviderTimeout(f"{group.region}: read timeout (injected, after acting)", region=group.region)
+            sim.trace(f"provider: delete {group.key} -> {result.status.value}"
+                      + (f" skipped={[s.reason for s in result.skipped]}" if result.skipped else ""))
+            sim.provider_result(group, result)
+            return result
+        except ProviderError as exc:
+            sim.provider_result(group, exc)
+            raise
+        finally:
+            sim.provider_call_finished(group)
+
+
+def _resource(r: CloudResource) -> Resource:
+    return Resource(kind=r.kind, id=r.id, region=r.region, state=r.state, tags=dict(r.tags),
+                    created_at=r.created_at, attached_to=r.attached_to)
+
+
+def _ghost(r: CloudResource) -> Resource:
+    state = ResourceState.ACTIVE if r.kind is ResourceKind.INSTANCE else ResourceState.AVAILABLE
+    return Resource(kind=r.kind, id=r.id, region=r.region, state=state, tags=dict(r.tags),
+                    created_at=r.created_at, attached_to=None)

@@ -1,0 +1,270 @@
+"""One seed of the simulation: a platform and the cleanup running together
+against the simulated provider, the real classifier, pipeline and Postgres.
+
+The run drives the deployed shape by hand: it calls ``Pipeline.run_lister`` as
+the scheduler would, and delivers queued messages to ``handle_batch`` and
+``handle_delete`` as the SQS/Pub-Sub event sources would, with duplicates,
+delays, losses, any order, and functions that crash before or after the
+handler. Each step advances the simulated clock, then does one thing: a
+platform or people action, a lister run, or one delivery.
+
+After ``steps`` steps the faults stop and the platform drives its in-flight
+owners to final states (the settle phase); then the cleanup must converge (L1).
+Deliveries live in ``functions.py``, the settle phase in ``settle.py``.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pg8000.native
+
+from orphan_cleanup.models import DeleteRequest
+from orphan_cleanup.pipeline import Pipeline
+from orphan_cleanup.reporting import Reporter
+from orphan_cleanup.settings import Settings
+from tests.sim import db as simdb
+from tests.sim.cloud import ListingRecord, SimCloud, SimProvider
+from tests.sim.functions import Functions
+from tests.sim.invariants import Checker, Violation
+from tests.sim.platform import Platform
+from tests.sim.queues import SimQueue
+from tests.sim.settle import Settle
+from tests.sim.world import (
+    BACKEND, BASE_RATES, DEADLINE, EPOCH, INTENSITIES, MARGIN, MAX_BACKOFF, Dice, SimClock, Trace, stream, swarm,
+)
+
+PLATFORM_FAULTS = {"crash_after_ref", "error_after_create", "create_error", "crash_after_create",
+                   "crash_terminating", "termination_gave_up", "volume_left_behind", "user_copy",
+                   "user_protect", "user_untag", "foreign_resource"}
+#: Normal operation rather than faults: never scaled down, never switched off.
+BEHAVIOUR = {"commit_lag", "concurrent_delete", "concurrent_lister"}
+
+
+class _Silent:
+    """The reporter's logger: the simulation reads the database, not the log."""
+
+    def _drop(self, *_a: Any, **_k: Any) -> None:
+        return None
+
+    debug = info = warning = error = exception = _drop
+
+
+quiet = _Silent()
+
+
+@dataclass
+class SimEnv:
+    """What outlives a seed: the database, its pools, an admin connection."""
+
+    admin: pg8000.native.Connection
+    pipeline_pool: simdb.ConnectionPool
+    platform_pool: simdb.ConnectionPool
+
+    @classmethod
+    def open(cls, info: simdb.ConnInfo) -> SimEnv:
+        simdb.prepare(simdb.Database(info))
+        admin = simdb.connect(info, application_name="oc-sim-admin")
+        admin.run("SET synchronous_commit = off")
+        return cls(admin, simdb.ConnectionPool(info), simdb.ConnectionPool(info))
+
+    def close(self) -> None:
+        self.pipeline_pool.close_all()
+        self.platform_pool.close_all()
+        self.admin.close()
+
+
+@dataclass
+class SeedResult:
+    seed: int
+    steps: int
+    faults: Counter
+    checks: Counter
+    violations: list[Violation]
+    outcome: str  # L1: converged | blocked | reported | violation
+    cycles: int = 0
+    deleted: int = 0
+    crashes: Counter = field(default_factory=Counter)
+
+
+class SimReporter(Reporter):
+    def __init__(self, sim: Simulation) -> None:
+        super().__init__(logger=quiet)
+        self.sim = sim
+
+    def orphan(self, backend_id: str, cycle_id: str, row: dict[str, Any]) -> None:
+        self.sim.checker.reported.append(cycle_id)
+        super().orphan(backend_id, cycle_id, row)
+
+
+class Simulation(Functions, Settle):
+    def __init__(self, env: SimEnv, seed: int, steps: int,
+                 provider_cls: Callable[..., SimProvider] = SimProvider, ignore: frozenset[str] = frozenset()) -> None:
+        self.env, self.seed, self.steps, self.ignore = env, seed, steps, ignore
+        self.admin = env.admin
+        cfg = stream(seed, "config")
+        infra, people = cfg.choice(INTENSITIES), cfg.choice((0.5, 1.0, 1.0, 2.0))
+        rates = {k: v * (1.0 if k in BEHAVIOUR else people if k in PLATFORM_FAULTS else infra)
+                 for k, v in BASE_RATES.items()}
+        self.rates = swarm(rates, stream(seed, "swarm"), exempt=BEHAVIOUR)
+        self.max_deletes, self.max_delete_share = 100, 0.5
+        blast = cfg.random() < 0.25
+        if blast:  # a blast-radius seed: a small cap, and a platform bug later
+            self.rates["mass_terminate"], self.max_deletes = 1.0, 3
+        if cfg.random() < 0.15:
+            self.rates["mode_flip"] = 1.0
+        self.mode = self.final_mode = "delete" if cfg.random() < 0.85 else "report"
+        regions = ("r1", "r2", "r3")[:cfg.randint(1, 3)]
+        self.margin, self.deadline = MARGIN, DEADLINE
+
+        self.clock = SimClock(EPOCH)
+        self.trace = Trace(self.clock)
+        counts: Counter = Counter()
+        self.dice = Dice(stream(seed, "faults"), self.rates, counts)
+        self.behaviour = Dice(stream(seed, "behaviour"), self.rates, counts)
+        self.rng_sched, self.rng_platform = stream(seed, "sched"), stream(seed, "platform")
+        self.rng_cloud, self.rng_db = stream(seed, "cloud"), stream(seed, "db")
+        self.checker = Checker(self)
+        self.cloud = SimCloud()
+        self.cloud.terminate_lag = cfg.choice((0, 0, 1, 2))
+        self.listing_record = ListingRecord()
+        self.delete_ctx: list[DeleteRequest] = []
+        self.in_delivery: set[int] = set()
+        self.crashes: Counter = Counter()
+        self.backend_id = BACKEND
+        self.idle_until = 0
+
+        simdb.reset(self.admin)
+        random.seed(f"{seed}:global")  # STEP 7's backoff jitter uses the global generator
+        self.clock.on_advance(self.checker.clock_advanced)
+        self.admin.run("INSERT INTO backends (id, provider, account, regions, settings, mode)"
+                       " VALUES (:i, 'aws', '123456789012', CAST(:r AS text[]), '{}', :m)",
+                       i=BACKEND, r=list(regions), m=self.mode)
+        pool = env.pipeline_pool
+        pool.faults, pool.note = simdb.DbFaults(self.dice), self.trace
+        size = cfg.choice((2048, 4096, 200 * 1024))  # small messages: cycles of several batches
+        self.listing_q = SimQueue("listing", self.clock, self.dice, stream(seed, "lq"), self.trace, size)
+        self.delete_q = SimQueue("delete", self.clock, self.dice, stream(seed, "dq"), self.trace, size)
+        settings = Settings(ORPHAN_CLEANUP_MARGIN_SECONDS=MARGIN, ORPHAN_CLEANUP_INTERVAL_SECONDS=60,
+                            ORPHAN_CLEANUP_CYCLE_DEADLINE_SECONDS=DEADLINE,
+                            ORPHAN_CLEANUP_MAX_DELETES=self.max_deletes,
+                            ORPHAN_CLEANUP_MAX_DELETE_SHARE=self.max_delete_share, ORPHAN_CLEANUP_MODE="report",
+                            ORPHAN_CLEANUP_MAX_BACKOFF_SECONDS=MAX_BACKOFF)
+        self.pipeline = Pipeline(settings=settings, db=simdb.SimDatabase(pool),
+                                 provider_for=lambda b: provider_cls(b, self.cloud, self),
+                                 listing_queue=self.listing_q, delete_queue=self.delete_q,
+                                 reporter=SimReporter(self), clock=self.clock)
+        self.platform = Platform(self, env.platform_pool, BACKEND, regions)
+        if blast:  # live owners only: the bug that marks them all terminated makes the blast
+            self.platform.history(cfg.randint(4, 7), stories=("live",))
+        else:
+            self.platform.history(cfg.randint(4, 14))
+
+    # ---- the run -------------------------------------------------------------
+
+    def run(self) -> SeedResult:
+        logging.getLogger("orphan_cleanup").disabled = True
+        try:
+            for _ in range(self.steps):
+                self.step()
+                if self.checker.violations:
+                    return self._result("violation")
+            outcome = self.settle()
+            return self._result(outcome)
+        finally:
+            logging.getLogger("orphan_cleanup").disabled = False
+            self.platform.flush(everything=True)
+            self.env.pipeline_pool.faults = None
+
+    def _result(self, outcome: str) -> SeedResult:
+        n_cycles = self.admin.run("SELECT count(*) FROM cycles")[0][0]
+        return SeedResult(self.seed, self.trace.step, self.dice.counts, self.checker.checks,
+                          self.checker.violations, outcome, n_cycles, len(self.cloud.deleted), self.crashes)
+
+    def step(self) -> None:
+        self.trace.step += 1
+        self.platform.flush()
+        dt = self.rng_sched.randint(1, 20)
+        if self.dice.roll("lease_expiry_jump"):
+            self.platform.flush(everything=True)  # commit lag stays below the margin
+            dt = DEADLINE + self.rng_sched.randint(1, 300)
+            self.trace(f"clock: jumps {dt}s, past the cycle deadline")
+        self.clock.advance(dt)
+        self.cloud.tick(self.clock())
+        if self.dice.roll("db_kill_backends"):
+            self.env.pipeline_pool.kill_next(self.admin)
+            self.trace("db: pg_terminate_backend on an idle pooled connection")
+        if self.idle_until <= self.trace.step and self.dice.roll("idle_spell"):
+            self.idle_until = self.trace.step + self.rng_sched.randint(5, 40)
+            self.trace(f"platform: idle until step {self.idle_until} (recoveries only)")
+        self.platform.idle = self.idle_until > self.trace.step
+        choices: list[tuple[float, Callable[[], None]]] = [(3.0, self.platform.step), (1.0, self.lister)]
+        if self.listing_q.ready():
+            choices.append((3.0, self.deliver_batch))
+        if self.delete_q.ready():
+            choices.append((3.0, self.deliver_delete))
+        pick = self.rng_sched.uniform(0, sum(w for w, _ in choices))
+        for weight, action in choices:
+            pick -= weight
+            if pick <= 0:
+                break
+        action()
+
+    def set_mode(self, mode: str) -> None:
+        self.mode = mode
+        self.admin.run("UPDATE backends SET mode = :m WHERE id = :b", m=mode, b=BACKEND)
+        self.trace(f"operator: backend mode -> {mode}")
+
+    # ---- pieces of the cleanup, each a checked step -------------------------------
+
+    def _checked(self, work: Callable[[], None]) -> None:
+        before = self.checker.before_step()
+        try:
+            work()
+        finally:
+            self.checker.after_step(before)
+
+    def lister(self, *, nested: bool = False) -> dict[str, Any] | None:
+        out: dict[str, Any] = {}
+
+        def work() -> None:
+            out.update(self._run_lister() or {})
+
+        if nested:
+            out.update(self._run_lister() or {})
+        else:
+            self._checked(work)
+        return out
+
+    def _run_lister(self) -> dict[str, Any] | None:
+        manual = self.rng_sched.random() < 0.1 and self.dice.enabled
+        self.listing_record = record = ListingRecord()
+        self.checker.pending_listings.append(record)
+        summary = None
+        try:
+            summary = self.pipeline.run_lister(BACKEND, manual=manual)
+            self.trace(f"lister{' (manual)' if manual else ''}: {summary.get('reason')}"
+                       f" cycle={str(summary.get('cycle_id'))[:8]} batches={summary.get('batches')}")
+        except Exception as exc:  # noqa: BLE001 - the function crashed; the scheduler tries again later
+            self._crash("lister", exc)
+        if summary is not None and summary.get("cycle_id"):
+            self.checker.listings[summary["cycle_id"]] = record
+        if summary is not None and summary.get("reason") == "no_activity":
+            self.checker.no_activity_skip()
+        return summary
+
+    def _crash(self, where: str, exc: BaseException) -> None:
+        self.crashes[f"{where}:{type(exc).__name__}"] += 1
+        self.trace(f"{where}: crashed with {type(exc).__name__}: {str(exc)[:90]}")
+
+
+
+def run_seed(env: SimEnv, seed: int, steps: int, **kw: Any) -> SeedResult:
+    return Simulation(env, seed, steps, **kw).run()
+
+

@@ -1,0 +1,302 @@
+"""The invariants, checked around every step that runs a piece of the cleanup.
+
+Safety (any step):
+  S1  no resource of a tracked owner is touched (owner pending or terminating,
+      or live with the resource in its recorded provisioning attempt);
+  S2  no resource without a ledger record is touched (foreign refs, invalid or
+      missing ref tags, refs changed by a user);
+  S3  no protected (protect tag) or suspected-copy resource is touched;
+  R1  nothing is touched on behalf of a report-mode cycle;
+  F1  a cycle that lost its lease writes nothing and reports nothing (rule 6);
+  B1  no cycle touches more groups than the blast-radius cap allows (rule 8);
+  T1  after a delete in region r timed out / was unavailable, the cycle makes
+      no further provider call in r (rule 5);
+  G1  two deletes of one ref never run at the same time (rule 4);
+  G2  a delete is refused for its gate only while that ref's gate is held (rule 4);
+  C1  clean_at only moves forward, to the listing time minus the margin of a
+      cycle that listed everything, skipped nothing and finished every deletion
+      (rule 7), as the simulation itself observed that cycle;
+  A1  STEP 1 never skips while a ledger write committed after the listing
+      behind clean_at (rule 9).
+Liveness (end of run):
+  L1  once faults stop and the platform is quiet, every orphan is deleted within
+      5 scheduled runs (delete mode) or reported by the last clean cycle (report mode).
+
+"Touched" means moved to shutting-down or terminated by a provider delete call.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from orphan_cleanup.models import ResourceGroup, ResourceState
+from tests.sim.db import shift_gates
+
+if TYPE_CHECKING:
+    from tests.sim.engine import Simulation
+
+TOUCHED = (ResourceState.TERMINATING, ResourceState.TERMINATED)
+
+CYCLES_SQL = """
+SELECT c.id, (c.outcome IS NOT NULL OR cl.lease_owner IS DISTINCT FROM c.id OR cl.fence <> c.fence) AS dead,
+       c.mode, c.listed_at, c.outcome, c.applied_batches, c.open_deletes, c.dispatched,
+       c.tripped_regions, c.blocked_reason, c.failures,
+       (SELECT count(*) FROM cycle_batches b WHERE b.cycle_id = c.id) AS batches,
+       (SELECT count(*) FROM events e WHERE e.cycle_id = c.id) AS events,
+       (SELECT count(*) FROM cycle_groups g WHERE g.cycle_id = c.id) AS groups,
+       (SELECT count(*) FROM cycle_groups g WHERE g.cycle_id = c.id AND g.verdict = 'skipped') AS skipped,
+       (SELECT count(*) FROM delete_requests d WHERE d.cycle_id = c.id AND d.state <> 'queued') AS ended,
+       (SELECT count(*) FROM delete_requests d WHERE d.cycle_id = c.id AND d.state <> 'done') AS not_done
+  FROM cycles c JOIN cleanup cl ON cl.backend_id = c.backend_id
+"""
+STATE_SQL = f"""
+SELECT (SELECT clean_at FROM cleanup WHERE backend_id = :b), (SELECT count(*) FROM delete_gates),
+       (SELECT coalesce(json_agg(x), '[]') FROM ({CYCLES_SQL}) AS x)
+"""
+
+
+@dataclass(frozen=True)
+class CycleRow:
+    id: str
+    dead: bool
+    mode: str
+    listed_at: datetime | None
+    outcome: str | None
+    applied: int
+    open_deletes: int
+    dispatched: bool
+    tripped: tuple[str, ...]
+    blocked: str | None
+    failures: int
+    batches: int
+    events: int
+    groups: int
+    skipped: int
+    deletes_ended: int
+    deletes_not_done: int
+
+    def writes(self) -> tuple[Any, ...]:
+        """What a fenced-out cycle must never change again."""
+        return (self.outcome, self.applied, self.open_deletes, self.dispatched, self.batches, self.events,
+                self.groups, self.deletes_ended, self.tripped)
+
+
+@dataclass
+class Violation:
+    invariant: str
+    message: str
+    seed: int
+    step: int
+    trace: str
+
+    def __str__(self) -> str:
+        return (f"VIOLATION {self.invariant} (seed {self.seed}, step {self.step}): {self.message}\n"
+                f"--- last events (replay: python -m tests.sim --seeds 1 --start {self.seed}) ---\n{self.trace}")
+
+
+class Checker:
+    def __init__(self, sim: Simulation) -> None:
+        self.sim = sim
+        self.checks: Counter = Counter()
+        self.ignored: Counter = Counter()
+        self.violations: list[Violation] = []
+        self.clean_at: datetime | None = None
+        self.clean_listed_at: datetime | None = None
+        self.cycles: dict[str, CycleRow] = {}
+        self.listings: dict[str, Any] = {}
+        self.results: dict[str, dict[str, str]] = defaultdict(dict)  # cycle -> group -> last answer
+        self.touched_groups: dict[str, set[str]] = defaultdict(set)
+        self.tripped: set[tuple[str, str]] = set()
+        self.in_flight: Counter = Counter()
+        self.reported: list[str] = []
+        self.attributed: set[str] = set()
+        self.pending_listings: list[Any] = []
+        self.fresh = False  # whether ``cycles``/``clean_at`` reflect the database
+        self.gates_held = False
+        self.unshifted = 0
+
+    def fail(self, invariant: str, message: str) -> None:
+        if invariant in self.sim.ignore:
+            self.ignored[invariant] += 1
+            return
+        self.violations.append(Violation(invariant, message, self.sim.seed, self.sim.trace.step,
+                                         self.sim.trace.dump()))
+
+    # ---- snapshots ---------------------------------------------------------------
+
+    def read_state(self) -> tuple[dict[str, CycleRow], datetime | None]:
+        """The cycles, clean_at and whether delete gates are held, in one round trip."""
+        clean_at, gates, rows = self.sim.admin.run(STATE_SQL, b=self.sim.backend_id)[0]
+        self.gates_held = gates > 0
+        rows = rows if isinstance(rows, list) else json.loads(rows)
+        out = {}
+        for r in rows:
+            v = list(r.values())
+            failures = v[10] if isinstance(v[10], list) else json.loads(v[10] or "[]")
+            listed_at = datetime.fromisoformat(v[3]) if v[3] else None
+            out[v[0]] = CycleRow(v[0], bool(v[1]), v[2], listed_at, v[4], v[5], v[6], bool(v[7]),
+                                 tuple(v[8] or ()), v[9], len(failures), *v[11:17])
+        return out, clean_at
+
+    def clock_advanced(self, seconds: int) -> None:
+        self.unshifted += seconds
+
+    # ---- hooks from the provider and the delivery loop ------------------------------
+
+    def provider_call_started(self, cycle_id: str | None, group: ResourceGroup) -> None:
+        self.checks["T1"] += 1
+        if cycle_id is not None and (cycle_id, group.region) in self.tripped:
+            self.fail("T1", f"cycle {cycle_id[:8]} called the provider in {group.region} after the region"
+                            f" tripped (group {group.key})")
+        self.checks["G1"] += 1
+        if self.in_flight[group.provider_ref]:
+            self.fail("G1", f"two deletes of ref {group.provider_ref} run at once ({group.key})")
+        self.in_flight[group.provider_ref] += 1
+
+    def provider_call_finished(self, group: ResourceGroup) -> None:
+        self.in_flight[group.provider_ref] -= 1
+
+    def provider_touched(self, cycle_id: str | None, group: ResourceGroup, touched: list[str]) -> None:
+        if not touched:
+            return
+        self.attributed.update(touched)
+        key = cycle_id or "?"
+        self.touched_groups[key].add(group.key)
+        row = self.cycles.get(key)
+        self.checks["R1"] += 1
+        if row is not None and row.mode == "report":
+            self.fail("R1", f"report-mode cycle {key[:8]} touched {touched}")
+
+    def region_tripped(self, cycle_id: str, region: str) -> None:
+        self.tripped.add((cycle_id, region))
+
+    def gate_refused(self, backend_id: str, ref: str) -> None:
+        self.checks["G2"] += 1
+        rows = self.sim.admin.run("SELECT holder FROM delete_gates WHERE backend_id = :b AND provider_ref = :r",
+                                  b=backend_id, r=ref)
+        if not rows:
+            self.fail("G2", f"a delete of ref {ref} was refused as gate-busy, but no gate of {ref} is held")
+
+    def no_activity_skip(self) -> None:
+        """A1: STEP 1 decided there was nothing to list."""
+        self.checks["A1"] += 1
+        if self.clean_listed_at is None:
+            return
+        late = [t for t in self.sim.platform.commit_times if t > self.clean_listed_at]
+        if late:
+            self.fail("A1", f"STEP 1 skipped, but {len(late)} ledger write(s) committed after the listing"
+                            f" behind clean_at (listed at {self.clean_listed_at:%H:%M:%S}, first write"
+                            f" committed {min(late):%H:%M:%S})")
+
+    # ---- around a cleanup step -----------------------------------------------------------
+
+    def before_step(self) -> dict[str, tuple[ResourceState, tuple[tuple[str, str], ...]]]:
+        if self.gates_held and self.unshifted:
+            shift_gates(self.sim.admin, self.unshifted)
+        self.unshifted = 0
+        if not self.fresh:
+            self.cycles, self.clean_at = self.read_state()
+            self.fresh = True
+        self.reported = []
+        self.attributed = set()
+        self.pending_listings = []
+        return self.sim.cloud.snapshot()
+
+    def after_step(self, before: dict[str, tuple[ResourceState, tuple[tuple[str, str], ...]]]) -> None:
+        sim = self.sim
+        touched = [rid for rid, r in sim.cloud.resources.items()
+                   if r.state in TOUCHED and rid in before and before[rid][0] != r.state]
+        for rid in touched:
+            self.checks["S1-S3"] += 1
+            why = sim.platform.untouchable(rid, dict(before[rid][1]))
+            if why is not None:
+                self.fail(why[0], why[1])
+            if rid not in self.attributed:
+                self.fail("S2", f"{rid} changed state outside any provider delete call")
+        after, clean_at = self.read_state()
+        for cid in after.keys() - self.cycles.keys():
+            if cid not in self.listings and self.pending_listings:
+                self.listings[cid] = self.pending_listings[-1]
+        self._fencing(after)
+        self._clean_at(after, clean_at)
+        self._blast_radius()
+        self.cycles = after
+
+    def _fencing(self, after: dict[str, CycleRow]) -> None:
+        for cid, row in self.cycles.items():
+            if not row.dead:
+                continue
+            self.checks["F1"] += 1
+            now = after.get(cid)
+            if now is not None and now.writes() != row.writes():
+                self.fail("F1", f"cycle {cid[:8]} wrote after losing its lease: {row.writes()} -> {now.writes()}")
+        for cid in self.reported:
+            row = self.cycles.get(cid)
+            self.checks["F1"] += 1
+            if row is not None and row.dead:
+                self.fail("F1", f"cycle {cid[:8]} reported an orphan after losing its lease")
+
+    def _clean_at(self, after: dict[str, CycleRow], clean_at: datetime | None) -> None:
+        sim = self.sim
+        newly = [r for cid, r in after.items()
+                 if r.outcome == "clean" and (cid not in self.cycles or self.cycles[cid].outcome != "clean")]
+        for row in newly:
+            self.checks["C1"] += 1
+            self._clean_facts(row)
+        if clean_at == self.clean_at:
+            return
+        self.checks["C1"] += 1
+        if clean_at is None or (self.clean_at is not None and clean_at <= self.clean_at):
+            self.fail("C1", f"clean_at moved from {self.clean_at} to {clean_at}")
+        elif not newly:
+            self.fail("C1", f"clean_at moved to {clean_at} with no cycle finishing clean")
+        else:
+            best = max(newly, key=lambda r: r.listed_at or datetime.min.replace(tzinfo=clean_at.tzinfo))
+            if best.listed_at is None or clean_at > best.listed_at - timedelta(seconds=sim.margin):
+                self.fail("C1", f"clean_at {clean_at:%H:%M:%S} is past the listing time {best.listed_at}"
+                                f" minus the margin ({sim.margin}s)")
+            self.clean_listed_at = best.listed_at
+        self.clean_at = clean_at
+
+    def _clean_facts(self, row: CycleRow) -> None:
+        listing = self.listings.get(row.id)
+        problems = []
+        if listing is None:
+            problems.append("the simulation saw no listing for it")
+        else:
+            if listing.failures:
+                problems.append(f"its listing failed in {listing.failures}")
+            if listing.crashed:
+                problems.append("its listing raised")
+        if row.failures:
+            problems.append(f"{row.failures} region failure(s) recorded")
+        if row.skipped:
+            problems.append(f"{row.skipped} group(s) skipped")
+        if row.deletes_not_done:
+            problems.append(f"{row.deletes_not_done} deletion(s) not done")
+        if row.tripped:
+            problems.append(f"regions tripped {row.tripped}")
+        if row.blocked:
+            problems.append("deletes blocked by the blast-radius cap")
+        # The last answer per group counts: an error whose recording crashed is retried, and
+        # the retry's confirmed deletion is what the cycle records (at-least-once delivery).
+        bad = {g: a for g, a in self.results.get(row.id, {}).items() if a != "deleted"}
+        if bad:
+            problems.append(f"last provider answers {bad}")
+        if problems:
+            self.fail("C1", f"cycle {row.id[:8]} finished clean although " + "; ".join(problems))
+
+    def _blast_radius(self) -> None:
+        sim = self.sim
+        for cid, groups in self.touched_groups.items():
+            self.checks["B1"] += 1
+            listing = self.listings.get(cid)
+            listed = listing.groups if listing is not None else 0
+            n = len(groups)
+            if n > sim.max_deletes or (n > 10 and listed and n / listed > sim.max_delete_share):
+                self.fail("B1", f"cycle {cid[:8]} touched {n} groups of {listed} listed"
+                                f" (cap {sim.max_deletes}, share {sim.max_delete_share})")

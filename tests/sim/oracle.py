@@ -1,0 +1,80 @@
+"""The ground truth the invariants ask the platform for (a mixin of ``Platform``):
+which resources must never be touched (S1-S3), and which are orphans (L1)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from orphan_cleanup.models import ResourceKind, ResourceState, is_valid_ref
+from tests.sim.owners import LIVE, PROTECT, TAG
+
+
+class Oracle:
+    def untouchable(self, rid: str, tags: dict[str, str]) -> tuple[str, str] | None:
+        """Why the cleanup must never touch ``rid`` (tags as they were before the step)."""
+        ref = tags.get(TAG)
+        if not is_valid_ref(ref):
+            return "S2", f"{rid} carries no valid ref tag ({ref!r})"
+        owner = self.by_ref.get(ref or "")
+        if owner is None or owner.committed is None:
+            return "S2", f"{rid} has ref {ref} with no ledger record"
+        if PROTECT in tags:
+            return "S3", f"{rid} carries the protect tag"
+        meta = self.sim.cloud.meta.get(rid)
+        st = owner.committed
+        if meta is not None and meta.origin == "copy" and st in LIVE and not owner.soft_deleted:
+            return "S3", f"{rid} is a copy of live owner {owner.id}'s VM (suspected copy)"
+        if st in ("pending", "terminating"):
+            return "S1", f"{rid} belongs to owner {owner.id}, which is {st}"
+        if (st in LIVE and not owner.soft_deleted and meta is not None and meta.origin == "platform"
+                and meta.attempt == owner.tracked):
+            return "S1", f"{rid} is tracked by live owner {owner.id} (status {st}, primary {owner.vm_of(owner.tracked)})"
+        return None
+
+    def _group_protected(self, rid: str) -> bool:
+        """Whether a member of ``rid``'s listed group carries the protect tag (grouping as
+        ``group_resources`` does it: an instance with the dependents attached to it,
+        else the primary-less group of the ref and region)."""
+        res = self.sim.cloud.resources
+        alive = {k: r for k, r in res.items() if r.state is not ResourceState.TERMINATED}
+        ref = res[rid].tags.get(TAG)
+
+        def owner_of(r: Any) -> str | None:
+            if r.kind is ResourceKind.INSTANCE:
+                return r.id
+            vm = alive.get(r.attached_to or "")
+            return vm.id if vm is not None and vm.kind is ResourceKind.INSTANCE and vm.tags.get(TAG) == ref else None
+
+        key = (owner_of(res[rid]), res[rid].region)
+        return any(PROTECT in r.tags for r in alive.values()
+                   if r.tags.get(TAG) == ref and (owner_of(r), r.region) == key)
+
+    def is_orphan(self, rid: str, *, known: frozenset[str]) -> bool:
+        """Ground truth for L1: a resource the cleanup must eventually delete.
+        ``known``: resource ids the product recorded in orphan groups."""
+        cloud = self.sim.cloud
+        r = cloud.resources.get(rid)
+        if r is None or r.state is ResourceState.TERMINATED:
+            return False
+        ref = r.tags.get(TAG)
+        owner = self.by_ref.get(ref or "")
+        meta = cloud.meta.get(rid)
+        if owner is None or owner.committed is None or PROTECT in r.tags or meta is None:
+            return False
+        if self._group_protected(rid):
+            return False  # the product protects a whole group when one member is protected
+        vm = cloud.resources.get(r.attached_to or "")
+        if r.kind is not ResourceKind.INSTANCE and vm is not None and cloud.exists(vm.id):
+            # In use by an instance: deletable only with it (a re-tagged instance keeps it forever).
+            return vm.tags.get(TAG) == ref and self.is_orphan(vm.id, known=known)
+        st = owner.committed
+        if st in ("gone", "terminated") or owner.soft_deleted:
+            return True
+        if st not in LIVE or meta.origin == "copy" or meta.attempt == owner.tracked:
+            return False
+        if r.kind is ResourceKind.INSTANCE:
+            return True  # a leaked attempt: created before the owner's provisioning
+        if r.attached_to and cloud.exists(r.attached_to):
+            return True
+        # A detached leftover of a live owner is protected unless it was seen in an orphan group.
+        return rid in known

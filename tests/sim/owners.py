@@ -1,0 +1,52 @@
+"""The platform's owners as the simulation tracks them, and shared constants."""
+
+from __future__ import annotations
+
+import string
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from orphan_cleanup.models import DEFAULT_PROTECT_KEY, DEFAULT_TAG_KEY
+from tests.sim.db import PooledConnection
+
+LIVE = ("provisioning", "idle", "busy")
+TAG, PROTECT = DEFAULT_TAG_KEY, DEFAULT_PROTECT_KEY
+REF_ALPHABET = string.ascii_lowercase + string.digits
+MAX_ACTIVE_OWNERS = 10
+LISTING_LAG_MAX = 45  # seconds; the margin (120 s) covers it with room
+RECOVERY_AFTER_STEPS = 3
+
+
+@dataclass
+class Attempt:
+    n: int
+    region: str
+    vm: str | None = None
+    deps: list[str] = field(default_factory=list)
+
+
+@dataclass
+class OpenTx:
+    conn: PooledConnection
+    commit_step: int
+    on_commit: Callable[[], None]
+    label: str
+
+
+@dataclass
+class Owner:
+    id: str
+    ref: str
+    committed: str | None = None  # the ledger status as committed; "gone" after a hard delete
+    soft_deleted: bool = False
+    phase: str = "issuing"
+    attempts: list[Attempt] = field(default_factory=list)
+    tracked: int | None = None  # attempt whose VM is the committed primary id
+    provisioned_at: datetime | None = None
+    since: int = 0
+    recover_after: int = 3  # steps a crashed owner waits before the platform recovers it
+    tx: OpenTx | None = None
+
+    def vm_of(self, attempt: int | None) -> str | None:
+        return self.attempts[attempt].vm if attempt is not None else None

@@ -1,0 +1,65 @@
+"""People and other platforms around the platform (a mixin of ``Platform``):
+copies of live VMs, the protect tag, removed or replaced ref tags, foreign resources."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from orphan_cleanup.models import ResourceKind, ResourceState, is_valid_ref
+from tests.sim.owners import LISTING_LAG_MAX, LIVE, PROTECT, REF_ALPHABET, TAG
+
+
+class People:
+    def people(self) -> None:
+        dice, rng, cloud, now = self.sim.dice, self.rng, self.sim.cloud, self.sim.clock()
+        if dice.roll("user_copy"):
+            live = [o for o in self.owners if o.committed in LIVE and o.provisioned_at is not None
+                    and now >= o.provisioned_at + timedelta(seconds=self.sim.margin + 1)
+                    and cloud.exists(o.vm_of(o.tracked) or "")]
+            if live:
+                o = rng.choice(live)
+                src = cloud.resources[o.vm_of(o.tracked) or ""]
+                lag = rng.randint(0, LISTING_LAG_MAX)
+                rid = cloud.add(ResourceKind.INSTANCE, src.region, dict(src.tags), now=now,
+                                meta=self._meta(origin="copy", owner_id=o.id, attempt=None,
+                                                visible_at=now + timedelta(seconds=lag)))
+                self.sim.trace(f"user: launched {rid} like {src.id} (copies ref {o.ref})")
+        if dice.roll("user_protect") and (target := self._pick_target()) is not None:
+            cloud.resources[target].tags[PROTECT] = "yes"
+            self.sim.trace(f"user: protected {target}")
+        if dice.roll("user_untag") and (target := self._pick_target()) is not None:
+            res = cloud.resources[target]
+            if rng.random() < 0.5:
+                res.tags.pop(TAG, None)
+                self.sim.trace(f"user: removed the ref tag of {target}")
+            else:
+                res.tags[TAG] = self._foreign_ref()
+                self.sim.trace(f"user: re-tagged {target} with foreign ref {res.tags[TAG]}")
+        if dice.roll("foreign_resource"):
+            kind = rng.choice(("foreign", "invalid", "untagged"))
+            tags = {"foreign": {TAG: self._foreign_ref()}, "untagged": {"Name": "hand-made"},
+                    "invalid": {TAG: rng.choice(("", "NOT-A-REF", "ABCDEFGHIJKL", "short", "x" * 13))}}[kind]
+            rid = cloud.add(ResourceKind.INSTANCE, rng.choice(self.regions), tags, now=now,
+                            meta=self._meta(origin="foreign", owner_id=None, attempt=None, visible_at=now))
+            self.sim.trace(f"other: {kind} resource {rid} tags={tags}")
+
+    def _pick_target(self) -> str | None:
+        cloud = self.sim.cloud
+        ours = [rid for rid, r in cloud.resources.items()
+                if r.state not in (ResourceState.TERMINATING, ResourceState.TERMINATED)
+                and is_valid_ref(r.tags.get(TAG)) and PROTECT not in r.tags]
+        # People act on what they were just told about: the groups being deleted, the
+        # groups being classified (between the listing and the delete only the re-read
+        # protects them), else the orphans they see, else anything of ours.
+        deleting, listed = self.sim.resources_in_messages()
+        orphans = [rid for rid in ours if self.is_orphan(rid, known=frozenset())]
+        roll = self.rng.random()
+        pool = next(p for p in (sorted(deleting & set(ours)) if roll < 0.6 else [],
+                                sorted(listed & set(ours)) if roll < 0.8 else [],
+                                orphans if roll < 0.95 else [], ours) if p or p is ours)
+        return self.rng.choice(pool) if pool else None
+
+    def _foreign_ref(self) -> str:
+        ref = "zz" + "".join(self.rng.choice(REF_ALPHABET) for _ in range(10))
+        self.foreign_refs.add(ref)
+        return ref

@@ -1,0 +1,96 @@
+"""A simulated at-least-once queue behind the product's queue port.
+
+Faults: a publish fails (the caller sees an error), a message is duplicated,
+delayed, lost (e.g. dead-lettered after a poison run), and delivered in any
+order. A delivery that fails (the function raised or crashed) is redelivered
+after a visibility timeout; after ``MAX_RECEIVES`` it goes to the dead-letter
+queue, i.e. is dropped for the pipeline.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from pydantic import BaseModel
+
+from orphan_cleanup.queues.base import Queue
+from tests.sim.world import Dice, SimClock, Trace
+
+MAX_RECEIVES = 5
+VISIBILITY_TIMEOUT = 30
+
+
+class PublishFailed(RuntimeError):
+    """The queue refused a message (as boto3 or the Pub/Sub client would raise)."""
+
+
+@dataclass
+class Message:
+    id: int
+    body: str
+    ready_at: datetime
+    receives: int = 0
+
+
+class SimQueue(Queue):
+    def __init__(self, name: str, clock: SimClock, dice: Dice, rng: random.Random, trace: Trace,
+                 max_message_bytes: int) -> None:
+        self.name = name
+        self.clock = clock
+        self.dice = dice
+        self.rng = rng
+        self.trace = trace
+        self.max_message_bytes = max_message_bytes
+        self.messages: list[Message] = []
+        self._ids = itertools.count(1)
+        self.published = 0
+        self.dead_lettered = 0
+
+    def publish(self, message: BaseModel) -> None:
+        body = message.model_dump_json()
+        if len(body.encode()) > self.max_message_bytes:
+            raise PublishFailed(f"{self.name}: message of {len(body)} bytes is too large")
+        if self.dice.roll("publish_error"):
+            self.trace(f"{self.name}: publish failed")
+            raise PublishFailed(f"{self.name}: publish failed (injected)")
+        self.published += 1
+        if self.dice.roll("queue_drop"):
+            self.trace(f"{self.name}: message lost")
+            return
+        self._put(body)
+        if self.dice.roll("queue_duplicate"):
+            self._put(body)
+
+    def _put(self, body: str) -> None:
+        delay = self.rng.randint(5, 240) if self.dice.roll("queue_delay") else 0
+        self.messages.append(Message(next(self._ids), body, self.clock() + timedelta(seconds=delay)))
+
+    def ready(self) -> list[Message]:
+        now = self.clock()
+        return [m for m in self.messages if m.ready_at <= now]
+
+    def take_many(self, n: int) -> list[Message]:
+        """Up to ``n`` ready messages for one invocation, in any order."""
+        ready = self.ready()
+        batch = self.rng.sample(ready, min(n, len(ready)))
+        for msg in batch:
+            msg.receives += 1
+        return batch
+
+    def ack(self, msg: Message) -> None:
+        self.messages = [m for m in self.messages if m is not msg]
+
+    def nack(self, msg: Message, delay: int = VISIBILITY_TIMEOUT) -> None:
+        """The delivery failed: redelivered later, or dead-lettered."""
+        if msg.receives >= MAX_RECEIVES:
+            self.ack(msg)
+            self.dead_lettered += 1
+            self.trace(f"{self.name}: message {msg.id} dead-lettered after {msg.receives} receives")
+            return
+        msg.ready_at = self.clock() + timedelta(seconds=delay)
+
+    def __len__(self) -> int:
+        return len(self.messages)

@@ -1,0 +1,109 @@
+"""The settle phase (a mixin of ``Simulation``): the faults stop, the platform
+drives its in-flight owners to final states at its own pace, and the cleanup
+must converge (L1)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from tests.sim.owners import LISTING_LAG_MAX
+from tests.sim.world import BACKEND, DEADLINE, EPOCH, MARGIN, SETTLE_INTERVAL, SETTLE_RUNS
+
+
+class Settle:
+    def settle(self) -> str:
+        self.dice.enabled = False
+        self.platform.quiesce()
+        self.trace("settle: faults stop, the platform finishes its in-flight work")
+        if self.mode != self.final_mode:
+            self.set_mode(self.final_mode)
+        quiet_at: datetime | None = None
+        settled_at: datetime | None = None
+        runs_after = 0
+        for _ in range(400):
+            self.trace.step += 1
+            self.platform.flush()
+            self.clock.advance(SETTLE_INTERVAL)
+            self.cloud.tick(self.clock())
+            if quiet_at is None:
+                if self.platform.in_flight():
+                    if self.rng_sched.random() < 0.35:  # the platform finishes at its own pace
+                        self.platform.step()
+                else:
+                    quiet_at = self.clock()
+                    settled_at = quiet_at + timedelta(seconds=max(DEADLINE, MARGIN + LISTING_LAG_MAX + 120))
+                    self.trace("settle: the platform is quiet")
+            summary = self.lister() or {}
+            self.drain()
+            if self.checker.violations:
+                return "violation"
+            if settled_at is not None and self.clock() >= settled_at and summary.get("reason") not in ("not_due", "busy"):
+                runs_after += 1  # a run that listed, or that STEP 1 decided not to list
+                if runs_after >= SETTLE_RUNS:
+                    return self._liveness()
+            if summary.get("reason") == "not_due":
+                self._wait_until_due()
+        self.checker.fail("L1", "the platform never became quiet")
+        return "violation"
+
+    def _wait_until_due(self) -> None:
+        """The scheduler fires every interval; skip the ticks before the backend is due."""
+        due = self.admin.run("SELECT next_due_at FROM cleanup WHERE backend_id = :b", b=BACKEND)[0][0]
+        wait = int((due - self.clock()).total_seconds()) - SETTLE_INTERVAL
+        if wait > 0:
+            self.platform.flush(everything=True)
+            self.clock.advance(wait)
+
+    def drain(self, limit: int = 500) -> None:
+        for _ in range(limit):
+            if self.listing_q.ready():
+                self.deliver_batch()
+            elif self.delete_q.ready():
+                self.deliver_delete()
+            else:
+                return
+
+    def _explain(self, rid: str) -> str:
+        """One orphan as the simulation and the product see it."""
+        r, m = self.cloud.resources[rid], self.cloud.meta.get(rid)
+        owner = self.platform.by_ref.get(r.tags.get("provider_ref", ""))
+        who = (f"owner {owner.id} committed={owner.committed} tracked_attempt={owner.tracked}"
+               f" provisioned_at=+{int((owner.provisioned_at - EPOCH).total_seconds()) if owner.provisioned_at else None}s"
+               if owner else "no owner")
+        verdicts = self.admin.run(
+            "SELECT g.verdict, g.reason, g.action, c.outcome FROM cycle_groups g JOIN cycles c ON c.id = g.cycle_id"
+            " WHERE g.resources::text LIKE :p ORDER BY c.started_at DESC LIMIT 1", p=f'%"{rid}"%')
+        return (f"  {rid} {r.kind.value} {r.state.value} region={r.region} tags={r.tags}"
+                f" created=+{int((r.created_at - EPOCH).total_seconds())}s attached_to={r.attached_to}"
+                f" origin={m.origin if m else None} attempt={m.attempt if m else None}; {who};"
+                f" last product verdict: {verdicts[0] if verdicts else 'never recorded'}")
+
+    def _liveness(self) -> str:
+        self.checker.checks["L1"] += 1
+        known = frozenset(r[0] for r in self.admin.run("SELECT resource_id FROM orphan_resources"))
+        orphans = [rid for rid in self.cloud.resources if self.platform.is_orphan(rid, known=known)]
+        if self.final_mode == "delete":
+            if not orphans:
+                return "converged"
+            last = self.admin.run("SELECT blocked_reason FROM cycles WHERE outcome IS NOT NULL"
+                                  " ORDER BY fence DESC LIMIT 1")
+            if last and last[0][0]:
+                return "blocked"
+            self.checker.fail("L1", f"{len(orphans)} orphan(s) still exist {SETTLE_RUNS} runs after settling:\n"
+                                    + "\n".join(self._explain(rid) for rid in orphans[:5]))
+            return "violation"
+        rows = self.admin.run("SELECT listed_at, id FROM cycles WHERE outcome = 'clean'"
+                              " ORDER BY listed_at DESC LIMIT 1")
+        if not rows:
+            if not orphans:
+                return "reported"
+            self.checker.fail("L1", "report mode: no cycle finished clean after the platform went quiet")
+            return "violation"
+        seen = {r["id"] for (res,) in self.admin.run(
+            "SELECT resources FROM cycle_groups WHERE cycle_id = :c AND verdict = 'orphan'", c=rows[0][1])
+            for r in (res if isinstance(res, list) else [])}
+        missing = [rid for rid in orphans if rid not in seen]
+        if missing:
+            self.checker.fail("L1", f"report mode: orphans not reported by the last clean cycle: {missing[:8]}")
+            return "violation"
+        return "reported"
