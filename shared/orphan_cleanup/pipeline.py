@@ -63,14 +63,18 @@ class Pipeline:
     # ---- lister: STEP 1-2 -------------------------------------------------
 
     def run_lister(self, backend_id: str, *, mode: str | None = None, manual: bool = False) -> dict[str, Any]:
-        """Enroll, STEP 1, lease, list and publish batches. Returns a summary."""
-        cycles.enroll(self.db)
+        """STEP 1, enroll, lease, list and publish batches. Returns a summary.
+        An idle scheduled run costs three statements on one connection."""
         with self.db.connection() as conn:
             backend = get_backend(conn, backend_id)
-        effective = effective_mode(self.settings, backend, mode)
-        if effective == "off":
-            return {"backend": backend_id, "started": False, "reason": "off"}
-        limits = limits_for(self.settings, backend)
+            effective = effective_mode(self.settings, backend, mode)
+            if effective == "off":
+                return {"backend": backend_id, "started": False, "reason": "off"}
+            limits = limits_for(self.settings, backend)
+            skip = None if manual else cycles.quick_skip(conn, backend_id, effective, limits, self.clock())
+        if skip is not None:
+            return {"backend": backend_id, "started": False, "reason": skip}
+        cycles.enroll(self.db)
         started = cycles.start_cycle(self.db, backend_id, effective, limits, manual=manual, now=self.clock())
         if started.cycle is None:
             return {"backend": backend_id, "started": False, "reason": started.reason}

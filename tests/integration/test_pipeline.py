@@ -345,3 +345,46 @@ def test_manual_run_classifies_batches_as_the_listing_streams(db, cloud, platfor
 
     assert len(seen_queued) > 2 and max(seen_queued) == 0  # nothing ever piled up in the queue
     assert report["outcome"] == "clean" and len(report["groups"]) == 20
+
+
+class CountingDatabase(Database):
+    """Instrumentation at the database boundary: every statement of every connection."""
+
+    def __init__(self, info):
+        super().__init__(info)
+        self.statements: list[str] = []
+
+    def connect(self):
+        from tests.support.ledger_helpers import CountingConnection
+
+        conn = CountingConnection(super().connect())
+        conn.statements = self.statements
+        return conn
+
+
+def test_idle_scheduled_run_is_three_statements_and_no_provider_call(db, cloud, platform):
+    platform.terminated_leak()
+    with db.connection() as conn:  # the platform's writes happened long before this listing
+        conn.run("UPDATE ledger_activity SET at = at - interval '1 hour'")
+    pipeline = make_pipeline(db, cloud)
+    now = pipeline.clock()
+    first = pipeline.run_lister("mem", mode="report")
+    drain(pipeline)
+    assert cycle_report(db, first["cycle_id"])["outcome"] == "clean"
+    counting = CountingDatabase(db.info)
+    pipeline.db = counting
+    pipeline.clock = lambda: now + timedelta(seconds=901)
+    cloud.calls.clear()
+
+    idle = pipeline.run_lister("mem", mode="report")
+
+    assert idle["reason"] == "no_activity" and not idle["started"]
+    assert sum(cloud.calls.values()) == 0
+    # the backend, the cleanup row with STEP 1's query, the processed mark; no transaction
+    assert len(counting.statements) == 3 and not any(s.startswith("BEGIN") for s in counting.statements)
+    with db.connection() as conn:
+        assert conn.run("SELECT last_processed_at FROM cleanup")[0][0] == now + timedelta(seconds=901)
+
+    platform.ledger.issue_ref()  # any ledger activity: the next due run lists
+    pipeline.clock = lambda: now + timedelta(seconds=1900)
+    assert pipeline.run_lister("mem", mode="report")["reason"] == "activity"

@@ -19,7 +19,7 @@ import pg8000.native
 from orphan_cleanup import classify
 from orphan_cleanup.errors import LeaseLost
 from orphan_cleanup.ledger.db import Database
-from orphan_cleanup.ledger.queries import activity_since
+from orphan_cleanup.ledger.queries import ACTIVITY_EXISTS, activity_since
 from orphan_cleanup.models import Outcome
 
 
@@ -73,6 +73,39 @@ def due_tolerance(limits: Limits) -> timedelta:
     return timedelta(seconds=min(60, limits.interval_seconds // 10))
 
 
+def _not_due(next_due: datetime | None, delay: int, limits: Limits, now: datetime) -> bool:
+    """At most once per interval; a failed backend waits out its backoff."""
+    tolerance = timedelta(0) if delay else due_tolerance(limits)
+    return next_due is not None and next_due > now + tolerance
+
+
+def quick_skip(conn: pg8000.native.Connection, backend_id: str, mode: str, limits: Limits,
+               now: datetime) -> str | None:
+    """The idle path of a scheduled run, without a transaction or lock: one read
+    (the cleanup row with STEP 1's activity query) and, when there is nothing to
+    do, one conditional write marking the row processed. Returns why the run is
+    skipped, or None when the locked ``start_cycle`` must decide (a lease, or any
+    reason to list). It applies the same rules as ``start_cycle``."""
+    rows = conn.run(
+        "SELECT c.clean_at, c.clean_mode, c.lease_owner, c.retry_delay_seconds, c.next_due_at,"
+        " c.clean_at IS NOT NULL AND " + ACTIVITY_EXISTS.format(since="c.clean_at") +
+        " FROM cleanup c WHERE c.backend_id = :b", b=backend_id)
+    if not rows or rows[0][2] is not None:
+        return None
+    clean_at, clean_mode, _, delay, next_due, active = rows[0]
+    if _not_due(next_due, delay, limits, now):
+        return "not_due"
+    go, reason = classify.may_have_new_orphans(
+        clean_at=clean_at, clean_mode=clean_mode, mode=mode, activity_since_clean=bool(active))
+    if go:
+        return None
+    marked = conn.run(
+        "UPDATE cleanup SET last_processed_at = :n, next_due_at = :d WHERE backend_id = :b"
+        " AND lease_owner IS NULL AND clean_at = :ca AND clean_mode = :m RETURNING 1",
+        n=now, d=now + timedelta(seconds=limits.interval_seconds), b=backend_id, ca=clean_at, m=mode)
+    return reason if marked else None
+
+
 def start_cycle(db: Database, backend_id: str, mode: str, limits: Limits, *, manual: bool,
                 now: datetime | None = None) -> StartResult:
     """STEP 1 and the lease. A live lease makes this a no-op ("busy"); an expired
@@ -89,8 +122,7 @@ def start_cycle(db: Database, backend_id: str, mode: str, limits: Limits, *, man
             if lease_expires is not None and lease_expires > now:
                 return StartResult(None, "busy")
             _expire_cycle(conn, backend_id, lease_owner, now, delay, limits)
-        elif not manual and next_due is not None and next_due > now + (timedelta(0) if delay else due_tolerance(limits)):
-            # At most once per interval; a failed backend waits out its backoff.
+        elif not manual and _not_due(next_due, delay, limits, now):
             return StartResult(None, "not_due")
         if not manual:
             active = clean_at is not None and activity_since(conn, backend_id, clean_at)

@@ -84,12 +84,13 @@ def load_records(conn: pg8000.native.Connection, backend_id: str,
     return {record.provider_ref: record for record in _RECORDS.validate_json(rows[0][0])}
 
 
+# STEP 1's question as an SQL expression over a backend ``:b`` and a time ``{since}``:
+# rows with a NULL backend concern every backend. Both branches use the index.
+ACTIVITY_EXISTS = ("(EXISTS (SELECT 1 FROM ledger_activity WHERE backend_id = :b AND at > {since})"
+                   " OR EXISTS (SELECT 1 FROM ledger_activity WHERE backend_id IS NULL AND at > {since}))")
+
+
 def activity_since(conn: pg8000.native.Connection, backend_id: str, since: datetime) -> bool:
-    """STEP 1: any ledger change that may concern ``backend_id`` after ``since``
-    (rows with a NULL backend concern every backend). One indexed query."""
-    rows = conn.run(
-        "SELECT EXISTS (SELECT 1 FROM ledger_activity WHERE backend_id = :b AND at > :t)"
-        " OR EXISTS (SELECT 1 FROM ledger_activity WHERE backend_id IS NULL AND at > :t)",
-        b=backend_id, t=since,
-    )
+    """STEP 1: any ledger change that may concern ``backend_id`` after ``since``. One indexed query."""
+    rows = conn.run("SELECT " + ACTIVITY_EXISTS.format(since=":t"), b=backend_id, t=since)
     return bool(rows[0][0])
