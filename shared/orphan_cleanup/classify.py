@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import lru_cache
 from datetime import datetime, timedelta
 
 from orphan_cleanup.models import (
@@ -36,7 +37,9 @@ class ClassifyContext:
     tag_key: str = DEFAULT_TAG_KEY
 
 
+@lru_cache(maxsize=256)
 def _v(kind: VerdictKind, reason: str, log_error: str | None = None) -> Verdict:
+    # Verdicts are frozen and few: share one object per (kind, reason, error).
     return Verdict(kind=kind, reason=reason, log_error=log_error)
 
 
