@@ -33,7 +33,8 @@ def dispatch(args: argparse.Namespace) -> int:
         from orphan_cleanup.ledger.migrate import migrate
 
         applied = migrate(db)
-        print(f"applied {len(applied)} migration(s)" + (f": {', '.join(applied)}" if applied else ", schema up to date"))
+        print(f"applied {len(applied)} migration(s)"
+              + (f": {', '.join(applied)}" if applied else ", schema up to date"))
         return EXIT_OK
     if args.command == "backend":
         return backend_add(db, args) if args.action == "add" else backend_list(db, args)

@@ -19,7 +19,8 @@ from orphan_cleanup.ledger import cycles, deletes
 from orphan_cleanup.ledger.db import Database
 from orphan_cleanup.ledger.queries import get_backend, load_records
 from orphan_cleanup.models import (
-    Action, Backend, DeleteRequest, DeleteResult, DeleteStatus, ListingBatch, RegionFailure, RegionListing, ResourceGroup, VerdictKind,
+    Action, Backend, DeleteRequest, DeleteResult, DeleteStatus, ListingBatch, RegionFailure, RegionListing,
+    ResourceGroup, VerdictKind,
 )
 from orphan_cleanup.providers.base import ResourceProvider, describe_error
 from orphan_cleanup.queues.base import Queue

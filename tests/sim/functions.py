@@ -5,6 +5,7 @@ delete (attribution to a cycle, concurrent deleters and lister runs)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from orphan_cleanup.errors import ProviderError

@@ -11,7 +11,7 @@ import json
 import secrets
 import string
 from collections.abc import Iterable, Sequence
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from typing import Any
 
 from orphan_cleanup.ledger.cycles import Limits
