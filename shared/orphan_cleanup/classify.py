@@ -8,7 +8,6 @@ unsettled) or ``ignored``/``protected`` (never touched), never ``orphan``.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 from datetime import datetime, timedelta
@@ -210,10 +209,3 @@ def blast_radius_violation(to_delete: int, listed_groups: int, *, max_deletes: i
         return (f"would delete {to_delete} of {listed_groups} listed groups "
                 f"({to_delete / listed_groups:.0%}), more than the cap of {max_share:.0%}")
     return None
-
-
-def count_verdicts(verdicts: Iterable[Verdict]) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for v in verdicts:
-        counts[v.kind.value] = counts.get(v.kind.value, 0) + 1
-    return counts

@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 
 from orphan_cleanup.classify import (
-    CycleFacts, backoff_delay, blast_radius_violation, count_verdicts, may_have_new_orphans, next_schedule, outcome,
+    CycleFacts, backoff_delay, blast_radius_violation, may_have_new_orphans, next_schedule, outcome,
 )
 from orphan_cleanup.models import Outcome, Verdict, VerdictKind
 from tests.support.ledger_helpers import T0
@@ -167,9 +167,3 @@ def test_blast_radius_violation(to_delete, listed, max_deletes, max_share, viola
     assert (why is not None) is violates
     if violates:
         assert str(to_delete) in why
-
-
-def test_count_verdicts():
-    vs = [Verdict(kind=VerdictKind.ORPHAN, reason="a"), Verdict(kind=VerdictKind.ORPHAN, reason="b"),
-          Verdict(kind=VerdictKind.TRACKED, reason="tracked")]
-    assert count_verdicts(vs) == {"orphan": 2, "tracked": 1}

@@ -60,12 +60,6 @@ def enroll(db: Database) -> int:
     return len(rows)
 
 
-def due_backends(db: Database, now: datetime) -> list[str]:
-    with db.connection() as conn:
-        rows = conn.run("SELECT backend_id FROM cleanup WHERE next_due_at <= :n ORDER BY next_due_at", n=now)
-    return [r[0] for r in rows]
-
-
 def due_tolerance(limits: Limits) -> timedelta:
     """A schedule firing every interval lands a little before ``next_due_at``
     (which counts from the end of the last cycle): accept that much early.
