@@ -15,19 +15,13 @@ from orphan_cleanup.ledger.client import LedgerClient
 from orphan_cleanup.ledger.queries import activity_since
 from orphan_cleanup.models import OwnerStatus
 from tests.support.ledger_helpers import T0, add_backend, add_instance, add_ref, db_now
-from tests.support.pg import fresh_database
-
-
-@pytest.fixture(scope="module")
-def shared_db(pg_server, pg_template):
-    return fresh_database(pg_server, pg_template)
 
 
 @pytest.fixture
-def L(shared_db):
+def L(module_db):
     """Backends A and B; an instance on each; a pending owner with no backend yet;
     a ref issued for an instance row not written yet. Then T, the moment after."""
-    db, n = shared_db, uuid.uuid4().hex[:8]
+    db, n = module_db, uuid.uuid4().hex[:8]
     ids = dict(a=f"A-{n}", b=f"B-{n}", on_a=f"on-a-{n}", on_b=f"on-b-{n}", pending=f"pending-{n}",
                late=f"late-{n}", cycle=f"cycle-{n}")
     add_backend(db, ids["a"])

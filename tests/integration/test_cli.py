@@ -17,8 +17,7 @@ from orphan_cleanup.ledger.migrate import available_migrations
 from orphan_cleanup.ledger.queries import load_records
 from orphan_cleanup.models import ListingBatch, Outcome
 from orphan_cleanup.pipeline import build_payload
-from tests.support.ledger_helpers import T0, add_ref, db_now, group, limits, reset
-from tests.support.pg import fresh_database
+from tests.support.ledger_helpers import T0, add_ref, db_now, group, limits
 
 UNREACHABLE = "postgresql://postgres@127.0.0.1:1/postgres?sslmode=disable"
 STATUS_KEYS = {"backend", "provider", "mode", "clean_at", "last_outcome", "last_processed_at", "next_due_at",
@@ -27,15 +26,10 @@ ADD_AWS = ["backend", "add", "aws-prod", "--provider", "aws", "--account", "1234
            "--regions", "us-east-1,eu-west-1"]
 
 
-@pytest.fixture(scope="module")
-def shared_db(pg_server, pg_template):
-    return fresh_database(pg_server, pg_template)
-
-
+# One migrated database for the module, emptied before each test.
 @pytest.fixture
-def db(shared_db):
-    reset(shared_db)
-    return shared_db
+def db(emptied_db):
+    return emptied_db
 
 
 @pytest.fixture(autouse=True)

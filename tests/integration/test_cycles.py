@@ -24,24 +24,17 @@ from orphan_cleanup.models import (
 from orphan_cleanup.pipeline import build_payload
 from tests.support.ledger_helpers import (
     T0, CountingConnection, add_backend, add_instance, add_instances_bulk, add_ref, add_refs_bulk, cleanup_row,
-    count_rows, cycle_row, db_now, group, leftovers, limits, make_ref, reset, table_counts,
+    count_rows, cycle_row, db_now, group, leftovers, limits, make_ref, table_counts,
 )
-from tests.support.pg import fresh_database
 
 B = "aws-prod"
 LIM = limits()  # margin 0: anything before the listing can be classified
 
 
 # One migrated database for the module, emptied before each test.
-@pytest.fixture(scope="module")
-def shared_db(pg_server, pg_template):
-    return fresh_database(pg_server, pg_template)
-
-
 @pytest.fixture
-def db(shared_db):
-    reset(shared_db)
-    return shared_db
+def db(emptied_db):
+    return emptied_db
 
 
 # ---- helpers -------------------------------------------------------------------

@@ -10,22 +10,15 @@ import pytest
 from orphan_cleanup.errors import ConfigError
 from orphan_cleanup.ledger.client import LedgerClient, aws_tag_specifications, gcp_labels, new_ref
 from orphan_cleanup.models import OwnerStatus
-from tests.support.ledger_helpers import db_now, reset
-from tests.support.pg import fresh_database
+from tests.support.ledger_helpers import db_now
 
 REF_RE = re.compile(r"^[a-z0-9]{12}$")
 
 
 # One migrated database for the module, emptied before each test.
-@pytest.fixture(scope="module")
-def shared_db(pg_server, pg_template):
-    return fresh_database(pg_server, pg_template)
-
-
 @pytest.fixture
-def db(shared_db):
-    reset(shared_db)
-    return shared_db
+def db(emptied_db):
+    return emptied_db
 
 
 @pytest.fixture

@@ -61,3 +61,18 @@ def db(pg_server: ConnInfo, pg_template: str) -> Database:
 def empty_db(pg_server: ConnInfo) -> Database:
     """A database with no schema (for migration tests)."""
     return fresh_database(pg_server, None)
+
+
+@pytest.fixture(scope="module")
+def module_db(pg_server: ConnInfo, pg_template: str) -> Database:
+    """One migrated database shared by a test module (cheaper than one per test)."""
+    return fresh_database(pg_server, pg_template)
+
+
+@pytest.fixture
+def emptied_db(module_db: Database) -> Database:
+    """The module's database, emptied before the test."""
+    from tests.support.ledger_helpers import reset
+
+    reset(module_db)
+    return module_db
