@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from bench.classifier import quiet_reporter
@@ -112,7 +112,7 @@ RETURNING c.backend_id
 
 
 def _one_statement(counting: CountingDatabase, pipeline: Pipeline) -> dict[str, Any]:
-    due = pipeline.clock() + timedelta(seconds=pipeline.settings.interval_seconds + 60)
+    due = datetime.now(timezone.utc) + timedelta(seconds=pipeline.settings.interval_seconds + 60)
     pipeline.clock = lambda: due
     counting.counter.reset()
     start = time.perf_counter()
@@ -142,7 +142,7 @@ def _floor(db: Any, clean_at: datetime) -> float:
 
 def _scheduled(pipeline: Pipeline, counting: CountingDatabase, cloud: Any, builds: Counter) -> dict[str, Any]:
     # The schedule fires when the backend is due: move the pipeline's clock one interval on.
-    due = pipeline.clock() + timedelta(seconds=pipeline.settings.interval_seconds + 60)
+    due = datetime.now(timezone.utc) + timedelta(seconds=pipeline.settings.interval_seconds + 60)
     pipeline.clock = lambda: due
     counting.counter.reset()
     calls_before, builds_before = sum(cloud.calls.values()), builds["provider"]

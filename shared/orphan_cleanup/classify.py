@@ -29,6 +29,9 @@ LIVE = {OwnerStatus.PROVISIONING.value, OwnerStatus.IDLE.value, OwnerStatus.BUSY
 @dataclass(frozen=True)
 class ClassifyContext:
     backend_id: str
+    # ``provider:account`` of this backend (``Backend.scope``): owners of any backend
+    # with the same scope are this account's owners (DESIGN §5 rule 10).
+    scope: str
     listed_at: datetime
     margin: timedelta
     protect_key: str
@@ -44,6 +47,8 @@ def _v(kind: VerdictKind, reason: str, log_error: str | None = None) -> Verdict:
 
 def classify(group: ResourceGroup, record: LedgerRecord | None, ctx: ClassifyContext) -> Verdict:
     """STEP 4-5 for one group. ``record`` is ``None`` when the ref is not in the ledger."""
+    if group.malformed_ref:
+        return _v(VerdictKind.IGNORED, "malformed_ref")
     if record is None:
         return _v(VerdictKind.IGNORED, "no_record")
     if record.provider_ref != group.provider_ref:
@@ -76,12 +81,23 @@ def _classify_live(group: ResourceGroup, record: LedgerRecord, ctx: ClassifyCont
     if record.backend_id is None or record.primary_id is None:
         return _v(VerdictKind.IGNORED, "no_provisioning_data",
                   "live owner has no provisioning data (backend_id, primary_id)")
+    # Ownership is by provider account, not by backend id (DESIGN §5 rule 10).
+    if record.backend_id == ctx.backend_id or record.owner_backend_scope == ctx.scope:
+        same_account = True
+    elif record.owner_backend_scope is None:
+        return _v(VerdictKind.SKIPPED, "unknown_owner_backend",
+                  f"live owner names backend {record.backend_id!r}, which is not a known backend")
+    else:
+        same_account = False
+        if record.primary_id == group.primary_id:
+            return _v(VerdictKind.SKIPPED, "owner_backend_conflict",
+                      f"owner records this VM but names backend {record.backend_id!r} of another account")
     if group.primary_id is None:
         known = record.known_orphan_resource_ids
         if group.resources and all(r.id in known for r in group.resources):
             return _orphan_unless_recent(group, record, ctx, "leftover_of_orphan")
         return _v(VerdictKind.PROTECTED, "unattached_of_live_owner")
-    if record.backend_id == ctx.backend_id and record.primary_id == group.primary_id:
+    if record.primary_id == group.primary_id:
         return _v(VerdictKind.TRACKED, "tracked")
     # Another primary with this ref: a leaked attempt (a retry's first VM) was
     # created before the owner's provisioning; a copy ("launch more like this")
@@ -91,8 +107,7 @@ def _classify_live(group: ResourceGroup, record: LedgerRecord, ctx: ClassifyCont
         return _v(VerdictKind.PROTECTED, "suspected_copy")
     if primary.created_at > record.provisioned_at + ctx.margin:
         return _v(VerdictKind.PROTECTED, "suspected_copy")
-    reason = "backend_mismatch" if record.backend_id != ctx.backend_id else "primary_mismatch"
-    return _orphan_unless_recent(group, record, ctx, reason)
+    return _orphan_unless_recent(group, record, ctx, "primary_mismatch" if same_account else "backend_mismatch")
 
 
 def _orphan_unless_recent(group: ResourceGroup, record: LedgerRecord, ctx: ClassifyContext,

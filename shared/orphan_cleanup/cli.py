@@ -16,7 +16,7 @@ from typing import Any, NoReturn
 
 from orphan_cleanup.errors import ConfigError, DatabaseError, OrphanCleanupError
 
-EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_BUSY = 0, 1, 2, 3
 BACKEND_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,99}$")
 AWS_ACCOUNT = re.compile(r"^\d{12}$")
 GCP_PROJECT = re.compile(r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$")
@@ -154,7 +154,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     except OrphanCleanupError as e:
         print(f"orphan-cleanup: error: {e}", file=sys.stderr)
-        return EXIT_FAILED
+        return EXIT_BUSY if getattr(e, "reason", None) == "busy" else EXIT_FAILED
     except KeyboardInterrupt:
         print("orphan-cleanup: interrupted", file=sys.stderr)
         return 130

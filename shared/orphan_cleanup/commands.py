@@ -125,6 +125,9 @@ def run(settings: Any, db: Database, args: argparse.Namespace) -> int:
 
     report = run_cycle(pipeline, args.backend, mode=args.mode, progress=progress)
     notes = {k: report.pop(k) for k in ("blocked_reason", "error")}
+    for f in report["failures"]:
+        if f["region"] == "*":  # the whole cycle failed (identity, ownership): say why on stderr too
+            print(f"orphan-cleanup: error: {f['error']}", file=sys.stderr)
     if args.json:
         print(json.dumps(report, indent=2))
     else:

@@ -22,6 +22,12 @@ class LeaseLost(OrphanCleanupError):
     """
 
 
+class MessageRefused(OrphanCleanupError):
+    """A queue message disagrees with its cycle's own rows (backend, mode, listing
+    time) or is malformed: it is refused whole and nothing of it is applied
+    (DESIGN §5 rule 12). Raised so that the record fails alone."""
+
+
 class BlastRadiusExceeded(OrphanCleanupError):
     """A cycle would delete more than the configured count or share of groups."""
 
@@ -52,6 +58,11 @@ class ProviderThrottled(ProviderError):
 
 class AccessDenied(ProviderError):
     """The credentials lack a permission."""
+
+
+class IdentityMismatch(ProviderError):
+    """The backend's credentials reach another account (AWS) or project (GCP) than
+    the backend row names (DESIGN §5 rule 11): the cycle fails and touches nothing."""
 
 
 class ResourceNotFound(ProviderError):

@@ -5,12 +5,13 @@ Pure pydantic models, no I/O. Messages that cross a queue carry a ``v`` field.
 
 from __future__ import annotations
 
+import json
 import re
 from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
 REF_PATTERN = re.compile(r"^[a-z0-9]{12}$")
 DEFAULT_TAG_KEY = "provider_ref"
@@ -77,16 +78,32 @@ class ResourceGroup(Frozen):
 
     ``primary_id`` is the instance id (AWS) or numeric id (GCP), or ``None`` for a
     group of leftovers (volumes, interfaces, addresses) whose instance is gone.
+
+    ``malformed_ref``: the resources carry the ref tag key with a value that is not
+    a ref (empty, too long, upper case ...); ``provider_ref`` is that raw value. Such a
+    group is only ever shown (``ignored`` / ``malformed_ref``), never looked up or
+    deleted (DESIGN §5 rule 1). A valid ref can never be marked malformed.
     """
 
-    provider_ref: ProviderRef
+    provider_ref: str = Field(max_length=1024)
     region: str
     primary_id: str | None = None
     resources: tuple[Resource, ...] = ()
+    malformed_ref: bool = False
+
+    @model_validator(mode="after")
+    def _ref_matches_flag(self) -> "ResourceGroup":
+        if is_valid_ref(self.provider_ref) == self.malformed_ref:
+            raise ValueError(f"provider_ref {self.provider_ref!r} is "
+                             + ("a valid ref: not malformed" if self.malformed_ref else "not a valid ref"))
+        return self
 
     @property
     def key(self) -> str:
-        return f"{self.provider_ref}/{self.region}/{self.primary_id or '-'}"
+        # A raw value may hold anything ("/" included): quoted, it cannot collide
+        # with another group's key, nor with a valid ref's.
+        ref = json.dumps(self.provider_ref) if self.malformed_ref else self.provider_ref
+        return f"{ref}/{self.region}/{self.primary_id or '-'}"
 
     @property
     def primary(self) -> Resource | None:
@@ -162,6 +179,20 @@ class Backend(BaseModel):
     def _regions(cls, v: Any) -> Any:
         return tuple(v or ())
 
+    @property
+    def scope_account(self) -> str:
+        """The account (AWS) or project (GCP: ``settings.project``, else ``account``)
+        this backend's adapter lists: what ownership (DESIGN §5 rule 10) and the
+        identity check (rule 11) compare."""
+        if self.provider == "gcp" and self.settings.project:
+            return self.settings.project
+        return self.account
+
+    @property
+    def scope(self) -> str:
+        """``provider:account`` as ``ledger.queries.SCOPE_SQL`` computes it for an owner's backend."""
+        return f"{self.provider}:{self.scope_account}"
+
 
 class OwnerStatus(StrEnum):
     PENDING = "pending"
@@ -192,6 +223,9 @@ class LedgerRecord(Frozen):
     provisioned_at: datetime | None = None
     terminated_at: datetime | None = None
     deleted_at: datetime | None = None
+    # ``provider:account`` of the backend named by ``backend_id``; None when no
+    # backend row has that id.
+    owner_backend_scope: str | None = None
     # Resource ids recorded in an orphan group of this ref by an earlier cycle.
     known_orphan_resource_ids: frozenset[str] = frozenset()
 
@@ -265,6 +299,16 @@ class ListingBatch(Frozen):
     last: bool = False
     batch_count: int | None = Field(default=None, ge=1)
     failures: tuple[RegionFailure, ...] = ()
+
+    @model_validator(mode="after")
+    def _unique_groups(self) -> "ListingBatch":
+        # A listing never yields one group twice: a batch that does is malformed
+        # (altered or corrupted) and is refused whole, never half applied.
+        keys = [g.key for g in self.groups]
+        if len(set(keys)) != len(keys):
+            dup = next(k for k in keys if keys.count(k) > 1)
+            raise ValueError(f"duplicate group key {dup} in batch {self.seq}")
+        return self
 
 
 class DeleteRequest(Frozen):

@@ -13,7 +13,8 @@ from typing import Any
 
 from orphan_cleanup import classify
 from orphan_cleanup.errors import (
-    DatabaseError, DependencyNotReady, LeaseLost, OrphanCleanupError, ProviderError, ProviderUnavailable,
+    DatabaseError, DependencyNotReady, IdentityMismatch, LeaseLost, MessageRefused, OrphanCleanupError,
+    ProviderError, ProviderUnavailable,
 )
 from orphan_cleanup.ledger import cycles, deletes
 from orphan_cleanup.ledger.db import Database
@@ -48,7 +49,15 @@ def limits_for(settings: Settings, backend: Backend) -> cycles.Limits:
 
 
 def effective_mode(settings: Settings, backend: Backend, override: str | None = None) -> str:
-    return override or backend.mode or settings.mode
+    """The backend's own mode, else the global one; ``off`` is final (no override
+    runs an off backend), otherwise an override is an operator's one-off request."""
+    base = backend.mode or settings.mode
+    return "off" if base == "off" else override or base
+
+
+def identity_failure(exc: ProviderError) -> str:
+    """The one-line reason an identity check failed, for ``failures`` (region ``*``)."""
+    return str(exc) if isinstance(exc, IdentityMismatch) else f"identity_check_failed: {describe_error(exc)}"
 
 
 @dataclass
@@ -59,7 +68,18 @@ class Pipeline:
     listing_queue: Queue
     delete_queue: Queue
     reporter: Reporter = field(default_factory=Reporter)
-    clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc)
+    # None: every compared timestamp is the database's clock (DESIGN §5 rule 13).
+    # Tests and the simulation may inject a time source.
+    clock: Callable[[], datetime] | None = None
+
+    def _now(self) -> datetime | None:
+        return self.clock() if self.clock is not None else None
+
+    def _context(self, backend: Backend, listed_at: datetime, limits: cycles.Limits) -> classify.ClassifyContext:
+        return classify.ClassifyContext(
+            backend_id=backend.id, scope=backend.scope, listed_at=listed_at,
+            margin=timedelta(seconds=limits.margin_seconds), protect_key=backend.settings.protect_tag_key,
+            tag_key=backend.settings.tag_key, stuck_after=timedelta(seconds=self.settings.stuck_pending_seconds))
 
     # ---- lister: STEP 1-2 -------------------------------------------------
 
@@ -72,18 +92,25 @@ class Pipeline:
             if effective == "off":
                 return {"backend": backend_id, "started": False, "reason": "off"}
             limits = limits_for(self.settings, backend)
-            skip = None if manual else cycles.quick_skip(conn, backend_id, effective, limits, self.clock())
+            skip = None if manual else cycles.quick_skip(conn, backend_id, effective, limits, self._now())
         if skip is not None:
             return {"backend": backend_id, "started": False, "reason": skip}
         cycles.enroll(self.db)
-        started = cycles.start_cycle(self.db, backend_id, effective, limits, manual=manual, now=self.clock())
+        started = cycles.start_cycle(self.db, backend_id, effective, limits, manual=manual, now=self._now())
         if started.cycle is None:
             return {"backend": backend_id, "started": False, "reason": started.reason}
         cycle = started.cycle
-        listed_at = self.clock()
         try:
-            cycles.set_listed_at(self.db, cycle.id, listed_at)
+            listed_at = cycles.set_listed_at(self.db, cycle.id, self._now())
             provider = self.provider_for(backend)
+            try:
+                provider.verify_identity()  # DESIGN §5 rule 11: before anything is listed
+            except ProviderError as exc:
+                reason = identity_failure(exc)
+                self.reporter.error("identity check failed", backend=backend_id, cycle_id=cycle.id, error=reason)
+                cycles.fail_cycle(self.db, cycle.id, reason, limits, self._now(),
+                                  failures=[RegionFailure(region="*", error=reason)])
+                return {"backend": backend_id, "started": True, "cycle_id": cycle.id, "reason": "identity_failed"}
             count = 0
             for batch in self._batches(cycle, backend, listed_at, provider.iter_listing(), record_all=manual):
                 self.listing_queue.publish(batch)
@@ -92,7 +119,7 @@ class Pipeline:
             return {"backend": backend_id, "started": True, "cycle_id": cycle.id, "reason": "lease_lost"}
         except Exception as exc:  # the listing raised: the cycle fails (STEP 7), never orphans
             self.reporter.error("listing failed", backend=backend_id, cycle_id=cycle.id, error=describe_error(exc))
-            cycles.fail_cycle(self.db, cycle.id, f"listing failed: {describe_error(exc)}", limits, self.clock())
+            cycles.fail_cycle(self.db, cycle.id, f"listing failed: {describe_error(exc)}", limits, self._now())
             if not isinstance(exc, (OrphanCleanupError, DatabaseError)):
                 raise
             return {"backend": backend_id, "started": True, "cycle_id": cycle.id, "reason": "listing_failed"}
@@ -130,21 +157,27 @@ class Pipeline:
 
     def handle_batch(self, batch: ListingBatch) -> dict[str, Any]:
         """Join, classify and apply one batch (fenced, idempotent). Returns the
-        apply status (applied, duplicate, fenced, unknown_cycle) and verdict counts."""
+        apply status (applied, duplicate, fenced, unknown_cycle) and verdict counts.
+
+        The message is a hint (DESIGN §5 rule 12): backend, mode and listing time
+        come from the cycle's row; a batch that disagrees raises ``MessageRefused``."""
         with self.db.connection() as conn:
-            backend = get_backend(conn, batch.backend)
+            cycle = cycles.cycle_context(conn, batch.cycle_id)
+            if cycle is None:
+                return {"status": "unknown_cycle", "verdicts": {}}
+            self._refuse_if_tampered(batch, cycle)
+            backend = get_backend(conn, cycle.backend_id)
             records = load_records(conn, backend.id, batch.groups)
             limits = limits_for(self.settings, backend)
-            ctx = classify.ClassifyContext(
-                backend_id=backend.id, listed_at=batch.listed_at, margin=timedelta(seconds=limits.margin_seconds),
-                protect_key=backend.settings.protect_tag_key, tag_key=backend.settings.tag_key,
-                stuck_after=timedelta(seconds=self.settings.stuck_pending_seconds))
-            payload, to_report, errors, counts = build_payload(batch, records, ctx)
+            assert cycle.listed_at is not None  # checked by _refuse_if_tampered
+            ctx = self._context(backend, cycle.listed_at, limits)
+            payload, to_report, errors, counts = build_payload(batch, records, ctx, mode=cycle.mode,
+                                                                  record_all=cycle.record_all)
             result = cycles.apply_batch(conn, payload)
         if result["status"] == "duplicate":
             # The first delivery may have crashed after its apply committed and before
             # completing the listing: completing is fenced and idempotent, so retry it.
-            self._complete_listing(batch.cycle_id, backend, limits, batch.mode)
+            self._complete_listing(cycle, backend, limits)
         if result["status"] != "applied":
             return {"status": result["status"], "verdicts": {}}
         for row in to_report:
@@ -152,15 +185,27 @@ class Pipeline:
         for message, row in errors:
             self.reporter.error(message, backend=backend.id, provider_ref=row["provider_ref"], group=row["group_key"])
         if result["listing_complete"]:
-            self._complete_listing(batch.cycle_id, backend, limits, batch.mode)
+            self._complete_listing(cycle, backend, limits)
         return {"status": "applied", "verdicts": counts}
 
-    def _complete_listing(self, cycle_id: str, backend: Backend, limits: cycles.Limits, mode: str) -> None:
-        if mode != "delete":
-            cycles.finish_if_complete(self.db, cycle_id, limits, self.clock())
+    def _refuse_if_tampered(self, batch: ListingBatch, cycle: cycles.CycleContext) -> None:
+        wrong = [name for name, sent, truth in (
+            ("backend", batch.backend, cycle.backend_id), ("mode", batch.mode, cycle.mode),
+            ("listed_at", batch.listed_at, cycle.listed_at), ("record_all", batch.record_all, cycle.record_all))
+            if sent != truth]
+        if wrong:
+            self.reporter.error("listing batch refused: it disagrees with its cycle", backend=cycle.backend_id,
+                                cycle_id=cycle.id, fields=",".join(wrong), seq=batch.seq)
+            raise MessageRefused(f"batch {batch.seq} of cycle {cycle.id} refused: its {', '.join(wrong)}"
+                                 " differ from the cycle's")
+
+    def _complete_listing(self, cycle: cycles.CycleContext, backend: Backend, limits: cycles.Limits) -> None:
+        cycle_id = cycle.id
+        if cycle.mode != "delete":
+            cycles.finish_if_complete(self.db, cycle_id, limits, self._now())
             return
         try:
-            dispatch = deletes.dispatch_deletes(self.db, cycle_id, limits, self.clock())
+            dispatch = deletes.dispatch_deletes(self.db, cycle_id, limits, self._now())
         except LeaseLost:
             return
         if dispatch.blocked:
@@ -172,81 +217,98 @@ class Pipeline:
 
     def handle_delete(self, request: DeleteRequest, holder: str | None = None) -> str:
         """Gate, delete, record. Raises ``GateBusy`` when the ref's gate is held
-        (the message should be redelivered later)."""
+        (the message should be redelivered later).
+
+        The message only names a group (DESIGN §5 rule 12): the backend is the
+        cycle's, and the resources deleted are those the cycle recorded for that
+        group as an orphan; a request that disagrees raises ``MessageRefused``."""
         with self.db.connection() as conn:
-            backend = get_backend(conn, request.backend)
+            cycle = cycles.cycle_context(conn, request.cycle_id)
+            if cycle is None or cycle.listed_at is None:
+                return "cycle_unknown"
+            if request.backend != cycle.backend_id:
+                self.reporter.error("delete request refused: another backend than its cycle's",
+                                    backend=cycle.backend_id, cycle_id=cycle.id, group=request.group.key)
+                raise MessageRefused(f"delete request for {request.group.key} names backend {request.backend!r},"
+                                     f" its cycle is of {cycle.backend_id!r}")
+            backend = get_backend(conn, cycle.backend_id)
         limits = limits_for(self.settings, backend)
-        group = request.group
         try:
-            why_not = deletes.delete_allowed(self.db, request.cycle_id, group)
+            why_not, group = deletes.delete_allowed(self.db, cycle.id, request.group)
         except LeaseLost:
             return "fenced"
-        if why_not == "region_tripped":
-            deletes.record_delete(self.db, request.cycle_id, group, limits, now=self.clock(),
-                                  skipped_reason="region_tripped",
-                                  trip_region=True)
+        if why_not == "group_mismatch":
+            self.reporter.error("delete request refused: its resources differ from the classified group",
+                                backend=backend.id, cycle_id=cycle.id, group=request.group.key)
+        if why_not is None and effective_mode(self.settings, backend) == "off":
+            why_not = "backend_off"  # switched off since the cycle started: off is final
+        if why_not in ("region_tripped", "backend_off"):
+            self._record(cycle.id, group, limits, skipped_reason=why_not, trip_region=why_not == "region_tripped")
             return why_not
         if why_not is not None:
             return why_not
+        assert group is not None
+        provider = self.provider_for(backend)
+        try:
+            provider.verify_identity()  # DESIGN §5 rule 11: before anything is deleted
+        except ProviderError as exc:
+            self._record(cycle.id, group, limits, error=identity_failure(exc))
+            return "identity_failed"
         # One holder per delivery: a redelivered request (an SQS duplicate, or a visibility
         # timeout while this call is still running) must wait for the gate, not share it.
-        holder = holder or f"{request.cycle_id}:{group.key}:{uuid.uuid4().hex[:12]}"
+        holder = holder or f"{cycle.id}:{group.key}:{uuid.uuid4().hex[:12]}"
         if not deletes.acquire_gate(self.db, backend.id, group.provider_ref, holder, deletes.gate_ttl(limits)):
             raise GateBusy(f"delete gate of {group.provider_ref} is held")
         try:
-            changed = self._owner_changed(request, backend, limits)
+            changed = self._owner_changed(cycle, group, backend, limits)
             if changed is not None:
-                self._record(request, group, limits, skipped_reason=changed)
+                self._record(cycle.id, group, limits, skipped_reason=changed)
                 return "skipped"
             try:
-                result = self.provider_for(backend).delete_resource_group(group)
+                result = provider.delete_resource_group(group)
             except ProviderUnavailable as exc:
-                self._record(request, group, limits, error=describe_error(exc), trip_region=True)
+                self._record(cycle.id, group, limits, error=describe_error(exc), trip_region=True)
                 return "region_tripped"
             except DependencyNotReady:  # "not yet", never a failure: a later cycle retries
                 result = DeleteResult(status=DeleteStatus.DELETING, pending=tuple(group.resource_ids()))
-                self._record(request, group, limits, result=result)
+                self._record(cycle.id, group, limits, result=result)
                 return result.status.value
             except ProviderError as exc:
-                self._record(request, group, limits, error=describe_error(exc))
+                self._record(cycle.id, group, limits, error=describe_error(exc))
                 return "failed"
-            self._record(request, group, limits, result=result)
+            self._record(cycle.id, group, limits, result=result)
             return result.status.value
         finally:
             deletes.release_gate(self.db, backend.id, group.provider_ref, holder)
 
-    def _owner_changed(self, request: DeleteRequest, backend: Backend, limits: cycles.Limits) -> str | None:
+    def _owner_changed(self, cycle: cycles.CycleContext, group: ResourceGroup, backend: Backend,
+                       limits: cycles.Limits) -> str | None:
         """STEP 3-5 again, under the gate, right before acting. The batch was classified
         a while ago (queue latency, redeliveries) and the owner may have moved on since:
         pending or terminating again, or provisioned with this primary. Only a group that
         is still an orphan against the current ledger is deleted; otherwise why not."""
-        group = request.group
         with self.db.connection() as conn:
-            listed = conn.run("SELECT listed_at FROM cycles WHERE id = :c", c=request.cycle_id)
             record = load_records(conn, backend.id, [group]).get(group.provider_ref)
-        if not listed or listed[0][0] is None:
-            return "cycle_unknown"
-        ctx = classify.ClassifyContext(
-            backend_id=backend.id, listed_at=listed[0][0], margin=timedelta(seconds=limits.margin_seconds),
-            protect_key=backend.settings.protect_tag_key, tag_key=backend.settings.tag_key,
-            stuck_after=timedelta(seconds=self.settings.stuck_pending_seconds))
-        verdict = classify.classify(group, record, ctx)
+        assert cycle.listed_at is not None
+        verdict = classify.classify(group, record, self._context(backend, cycle.listed_at, limits))
         return None if verdict.kind is VerdictKind.ORPHAN else f"owner_changed:{verdict.reason}"
 
-    def _record(self, request: DeleteRequest, group: ResourceGroup, limits: cycles.Limits, **kw: Any) -> None:
+    def _record(self, cycle_id: str, group: ResourceGroup, limits: cycles.Limits, **kw: Any) -> None:
         try:
-            deletes.record_delete(self.db, request.cycle_id, group, limits, now=self.clock(), **kw)
+            deletes.record_delete(self.db, cycle_id, group, limits, now=self._now(), **kw)
         except LeaseLost:
-            log.warning("cycle %s lost its lease: delete result of %s not recorded", request.cycle_id, group.key)
+            log.warning("cycle %s lost its lease: delete result of %s not recorded", cycle_id, group.key)
 
 
 # Verdicts whose groups are written to cycle_groups even when record_all is off.
 _RECORDED = frozenset({VerdictKind.ORPHAN, VerdictKind.PROTECTED, VerdictKind.SKIPPED})
 
 
-def build_payload(batch: ListingBatch, records: dict, ctx: classify.ClassifyContext) -> tuple[
+def build_payload(batch: ListingBatch, records: dict, ctx: classify.ClassifyContext, *, mode: str,
+                  record_all: bool) -> tuple[
         dict[str, Any], list[dict[str, Any]], list[tuple[str, dict[str, Any]]], dict[str, int]]:
-    """Classify a batch and shape what the fenced apply writes. Pure.
+    """Classify a batch and shape what the fenced apply writes. Pure. ``mode`` and
+    ``record_all`` are the cycle's (from its row, never from the message).
 
     Most groups of a healthy account are tracked: unless the cycle records
     every group, a group that is neither written nor logged is only counted
@@ -254,8 +316,7 @@ def build_payload(batch: ListingBatch, records: dict, ctx: classify.ClassifyCont
     time; see bench/classifier.py)."""
     rows, orphans, orphan_res, events, to_report, errors = [], [], [], [], [], []
     by_kind: dict[VerdictKind, int] = {}
-    report = batch.mode != "delete"
-    record_all = batch.record_all
+    report = mode != "delete"
     for group in batch.groups:
         record = records.get(group.provider_ref)
         verdict = classify.classify(group, record, ctx)

@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
-from orphan_cleanup.errors import OrphanCleanupError
+from orphan_cleanup.errors import ConfigError, OrphanCleanupError
 from orphan_cleanup.ledger.db import Database
 from orphan_cleanup.models import DeleteRequest, ListingBatch
 from orphan_cleanup.pipeline import GateBusy, Pipeline
@@ -41,16 +41,21 @@ def run_cycle(pipeline: Pipeline, backend_id: str, *, mode: str | None = None,
     finally:
         lq.consumer = None
     if not summary.get("cycle_id"):
+        if summary.get("reason") == "off":
+            raise BackendOff(f"backend {backend_id} is off (its mode, or the global one, is off): nothing runs")
         raise CycleNotStarted(backend_id, summary.get("reason", "unknown"))
     drain(pipeline, progress)
     return cycle_report(pipeline.db, summary["cycle_id"])
 
 
-class CycleNotStarted(OrphanCleanupError):
-    """A manual run could not start a cycle (the backend is off, or another cycle holds the lease)."""
+class BackendOff(ConfigError):
+    """``off`` is final: no ``--mode`` runs a backend whose mode is off (exit 2)."""
 
-    REASONS = {"off": "the backend's mode is off",
-               "busy": "another cycle of this backend is running (its lease has not expired)"}
+
+class CycleNotStarted(OrphanCleanupError):
+    """A manual run could not start a cycle (another cycle holds the lease)."""
+
+    REASONS = {"busy": "another cycle of this backend is running (its lease has not expired)"}
 
     def __init__(self, backend_id: str, reason: str) -> None:
         super().__init__(f"no cycle started for {backend_id}: {self.REASONS.get(reason, reason)}")

@@ -140,7 +140,6 @@ def product_writes(L):
 NOT_ACTIVITY = {
     "nothing": lambda L: None,
     "a new backend": lambda L: add_backend(L["db"], f"C-{L['b']}"),
-    "a backend's settings changed": lambda L: sql(L, "UPDATE backends SET mode = 'delete' WHERE id = :b", b=L["b"]),
     "the product's own tables": product_writes,
 }
 
@@ -149,4 +148,25 @@ NOT_ACTIVITY = {
 def test_not_ledger_activity(L, change):
     change(L)
     assert not active(L["db"], L["a"], L["t"])
+    assert not active(L["db"], L["b"], L["t"])
+
+
+BACKEND_EDITS = {
+    "regions": "UPDATE backends SET regions = array_append(regions, 'eu-west-1') WHERE id = :b",
+    "account": "UPDATE backends SET account = '210987654321' WHERE id = :b",
+    "settings": "UPDATE backends SET settings = settings || '{\"tag_key\": \"ref\"}' WHERE id = :b",
+    "mode": "UPDATE backends SET mode = 'delete' WHERE id = :b",
+}
+
+
+@pytest.mark.parametrize("statement", BACKEND_EDITS.values(), ids=BACKEND_EDITS.keys())
+def test_an_edit_of_a_backend_row_is_activity_for_that_backend_only(L, statement):
+    # DESIGN §5 rule 9: the next scheduled run of the edited backend lists (a new region, ...)
+    sql(L, statement, b=L["b"])
+    assert active(L["db"], L["b"], L["t"])
+    assert not active(L["db"], L["a"], L["t"])
+
+
+def test_an_update_that_changes_nothing_is_not_activity(L):
+    sql(L, "UPDATE backends SET mode = mode WHERE id = :b", b=L["b"])
     assert not active(L["db"], L["b"], L["t"])

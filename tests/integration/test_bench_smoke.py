@@ -34,7 +34,7 @@ def test_v0_build_payload_agrees_with_the_shipped_one():
     rng = random.Random(7)
     now = datetime.now(timezone.utc)
     old = now - timedelta(days=2)
-    ctx = classify.ClassifyContext(backend_id=data.BACKEND, listed_at=now, margin=timedelta(minutes=5),
+    ctx = classify.ClassifyContext(backend_id=data.BACKEND, scope="aws:123456789012", listed_at=now, margin=timedelta(minutes=5),
                                    protect_key="orphan-cleanup-protect")
     for _ in range(50):
         groups = data.make_groups(1_000, 40, rng)
@@ -52,7 +52,8 @@ def test_v0_build_payload_agrees_with_the_shipped_one():
                              mode=rng.choice(["report", "delete"]), record_all=rng.random() < 0.3,
                              groups=tuple(groups))
         # when both versions shape the payload
-        before, after = legacy.build_payload(batch, records, ctx), build_payload(batch, records, ctx)
+        before = legacy.build_payload(batch, records, ctx)
+        after = build_payload(batch, records, ctx, mode=batch.mode, record_all=batch.record_all)
         # then they are equal, verdict counts in the same order included
         assert before == after
         assert list(before[3]) == list(after[3])

@@ -131,9 +131,10 @@ def _finish_report_cycle(db, backend_id, groups):
     batch = ListingBatch(cycle_id=cycle.id, backend=backend_id, seq=0, listed_at=listed_at, groups=tuple(groups),
                          last=True, batch_count=1)
     with db.connection() as conn:
-        ctx = ClassifyContext(backend_id=backend_id, listed_at=listed_at, margin=timedelta(0),
+        ctx = ClassifyContext(backend_id=backend_id, scope="aws:123456789012", listed_at=listed_at, margin=timedelta(0),
                               protect_key="orphan-cleanup-protect")
-        apply_batch(conn, build_payload(batch, load_records(conn, backend_id, batch.groups), ctx)[0])
+        apply_batch(conn, build_payload(batch, load_records(conn, backend_id, batch.groups), ctx,
+                                        mode=batch.mode, record_all=batch.record_all)[0])
     assert finish_if_complete(db, cycle.id, lim) is Outcome.CLEAN
     return listed_at
 

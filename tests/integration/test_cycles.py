@@ -48,9 +48,9 @@ def payload(db, cycle_id, groups=(), *, listed_at, seq=0, last=True, batch_count
                          failures=tuple(RegionFailure(region=r, error="unavailable") for r in failures))
     with db.connection() as conn:
         records = load_records(conn, B, batch.groups)
-    ctx = ClassifyContext(backend_id=B, listed_at=listed_at, margin=timedelta(seconds=lim.margin_seconds),
+    ctx = ClassifyContext(backend_id=B, scope="aws:123456789012", listed_at=listed_at, margin=timedelta(seconds=lim.margin_seconds),
                           protect_key=DEFAULT_PROTECT_KEY)
-    return build_payload(batch, records, ctx)[0]
+    return build_payload(batch, records, ctx, mode=batch.mode, record_all=batch.record_all)[0]
 
 
 def apply(db, p):
@@ -488,7 +488,7 @@ def test_a_recorded_deletion_finishes_the_cycle(ledger, kw, outcome, action, sta
     dispatch = deletes.dispatch_deletes(ledger, cycle.id, LIM)
     assert (len(dispatch.groups), dispatch.blocked, dispatch.outcome) == (1, None, None)
     assert deletes.dispatch_deletes(ledger, cycle.id, LIM).groups == []  # idempotent
-    assert deletes.delete_allowed(ledger, cycle.id, groups[0]) is None
+    assert deletes.delete_allowed(ledger, cycle.id, groups[0]) == (None, groups[0])
     # when its deletion is recorded
     assert deletes.record_delete(ledger, cycle.id, groups[0], LIM, **kw) is outcome
     # then the cycle's outcome, the group's action and the orphan's state follow
@@ -513,7 +513,7 @@ def test_a_second_record_of_the_same_deletion_is_a_no_op(ledger):
     counts, row = table_counts(ledger), cycle_row(ledger, cycle.id)
     assert deletes.record_delete(ledger, cycle.id, groups[0], LIM,
                                  result=DeleteResult(status=DeleteStatus.DELETED)) is None
-    assert deletes.delete_allowed(ledger, cycle.id, groups[0]) == "already_done"
+    assert deletes.delete_allowed(ledger, cycle.id, groups[0])[0] == "already_done"
     assert table_counts(ledger) == counts
     assert cycle_row(ledger, cycle.id) == row
     # the failure still decides the outcome once the other group is in

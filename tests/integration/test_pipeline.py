@@ -3,7 +3,7 @@ in-memory cloud behind the provider port."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
@@ -196,7 +196,7 @@ def test_stale_cycle_applies_and_emits_nothing(db, cloud, platform):
     old = pipeline.run_lister("mem", mode="report", manual=True)
     stale = list(pipeline.listing_queue.items)
     pipeline.listing_queue.items.clear()
-    later = pipeline.clock() + timedelta(seconds=5)
+    later = datetime.now(timezone.utc) + timedelta(seconds=5)
     pipeline.clock = lambda: later  # the old cycle's deadline has passed
     new = pipeline.run_lister("mem", mode="report", manual=True)
     assert new["cycle_id"] != old["cycle_id"]
@@ -260,9 +260,10 @@ def test_redelivered_last_batch_completes_a_cycle_whose_first_delivery_crashed(d
         from orphan_cleanup.ledger.queries import get_backend, load_records
         from orphan_cleanup import classify
         backend = get_backend(conn, "mem")
-        ctx = classify.ClassifyContext(backend_id="mem", listed_at=batch.listed_at,
+        ctx = classify.ClassifyContext(backend_id="mem", scope="aws:123456789012", listed_at=batch.listed_at,
                                        margin=timedelta(seconds=300), protect_key="orphan-cleanup-protect")
-        payload = build_payload(batch, load_records(conn, "mem", batch.groups), ctx)[0]
+        payload = build_payload(batch, load_records(conn, "mem", batch.groups), ctx,
+                                mode=batch.mode, record_all=batch.record_all)[0]
         assert cycles.apply_batch(conn, payload)["status"] == "applied"
     assert cycle_report(db, started["cycle_id"])["outcome"] == "unsettled"  # not finished yet
 
@@ -295,7 +296,7 @@ def test_vanished_orphans_close_except_in_failed_regions(db, cloud, platform):
 def test_scheduled_runs_respect_the_interval_and_the_backoff(db, cloud, platform):
     platform.terminated_leak()
     pipeline = make_pipeline(db, cloud)
-    now = pipeline.clock()
+    now = datetime.now(timezone.utc)
     first = pipeline.run_lister("mem", mode="report")  # scheduled: never cleaned, so it lists
     drain(pipeline)
     assert first["started"] and cycle_report(db, first["cycle_id"])["outcome"] == "clean"
@@ -310,7 +311,7 @@ def test_scheduled_runs_respect_the_interval_and_the_backoff(db, cloud, platform
 def test_failed_backend_waits_out_its_backoff(db, cloud, platform):
     platform.terminated_leak()
     pipeline = make_pipeline(db, cloud)
-    now = pipeline.clock()
+    now = datetime.now(timezone.utc)
 
     def broken(_backend):
         raise RuntimeError("boom")
@@ -367,7 +368,7 @@ def test_idle_scheduled_run_is_three_statements_and_no_provider_call(db, cloud, 
     with db.connection() as conn:  # the platform's writes happened long before this listing
         conn.run("UPDATE ledger_activity SET at = at - interval '1 hour'")
     pipeline = make_pipeline(db, cloud)
-    now = pipeline.clock()
+    now = datetime.now(timezone.utc)
     first = pipeline.run_lister("mem", mode="report")
     drain(pipeline)
     assert cycle_report(db, first["cycle_id"])["outcome"] == "clean"

@@ -132,8 +132,8 @@ def _no_region_trip(env: SimEnv, stack: ExitStack) -> None:
     real = deletes.delete_allowed
 
     def mutated(db, cycle_id, group):  # type: ignore[no-untyped-def]
-        why = real(db, cycle_id, group)
-        return None if why == "region_tripped" else why
+        why, recorded = real(db, cycle_id, group)
+        return (None, recorded) if why == "region_tripped" else (why, recorded)
 
     _patch(stack, deletes, "delete_allowed", mutated)
 

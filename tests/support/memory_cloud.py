@@ -45,6 +45,8 @@ class MemoryCloud:
     unavailable_regions: set[str] = field(default_factory=set)
     terminate_lag: int = 0
     deleted: list[str] = field(default_factory=list)
+    # The account the credentials reach (None: whatever the backend says).
+    account: str | None = None
     _ids: Iterator[int] = field(default_factory=lambda: itertools.count(1))
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -67,6 +69,10 @@ class MemoryProvider(ResourceProvider):
     def __init__(self, backend: Backend, cloud: MemoryCloud) -> None:
         super().__init__(backend)
         self.cloud = cloud
+
+    def reached_account(self) -> str:
+        self.cloud.calls["identity"] += 1
+        return self.cloud.account if self.cloud.account is not None else self.backend.scope_account
 
     def _check_region(self, region: str) -> None:
         if region in self.cloud.unavailable_regions:

@@ -13,13 +13,15 @@ from tests.support.ledger_helpers import T0, group, leftovers, resource
 REF = "abcdefgh1234"
 OTHER_REF = "zzzzzzzz9999"
 BACKEND = "aws-prod"
+SCOPE = "aws:123456789012"              # this backend's provider:account
+OTHER_ACCOUNT = "aws:210987654321"
 PROTECT = "orphan-cleanup-protect"
 MARGIN = timedelta(seconds=300)
 LISTED = T0
 OLD = LISTED - timedelta(days=1)
 HORIZON = LISTED - MARGIN
 US = timedelta(microseconds=1)
-CTX = ClassifyContext(backend_id=BACKEND, listed_at=LISTED, margin=MARGIN, protect_key=PROTECT,
+CTX = ClassifyContext(backend_id=BACKEND, scope=SCOPE, listed_at=LISTED, margin=MARGIN, protect_key=PROTECT,
                       stuck_after=timedelta(hours=1))
 
 O, T, S, I, P = (VerdictKind.ORPHAN, VerdictKind.TRACKED, VerdictKind.SKIPPED, VerdictKind.IGNORED,
@@ -79,7 +81,29 @@ RULES = [
     ("mismatched primary created before provisioning", G2, live(), O, "primary_mismatch", False),
     ("mismatched primary created within provisioned_at+margin", group(REF, "i-2", created_at=OLD + MARGIN),
      live(), O, "primary_mismatch", False),
-    ("mismatched backend", G1, live(backend_id="aws-other"), O, "backend_mismatch", False),
+    # DESIGN §5 rule 10: ownership is by provider account, not by backend id.
+    ("owner in another backend of this account, matching", G1,
+     live(backend_id="aws-other", owner_backend_scope=SCOPE), T, "tracked", False),
+    ("owner in another backend of this account, another primary", G2,
+     live(backend_id="aws-other", owner_backend_scope=SCOPE), O, "primary_mismatch", False),
+    ("owner in another backend of this account, leftovers", LEFT,
+     live(backend_id="aws-other", owner_backend_scope=SCOPE), P, "unattached_of_live_owner", False),
+    ("owner failed over to another account", G2,
+     live(backend_id="aws-dr", owner_backend_scope=OTHER_ACCOUNT), O, "backend_mismatch", False),
+    ("owner failed over to another provider", G2,
+     live(backend_id="gcp-dr", owner_backend_scope="gcp:123456789012"), O, "backend_mismatch", False),
+    ("owner in another account records this very VM", G1,
+     live(backend_id="aws-dr", owner_backend_scope=OTHER_ACCOUNT), S, "owner_backend_conflict", True),
+    ("owner names no known backend", G1, live(backend_id="aws"), S, "unknown_owner_backend", True),
+    ("owner names no known backend, another primary", G2, live(backend_id="aws"), S,
+     "unknown_owner_backend", True),
+    ("malformed ref value", ResourceGroup(provider_ref="", region="us-east-1", primary_id="i-9", malformed_ref=True,
+                                          resources=(resource("i-9", created_at=OLD, tags={"provider_ref": ""}),)),
+     None, I, "malformed_ref", False),
+    ("malformed ref value even if the ledger answers", ResourceGroup(
+        provider_ref="ABCDEFGH1234", region="us-east-1", primary_id="i-9", malformed_ref=True,
+        resources=(resource("i-9", created_at=OLD, tags={"provider_ref": "ABCDEFGH1234"}),)),
+     gone(provider_ref="ABCDEFGH1234"), I, "malformed_ref", False),
     ("no provisioning data: backend", G1, live(backend_id=None), I, "no_provisioning_data", True),
     ("no provisioning data: primary", G1, live(primary_id=None), I, "no_provisioning_data", True),
     ("unknown status", G1, live(status="exploded"), S, "unknown_status", True),
@@ -155,7 +179,7 @@ def test_step5_margin_edges(grp, record, kind, reason):
 
 def test_a_zero_margin_still_skips_changes_at_or_after_listing():
     # given no margin at all
-    ctx = ClassifyContext(backend_id=BACKEND, listed_at=LISTED, margin=timedelta(0), protect_key=PROTECT)
+    ctx = ClassifyContext(backend_id=BACKEND, scope=SCOPE, listed_at=LISTED, margin=timedelta(0), protect_key=PROTECT)
     # then an owner terminated at the listing instant is still skipped, a microsecond earlier is an orphan
     assert classify(G1, terminated(terminated_at=LISTED), ctx).kind is S
     assert classify(G1, terminated(terminated_at=LISTED - US), ctx).kind is O
@@ -163,7 +187,7 @@ def test_a_zero_margin_still_skips_changes_at_or_after_listing():
 
 def test_stuck_threshold_follows_the_context():
     record = live(status="pending", created_at=LISTED - timedelta(minutes=20))
-    short = ClassifyContext(backend_id=BACKEND, listed_at=LISTED, margin=MARGIN, protect_key=PROTECT,
+    short = ClassifyContext(backend_id=BACKEND, scope=SCOPE, listed_at=LISTED, margin=MARGIN, protect_key=PROTECT,
                             stuck_after=timedelta(minutes=15))
     assert classify(G1, record, CTX).log_error is None
     assert classify(G1, record, short).log_error is not None
@@ -171,7 +195,7 @@ def test_stuck_threshold_follows_the_context():
 
 def test_protect_key_is_the_configured_one():
     # given a backend that uses its own protect key
-    ctx = ClassifyContext(backend_id=BACKEND, listed_at=LISTED, margin=MARGIN, protect_key="keep-me")
+    ctx = ClassifyContext(backend_id=BACKEND, scope=SCOPE, listed_at=LISTED, margin=MARGIN, protect_key="keep-me")
     default_tagged = group(REF, "i-1", created_at=OLD, tags={PROTECT: ""})
     custom_tagged = group(REF, "i-1", created_at=OLD, tags={"keep-me": "1"})
     # then only the configured key protects

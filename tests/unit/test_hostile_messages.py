@@ -35,7 +35,7 @@ from orphan_cleanup.pipeline import build_payload
 REF, OTHER = "abcdefgh1234", "zzzzzzzz9999"
 NOW = datetime(2030, 1, 1, tzinfo=timezone.utc)
 OLD = NOW - timedelta(days=2)
-CTX = ClassifyContext(backend_id="aws-prod", listed_at=NOW, margin=timedelta(minutes=5),
+CTX = ClassifyContext(backend_id="aws-prod", scope="aws:123456789012", listed_at=NOW, margin=timedelta(minutes=5),
                       protect_key="orphan-cleanup-protect")
 
 JSON = st.recursive(
@@ -175,11 +175,23 @@ def test_a_malformed_group_is_never_an_orphan(shape: str) -> None:
         assert verdict.kind is not VerdictKind.ORPHAN, f"{shape}: {verdict.reason} with record {record}"
 
 
-def test_a_batch_of_malformed_groups_dispatches_nothing() -> None:
+@pytest.mark.parametrize("shape", sorted(MALFORMED))
+def test_a_batch_of_a_malformed_group_dispatches_nothing(shape: str) -> None:
+    # One group a batch: several of these shapes share a key, and a batch with a
+    # key twice is refused whole (test_a_batch_with_a_group_key_twice_is_refused).
     batch = ListingBatch(cycle_id="c1", backend="aws-prod", seq=0, listed_at=NOW, mode="delete",
-                         groups=tuple(MALFORMED.values()), last=True, batch_count=1)
+                         groups=(MALFORMED[shape],), last=True, batch_count=1)
     records = {REF: _orphan_making_records()[0]}
 
-    payload, _, _, _ = build_payload(batch, records, CTX)
+    payload, _, _, _ = build_payload(batch, records, CTX, mode="delete", record_all=False)
 
     assert payload["orphans"] == [] and payload["orphan_resources"] == []
+
+
+def test_a_batch_with_a_group_key_twice_is_refused() -> None:
+    tags = {"provider_ref": REF}
+    twice = ResourceGroup(provider_ref=REF, region="us-east-1", primary_id="i-1",
+                          resources=(Resource(kind=ResourceKind.INSTANCE, id="i-1", region="us-east-1", tags=tags),))
+    with pytest.raises(ValidationError, match="duplicate group key"):
+        ListingBatch(cycle_id="c1", backend="aws-prod", seq=0, listed_at=NOW, mode="delete",
+                     groups=(twice, twice), last=True, batch_count=1)

@@ -93,7 +93,7 @@ def test_an_aws_reply_of_any_shape_lists_groups_or_fails_the_region(
 
     # then the region failed (skipped, unsettled), or every group is well formed
     for group in region.groups:
-        assert is_valid_ref(group.provider_ref)
+        assert is_valid_ref(group.provider_ref) != group.malformed_ref  # a bad value is marked, never passed on
         for res in group.resources:
             assert res.tags.get(TAG) == group.provider_ref, "a resource joined a group whose ref it does not carry"
             assert res.id and res.region == group.region

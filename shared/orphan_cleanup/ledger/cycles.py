@@ -4,6 +4,11 @@ fence (STEP 1), fenced application of batches and deletions, STEP 7.
 Lock order everywhere: the backend's ``cleanup`` row, then its ``cycles`` row.
 Every write of a cycle checks ``cleanup.fence = cycles.fence``,
 ``cleanup.lease_owner = cycles.id`` and ``cycles.outcome IS NULL`` first.
+
+One clock (DESIGN §5 rule 13): a function taking ``now: datetime | None`` reads
+the database clock (``oc_clock()``) inside its own statement or transaction when
+``now`` is None, which is what every deployed caller passes. Only tests and the
+simulation inject a time.
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ from __future__ import annotations
 import json
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from typing import Any
 
 import pg8000.native
@@ -20,7 +25,7 @@ from orphan_cleanup import classify
 from orphan_cleanup.errors import LeaseLost
 from orphan_cleanup.ledger.db import Database
 from orphan_cleanup.ledger.queries import ACTIVITY_EXISTS, activity_since
-from orphan_cleanup.models import Outcome
+from orphan_cleanup.models import Outcome, RegionFailure
 
 
 @dataclass(frozen=True)
@@ -41,6 +46,28 @@ class CycleRef:
     backend_id: str
     fence: int
     mode: str
+
+
+@dataclass(frozen=True)
+class CycleContext:
+    """What a cycle's own row says about it: the truth that queue messages only
+    hint at (DESIGN §5 rule 12)."""
+
+    id: str
+    backend_id: str
+    mode: str
+    listed_at: datetime | None
+    record_all: bool
+
+
+def db_now(conn: pg8000.native.Connection) -> datetime:
+    """The database clock, the only clock compared with the ledger."""
+    return conn.run("SELECT oc_clock()")[0][0]
+
+
+def cycle_context(conn: pg8000.native.Connection, cycle_id: str) -> CycleContext | None:
+    rows = conn.run("SELECT id, backend_id, mode, listed_at, record_all FROM cycles WHERE id = :c", c=cycle_id)
+    return CycleContext(*rows[0]) if rows else None
 
 
 @dataclass(frozen=True)
@@ -74,7 +101,7 @@ def _not_due(next_due: datetime | None, delay: int, limits: Limits, now: datetim
 
 
 def quick_skip(conn: pg8000.native.Connection, backend_id: str, mode: str, limits: Limits,
-               now: datetime) -> str | None:
+               now: datetime | None = None) -> str | None:
     """The idle path of a scheduled run, without a transaction or lock: one read
     (the cleanup row with STEP 1's activity query) and, when there is nothing to
     do, one conditional write marking the row processed. Returns why the run is
@@ -83,10 +110,11 @@ def quick_skip(conn: pg8000.native.Connection, backend_id: str, mode: str, limit
     rows = conn.run(
         "SELECT c.clean_at, c.clean_mode, c.lease_owner, c.retry_delay_seconds, c.next_due_at,"
         " c.clean_at IS NOT NULL AND " + ACTIVITY_EXISTS.format(since="c.clean_at") +
-        " FROM cleanup c WHERE c.backend_id = :b", b=backend_id)
+        ", oc_clock() FROM cleanup c WHERE c.backend_id = :b", b=backend_id)
     if not rows or rows[0][2] is not None:
         return None
-    clean_at, clean_mode, _, delay, next_due, active = rows[0]
+    clean_at, clean_mode, _, delay, next_due, active, db_clock = rows[0]
+    now = now or db_clock
     if _not_due(next_due, delay, limits, now):
         return "not_due"
     go, reason = classify.may_have_new_orphans(
@@ -105,8 +133,8 @@ def start_cycle(db: Database, backend_id: str, mode: str, limits: Limits, *, man
     """STEP 1 and the lease. A live lease makes this a no-op ("busy"); an expired
     one fails its cycle first. A scheduled run with no reason to list only marks
     the row processed. Otherwise bumps the fence and creates the cycle."""
-    now = now or datetime.now(timezone.utc)
     with db.transaction() as conn:
+        now = now or db_now(conn)
         conn.run("INSERT INTO cleanup (backend_id) VALUES (:b) ON CONFLICT DO NOTHING", b=backend_id)
         row = conn.run(
             "SELECT clean_at, clean_mode, lease_owner, lease_expires_at, fence, retry_delay_seconds, next_due_at"
@@ -171,10 +199,13 @@ def lock_cycle(conn: pg8000.native.Connection, cycle_id: str) -> dict[str, Any]:
     return c
 
 
-def set_listed_at(db: Database, cycle_id: str, listed_at: datetime) -> None:
+def set_listed_at(db: Database, cycle_id: str, listed_at: datetime | None = None) -> datetime:
+    """Stamp the cycle's listing time (the database clock unless given) right
+    before the first provider call, and return it."""
     with db.transaction() as conn:
         lock_cycle(conn, cycle_id)
-        conn.run("UPDATE cycles SET listed_at = :t WHERE id = :c", t=listed_at, c=cycle_id)
+        return conn.run("UPDATE cycles SET listed_at = coalesce(CAST(:t AS timestamptz), oc_clock())"
+                        " WHERE id = :c RETURNING listed_at", t=listed_at, c=cycle_id)[0][0]
 
 
 def apply_batch(conn: pg8000.native.Connection, payload: dict[str, Any]) -> dict[str, Any]:
@@ -202,7 +233,7 @@ def facts(c: dict[str, Any]) -> classify.CycleFacts:
 def finish(conn: pg8000.native.Connection, c: dict[str, Any], limits: Limits,
            now: datetime | None = None) -> Outcome:
     """STEP 7, exactly once, inside the caller's fenced transaction."""
-    now = now or datetime.now(timezone.utc)
+    now = now or db_now(conn)
     result = classify.outcome(facts(c))
     row = conn.run("SELECT clean_at, retry_delay_seconds FROM cleanup WHERE backend_id = :b",
                    b=c["backend_id"])[0]
@@ -236,11 +267,17 @@ def _close_vanished_orphans(conn: pg8000.native.Connection, c: dict[str, Any]) -
 
 
 def fail_cycle(db: Database, cycle_id: str, error: str, limits: Limits,
-               now: datetime | None = None) -> Outcome | None:
-    """The listing raised: the cycle fails now (STEP 7 failed). ``None`` if it was fenced."""
+               now: datetime | None = None, failures: list[RegionFailure] | None = None) -> Outcome | None:
+    """The listing (or the identity check before it) failed: the cycle fails now
+    (STEP 7 failed), with ``failures`` recorded when given. ``None`` if it was fenced."""
     try:
         with db.transaction() as conn:
             c = lock_cycle(conn, cycle_id)
+            if failures is not None:
+                dumped = [f.model_dump() for f in failures]
+                conn.run("UPDATE cycles SET failures = CAST(:f AS jsonb) WHERE id = :c",
+                         f=json.dumps(dumped), c=cycle_id)
+                c.update(failures=dumped)
             conn.run("UPDATE cycles SET failed = true, error = :e WHERE id = :c", e=error[:2000], c=cycle_id)
             c.update(failed=True, error=error[:2000])
             return finish(conn, c, limits, now)

@@ -61,28 +61,35 @@ def _group(row: list) -> ResourceGroup:
     return ResourceGroup(provider_ref=row[0], region=row[1], primary_id=row[2], resources=resources)
 
 
-def delete_allowed(db: Database, cycle_id: str, group: ResourceGroup) -> str | None:
-    """Why a delete request must not run now (fenced, not dispatched, not the group
-    that was classified, already done, region tripped), or None."""
+def delete_allowed(db: Database, cycle_id: str, requested: ResourceGroup) -> tuple[str | None, ResourceGroup | None]:
+    """Why a delete request must not run now (fenced, not a delete cycle, not
+    dispatched, not the group that was classified, already done, region tripped),
+    or None, with the group as this cycle recorded it: the resources to delete
+    come from that row, never from the message (DESIGN §5 rule 12)."""
     with db.transaction() as conn:
         c = lock_cycle(conn, cycle_id)
+        if c["mode"] != "delete":
+            return "not_delete_mode", None
         state = conn.run("SELECT state FROM delete_requests WHERE cycle_id = :c AND group_key = :k",
-                         c=cycle_id, k=group.key)
+                         c=cycle_id, k=requested.key)
         if not state:
-            return "not_dispatched"
-        # The message must carry exactly the resources classified: a tampered or
-        # corrupted request (an extra resource of the same ref) deletes nothing.
-        recorded = conn.run("SELECT resources FROM cycle_groups WHERE cycle_id = :c AND group_key = :k",
-                            c=cycle_id, k=group.key)
-        listed = recorded[0][0] if recorded else None
-        listed = json.loads(listed) if isinstance(listed, str) else listed or []
-        if sorted((r["kind"], r["id"]) for r in listed) != sorted((r.kind.value, r.id) for r in group.resources):
-            return "group_mismatch"
+            return "not_dispatched", None
+        recorded = conn.run("SELECT provider_ref, region, primary_id, resources FROM cycle_groups"
+                            " WHERE cycle_id = :c AND group_key = :k AND verdict = 'orphan'",
+                            c=cycle_id, k=requested.key)
+        if not recorded:
+            return "not_dispatched", None
+        group = _group(recorded[0])
+        # A request must name exactly the resources classified: a tampered or corrupted
+        # one (an extra resource of the same ref) is refused and deletes nothing.
+        if sorted((r.kind.value, r.id) for r in group.resources) != sorted(
+                (r.kind.value, r.id) for r in requested.resources):
+            return "group_mismatch", None
         if state[0][0] != "queued":
-            return "already_done"
+            return "already_done", group
         if group.region in (c["tripped_regions"] or ()):
-            return "region_tripped"
-    return None
+            return "region_tripped", group
+    return None, group
 
 
 def acquire_gate(db: Database, backend_id: str, ref: str, holder: str, ttl_seconds: int) -> bool:

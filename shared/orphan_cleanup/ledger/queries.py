@@ -32,8 +32,14 @@ def list_backends(conn: pg8000.native.Connection) -> list[Backend]:
     return [backend_from_row(r) for r in conn.run(f"SELECT {BACKEND_COLUMNS} FROM backends ORDER BY id")]
 
 
+# ``provider:account`` of a backends row ``{t}``, as ``Backend.scope`` computes it:
+# a GCP backend lists ``settings.project`` when set, else its account.
+SCOPE_SQL = ("{t}.provider || ':' || CASE WHEN {t}.provider = 'gcp'"
+             " THEN coalesce(nullif({t}.settings->>'project', ''), {t}.account) ELSE {t}.account END")
+
 # STEP 3 in one statement: every ref of the batch with its owner, including
-# soft-deleted owners and refs whose owner row is gone (LEFT JOIN). For refs
+# soft-deleted owners and refs whose owner row is gone (LEFT JOIN), with the
+# account of the backend each owner names (DESIGN §5 rule 10). For refs
 # with leftover groups, the resource ids earlier cycles saw in orphan groups.
 #
 # Shaped for speed (bench/classifier.py measures it against the row-per-ref form):
@@ -52,6 +58,7 @@ SELECT coalesce(json_agg(json_build_object(
            'status', i.status, 'backend_id', i.backend_id, 'primary_id', i.primary_id, 'region', i.region,
            'created_at', i.created_at, 'provisioned_at', i.provisioned_at,
            'terminated_at', i.terminated_at, 'deleted_at', i.deleted_at,
+           'owner_backend_scope', {scope},
            'known_orphan_resource_ids',
            CASE WHEN r.provider_ref = ANY(string_to_array(:leftover, ',')) THEN
                (SELECT coalesce(json_agg(o.resource_id), '[]') FROM orphan_resources o
@@ -60,8 +67,9 @@ SELECT coalesce(json_agg(json_build_object(
   FROM provider_refs r
   LEFT JOIN instances i
          ON i.provider_ref = r.provider_ref AND i.provider_ref = ANY(string_to_array(:refs, ','))
+  LEFT JOIN backends ob ON ob.id = i.backend_id
  WHERE r.provider_ref = ANY(string_to_array(:refs, ','))
-"""
+""".replace("{scope}", SCOPE_SQL.format(t="ob"))
 
 _RECORDS = TypeAdapter(list[LedgerRecord])
 

@@ -6,12 +6,13 @@ SDK clients injected; it never reads the environment itself.
 
 from __future__ import annotations
 
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from datetime import datetime, timezone
 
-from orphan_cleanup.errors import OrphanCleanupError
+from orphan_cleanup.errors import IdentityMismatch, OrphanCleanupError
 from orphan_cleanup.models import (
     Resource,
     ResourceKind,
@@ -34,12 +35,23 @@ class ResourceProvider(ABC):
       - only resources carrying the backend's ref tag key are listed, through
         each service's own describe/list call (never a tagging index alone:
         it shows deleted resources for up to an hour);
-      - a resource whose tag value is not a valid ref is dropped (never an orphan);
+      - a resource whose tag value is not a valid ref is listed in a group marked
+        ``malformed_ref`` (shown as ``ignored``, never an orphan);
       - terminated instances are not listed;
       - a region that fails (timeout, unavailable, throttled past retries,
         access denied, a warning such as "unreachable" from the API) yields a
         ``RegionListing`` with ``failure`` set and no groups; it never hides
         the other regions.
+
+    Identity contract (``verify_identity``, DESIGN §5 rule 11):
+      - before anything is listed or deleted, the pipeline calls ``verify_identity``;
+        it asks the provider which account (AWS ``sts:GetCallerIdentity``, after any
+        role is assumed) or project (GCP ``projects.get``) the credentials reach and
+        raises ``IdentityMismatch`` when that is not ``expected_account``;
+      - a check that cannot be made (no credentials, access denied, not found,
+        unavailable) raises a ``ProviderError`` subclass: never "assume it matches";
+      - a success is cached for the adapter's life (one warm function, one backend
+        configuration); a failure is asked again next time.
 
     Deletion contract (``delete_resource_group``):
       - re-reads every resource of the group by its immutable id right before
@@ -59,6 +71,30 @@ class ResourceProvider(ABC):
 
     def __init__(self, backend: Backend) -> None:
         self.backend = backend
+        self._identity_lock = threading.Lock()
+        self._identity_verified = False
+
+    @property
+    def expected_account(self) -> str:
+        """The account (AWS) or project (GCP) this adapter lists and deletes in."""
+        return self.backend.scope_account
+
+    @abstractmethod
+    def reached_account(self) -> str:
+        """Ask the provider which account/project the credentials reach (one call).
+        Raises a ``ProviderError`` subclass when the question cannot be answered."""
+
+    def verify_identity(self) -> None:
+        """Raise ``IdentityMismatch`` unless the credentials reach ``expected_account``."""
+        with self._identity_lock:
+            if self._identity_verified:
+                return
+            reached = self.reached_account()
+            expected = self.expected_account
+            if reached != expected:
+                raise IdentityMismatch(
+                    f"account_mismatch: credentials reach {reached}, backend {self.backend.id} says {expected}")
+            self._identity_verified = True
 
     @property
     def tag_key(self) -> str:
@@ -131,12 +167,14 @@ def group_resources(resources: Iterable[Resource], tag_key: str) -> list[Resourc
     instances sharing a ref form two groups. A dependent resource joins the
     group of the instance it is attached to when that instance carries the
     same ref; otherwise it joins the primary-less group of its ref and region.
-    Resources without a valid ref value are dropped: they are never ours.
+    Resources without the tag key are not listed. A resource whose tag value is
+    not a valid ref (empty, malformed) is folded the same way into a group
+    marked ``malformed_ref``, keyed by the raw value: shown, never ours to delete.
     """
-    ours = [r for r in resources if is_valid_ref(r.tags.get(tag_key))]
-    instances = {r.id: r for r in ours if r.kind is ResourceKind.INSTANCE}
+    tagged = [r for r in resources if tag_key in r.tags]
+    instances = {r.id: r for r in tagged if r.kind is ResourceKind.INSTANCE}
     groups: dict[tuple[str, str, str | None], list[Resource]] = {}
-    for res in ours:
+    for res in tagged:
         ref = res.tags[tag_key]
         owner = instances.get(res.id if res.kind is ResourceKind.INSTANCE else res.attached_to or "")
         if owner is not None and owner.tags[tag_key] == ref:
@@ -145,6 +183,7 @@ def group_resources(resources: Iterable[Resource], tag_key: str) -> list[Resourc
             key = (ref, res.region, None)
         groups.setdefault(key, []).append(res)
     return [
-        ResourceGroup(provider_ref=ref, region=region, primary_id=primary, resources=tuple(items))
+        ResourceGroup(provider_ref=ref, region=region, primary_id=primary, resources=tuple(items),
+                      malformed_ref=not is_valid_ref(ref))
         for (ref, region, primary), items in groups.items()
     ]
