@@ -257,7 +257,7 @@ class Pipeline:
         # One holder per delivery: a redelivered request (an SQS duplicate, or a visibility
         # timeout while this call is still running) must wait for the gate, not share it.
         holder = holder or f"{cycle.id}:{group.key}:{uuid.uuid4().hex[:12]}"
-        if not deletes.acquire_gate(self.db, backend.id, group.provider_ref, holder, deletes.gate_ttl(limits)):
+        if not deletes.acquire_gate(self.db, backend.scope, group.provider_ref, holder, deletes.gate_ttl(limits)):
             raise GateBusy(f"delete gate of {group.provider_ref} is held")
         try:
             changed = self._owner_changed(cycle, group, backend, limits)
@@ -279,7 +279,7 @@ class Pipeline:
             self._record(cycle.id, group, limits, result=result)
             return result.status.value
         finally:
-            deletes.release_gate(self.db, backend.id, group.provider_ref, holder)
+            deletes.release_gate(self.db, backend.scope, group.provider_ref, holder)
 
     def _owner_changed(self, cycle: cycles.CycleContext, group: ResourceGroup, backend: Backend,
                        limits: cycles.Limits) -> str | None:

@@ -92,22 +92,24 @@ def delete_allowed(db: Database, cycle_id: str, requested: ResourceGroup) -> tup
     return None, group
 
 
-def acquire_gate(db: Database, backend_id: str, ref: str, holder: str, ttl_seconds: int) -> bool:
-    """Take the per-ref delete gate (a lease row). Unrelated refs never wait."""
+def acquire_gate(db: Database, scope: str, ref: str, holder: str, ttl_seconds: int) -> bool:
+    """Take the per-ref delete gate (a lease row). Unrelated refs never wait. The gate is
+    per account (``Backend.scope``, kept in the ``backend_id`` column): backends sharing an
+    account list the same groups and must not delete one at the same time (rule 4)."""
     with db.transaction() as conn:
         rows = conn.run(
             "INSERT INTO delete_gates AS g (backend_id, provider_ref, holder, expires_at)"
             " VALUES (:b, :r, :h, now() + make_interval(secs => :t))"
             " ON CONFLICT (backend_id, provider_ref) DO UPDATE SET holder = excluded.holder,"
             " expires_at = excluded.expires_at WHERE g.expires_at < now() OR g.holder = excluded.holder"
-            " RETURNING holder", b=backend_id, r=ref, h=holder, t=ttl_seconds)
+            " RETURNING holder", b=scope, r=ref, h=holder, t=ttl_seconds)
     return bool(rows)
 
 
-def release_gate(db: Database, backend_id: str, ref: str, holder: str) -> None:
+def release_gate(db: Database, scope: str, ref: str, holder: str) -> None:
     with db.transaction() as conn:
         conn.run("DELETE FROM delete_gates WHERE backend_id = :b AND provider_ref = :r AND holder = :h",
-                 b=backend_id, r=ref, h=holder)
+                 b=scope, r=ref, h=holder)
 
 
 def record_delete(db: Database, cycle_id: str, group: ResourceGroup, limits: Limits, *,

@@ -141,7 +141,7 @@ def parallel_regions(
     """Run ``list_region`` for each region on a bounded pool and yield results
     as they complete. Our own errors become a failed ``RegionListing``;
     anything else is a bug and propagates."""
-    regions = list(regions)
+    regions = list(dict.fromkeys(regions))  # a region named twice is listed once
     if not regions:
         return
     with ThreadPoolExecutor(max_workers=max(1, min(max_workers, len(regions)))) as pool:
