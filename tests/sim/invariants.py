@@ -176,8 +176,10 @@ class Checker:
 
     def gate_refused(self, backend_id: str, ref: str) -> None:
         self.checks["G2"] += 1
-        rows = self.sim.admin.run("SELECT holder FROM delete_gates WHERE backend_id = :b AND provider_ref = :r",
-                                  b=backend_id, r=ref)
+        # Gates are per account and ref (``Backend.scope``): find the backend's scope first.
+        rows = self.sim.admin.run(
+            "SELECT holder FROM delete_gates g JOIN backends b ON g.backend_id = b.provider || ':' || b.account"
+            " WHERE b.id = :b AND g.provider_ref = :r", b=backend_id, r=ref)
         if not rows:
             self.fail("G2", f"a delete of ref {ref} was refused as gate-busy, but no gate of {ref} is held")
 
