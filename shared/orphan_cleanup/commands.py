@@ -146,7 +146,7 @@ def print_cycle(report: dict[str, Any], notes: dict[str, Any]) -> None:
         return ", ".join(rest) or "-"
 
     print_table(["ref", "region", "primary", "other resources", "verdict", "reason", "action"],
-                [[g["provider_ref"], g["region"], g["primary_id"] or "-", others(g), verdict_style(g["verdict"]),
+                [[_ref(g), g["region"], g["primary_id"] or "-", others(g), verdict_style(g["verdict"]),
                   g["reason"], g["action"]] for g in groups])
     counts = Counter(g["verdict"] for g in groups)
     print(f"{len(groups)} group(s)" + (": " + ", ".join(f"{n} {v}" for v, n in sorted(counts.items()))
@@ -161,6 +161,11 @@ def print_cycle(report: dict[str, Any], notes: dict[str, Any]) -> None:
     if report["mode"] == "report" and counts.get("orphan"):
         print(f"report mode deleted nothing; to delete the orphans: "
               f"orphan-cleanup run --backend {report['backend']} --mode delete")
+
+
+def _ref(g: dict[str, Any]) -> str:
+    # A malformed value is shown quoted, so an empty or odd one is visible as such.
+    return json.dumps(g["provider_ref"]) if g["reason"] == "malformed_ref" else g["provider_ref"]
 
 
 def _why(report: dict[str, Any], counts: Counter[str]) -> str:
