@@ -242,12 +242,11 @@ class Pipeline:
                                 backend=backend.id, cycle_id=cycle.id, group=request.group.key)
         if why_not is None and effective_mode(self.settings, backend) == "off":
             why_not = "backend_off"  # switched off since the cycle started: off is final
-        if why_not in ("region_tripped", "backend_off"):
+        if why_not in ("region_tripped", "backend_off") and group is not None:
             self._record(cycle.id, group, limits, skipped_reason=why_not, trip_region=why_not == "region_tripped")
             return why_not
-        if why_not is not None:
-            return why_not
-        assert group is not None
+        if why_not is not None or group is None:
+            return why_not or "not_dispatched"
         provider = self.provider_for(backend)
         try:
             provider.verify_identity()  # DESIGN §5 rule 11: before anything is deleted
