@@ -62,6 +62,9 @@ def make_provider(n_groups: int) -> Callable[[Any], Any]:
     class SyntheticProvider(ResourceProvider):
         """Generates one region's groups at a time; nothing is kept between regions."""
 
+        def reached_account(self) -> str:
+            return self.backend.scope_account
+
         def iter_listing(self) -> Iterator[RegionListing]:
             created = datetime.now(timezone.utc) - timedelta(days=2)
             it = account(n_groups)

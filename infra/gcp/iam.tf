@@ -28,14 +28,16 @@ resource "google_service_account" "push" {
 # numeric id and checks the label before deleting (DESIGN section 5 rule 3).
 
 locals {
-  # aggregatedList per kind.
+  # aggregatedList per kind; projects.get for the identity check (DESIGN
+  # section 5 rule 11).
   lister_permissions = [
     "compute.addresses.list",
     "compute.disks.list",
     "compute.instances.list",
+    "compute.projects.get",
   ]
   # Re-read by name, check the numeric id and the label, delete, wait for the
-  # operation, read again to confirm.
+  # operation, read again to confirm; projects.get for the identity check.
   deleter_permissions = [
     "compute.addresses.delete",
     "compute.addresses.get",
@@ -43,6 +45,7 @@ locals {
     "compute.disks.get",
     "compute.instances.delete",
     "compute.instances.get",
+    "compute.projects.get",
     "compute.regionOperations.get",
     "compute.zoneOperations.get",
   ]

@@ -254,7 +254,7 @@ def test_listing_groups_two_regions_and_reports_the_failing_one(session, dead_en
     a_on_untagged = create_volume(east, REF_A, attach_to=untagged)  # ref A, attached to a non-A instance
     b_leftover = create_volume(east, REF_B)
     b_leftover_eip = allocate_eip(east, REF_B)
-    create_volume(east, "NOT-A-REF")  # invalid value: dropped
+    bad_ref_vol = create_volume(east, "NOT-A-REF")  # invalid value: its own malformed_ref group
     gone = run_instance(east, REF_A)
     east.terminate_instances(InstanceIds=[gone["InstanceId"]])
     w1 = run_instance(west, REF_A)
@@ -283,7 +283,10 @@ def test_listing_groups_two_regions_and_reports_the_failing_one(session, dead_en
         (REF_B, EAST, None): {b_leftover, b_leftover_eip},
         (REF_A, WEST, w1["InstanceId"]): {w1["InstanceId"], w1_vol},
         (REF_B, WEST, None): {w1_eni},
+        ("NOT-A-REF", EAST, None): {bad_ref_vol},
     }
+    assert [g.malformed_ref for g in listing.groups if g.provider_ref == "NOT-A-REF"] == [True]
+    assert not any(g.malformed_ref for g in listing.groups if g.provider_ref != "NOT-A-REF")
     resources = {r.id: r for g in listing.groups for r in g.resources}
     assert untagged_vol not in resources and untagged["InstanceId"] not in resources
     inst = resources[a1["instance"]]

@@ -30,7 +30,7 @@ def test_lists_groups_over_pages_with_failures_isolated(gcp: FakeCompute) -> Non
     vm_b = gcp.add_instance("b", zone="us-central1-c", labels={"provider_ref": REF_B}, status="TERMINATED")
     left = gcp.add_disk("c-data", zone="europe-west1-d", labels={"provider_ref": REF_C})
     gcp.add_instance("not-ours", zone="us-central1-a")  # no label: the filter never returns it
-    gcp.add_disk("bad-ref", zone="us-central1-a", labels={"provider_ref": "short"})
+    bad = gcp.add_disk("bad-ref", zone="us-central1-a", labels={"provider_ref": "short"})
     for n in range(12):  # enough to need several pages of 4
         gcp.add_instance(f"filler-{n}", zone="us-west1-a", labels={"provider_ref": REF_C})
     gcp.add_instance("x", zone="asia-east1-a", labels={"provider_ref": REF_A})
@@ -44,8 +44,11 @@ def test_lists_groups_over_pages_with_failures_isolated(gcp: FakeCompute) -> Non
     # Then: exact groups for the healthy regions
     central = listing["us-central1"]
     assert central.failure is None
-    groups = {g.primary_id: g for g in central.groups}
+    groups = {g.primary_id: g for g in central.groups if not g.malformed_ref}
     assert set(groups) == {vm_a["id"], vm_b["id"]}
+    # a label value that is not a ref: shown as its own group, never one of ours
+    assert [(g.provider_ref, g.primary_id, g.resource_ids()) for g in central.groups if g.malformed_ref] == [
+        ("short", None, [bad["id"]])]
     a = groups[vm_a["id"]]
     assert (a.provider_ref, a.region) == (REF_A, "us-central1-a")
     assert {(r.kind, r.id) for r in a.resources} == {

@@ -4,7 +4,7 @@ It speaks the real JSON wire format, so the real ``google-cloud-compute`` client
 (REST transport, ``url_scheme="http"``, anonymous credentials) talks to it
 unchanged. Covered: instances and disks (zonal), addresses (regional):
 aggregated list, zonal/regional list, get, delete; zonal and regional
-operations (get and ``/wait``). Errors use Google's body format
+operations (get and ``/wait``); ``projects.get`` (``GET /compute/v1/projects/P``). Errors use Google's body format
 (``{"error": {"code", "message", "errors": [{"reason": ...}]}}``).
 
 Deliberate strictness: every list call must carry a ``filter`` naming at least
@@ -21,6 +21,8 @@ Pytest (plugin enabled in ``tests/conftest.py``)::
         gcp.make_unreachable("us-central1-b")   # UNREACHABLE warning in aggregated lists
         gcp.fail_region("europe-west1")         # 503 on every call scoped there (+ warning)
         gcp.add_fault(path_contains="/aggregated/disks", status=503, times=1)
+        gcp.add_project("other-project")        # projects.get knows it (unknown ones: 404)
+        gcp.deny_project("other-project")       # projects.get of it answers 403
         assert gcp.count("GET", "/aggregated/instances") == 2
 
 Outside pytest: ``with FakeCompute() as fake: ...`` (``fake.url`` is the endpoint).

@@ -15,6 +15,7 @@ from tests.support.gcp_fake_wire import (
     operation_body,
     page_params,
     parse_filter,
+    project_body,
     scope_warning,
     strip_empty,
 )
@@ -23,6 +24,7 @@ _PREFIX = r"^/compute/v1/projects/(?P<project>[^/]+)"
 _SCOPED = _PREFIX + r"/(?P<scope>zones|regions)/(?P<loc>[^/]+)"
 _COLL = r"(?P<coll>instances|disks|addresses)"
 _ROUTES = [
+    ("project", re.compile(_PREFIX + "$")),
     ("aggregated", re.compile(_PREFIX + r"/aggregated/" + _COLL + "$")),
     ("operation", re.compile(_SCOPED + r"/operations/(?P<name>[^/]+?)(?P<wait>/wait)?$")),
     ("list", re.compile(_SCOPED + "/" + _COLL + "$")),
@@ -39,7 +41,7 @@ class FakeApi(FakeState):
             if m is None:
                 continue
             args = m.groupdict()
-            if kind != "aggregated":
+            if kind not in ("aggregated", "project"):
                 if args.get("coll") and COLLECTIONS[args["coll"]] != args["scope"]:
                     break
                 if not self._known(args["scope"], args["loc"]):
@@ -64,6 +66,17 @@ class FakeApi(FakeState):
 
     def _render(self, stored: _Stored) -> dict[str, Any]:
         return _render_body(stored.body)
+
+    def _on_project(self, method: str, query: dict[str, str], project: str) -> dict[str, Any]:
+        if method != "GET":
+            raise WireError(405, "Method not allowed")
+        found = [(p, n) for p, n in self._projects.items() if project in (p, n)]
+        if not found:
+            raise WireError(404, f"The resource 'projects/{project}' was not found")
+        name, number = found[0]
+        if {project, name, number} & self._denied_projects:
+            raise WireError(403, f"Required 'compute.projects.get' permission for 'projects/{project}'")
+        return project_body(name, number)
 
     def _on_aggregated(self, method: str, query: dict[str, str], project: str, coll: str) -> dict[str, Any]:
         if method != "GET":

@@ -14,6 +14,11 @@ disks' and addresses' ``users``; disks attached with ``auto_delete`` go with it.
 Deleting a disk or address that has users answers 400
 ``resourceInUseByAnotherResource``. Operations are ``RUNNING`` in the delete
 response and ``DONE`` on the next get/wait (``operation_polls`` delays that).
+
+Projects: ``projects.get`` knows the default project, every project a resource
+was added to and those of ``add_project``; it finds a project by id or by
+number (as the real API does) and answers with the project id as ``name``.
+An unknown project answers 404; ``deny_project`` makes it answer 403.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from tests.support.gcp_fake_wire import GOOGLE_BASE, region_of, self_link
+from tests.support.gcp_fake_wire import GOOGLE_BASE, project_number, region_of, self_link
 
 #: Collection -> the scope kind it lives in.
 COLLECTIONS = {"instances": "zones", "disks": "zones", "addresses": "regions"}
@@ -65,6 +70,8 @@ class FakeState:
             self._ops: dict[tuple[str, str, str, str], list[Any]] = {}
             self._unreachable: set[str] = set()
             self._failing: dict[str, int] = {}
+            self._projects: dict[str, str] = {self.project: project_number(self.project)}
+            self._denied_projects: set[str] = set()
 
     # --- arranging state ---------------------------------------------------------
 
@@ -158,6 +165,23 @@ class FakeState:
             stored.gets_left = None
             return _copy(stored.body)
 
+    def add_project(self, project: str, *, number: str | None = None) -> str:
+        """Make a project known to ``projects.get``; returns its number (its ``id``)."""
+        with self._lock:
+            self._projects[project] = number or self._projects.get(project) or project_number(project)
+            return self._projects[project]
+
+    def number_of(self, project: str | None = None) -> str:
+        """The number of a known project (``KeyError`` otherwise)."""
+        with self._lock:
+            return self._projects[project or self.project]
+
+    def deny_project(self, project: str | None = None) -> None:
+        """``projects.get`` of that project (by id or number) answers 403, as for
+        credentials without ``compute.projects.get`` on it; other calls are unaffected."""
+        with self._lock:
+            self._denied_projects.add(project or self.project)
+
     def make_unreachable(self, scope: str) -> None:
         with self._lock:
             self._unreachable.add(scope)
@@ -177,6 +201,7 @@ class FakeState:
         project = project or self.project
         scope = COLLECTIONS[coll]
         with self._lock:
+            self.add_project(project)
             if scope == "zones":
                 self._zones.add(location)
             if (project, location, name) in self._store[coll]:

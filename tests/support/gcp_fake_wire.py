@@ -1,5 +1,6 @@
 """Wire-format pieces of the fake Compute Engine server (see ``gcp_fake``):
-the list ``filter`` parser, aggregated-list paging, error bodies, self links.
+the list ``filter`` parser, aggregated-list paging, error bodies, self links,
+the Project resource.
 
 Pure functions over plain dicts, no sockets, so they can be unit-tested alone.
 """
@@ -7,6 +8,7 @@ Pure functions over plain dicts, no sockets, so they can be unit-tested alone.
 from __future__ import annotations
 
 import base64
+import hashlib
 import re
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -193,6 +195,32 @@ def operation_body(
         "progress": 100 if status == "DONE" else 0,
         "insertTime": "2024-01-01T00:00:00.000-00:00",
         "selfLink": f"{GOOGLE_BASE}/projects/{project}/{scope}/{location}/operations/{name}",
+    }
+
+
+def project_number(project: str) -> str:
+    """A stable 12-digit project number for a project id (the ``id`` of its Project resource)."""
+    return str(100_000_000_000 + int(hashlib.sha1(project.encode()).hexdigest(), 16) % 900_000_000_000)
+
+
+def project_body(project: str, number: str) -> dict[str, Any]:
+    """The Project resource ``projects.get`` answers: ``name`` is the project id,
+    ``id`` the project number (a decimal string, uint64)."""
+    return {
+        "kind": "compute#project",
+        "id": number,
+        "creationTimestamp": "2020-01-01T00:00:00.000-07:00",
+        "name": project,
+        "commonInstanceMetadata": {"kind": "compute#metadata", "fingerprint": "bMVfsK3LRHE="},
+        "quotas": [
+            {"metric": "SNAPSHOTS", "limit": 5000, "usage": 0},
+            {"metric": "NETWORKS", "limit": 15, "usage": 1},
+        ],
+        "selfLink": f"{GOOGLE_BASE}/projects/{project}",
+        "defaultServiceAccount": f"{number}-compute@developer.gserviceaccount.com",
+        "xpnProjectStatus": "UNSPECIFIED_XPN_PROJECT_STATUS",
+        "defaultNetworkTier": "PREMIUM",
+        "vmDnsSetting": "ZONAL_ONLY",
     }
 
 

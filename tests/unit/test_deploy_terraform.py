@@ -221,6 +221,8 @@ def test_gcp_custom_roles_are_minimal(modules):
                 if key in block:
                     perms[key] = {checks.unquote(p) for p in block[key]}
     kinds = ("instances", "disks", "addresses")
-    assert perms["lister_permissions"] == {f"compute.{k}.list" for k in kinds}
+    identity = {"compute.projects.get"}  # DESIGN §5 rule 11, before listing and before deleting
+    assert perms["lister_permissions"] == {f"compute.{k}.list" for k in kinds} | identity
     assert perms["deleter_permissions"] == ({f"compute.{k}.{v}" for k in kinds for v in ("get", "delete")}
-                                            | {"compute.zoneOperations.get", "compute.regionOperations.get"})
+                                            | {"compute.zoneOperations.get", "compute.regionOperations.get"}
+                                            | identity)

@@ -121,7 +121,7 @@ def test_operation_not_found_means_already_gone() -> None:
 
 def test_endpoint_clients_all_target_the_endpoint_over_http() -> None:
     clients = build_gcp_clients(BackendSettings(), endpoint="http://127.0.0.1:8123")
-    assert set(clients) == {"instances", "disks", "addresses", "zone_operations", "region_operations"}
+    assert set(clients) == {"instances", "disks", "addresses", "zone_operations", "region_operations", "projects"}
     assert {c.transport._host for c in clients.values()} == {"http://127.0.0.1:8123"}
 
 
@@ -140,13 +140,13 @@ def test_bad_credentials_json_is_a_config_error() -> None:
 def test_provider_rejects_bad_backends(provider: str, tag_key: str) -> None:
     backend = Backend(id="b", provider=provider, account="p", regions=["us-central1"],
                       settings=BackendSettings(tag_key=tag_key))
-    clients = dict.fromkeys(("instances", "disks", "addresses", "zone_operations", "region_operations"))
+    clients = dict.fromkeys(("instances", "disks", "addresses", "zone_operations", "region_operations", "projects"))
     with pytest.raises(ConfigError):
         GcpProvider(backend, **clients)
 
 
 def test_project_defaults_to_account_and_settings_override() -> None:
-    clients = dict.fromkeys(("instances", "disks", "addresses", "zone_operations", "region_operations"))
+    clients = dict.fromkeys(("instances", "disks", "addresses", "zone_operations", "region_operations", "projects"))
     plain = Backend(id="b", provider="gcp", account="acct", regions=[])
     assert GcpProvider(plain, **clients).project == "acct"
     other = Backend(id="b", provider="gcp", account="acct", regions=[], settings=BackendSettings(project="proj"))

@@ -31,6 +31,7 @@ ClientFactory = Callable[[str, str], Any]
 
 ROLE_SESSION_NAME = "orphan-cleanup"
 DEFAULT_MAX_ATTEMPTS = 5
+STS_FALLBACK_REGION = "us-east-1"
 
 
 class AwsProvider(ResourceProvider):
@@ -48,7 +49,9 @@ class AwsProvider(ResourceProvider):
       single same-ref instance that uses them (see ``link_resources``);
     - deletion: ``aws_delete.GroupDeletion`` (re-read, terminate, confirm,
       then ``aws_kinds.DELETE_ORDER``: volumes, addresses, interfaces,
-      security groups).
+      security groups);
+    - identity: ``sts:GetCallerIdentity`` in the first configured region, with
+      the factory's credentials (the assumed role's, when one is configured).
     """
 
     def __init__(self, backend: Backend, client_factory: ClientFactory) -> None:
@@ -56,7 +59,7 @@ class AwsProvider(ResourceProvider):
             raise ConfigError(f"backend {backend.id} is a {backend.provider} backend, not aws")
         super().__init__(backend)
         self._client_factory = client_factory
-        self._clients: dict[str, Any] = {}
+        self._clients: dict[tuple[str, str], Any] = {}
         self._lock = threading.Lock()
 
     @property
@@ -65,11 +68,25 @@ class AwsProvider(ResourceProvider):
 
     def ec2(self, region: str) -> Any:
         """The (cached) EC2 client of one region."""
+        return self._client("ec2", region)
+
+    def reached_account(self) -> str:
+        # STS has no region of its own to prefer; without configured regions use its home one.
+        region = self.backend.regions[0] if self.backend.regions else STS_FALLBACK_REGION
+        sts = self._client("sts", region)
+        with translated(region, "sts:GetCallerIdentity"):
+            reply = sts.get_caller_identity()
+        account = reply.get("Account") if isinstance(reply, Mapping) else None
+        if not isinstance(account, str) or not account:
+            raise ProviderError(f"sts:GetCallerIdentity in {region}: no Account in the reply", region=region)
+        return account
+
+    def _client(self, service: str, region: str) -> Any:
         with self._lock:
-            client = self._clients.get(region)
+            client = self._clients.get((service, region))
             if client is None:
-                with translated(region, "create ec2 client"):
-                    client = self._clients[region] = self._client_factory("ec2", region)
+                with translated(region, f"create {service} client"):
+                    client = self._clients[(service, region)] = self._client_factory(service, region)
             return client
 
     def iter_listing(self) -> Iterator[RegionListing]:

@@ -79,6 +79,8 @@ NOT_YET_CODES = frozenset({
 })
 
 
+CREDENTIAL_ERRORS = (NoCredentialsError, PartialCredentialsError, CredentialRetrievalError)
+
 # Everything the SDK raises for a failed call. ``ResponseParserError`` (an
 # unparseable reply, e.g. a proxy's HTML 500 page) is not a ``BotoCoreError``.
 SDK_ERRORS = (ClientError, BotoCoreError, ResponseParserError)
@@ -120,7 +122,7 @@ def _botocore_error_type(exc: BotoCoreError | ResponseParserError) -> type[Provi
         return ProviderTimeout
     if isinstance(exc, (EndpointConnectionError, BotoConnectionError, HTTPClientError)):
         return ProviderUnavailable
-    if isinstance(exc, (NoCredentialsError, PartialCredentialsError, CredentialRetrievalError)):
+    if isinstance(exc, CREDENTIAL_ERRORS):
         return AccessDenied
     return ProviderError
 
@@ -135,16 +137,25 @@ def translate_error(
     ``ServiceUnavailable`` / ``InternalError`` -> ``ProviderUnavailable``; ``UnauthorizedOperation``,
     ``AccessDenied*``, missing credentials -> ``AccessDenied``; "still in use"
     codes -> ``DependencyNotReady``; ``*.NotFound`` -> ``ResourceNotFound``;
-    anything else -> ``ProviderError``.
+    anything else (e.g. ``ParamValidationError`` for a malformed role ARN) ->
+    ``ProviderError``. The message is always one line.
     """
     where = f" in {region}" if region else ""
     what = f"{operation}{where}" if operation else f"AWS call{where}"
     if isinstance(exc, ClientError):
         code = error_code(exc) or "Unknown"
-        message = str(exc.response.get("Error", {}).get("Message", "")).strip()
+        message = _one_line(str(exc.response.get("Error", {}).get("Message", "")))
         text = f"{what}: {code}" + (f" ({message[:200]})" if message else "")
         return _client_error_type(exc)(text, region=region)
-    return _botocore_error_type(exc)(f"{what}: {type(exc).__name__}: {exc}", region=region)
+    detail = f"{type(exc).__name__}: {_one_line(str(exc))[:300]}"
+    if isinstance(exc, CREDENTIAL_ERRORS):
+        return AccessDenied(f"{what}: no usable AWS credentials ({detail})", region=region)
+    return _botocore_error_type(exc)(f"{what}: {detail}", region=region)
+
+
+def _one_line(text: str) -> str:
+    """botocore's messages can span lines (``ParamValidationError``); ours never do."""
+    return " ".join(text.split())
 
 
 @contextmanager

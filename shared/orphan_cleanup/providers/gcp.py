@@ -77,7 +77,9 @@ class GcpProvider(ResourceProvider):
     ``timeout`` bounds every call; ``operation_timeout`` bounds waiting for a
     delete operation (then the resource is re-read to confirm). ``retry``
     applies to reads (default: throttling only, see ``read_retry``; ``None``
-    disables it).
+    disables it). The identity check reads the project itself
+    (``projects.get``, permission ``compute.projects.get``) and compares its
+    ``name``, the project id.
     """
 
     def __init__(
@@ -89,6 +91,7 @@ class GcpProvider(ResourceProvider):
         addresses: Any,
         zone_operations: Any,
         region_operations: Any,
+        projects: Any,
         timeout: float = 30.0,
         operation_timeout: float = 120.0,
         page_size: int = 500,
@@ -104,11 +107,14 @@ class GcpProvider(ResourceProvider):
         self.project = backend.settings.project or backend.account
         self.calls = GcpCalls(
             self.project,
-            {"instances": instances, "disks": disks, "addresses": addresses},
+            {"instances": instances, "disks": disks, "addresses": addresses, "projects": projects},
             {"zone": zone_operations, "region": region_operations},
             timeout=timeout, operation_timeout=operation_timeout, page_size=page_size,
             retry=read_retry(timeout) if retry is _DEFAULT else retry, poll_interval=poll_interval,
         )
+
+    def reached_account(self) -> str:
+        return self.calls.project_name()
 
     # --- listing ---------------------------------------------------------------------
 
@@ -211,7 +217,7 @@ def build_gcp_provider(backend: Backend, *, endpoint: str | None = None, timeout
 
 
 def build_gcp_clients(settings: BackendSettings, *, endpoint: str | None = None) -> dict[str, Any]:
-    """The five ``compute_v1`` clients ``GcpProvider`` takes, as keyword arguments (REST transport).
+    """The six ``compute_v1`` clients ``GcpProvider`` takes, as keyword arguments (REST transport).
 
     ``endpoint`` (``http://host:port``, from ``ORPHAN_CLEANUP_GCP_ENDPOINT``) sends
     every call there with anonymous credentials, operation polling included (the
@@ -239,6 +245,7 @@ def build_gcp_clients(settings: BackendSettings, *, endpoint: str | None = None)
         "addresses": make(compute_v1.AddressesClient),
         "zone_operations": make(compute_v1.ZoneOperationsClient),
         "region_operations": make(compute_v1.RegionOperationsClient),
+        "projects": make(compute_v1.ProjectsClient),
     }
 
 

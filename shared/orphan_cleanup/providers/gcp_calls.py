@@ -13,6 +13,7 @@ from google.api_core.retry import Retry, if_exception_type
 from google.cloud.compute_v1.types import compute
 
 from orphan_cleanup.errors import (
+    AccessDenied,
     DependencyNotReady,
     ProviderError,
     ProviderTimeout,
@@ -39,10 +40,11 @@ def read_retry(timeout: float) -> Retry:
 
 
 class GcpCalls:
-    """Get, delete (and wait), aggregated list, for the kinds of ``gcp_kinds``.
+    """Get, delete (and wait), aggregated list, for the kinds of ``gcp_kinds``;
+    and the project read of the identity check.
 
-    ``clients`` maps ``GcpKind.client`` (``instances``/``disks``/``addresses``)
-    and ``operations`` maps ``GcpKind.scope`` (``zone``/``region``) to the SDK
+    ``clients`` maps ``GcpKind.client`` (``instances``/``disks``/``addresses``,
+    plus ``projects``) and ``operations`` maps ``GcpKind.scope`` (``zone``/``region``) to the SDK
     clients. ``retry`` applies to reads (``None``: no retries).
     """
 
@@ -73,6 +75,29 @@ class GcpCalls:
 
     def _request(self, spec: GcpKind, location: str, name: str) -> dict[str, str]:
         return {"project": self.project, spec.scope: location, spec.name_field: name}
+
+    def project_name(self) -> str:
+        """The ``name`` (project id) of the project these calls address, by ``projects.get``.
+
+        Never "assume it is there": a 403 raises ``AccessDenied``, a 404 a plain
+        ``ProviderError`` (not ``ResourceNotFound``, which deletion reads as done),
+        any other failure its usual ``ProviderError`` subclass.
+        """
+        what = f"projects.get {self.project}"
+        try:
+            with gcp_errors(region=None):
+                project = self._clients["projects"].get(
+                    request={"project": self.project}, timeout=self.timeout, retry=self.retry
+                )
+        except ResourceNotFound as e:
+            raise ProviderError(f"{what}: project not found ({_one_line(e)})") from e
+        except AccessDenied as e:
+            raise AccessDenied(f"{what}: access denied ({_one_line(e)})") from e
+        except ProviderError as e:
+            raise type(e)(f"{what}: {_one_line(e)}") from e
+        if not project.name:
+            raise ProviderError(f"{what}: the reply names no project")
+        return str(project.name)
 
     def pages(self, spec: GcpKind, list_filter: str) -> Iterator[Any]:
         """Every page of the kind's aggregated list restricted by ``list_filter``.
@@ -139,3 +164,7 @@ class GcpCalls:
         if op.http_error_status_code:
             raise translate(gexc.from_http_status(op.http_error_status_code, text), region=location)
         raise ProviderError(text, region=location)
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:300]
