@@ -126,6 +126,8 @@ def measure(conn: Any, n_refs: int, size: int, reps: int, rng: random.Random) ->
             end = time.perf_counter()
             res[name]["fetch"].append(mid - start)
             res[name]["records"].append(end - start)
-            expected = expected or records
-            assert records == expected, f"floor variant {name} disagrees"
+            # The shipped join also names each owner's account (rule 10), which the older shapes predate.
+            same = {ref: r.model_copy(update={"owner_backend_scope": None}) for ref, r in records.items()}
+            expected = expected or same
+            assert same == expected, f"floor variant {name} disagrees"
     return {name: {k: median(v) for k, v in r.items()} for name, r in res.items()}

@@ -51,9 +51,10 @@ def record_from_row(row: list) -> LedgerRecord:
     )
 
 
-def build_payload(batch: ListingBatch, records: dict, ctx: classify.ClassifyContext) -> tuple[
+def build_payload(batch: ListingBatch, records: dict, ctx: classify.ClassifyContext, **_cycle: Any) -> tuple[
         dict[str, Any], list[dict[str, Any]], list[tuple[str, dict[str, Any]]], dict[str, int]]:
-    """Classify a batch and shape what the fenced apply writes. Pure."""
+    """Classify a batch and shape what the fenced apply writes. Pure. (The cycle's
+    mode and record_all, which the shipped one takes, equal the batch's here.)"""
     rows, orphans, orphan_res, events, to_report, errors = [], [], [], [], [], []
     counts: dict[str, int] = {}
     skipped = False

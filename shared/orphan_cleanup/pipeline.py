@@ -166,7 +166,7 @@ class Pipeline:
             if cycle is None:
                 return {"status": "unknown_cycle", "verdicts": {}}
             self._refuse_if_tampered(batch, cycle)
-            backend = get_backend(conn, cycle.backend_id)
+            backend = cycle.backend
             records = load_records(conn, backend.id, batch.groups)
             limits = limits_for(self.settings, backend)
             assert cycle.listed_at is not None  # checked by _refuse_if_tampered
@@ -231,7 +231,7 @@ class Pipeline:
                                     backend=cycle.backend_id, cycle_id=cycle.id, group=request.group.key)
                 raise MessageRefused(f"delete request for {request.group.key} names backend {request.backend!r},"
                                      f" its cycle is of {cycle.backend_id!r}")
-            backend = get_backend(conn, cycle.backend_id)
+        backend = cycle.backend
         limits = limits_for(self.settings, backend)
         try:
             why_not, group = deletes.delete_allowed(self.db, cycle.id, request.group)

@@ -399,3 +399,14 @@ class MotoPlatform:
 
     def all_volumes(self) -> set[str]:
         return {v["VolumeId"] for v in self.ec2.describe_volumes()["Volumes"]}
+
+
+def lambda_record(body: str, source: str = f"arn:aws:sqs:{REGION}:{ACCOUNT}:q") -> dict[str, Any]:
+    """One SQS record carrying ``body`` as Lambda delivers it (valid per Powertools'
+    ``SqsRecordModel``), for a handler invoked directly rather than through a queue."""
+    mid = str(uuid.uuid4())
+    return {"messageId": mid, "receiptHandle": f"rh-{mid}", "body": body,
+            "attributes": {"ApproximateReceiveCount": "1", "SentTimestamp": "1700000000000",
+                           "SenderId": "AIDAEXAMPLE", "ApproximateFirstReceiveTimestamp": "1700000000000"},
+            "messageAttributes": {}, "md5OfBody": "0" * 32, "eventSource": "aws:sqs",
+            "eventSourceARN": source, "awsRegion": REGION}

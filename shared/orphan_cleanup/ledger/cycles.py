@@ -24,8 +24,8 @@ import pg8000.native
 from orphan_cleanup import classify
 from orphan_cleanup.errors import LeaseLost
 from orphan_cleanup.ledger.db import Database
-from orphan_cleanup.ledger.queries import ACTIVITY_EXISTS, activity_since
-from orphan_cleanup.models import Outcome, RegionFailure
+from orphan_cleanup.ledger.queries import ACTIVITY_EXISTS, BACKEND_COLUMNS, activity_since, backend_from_row
+from orphan_cleanup.models import Backend, Outcome, RegionFailure
 
 
 @dataclass(frozen=True)
@@ -58,6 +58,7 @@ class CycleContext:
     mode: str
     listed_at: datetime | None
     record_all: bool
+    backend: Backend  # the cycle's backend row, as it is now
 
 
 def db_now(conn: pg8000.native.Connection) -> datetime:
@@ -66,8 +67,14 @@ def db_now(conn: pg8000.native.Connection) -> datetime:
 
 
 def cycle_context(conn: pg8000.native.Connection, cycle_id: str) -> CycleContext | None:
-    rows = conn.run("SELECT id, backend_id, mode, listed_at, record_all FROM cycles WHERE id = :c", c=cycle_id)
-    return CycleContext(*rows[0]) if rows else None
+    """The cycle's row and its backend's, in one statement (None: no such cycle)."""
+    columns = ", ".join(f"b.{c.strip()}" for c in BACKEND_COLUMNS.split(","))
+    rows = conn.run(f"SELECT c.id, c.backend_id, c.mode, c.listed_at, c.record_all, {columns}"
+                    " FROM cycles c JOIN backends b ON b.id = c.backend_id WHERE c.id = :c", c=cycle_id)
+    if not rows:
+        return None
+    row = rows[0]
+    return CycleContext(*row[:5], backend=backend_from_row(row[5:]))
 
 
 @dataclass(frozen=True)
