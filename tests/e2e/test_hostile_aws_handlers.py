@@ -17,7 +17,6 @@ import uuid
 from datetime import datetime, timezone
 from typing import Any
 
-import boto3
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -25,7 +24,7 @@ from hypothesis import strategies as st
 from functions.aws import classifier, deleter, lister
 from orphan_cleanup.ledger.db import Database
 from orphan_cleanup.models import DeleteRequest, ListingBatch, OwnerStatus, Resource, ResourceGroup, ResourceKind
-from tests.support.sqs_harness import Launched, MotoPlatform, context
+from tests.support.sqs_harness import DeployedQueues, Launched, MotoPlatform, context
 
 BACKEND = "aws-prod"
 pytestmark = pytest.mark.usefixtures("moto_reset")
@@ -41,21 +40,13 @@ def record(body: str, source: str = "arn:aws:sqs:us-east-1:123456789012:q") -> d
             "eventSourceARN": source, "awsRegion": "us-east-1"}
 
 
-class Stack:
+class Stack(DeployedQueues):
     """The three handlers, their queues, a backend in delete mode and a fleet:
     an owner with a leaked earlier attempt (an orphan) and a detached volume of
     its own (protected), an orphan of a terminated owner, a foreign instance."""
 
     def __init__(self, db: Database, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.db = db
-        self.sqs = boto3.client("sqs", region_name="us-east-1")
-        self.listing = self.sqs.create_queue(QueueName="hostile-listing")["QueueUrl"]
-        self.deletes = self.sqs.create_queue(QueueName="hostile-delete")["QueueUrl"]
-        for key, value in {"LISTING_QUEUE_URL": self.listing, "DELETE_QUEUE_URL": self.deletes,
-                           "DATABASE_URL": db.info.url(), "POWERTOOLS_METRICS_NAMESPACE": "OrphanCleanupHostile",
-                           "POWERTOOLS_SERVICE_NAME": "orphan-cleanup", "ORPHAN_CLEANUP_MARGIN_SECONDS": "0"}.items():
-            monkeypatch.setenv(key, value)
-        monkeypatch.delenv("ORPHAN_CLEANUP_MODE", raising=False)
+        super().__init__(db, monkeypatch, "hostile")
         with db.connection() as conn:
             conn.run("INSERT INTO backends (id, provider, account, regions, settings, mode)"
                      " VALUES (:i, 'aws', '123456789012', '{us-east-1}', '{}', 'delete')", i=BACKEND)
@@ -69,15 +60,6 @@ class Stack:
         self.live_ref = issued.provider_ref
         self.terminated: Launched = platform.terminated_leak()
         self.foreign: Launched = platform.foreign()
-
-    def receive(self, url: str) -> list[str]:
-        bodies = []
-        while msgs := self.sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10,
-                                               WaitTimeSeconds=0).get("Messages", []):
-            bodies += [m["Body"] for m in msgs]
-            self.sqs.delete_message_batch(QueueUrl=url, Entries=[
-                {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(msgs)])
-        return bodies
 
     def list_manually(self) -> str:
         summary = lister.handler({"backend": BACKEND, "mode": "delete"}, context("lister"))

@@ -17,14 +17,13 @@ import subprocess
 import sys
 from typing import Any
 
-import boto3
 import pytest
 from orphan_cleanup.ledger.db import Database
 from orphan_cleanup.models import OwnerStatus
 
 from functions.aws import classifier, lister
 from tests.support.ledger_helpers import add_backend, count_rows, cycle_row
-from tests.support.sqs_harness import ACCOUNT, AMI, MotoPlatform, context, lambda_record
+from tests.support.sqs_harness import ACCOUNT, AMI, DeployedQueues, MotoPlatform, context, lambda_record
 
 OTHER_ACCOUNT = "210987654321"
 GONE = ("shutting-down", "terminated")
@@ -80,28 +79,11 @@ def cycles_of(db: Database, backend: str) -> int:
         return conn.run("SELECT count(*) FROM cycles WHERE backend_id = :b", b=backend)[0][0]
 
 
-class Functions:
+class Functions(DeployedQueues):
     """The deployed functions' environment: real SQS queues on moto, the test database."""
 
     def __init__(self, db: Database, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.db = db
-        self.sqs = boto3.client("sqs", region_name="us-east-1")
-        self.listing = self.sqs.create_queue(QueueName="safety-listing")["QueueUrl"]
-        self.deletes = self.sqs.create_queue(QueueName="safety-delete")["QueueUrl"]
-        for key, value in {"LISTING_QUEUE_URL": self.listing, "DELETE_QUEUE_URL": self.deletes,
-                           "DATABASE_URL": db.info.url(), "POWERTOOLS_METRICS_NAMESPACE": "OrphanCleanupSafety",
-                           "POWERTOOLS_SERVICE_NAME": "orphan-cleanup", "ORPHAN_CLEANUP_MARGIN_SECONDS": "0"}.items():
-            monkeypatch.setenv(key, value)
-        monkeypatch.delenv("ORPHAN_CLEANUP_MODE", raising=False)
-
-    def receive(self, url: str) -> list[str]:
-        bodies = []
-        while msgs := self.sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10,
-                                               WaitTimeSeconds=0).get("Messages", []):
-            bodies += [m["Body"] for m in msgs]
-            self.sqs.delete_message_batch(QueueUrl=url, Entries=[
-                {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(msgs)])
-        return bodies
+        super().__init__(db, monkeypatch, "safety")
 
     def classify_all(self) -> None:
         """Deliver every waiting listing batch to the real classifier handler."""

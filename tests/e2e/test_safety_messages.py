@@ -15,35 +15,26 @@ import random
 from datetime import datetime, timedelta
 from typing import Any
 
-import boto3
 import pytest
 from orphan_cleanup.ledger.db import Database
 from orphan_cleanup.models import DeleteRequest, ListingBatch, Resource, ResourceKind
 
 from functions.aws import classifier, deleter, lister
 from tests.support.ledger_helpers import add_backend, cycle_row
-from tests.support.sqs_harness import Launched, MotoPlatform, context, lambda_record
+from tests.support.sqs_harness import DeployedQueues, Launched, MotoPlatform, context, lambda_record
 
 GONE = ("shutting-down", "terminated")
 pytestmark = pytest.mark.usefixtures("moto_reset")
 
 
-class Stack:
+class Stack(DeployedQueues):
     """The deployed functions' queues and three backends on moto's account:
     ``aws-r`` (report), ``aws-d`` (delete) and ``aws-x`` (report, the "other"
     backend a forged message names). The fleet (owners of ``aws-d``): a tracked
     owner, two orphans of terminated owners and a foreign instance."""
 
     def __init__(self, db: Database, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.db = db
-        self.sqs = boto3.client("sqs", region_name="us-east-1")
-        self.listing = self.sqs.create_queue(QueueName="hints-listing")["QueueUrl"]
-        self.deletes = self.sqs.create_queue(QueueName="hints-delete")["QueueUrl"]
-        for key, value in {"LISTING_QUEUE_URL": self.listing, "DELETE_QUEUE_URL": self.deletes,
-                           "DATABASE_URL": db.info.url(), "POWERTOOLS_METRICS_NAMESPACE": "OrphanCleanupHints",
-                           "POWERTOOLS_SERVICE_NAME": "orphan-cleanup", "ORPHAN_CLEANUP_MARGIN_SECONDS": "0"}.items():
-            monkeypatch.setenv(key, value)
-        monkeypatch.delenv("ORPHAN_CLEANUP_MODE", raising=False)
+        super().__init__(db, monkeypatch, "hints")
         add_backend(db, "aws-r", mode="report")
         add_backend(db, "aws-d", mode="delete")
         add_backend(db, "aws-x", mode="report")
@@ -51,15 +42,6 @@ class Stack:
         self.tracked: Launched = self.platform.tracked()
         self.leaks: list[Launched] = [self.platform.terminated_leak(), self.platform.terminated_leak()]
         self.foreign: Launched = self.platform.foreign()
-
-    def receive(self, url: str) -> list[str]:
-        bodies = []
-        while msgs := self.sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10,
-                                               WaitTimeSeconds=0).get("Messages", []):
-            bodies += [m["Body"] for m in msgs]
-            self.sqs.delete_message_batch(QueueUrl=url, Entries=[
-                {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(msgs)])
-        return bodies
 
     def list_scheduled(self, backend: str) -> tuple[str, list[str]]:
         """A scheduled lister run (the backend's own mode); returns its cycle and batches."""

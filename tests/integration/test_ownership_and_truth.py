@@ -111,6 +111,15 @@ def test_a_delete_cycle_keeps_every_vm_tracked_by_any_backend_of_its_account(db)
     assert report["outcome"] == "unsettled"  # the unknown backend's owner keeps the cycle unsettled
 
 
+def classified(db, cloud: MemoryCloud, backend_id: str) -> tuple[Pipeline, list[DeleteRequest]]:
+    """A manual cycle listed and classified, its delete requests not handled yet."""
+    p = pipeline(db, cloud)
+    p.run_lister(backend_id, manual=True)
+    while (body := p.listing_queue.pop()) is not None:
+        p.handle_batch(ListingBatch.model_validate_json(body))
+    return p, [DeleteRequest.model_validate_json(b) for b in p.delete_queue.items]
+
+
 # ---- rule 11: identity before action --------------------------------------------------------------
 
 def test_credentials_of_another_account_fail_the_cycle_and_touch_nothing(db):
@@ -130,11 +139,7 @@ def test_the_deleter_checks_identity_before_deleting(db):
     cloud = MemoryCloud()
     add_backend(db, "aws-a", account=ACCOUNT, mode="delete")
     orphan = vm(db, cloud, make_ref(), backend_id="aws-a", status="terminated")
-    p = pipeline(db, cloud)
-    p.run_lister("aws-a", manual=True)
-    while (body := p.listing_queue.pop()) is not None:
-        p.handle_batch(ListingBatch.model_validate_json(body))
-    [request] = [DeleteRequest.model_validate_json(b) for b in p.delete_queue.items]
+    p, [request] = classified(db, cloud, "aws-a")
     cloud.account = OTHER  # the role now reaches another account
 
     assert p.handle_delete(request) == "identity_failed"
@@ -176,11 +181,7 @@ def test_a_delete_request_acts_on_the_recorded_group_of_the_cycles_backend(db):
     add_backend(db, "aws-b", account=ACCOUNT, settings={"protect_tag_key": "other-protect"})
     orphan = vm(db, cloud, make_ref(), backend_id="aws-a", status="terminated")
     tracked = vm(db, cloud, make_ref(), backend_id="aws-a")
-    p = pipeline(db, cloud)
-    p.run_lister("aws-a", manual=True)
-    while (body := p.listing_queue.pop()) is not None:
-        p.handle_batch(ListingBatch.model_validate_json(body))
-    [request] = [DeleteRequest.model_validate_json(b) for b in p.delete_queue.items]
+    p, [request] = classified(db, cloud, "aws-a")
     tracked_vm = next(r for r in cloud.resources.values() if r.id == tracked)
     extra = group(tracked_vm.tags["provider_ref"], tracked).resources[0]
 
@@ -216,11 +217,7 @@ def test_a_backend_switched_off_mid_cycle_deletes_nothing(db):
     cloud = MemoryCloud()
     add_backend(db, "aws-a", account=ACCOUNT, mode="delete")
     orphan = vm(db, cloud, make_ref(), backend_id="aws-a", status="terminated")
-    p = pipeline(db, cloud)
-    p.run_lister("aws-a", manual=True)
-    while (body := p.listing_queue.pop()) is not None:
-        p.handle_batch(ListingBatch.model_validate_json(body))
-    [request] = [DeleteRequest.model_validate_json(b) for b in p.delete_queue.items]
+    p, [request] = classified(db, cloud, "aws-a")
     with db.connection() as conn:
         conn.run("UPDATE backends SET mode = 'off' WHERE id = 'aws-a'")
 

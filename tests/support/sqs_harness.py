@@ -410,3 +410,32 @@ def lambda_record(body: str, source: str = f"arn:aws:sqs:{REGION}:{ACCOUNT}:q") 
                            "SenderId": "AIDAEXAMPLE", "ApproximateFirstReceiveTimestamp": "1700000000000"},
             "messageAttributes": {}, "md5OfBody": "0" * 32, "eventSource": "aws:sqs",
             "eventSourceARN": source, "awsRegion": REGION}
+
+
+class DeployedQueues:
+    """The deployed functions' environment for handler tests: a listing and a delete
+    queue on moto, the test database, and the environment the Lambdas read
+    (margin 0, no global mode), set through ``monkeypatch``."""
+
+    def __init__(self, db: Any, monkeypatch: Any, name: str) -> None:
+        import boto3
+
+        self.db = db
+        self.sqs = boto3.client("sqs", region_name="us-east-1")
+        self.listing = self.sqs.create_queue(QueueName=f"{name}-listing")["QueueUrl"]
+        self.deletes = self.sqs.create_queue(QueueName=f"{name}-delete")["QueueUrl"]
+        for key, value in {"LISTING_QUEUE_URL": self.listing, "DELETE_QUEUE_URL": self.deletes,
+                           "DATABASE_URL": db.info.url(), "POWERTOOLS_METRICS_NAMESPACE": f"OrphanCleanup-{name}",
+                           "POWERTOOLS_SERVICE_NAME": "orphan-cleanup", "ORPHAN_CLEANUP_MARGIN_SECONDS": "0"}.items():
+            monkeypatch.setenv(key, value)
+        monkeypatch.delenv("ORPHAN_CLEANUP_MODE", raising=False)
+
+    def receive(self, url: str) -> list[str]:
+        """Every visible message's body, each deleted from the queue."""
+        bodies = []
+        while msgs := self.sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10,
+                                               WaitTimeSeconds=0).get("Messages", []):
+            bodies += [m["Body"] for m in msgs]
+            self.sqs.delete_message_batch(QueueUrl=url, Entries=[
+                {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(msgs)])
+        return bodies
