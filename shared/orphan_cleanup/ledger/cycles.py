@@ -73,8 +73,9 @@ def cycle_context(conn: pg8000.native.Connection, cycle_id: str) -> CycleContext
                     " FROM cycles c JOIN backends b ON b.id = c.backend_id WHERE c.id = :c", c=cycle_id)
     if not rows:
         return None
-    row = rows[0]
-    return CycleContext(*row[:5], backend=backend_from_row(row[5:]))
+    cid, backend_id, mode, listed_at, record_all, *backend = rows[0]
+    return CycleContext(id=cid, backend_id=backend_id, mode=mode, listed_at=listed_at, record_all=record_all,
+                        backend=backend_from_row(backend))
 
 
 @dataclass(frozen=True)
