@@ -265,6 +265,25 @@ class DeleteStatus(StrEnum):
     SKIPPED = "skipped"  # nothing deleted: protect tag or changed ref found on re-read
 
 
+class DeleteOutcome(StrEnum):
+    """What the deleter did with one delete request (metrics name ``Delete_<value>``)."""
+
+    DELETED = "deleted"  # the group is gone
+    DELETING = "deleting"  # the owner is shutting down; its dependents go next cycle
+    SKIPPED = "skipped"  # the owner or the resources changed since the listing: left alone
+    FAILED = "failed"  # a provider call failed (the cycle fails)
+    REGION_TRIPPED = "region_tripped"  # the region timed out / is unavailable this cycle (rule 5)
+    BACKEND_OFF = "backend_off"  # the backend was switched off since the cycle started
+    IDENTITY_FAILED = "identity_failed"  # the credentials do not reach the backend's account (rule 11)
+    # Refusals: nothing was done and nothing is recorded.
+    FENCED = "fenced"  # the cycle lost its lease or finished (rule 6)
+    CYCLE_UNKNOWN = "cycle_unknown"
+    NOT_DELETE_MODE = "not_delete_mode"
+    NOT_DISPATCHED = "not_dispatched"  # this cycle did not ask for this group to be deleted
+    GROUP_MISMATCH = "group_mismatch"  # the request's resources are not the classified group's (rule 12)
+    ALREADY_DONE = "already_done"  # a redelivery of a request already recorded
+
+
 class SkippedResource(Frozen):
     kind: ResourceKind
     id: str

@@ -20,8 +20,8 @@ from orphan_cleanup.ledger import cycles, deletes
 from orphan_cleanup.ledger.db import Database
 from orphan_cleanup.ledger.queries import get_backend, load_records
 from orphan_cleanup.models import (
-    Action, Backend, DeleteRequest, DeleteResult, DeleteStatus, ListingBatch, RegionFailure, RegionListing,
-    ResourceGroup, VerdictKind,
+    Action, Backend, DeleteOutcome, DeleteRequest, DeleteResult, DeleteStatus, ListingBatch, RegionFailure,
+    RegionListing, ResourceGroup, VerdictKind,
 )
 from orphan_cleanup.providers.base import ResourceProvider, describe_error
 from orphan_cleanup.queues.base import Queue
@@ -215,7 +215,7 @@ class Pipeline:
 
     # ---- deleter -----------------------------------------------------------
 
-    def handle_delete(self, request: DeleteRequest, holder: str | None = None) -> str:
+    def handle_delete(self, request: DeleteRequest, holder: str | None = None) -> DeleteOutcome:
         """Gate, delete, record. Raises ``GateBusy`` when the ref's gate is held
         (the message should be redelivered later).
 
@@ -225,7 +225,7 @@ class Pipeline:
         with self.db.connection() as conn:
             cycle = cycles.cycle_context(conn, request.cycle_id)
             if cycle is None or cycle.listed_at is None:
-                return "cycle_unknown"
+                return DeleteOutcome.CYCLE_UNKNOWN
             if request.backend != cycle.backend_id:
                 self.reporter.error("delete request refused: another backend than its cycle's",
                                     backend=cycle.backend_id, cycle_id=cycle.id, group=request.group.key)
@@ -236,23 +236,24 @@ class Pipeline:
         try:
             why_not, group = deletes.delete_allowed(self.db, cycle.id, request.group)
         except LeaseLost:
-            return "fenced"
-        if why_not == "group_mismatch":
+            return DeleteOutcome.FENCED
+        if why_not is DeleteOutcome.GROUP_MISMATCH:
             self.reporter.error("delete request refused: its resources differ from the classified group",
                                 backend=backend.id, cycle_id=cycle.id, group=request.group.key)
         if why_not is None and effective_mode(self.settings, backend) == "off":
-            why_not = "backend_off"  # switched off since the cycle started: off is final
-        if why_not in ("region_tripped", "backend_off") and group is not None:
-            self._record(cycle.id, group, limits, skipped_reason=why_not, trip_region=why_not == "region_tripped")
+            why_not = DeleteOutcome.BACKEND_OFF  # switched off since the cycle started: off is final
+        if why_not in (DeleteOutcome.REGION_TRIPPED, DeleteOutcome.BACKEND_OFF) and group is not None:
+            self._record(cycle.id, group, limits, skipped_reason=why_not.value,
+                         trip_region=why_not is DeleteOutcome.REGION_TRIPPED)
             return why_not
         if why_not is not None or group is None:
-            return why_not or "not_dispatched"
+            return why_not or DeleteOutcome.NOT_DISPATCHED
         provider = self.provider_for(backend)
         try:
             provider.verify_identity()  # DESIGN §5 rule 11: before anything is deleted
         except ProviderError as exc:
             self._record(cycle.id, group, limits, error=identity_failure(exc))
-            return "identity_failed"
+            return DeleteOutcome.IDENTITY_FAILED
         # One holder per delivery: a redelivered request (an SQS duplicate, or a visibility
         # timeout while this call is still running) must wait for the gate, not share it.
         holder = holder or f"{cycle.id}:{group.key}:{uuid.uuid4().hex[:12]}"
@@ -262,21 +263,21 @@ class Pipeline:
             changed = self._owner_changed(cycle, group, backend, limits)
             if changed is not None:
                 self._record(cycle.id, group, limits, skipped_reason=changed)
-                return "skipped"
+                return DeleteOutcome.SKIPPED
             try:
                 result = provider.delete_resource_group(group)
             except ProviderUnavailable as exc:
                 self._record(cycle.id, group, limits, error=describe_error(exc), trip_region=True)
-                return "region_tripped"
+                return DeleteOutcome.REGION_TRIPPED
             except DependencyNotReady:  # "not yet", never a failure: a later cycle retries
                 result = DeleteResult(status=DeleteStatus.DELETING, pending=tuple(group.resource_ids()))
                 self._record(cycle.id, group, limits, result=result)
-                return result.status.value
+                return DeleteOutcome(result.status.value)
             except ProviderError as exc:
                 self._record(cycle.id, group, limits, error=describe_error(exc))
-                return "failed"
+                return DeleteOutcome.FAILED
             self._record(cycle.id, group, limits, result=result)
-            return result.status.value
+            return DeleteOutcome(result.status.value)
         finally:
             deletes.release_gate(self.db, backend.scope, group.provider_ref, holder)
 

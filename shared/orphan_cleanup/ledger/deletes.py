@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from orphan_cleanup import classify
 from orphan_cleanup.ledger.cycles import Limits, finish, is_complete, lock_cycle
 from orphan_cleanup.ledger.db import Database
-from orphan_cleanup.models import Action, DeleteResult, DeleteStatus, Outcome, ResourceGroup
+from orphan_cleanup.models import Action, DeleteOutcome, DeleteResult, DeleteStatus, Outcome, ResourceGroup
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,8 @@ def _group(row: list) -> ResourceGroup:
     return ResourceGroup(provider_ref=row[0], region=row[1], primary_id=row[2], resources=resources)
 
 
-def delete_allowed(db: Database, cycle_id: str, requested: ResourceGroup) -> tuple[str | None, ResourceGroup | None]:
+def delete_allowed(db: Database, cycle_id: str,
+                   requested: ResourceGroup) -> tuple[DeleteOutcome | None, ResourceGroup | None]:
     """Why a delete request must not run now (fenced, not a delete cycle, not
     dispatched, not the group that was classified, already done, region tripped),
     or None, with the group as this cycle recorded it: the resources to delete
@@ -69,26 +70,26 @@ def delete_allowed(db: Database, cycle_id: str, requested: ResourceGroup) -> tup
     with db.transaction() as conn:
         c = lock_cycle(conn, cycle_id)
         if c["mode"] != "delete":
-            return "not_delete_mode", None
+            return DeleteOutcome.NOT_DELETE_MODE, None
         state = conn.run("SELECT state FROM delete_requests WHERE cycle_id = :c AND group_key = :k",
                          c=cycle_id, k=requested.key)
         if not state:
-            return "not_dispatched", None
+            return DeleteOutcome.NOT_DISPATCHED, None
         recorded = conn.run("SELECT provider_ref, region, primary_id, resources FROM cycle_groups"
                             " WHERE cycle_id = :c AND group_key = :k AND verdict = 'orphan'",
                             c=cycle_id, k=requested.key)
         if not recorded:
-            return "not_dispatched", None
+            return DeleteOutcome.NOT_DISPATCHED, None
         group = _group(recorded[0])
         # A request must name exactly the resources classified: a tampered or corrupted
         # one (an extra resource of the same ref) is refused and deletes nothing.
         if sorted((r.kind.value, r.id) for r in group.resources) != sorted(
                 (r.kind.value, r.id) for r in requested.resources):
-            return "group_mismatch", None
+            return DeleteOutcome.GROUP_MISMATCH, None
         if state[0][0] != "queued":
-            return "already_done", group
+            return DeleteOutcome.ALREADY_DONE, group
         if group.region in (c["tripped_regions"] or ()):
-            return "region_tripped", group
+            return DeleteOutcome.REGION_TRIPPED, group
     return None, group
 
 
