@@ -300,7 +300,7 @@ class DeleteResult(Frozen):
     pending: tuple[str, ...] = ()
 
 
-MESSAGE_VERSION = 1
+MESSAGE_VERSION: Literal[1] = 1
 
 
 class ListingBatch(Frozen):

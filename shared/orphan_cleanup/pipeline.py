@@ -20,7 +20,7 @@ from orphan_cleanup.ledger import cycles, deletes
 from orphan_cleanup.ledger.db import Database
 from orphan_cleanup.ledger.queries import get_backend, load_records
 from orphan_cleanup.models import (
-    Action, Backend, DeleteOutcome, DeleteRequest, DeleteResult, DeleteStatus, ListingBatch, RegionFailure,
+    Action, Backend, DeleteOutcome, Mode, DeleteRequest, DeleteResult, DeleteStatus, ListingBatch, RegionFailure,
     RegionListing, ResourceGroup, VerdictKind,
 )
 from orphan_cleanup.providers.base import ResourceProvider, describe_error
@@ -48,7 +48,7 @@ def limits_for(settings: Settings, backend: Backend) -> cycles.Limits:
     )
 
 
-def effective_mode(settings: Settings, backend: Backend, override: str | None = None) -> str:
+def effective_mode(settings: Settings, backend: Backend, override: Mode | None = None) -> Mode:
     """The backend's own mode, else the global one; ``off`` is final (no override
     runs an off backend), otherwise an override is an operator's one-off request."""
     base = backend.mode or settings.mode
@@ -83,7 +83,7 @@ class Pipeline:
 
     # ---- lister: STEP 1-2 -------------------------------------------------
 
-    def run_lister(self, backend_id: str, *, mode: str | None = None, manual: bool = False) -> dict[str, Any]:
+    def run_lister(self, backend_id: str, *, mode: Mode | None = None, manual: bool = False) -> dict[str, Any]:
         """STEP 1, enroll, lease, list and publish batches. Returns a summary.
         An idle scheduled run costs three statements on one connection."""
         with self.db.connection() as conn:
@@ -314,7 +314,12 @@ def build_payload(batch: ListingBatch, records: dict, ctx: classify.ClassifyCont
     every group, a group that is neither written nor logged is only counted
     (building its row, resources dumped to JSON, was most of this function's
     time; see bench/classifier.py)."""
-    rows, orphans, orphan_res, events, to_report, errors = [], [], [], [], [], []
+    rows: list[dict[str, Any]] = []
+    orphans: list[dict[str, Any]] = []
+    orphan_res: list[dict[str, str]] = []
+    events: list[dict[str, Any]] = []
+    to_report: list[dict[str, Any]] = []
+    errors: list[tuple[str, dict[str, Any]]] = []
     by_kind: dict[VerdictKind, int] = {}
     report = mode != "delete"
     for group in batch.groups:

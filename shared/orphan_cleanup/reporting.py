@@ -43,7 +43,7 @@ def sentry_sink(dsn: str | None, integrations: list[Any] | None = None) -> Sentr
     if not sentry_sdk.get_client().is_active():
         sentry_sdk.init(dsn=dsn, integrations=integrations or [], traces_sample_rate=0)
 
-    def capture(message: str, level: str, fingerprint: list[str], extra: dict[str, Any]) -> None:
+    def capture(message: str, level: Any, fingerprint: list[str], extra: dict[str, Any]) -> None:
         with sentry_sdk.new_scope() as scope:
             scope.fingerprint = fingerprint
             for k, v in extra.items():

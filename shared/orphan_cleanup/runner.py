@@ -11,7 +11,7 @@ from pydantic import TypeAdapter
 
 from orphan_cleanup.errors import ConfigError, OrphanCleanupError
 from orphan_cleanup.ledger.db import Database
-from orphan_cleanup.models import DeleteRequest, ListingBatch
+from orphan_cleanup.models import DeleteRequest, ListingBatch, Mode
 from orphan_cleanup.pipeline import GateBusy, Pipeline
 from orphan_cleanup.queues.memory import InProcessQueue
 
@@ -20,13 +20,12 @@ _batch = TypeAdapter(ListingBatch)
 _delete = TypeAdapter(DeleteRequest)
 
 
-def run_cycle(pipeline: Pipeline, backend_id: str, *, mode: str | None = None,
+def run_cycle(pipeline: Pipeline, backend_id: str, *, mode: Mode | None = None,
               progress: Progress = lambda _m: None) -> dict[str, Any]:
-    """Run lister, classifier and deleter to completion; return the C3 report."""
-    assert isinstance(pipeline.listing_queue, InProcessQueue)
-    assert isinstance(pipeline.delete_queue, InProcessQueue)
+    """Run lister, classifier and deleter to completion; return the C3 report.
+    The pipeline's queues must be in-process ones: this process drains them."""
+    lq, _ = in_process_queues(pipeline)
     progress(f"listing {backend_id} ...")
-    lq = pipeline.listing_queue
     classified = 0
 
     def classify_now(body: str) -> None:
@@ -62,8 +61,15 @@ class CycleNotStarted(OrphanCleanupError):
         self.reason = reason
 
 
-def drain(pipeline: Pipeline, progress: Progress = lambda _m: None) -> None:
+def in_process_queues(pipeline: Pipeline) -> tuple[InProcessQueue, InProcessQueue]:
     lq, dq = pipeline.listing_queue, pipeline.delete_queue
+    if not isinstance(lq, InProcessQueue) or not isinstance(dq, InProcessQueue):
+        raise TypeError("a manual run drains in-process queues: build the pipeline with InProcessQueue")
+    return lq, dq
+
+
+def drain(pipeline: Pipeline, progress: Progress = lambda _m: None) -> None:
+    lq, dq = in_process_queues(pipeline)
     n_batches = n_deletes = 0
     busy_rounds = 0
     while len(lq) or len(dq):
@@ -78,7 +84,7 @@ def drain(pipeline: Pipeline, progress: Progress = lambda _m: None) -> None:
                 busy_rounds += 1
                 if busy_rounds > 1000:
                     raise
-                dq.items.append(body)
+                dq.requeue(body)
                 continue
             n_deletes += 1
             progress(f"deleted group {n_deletes}")

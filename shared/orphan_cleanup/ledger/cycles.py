@@ -25,7 +25,7 @@ from orphan_cleanup import classify
 from orphan_cleanup.errors import LeaseLost
 from orphan_cleanup.ledger.db import Database
 from orphan_cleanup.ledger.queries import ACTIVITY_EXISTS, BACKEND_COLUMNS, activity_since, backend_from_row
-from orphan_cleanup.models import Backend, Outcome, RegionFailure
+from orphan_cleanup.models import Backend, Mode, Outcome, RegionFailure
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ class CycleRef:
     id: str
     backend_id: str
     fence: int
-    mode: str
+    mode: Mode
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,7 @@ class CycleContext:
 
     id: str
     backend_id: str
-    mode: str
+    mode: Mode
     listed_at: datetime | None
     record_all: bool
     backend: Backend  # the cycle's backend row, as it is now
@@ -136,7 +136,7 @@ def quick_skip(conn: pg8000.native.Connection, backend_id: str, mode: str, limit
     return reason if marked else None
 
 
-def start_cycle(db: Database, backend_id: str, mode: str, limits: Limits, *, manual: bool,
+def start_cycle(db: Database, backend_id: str, mode: Mode, limits: Limits, *, manual: bool,
                 now: datetime | None = None) -> StartResult:
     """STEP 1 and the lease. A live lease makes this a no-op ("busy"); an expired
     one fails its cycle first. A scheduled run with no reason to list only marks

@@ -58,7 +58,8 @@ def dispatch_deletes(db: Database, cycle_id: str, limits: Limits, now: datetime 
 
 def _group(row: list) -> ResourceGroup:
     resources = row[3] if isinstance(row[3], list) else json.loads(row[3])
-    return ResourceGroup(provider_ref=row[0], region=row[1], primary_id=row[2], resources=resources)
+    return ResourceGroup.model_validate(
+        {"provider_ref": row[0], "region": row[1], "primary_id": row[2], "resources": resources})
 
 
 def delete_allowed(db: Database, cycle_id: str,

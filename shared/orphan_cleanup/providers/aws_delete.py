@@ -110,7 +110,8 @@ class GroupDeletion:
         self.pending.extend(i for i in self.group.resource_ids() if i != pid)
         return DeleteStatus.DELETING
 
-    def _owner_gone(self, pid: str) -> None:
+    def _owner_gone(self, pid: str) -> DeleteStatus | None:
+        """The instance is gone (counted deleted): go on with the dependents (None)."""
         self._gone_instances.add(pid)
         self.deleted.append(pid)
         return None

@@ -262,11 +262,11 @@ def link_resources(
         for g in inst.get("SecurityGroups") or []:
             sg_users.setdefault(str(g["GroupId"]), set()).add(iid)
     for eni in raw.get(ResourceKind.NETWORK_INTERFACE, []):
-        iid = eni_instance.get(str(eni["NetworkInterfaceId"]))
-        if iid is None:
+        user = eni_instance.get(str(eni["NetworkInterfaceId"]))
+        if user is None:
             continue
         for g in eni.get("Groups") or []:
-            sg_users.setdefault(str(g["GroupId"]), set()).add(iid)
+            sg_users.setdefault(str(g["GroupId"]), set()).add(user)
     addr_eni = {
         str(a["AllocationId"]): str(a.get("NetworkInterfaceId") or "")
         for a in raw.get(ResourceKind.ADDRESS, [])

@@ -177,6 +177,7 @@ def group_resources(resources: Iterable[Resource], tag_key: str) -> list[Resourc
     for res in tagged:
         ref = res.tags[tag_key]
         owner = instances.get(res.id if res.kind is ResourceKind.INSTANCE else res.attached_to or "")
+        key: tuple[str, str, str | None]
         if owner is not None and owner.tags[tag_key] == ref:
             key = (ref, owner.region, owner.id)
         else:

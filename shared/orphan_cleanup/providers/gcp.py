@@ -168,9 +168,9 @@ class GcpProvider(ResourceProvider):
                     for entry in _touched(entries, loc):
                         failures.setdefault(entry, f"{loc}: unexpected {spec.client} item: {describe_error(e)}")
                     continue
-                entry = _entry_for(entries, loc) or entry_of.get((ResourceKind.INSTANCE, res.attached_to or ""))
-                if entry is not None:
-                    entry_of[(res.kind, res.id)] = entry
+                place = _entry_for(entries, loc) or entry_of.get((ResourceKind.INSTANCE, res.attached_to or ""))
+                if place is not None:
+                    entry_of[(res.kind, res.id)] = place
                     resources.append(res)
 
         groups: dict[str, list[ResourceGroup]] = {entry: [] for entry in entries}

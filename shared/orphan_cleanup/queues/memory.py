@@ -28,6 +28,10 @@ class InProcessQueue(Queue):
         else:
             self.items.append(body)
 
+    def requeue(self, body: str) -> None:
+        """Put a message back at the end (a delivery to try again later)."""
+        self.items.append(body)
+
     def pop(self) -> str | None:
         return self.items.popleft() if self.items else None
 
