@@ -1,23 +1,35 @@
-"""The composition root: settings, database, provider adapters, queues."""
+"""The composition root: settings, database, provider adapters, queues, and the
+``Pipeline`` built from them for the CLI, the deployed functions and the demo.
+
+Nothing else in the library reads the environment or builds a client."""
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from orphan_cleanup.errors import ConfigError
-from orphan_cleanup.ledger.db import Database, ensure_database, start_embedded
+from orphan_cleanup.ledger.db import Database
+from orphan_cleanup.ledger.embedded import ensure_database, start_embedded
 from orphan_cleanup.ledger.migrate import migrate
 from orphan_cleanup.models import Backend
-from orphan_cleanup.pipeline import ProviderFactory
+from orphan_cleanup.pipeline import Pipeline, ProviderFactory
 from orphan_cleanup.providers.base import ResourceProvider
+from orphan_cleanup.queues.base import Queue
+from orphan_cleanup.reporting import Reporter, sentry_sink
 from orphan_cleanup.settings import Settings
 
 EMBEDDED_DB_NAME = "orphan_cleanup"
 
+AwsSessionFactory = Callable[[], Any]
+"""``() -> boto3.Session``: one per adapter, as a session is not thread-safe."""
+
 
 def load_settings() -> Settings:
+    """The settings from this process's environment; a bad value is a ``ConfigError``."""
     from pydantic import ValidationError
 
     try:
@@ -27,10 +39,32 @@ def load_settings() -> Settings:
         raise ConfigError(f"bad setting {'.'.join(map(str, first['loc']))}: {first['msg']}") from e
 
 
+def build_pipeline(settings: Settings, *, listing_queue: Queue, delete_queue: Queue,
+                   reporter: Reporter | None = None, provider_for: ProviderFactory | None = None,
+                   db: Database | None = None) -> Pipeline:
+    """The one place a ``Pipeline`` is assembled.
+
+    Defaults: the database of ``open_database(settings)``, the real provider
+    adapters of ``provider_factory(settings)``, and a reporter that logs and,
+    with ``SENTRY_DSN``, sends to Sentry. The queues are the caller's: SQS or
+    Pub/Sub for the functions, in-process ones for the CLI and the demo."""
+    return Pipeline(
+        settings=settings,
+        db=db if db is not None else open_database(settings),
+        provider_for=provider_for or provider_factory(settings),
+        listing_queue=listing_queue,
+        delete_queue=delete_queue,
+        reporter=reporter or Reporter(sentry=sentry_sink(settings.sentry_dsn)),
+    )
+
+
 def open_database(settings: Settings, *, run_migrations: bool = False) -> Database:
-    """DATABASE_URL when set, else the embedded Postgres in the data dir."""
+    """DATABASE_URL when set; else the URL in the secret DATABASE_URL_SECRET_ARN
+    names (the deployed AWS functions); else the embedded Postgres in the data dir."""
     if settings.database_url:
         db = Database.from_url(settings.database_url, keep_idle=True)
+    elif settings.database_url_secret_arn:
+        db = Database.from_url(_secret_url(settings), keep_idle=True)
     else:
         info = start_embedded(Path(settings.data_dir), cleanup="stop")
         db = Database(ensure_database(info, EMBEDDED_DB_NAME), keep_idle=True)
@@ -39,11 +73,21 @@ def open_database(settings: Settings, *, run_migrations: bool = False) -> Databa
     return db
 
 
-def provider_factory(settings: Settings, *, max_cached: int = 16) -> ProviderFactory:
+def _secret_url(settings: Settings) -> str:
+    import boto3
+
+    secrets = boto3.client("secretsmanager", endpoint_url=settings.aws_endpoint_url)
+    return str(secrets.get_secret_value(SecretId=settings.database_url_secret_arn)["SecretString"]).strip()
+
+
+def provider_factory(settings: Settings, *, aws_session: AwsSessionFactory | None = None,
+                     max_cached: int = 16) -> ProviderFactory:
     """Build the real adapter for a backend (imports the SDK only when needed).
 
-    One adapter per backend configuration is kept and reused: a warm function
-    handles many delete requests, and a fresh SDK session and client per
+    AWS adapters get a session from ``aws_session`` (default: ``boto3.Session()``,
+    the environment's credentials) and send every call to ``settings.aws_endpoint_url``
+    when set. One adapter per backend configuration is kept and reused: a warm
+    function handles many delete requests, and a fresh SDK session and client per
     message costs ~0.3 s of model loading each. A changed backend row (regions,
     settings) builds a new adapter."""
     cache: OrderedDict[str, ResourceProvider] = OrderedDict()
@@ -54,7 +98,9 @@ def provider_factory(settings: Settings, *, max_cached: int = 16) -> ProviderFac
             from orphan_cleanup.providers.aws import build_aws_provider
 
             return build_aws_provider(backend, connect_timeout=settings.provider_connect_timeout,
-                                      read_timeout=settings.provider_read_timeout)
+                                      read_timeout=settings.provider_read_timeout,
+                                      session=aws_session() if aws_session else None,
+                                      endpoint_url=settings.aws_endpoint_url)
         from orphan_cleanup.providers.gcp import build_gcp_provider
 
         return build_gcp_provider(backend, endpoint=settings.gcp_endpoint, timeout=settings.provider_read_timeout)

@@ -15,6 +15,7 @@ from orphan_cleanup.errors import ConfigError
 from orphan_cleanup.ledger.db import Database, sqlstate
 from orphan_cleanup.ledger.queries import list_backends
 from orphan_cleanup.output import human_time, print_table, verdict_style
+from orphan_cleanup.settings import Settings
 
 
 SECRET_SETTINGS = {"credentials_json"}
@@ -24,7 +25,8 @@ def dispatch(args: argparse.Namespace) -> int:
     if args.command == "demo":
         from orphan_cleanup.demo import run_demo
 
-        return run_demo()
+        # The demo ends with this module's `status`, passed in: the demo never imports the CLI.
+        return run_demo(show_status=lambda db, settings: print_status(status_rows(db, settings.mode)))
     if args.command == "backend" and args.action == "add":
         validate_backend(args)  # bad input is reported before any database is started
     settings = bootstrap.load_settings()
@@ -109,15 +111,12 @@ def print_status(rows: list[dict[str, Any]]) -> None:
                  for r in rows])
 
 
-def run(settings: Any, db: Database, args: argparse.Namespace) -> int:
-    from orphan_cleanup.pipeline import Pipeline
+def run(settings: Settings, db: Database, args: argparse.Namespace) -> int:
     from orphan_cleanup.queues.memory import InProcessQueue
-    from orphan_cleanup.reporting import Reporter, sentry_sink
     from orphan_cleanup.runner import run_cycle
 
-    pipeline = Pipeline(settings=settings, db=db, provider_for=bootstrap.provider_factory(settings),
-                        listing_queue=InProcessQueue(), delete_queue=InProcessQueue(),
-                        reporter=Reporter(sentry=sentry_sink(settings.sentry_dsn)))
+    pipeline = bootstrap.build_pipeline(settings, db=db, listing_queue=InProcessQueue(),
+                                        delete_queue=InProcessQueue())
 
     def progress(msg: str) -> None:
         if sys.stderr.isatty() or not args.json:

@@ -2,23 +2,31 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-Mode = Literal["report", "delete", "off"]
+from orphan_cleanup.models import Mode
 
 
 class Settings(BaseSettings):
-    """Process-wide settings from the environment (DESIGN C4).
+    """Process-wide settings from the environment (DESIGN C4): every variable the
+    product reads is a field here, so the settings are the whole configuration.
 
-    Per-backend overrides live in ``backends.settings`` (see ``BackendSettings``).
+    Frozen, hence hashable: equal settings build equal pipelines, and the deployed
+    functions key their warm pipeline on this model. Per-backend overrides live in
+    ``backends.settings`` (see ``BackendSettings``).
     """
 
-    model_config = SettingsConfigDict(env_prefix="", extra="ignore", populate_by_name=True)
+    model_config = SettingsConfigDict(env_prefix="", extra="ignore", populate_by_name=True, frozen=True)
 
     database_url: str | None = Field(default=None, alias="DATABASE_URL")
+    # Deployed AWS functions: the Secrets Manager secret holding DATABASE_URL, when that is unset.
+    database_url_secret_arn: str | None = Field(default=None, alias="DATABASE_URL_SECRET_ARN")
+    # boto3 honours it on its own; held here so that a changed endpoint builds new clients,
+    # and passed to every client the product builds.
+    aws_endpoint_url: str | None = Field(default=None, alias="AWS_ENDPOINT_URL")
     mode: Mode = Field(default="report", alias="ORPHAN_CLEANUP_MODE")
     margin_seconds: int = Field(default=300, ge=0, alias="ORPHAN_CLEANUP_MARGIN_SECONDS")
     interval_seconds: int = Field(default=900, ge=1, alias="ORPHAN_CLEANUP_INTERVAL_SECONDS")
@@ -39,6 +47,20 @@ class Settings(BaseSettings):
     cycle_deadline_seconds: int = Field(default=1800, ge=1, alias="ORPHAN_CLEANUP_CYCLE_DEADLINE_SECONDS")
     stuck_pending_seconds: int = Field(default=3600, ge=0, alias="ORPHAN_CLEANUP_STUCK_PENDING_SECONDS")
     max_backoff_seconds: int = Field(default=6 * 3600, ge=1, alias="ORPHAN_CLEANUP_MAX_BACKOFF_SECONDS")
+
+    @classmethod
+    def explicit(cls, **values: Any) -> Settings:
+        """These values (by field name) and the defaults for the rest; the environment
+        is not consulted, whatever this shell exports (the demo's settings)."""
+        fields = cls.model_fields
+        unknown = set(values) - set(fields)
+        if unknown:
+            raise TypeError(f"unknown settings: {sorted(unknown)}")
+        # Every field is passed, so no environment variable can fill one in
+        # (explicit arguments win over the environment in pydantic-settings).
+        given = {name: values[name] if name in values else f.get_default(call_default_factory=True)
+                 for name, f in fields.items()}
+        return cls(**{fields[name].alias or name: v for name, v in given.items()})
 
     @field_validator("database_url")
     @classmethod

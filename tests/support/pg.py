@@ -10,7 +10,9 @@ import uuid
 
 import pytest
 
-from orphan_cleanup.ledger.db import ConnInfo, Database, connect, ensure_database, parse_database_url, start_embedded
+from orphan_cleanup.ledger.db import Database, connect
+from orphan_cleanup.ledger.embedded import ensure_database, start_embedded
+from orphan_cleanup.ledger.url import ConnInfo, parse_database_url
 from orphan_cleanup.ledger.migrate import migrate
 
 _counter = itertools.count()

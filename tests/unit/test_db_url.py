@@ -7,7 +7,7 @@ import ssl
 import pytest
 
 from orphan_cleanup.errors import ConfigError
-from orphan_cleanup.ledger.db import SSL_MODES, ConnInfo, _ssl_context, parse_database_url
+from orphan_cleanup.ledger.url import SSL_MODES, ConnInfo, parse_database_url, ssl_context
 
 GOOD = [
     ("everything", "postgresql://alice:s3cret@db.example.com:6543/ledger",
@@ -77,13 +77,13 @@ def test_url_round_trips(info):
 def test_sslmode_maps_to_pg8000_semantics():
     # pg8000: False = no TLS at all; None = try TLS (unverified) and fall back to clear text;
     # a context = TLS required, verified as the context says.
-    assert _ssl_context("disable") is False
-    assert _ssl_context("allow") is None
-    assert _ssl_context("prefer") is None
-    require = _ssl_context("require")
+    assert ssl_context("disable") is False
+    assert ssl_context("allow") is None
+    assert ssl_context("prefer") is None
+    require = ssl_context("require")
     assert isinstance(require, ssl.SSLContext)
     assert (require.verify_mode, require.check_hostname) == (ssl.CERT_NONE, False)
-    verify_ca = _ssl_context("verify-ca")
+    verify_ca = ssl_context("verify-ca")
     assert (verify_ca.verify_mode, verify_ca.check_hostname) == (ssl.CERT_REQUIRED, False)
-    verify_full = _ssl_context("verify-full")
+    verify_full = ssl_context("verify-full")
     assert (verify_full.verify_mode, verify_full.check_hostname) == (ssl.CERT_REQUIRED, True)

@@ -34,7 +34,7 @@ def _sqs_queues(settings: Settings) -> tuple[SqsQueue, SqsQueue]:
 
     if not settings.listing_queue_url or not settings.delete_queue_url:
         raise ConfigError("LISTING_QUEUE_URL and DELETE_QUEUE_URL must be set")
-    sqs = boto3.client("sqs")
+    sqs = boto3.client("sqs", endpoint_url=settings.aws_endpoint_url)
     return SqsQueue(sqs, settings.listing_queue_url), SqsQueue(sqs, settings.delete_queue_url)
 
 

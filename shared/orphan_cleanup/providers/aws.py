@@ -136,13 +136,15 @@ def client_config(*, connect_timeout: float, read_timeout: float, max_attempts: 
     )
 
 
-def session_client_factory(session: boto3.Session, config: Config) -> ClientFactory:
-    """A thread-safe factory over one boto3 session (``Session.client`` is not)."""
+def session_client_factory(session: boto3.Session, config: Config, *,
+                           endpoint_url: str | None = None) -> ClientFactory:
+    """A thread-safe factory over one boto3 session (``Session.client`` is not);
+    ``endpoint_url``, when given, for every service (moto, a VPC endpoint)."""
     lock = threading.Lock()
 
     def make(service: str, region: str) -> Any:
         with lock:
-            return session.client(service, region_name=region, config=config)
+            return session.client(service, region_name=region, config=config, endpoint_url=endpoint_url)
 
     return make
 
@@ -160,12 +162,13 @@ class _AssumedRole(CredentialProvider):
 
 
 def assumed_role_session(
-    base: boto3.Session, *, role_arn: str, external_id: str | None, config: Config, region: str | None
+    base: boto3.Session, *, role_arn: str, external_id: str | None, config: Config, region: str | None,
+    endpoint_url: str | None = None,
 ) -> boto3.Session:
     """A session whose credentials come from ``sts:AssumeRole`` on ``base``'s
     credentials (session name ``orphan-cleanup``), fetched on first use and
     refreshed before they expire. No network call happens here."""
-    sts = base.client("sts", region_name=region, config=config)
+    sts = base.client("sts", region_name=region, config=config, endpoint_url=endpoint_url)
     params = {"RoleArn": role_arn, "RoleSessionName": ROLE_SESSION_NAME}
     if external_id:
         params["ExternalId"] = external_id
@@ -192,11 +195,13 @@ def build_aws_provider(
     read_timeout: float,
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     session: boto3.Session | None = None,
+    endpoint_url: str | None = None,
 ) -> AwsProvider:
     """Build the adapter with real boto3 clients (the composition root's call).
 
     ``session`` defaults to a fresh ``boto3.Session()`` (environment
-    credentials, ``AWS_ENDPOINT_URL`` honoured by boto3). When
+    credentials, ``AWS_ENDPOINT_URL`` honoured by boto3); ``endpoint_url``,
+    when given, is where every call goes (the role's ``sts:AssumeRole`` too). When
     ``backend.settings.role_arn`` is set, every client uses credentials
     assumed from that role (with ``external_id`` when given).
     """
@@ -215,5 +220,6 @@ def build_aws_provider(
             external_id=settings.external_id,
             config=config,
             region=backend.regions[0] if backend.regions else None,
+            endpoint_url=endpoint_url,
         )
-    return AwsProvider(backend, session_client_factory(session, config))
+    return AwsProvider(backend, session_client_factory(session, config, endpoint_url=endpoint_url))

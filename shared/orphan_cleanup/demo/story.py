@@ -1,13 +1,6 @@
-"""``orphan-cleanup demo``: the whole product on one machine, in under a minute.
-
-A small platform provisions VMs on moto (a fake AWS) through the ledger client
-and leaks some of them in each way real platforms do. The real pipeline then
-runs a report cycle, a delete cycle and, once the margin has passed, one more
-delete cycle. The demo checks that the verdicts came out as expected and that
-only the orphans are gone (exit 0), or says what differed (exit 1).
-
-Progress goes to stderr, the story and the tables to stdout.
-"""
+"""The demo's story: the platform provisions and leaks, three cycles run
+through the real pipeline, and the self-check compares what came out with the
+plan (see the package docstring)."""
 
 from __future__ import annotations
 
@@ -19,12 +12,16 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from orphan_cleanup.demo_env import DemoWorld, demo_world
-from orphan_cleanup.demo_platform import DemoPlatform, Scenario, running_instances
+from orphan_cleanup.demo.platform import DemoPlatform, Scenario, running_instances
+from orphan_cleanup.demo.world import REGION, DemoWorld, demo_world
+from orphan_cleanup.ledger.db import Database
+from orphan_cleanup.models import Mode
 from orphan_cleanup.output import print_table, verdict_style
 from orphan_cleanup.settings import Settings
 
-BACKEND, ACCOUNT, REGION = "demo-aws", "123456789012", "us-east-1"
+BACKEND, ACCOUNT = "demo-aws", "123456789012"
+StatusPrinter = Callable[[Database, Settings], None]
+"""Prints what ``orphan-cleanup status`` prints for this database and settings."""
 # moto stamps VMs with the wall clock, so the demo cannot backdate them: it
 # uses a short margin and waits it out instead of the default 300 s.
 MARGIN_SECONDS = 5
@@ -49,11 +46,13 @@ def say(message: str) -> None:
     print(f"demo: {message}", file=sys.stderr, flush=True)
 
 
-def run_demo() -> int:
-    """Run the demo; 0 when every verdict and the final fleet are as expected, else 1."""
+def run_demo(*, show_status: StatusPrinter) -> int:
+    """Run the demo; 0 when every verdict and the final fleet are as expected, else 1.
+
+    ``show_status`` is the CLI's ``status`` command (the demo ends by showing it)."""
     started = time.monotonic()
     with demo_world(say) as world:
-        problems = _play(world)
+        problems = _play(world, show_status)
     say(f"done in {time.monotonic() - started:.0f} s")
     if problems:
         print("\nself-check: FAILED")
@@ -63,14 +62,10 @@ def run_demo() -> int:
     return 0
 
 
-def _play(world: DemoWorld) -> list[str]:
+def _play(world: DemoWorld, show_status: StatusPrinter) -> list[str]:
     """Provision and leak, run the three cycles, return what differed from the plan."""
-    import boto3
-
-    from orphan_cleanup.commands import print_status, status_rows
-
     _register_backend(world)
-    ec2 = boto3.client("ec2", region_name=REGION)
+    ec2 = world.client("ec2")
     fleet = _provision(DemoPlatform(world.db, ec2, BACKEND, REGION))
     run = _runner(world)
 
@@ -98,7 +93,7 @@ def _play(world: DemoWorld) -> list[str]:
     problems += _check_running(ec2, fleet, show=False)
 
     print("\n$ orphan-cleanup status")
-    print_status(status_rows(world.db, "report"))
+    show_status(world.db, world.settings)
     if not problems:
         orphans = sum(1 for s in fleet if s.is_orphan)
         print(f"\nself-check: ok ({orphans} orphans deleted, {len(fleet) - orphans} VMs kept, "
@@ -131,30 +126,20 @@ def _provision(platform: DemoPlatform) -> list[Scenario]:
     return fleet
 
 
-def _runner(world: DemoWorld) -> Callable[[str], dict[str, Any]]:
+def _runner(world: DemoWorld) -> Callable[[Mode], dict[str, Any]]:
     """``run(mode)``: one full cycle through the real pipeline, like ``orphan-cleanup run``."""
     from orphan_cleanup import bootstrap
-    from orphan_cleanup.pipeline import Pipeline
     from orphan_cleanup.queues.memory import InProcessQueue
     from orphan_cleanup.runner import run_cycle
 
-    settings = _DemoSettings()
-
-    def run(mode: str) -> dict[str, Any]:
+    def run(mode: Mode) -> dict[str, Any]:
         say(f"orphan-cleanup run --backend {BACKEND} --mode {mode}")
-        pipeline = Pipeline(settings=settings, db=world.db, provider_for=bootstrap.provider_factory(settings),
-                            listing_queue=InProcessQueue(), delete_queue=InProcessQueue())
+        pipeline = bootstrap.build_pipeline(
+            world.settings, db=world.db, listing_queue=InProcessQueue(), delete_queue=InProcessQueue(),
+            provider_for=bootstrap.provider_factory(world.settings, aws_session=world.aws_session))
         return run_cycle(pipeline, BACKEND, mode=mode, progress=lambda m: say(f"  {m}"))
 
     return run
-
-
-class _DemoSettings(Settings):
-    """The defaults, whatever this shell exports (ORPHAN_CLEANUP_*, SENTRY_DSN ...)."""
-
-    @classmethod
-    def settings_customise_sources(cls, settings_cls: Any, init_settings: Any, **_sources: Any) -> tuple:
-        return (init_settings,)
 
 
 def _show_cycle(report: dict[str, Any], listed: list[Scenario], mode: str, *, expected_outcome: str,
