@@ -11,7 +11,7 @@ import os
 import re
 import sys
 from collections.abc import Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import TextIO
 
 COLORS = {"orphan": "31", "protected": "33", "skipped": "35", "tracked": "32", "ignored": "90",
@@ -52,7 +52,7 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[str]], stream: T
             widths[i] = max(widths[i], _visible_len(str(cell)))
 
     def line(cells: Sequence[str]) -> str:
-        return pad + "  ".join(str(c) + " " * (w - _visible_len(str(c))) for c, w in zip(cells, widths)).rstrip()
+        return pad + "  ".join(str(c) + " " * (w - _visible_len(str(c))) for c, w in zip(cells, widths, strict=False)).rstrip()
 
     head = line(headers)
     print(f"{pad}\033[1m{head[indent:]}\033[0m" if use_color(stream) else head, file=stream)
@@ -69,9 +69,9 @@ def human_time(value: str | datetime | None, now: datetime | None = None, *, nev
         return never
     when = datetime.fromisoformat(value) if isinstance(value, str) else value
     if when.tzinfo is None:
-        when = when.replace(tzinfo=timezone.utc)
-    when = when.astimezone(timezone.utc)
-    delta = round(((now or datetime.now(timezone.utc)) - when).total_seconds())
+        when = when.replace(tzinfo=UTC)
+    when = when.astimezone(UTC)
+    delta = round(((now or datetime.now(UTC)) - when).total_seconds())
     return f"{when:%Y-%m-%d %H:%M:%S}Z ({_span(delta)} ago)" if delta >= 0 else \
         f"{when:%Y-%m-%d %H:%M:%S}Z (in {_span(-delta)})"
 

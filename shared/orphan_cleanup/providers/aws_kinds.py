@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from graphlib import TopologicalSorter
 from types import MappingProxyType
 from typing import Any
@@ -88,7 +88,7 @@ def tags_of(item: Mapping[str, Any], spec: AwsKind) -> dict[str, str]:
 def _utc(value: Any) -> datetime | None:
     if not isinstance(value, datetime):
         return None
-    return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
 _literal = MappingProxyType

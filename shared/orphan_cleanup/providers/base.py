@@ -10,17 +10,17 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from orphan_cleanup.errors import IdentityMismatch, OrphanCleanupError
 from orphan_cleanup.models import (
-    Resource,
-    ResourceKind,
     Backend,
     DeleteResult,
     RegionFailure,
     RegionListing,
+    Resource,
     ResourceGroup,
+    ResourceKind,
     ResourceListing,
     is_valid_ref,
 )
@@ -115,7 +115,7 @@ class ResourceProvider(ABC):
     def list_resource_groups(self) -> ResourceListing:
         """Collect ``iter_listing`` into one listing. ``listed_at`` is taken before
         the first call, so anything created after it is newer than the listing."""
-        listed_at = datetime.now(timezone.utc)
+        listed_at = datetime.now(UTC)
         groups: list[ResourceGroup] = []
         failures: list[RegionFailure] = []
         for region in self.iter_listing():

@@ -123,7 +123,7 @@ class GcpProvider(ResourceProvider):
         if not entries:
             return
         with ThreadPoolExecutor(max_workers=len(KINDS), thread_name_prefix="gcp-list") as pool:
-            fetched = dict(zip(KINDS, pool.map(self._fetch, KINDS)))
+            fetched = dict(zip(KINDS, pool.map(self._fetch, KINDS), strict=True))
         yield from self._assemble(entries, fetched)
 
     def _fetch(self, spec: GcpKind) -> _Fetched:

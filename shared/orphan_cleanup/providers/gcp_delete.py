@@ -26,8 +26,8 @@ from orphan_cleanup.errors import DependencyNotReady, ProviderError
 from orphan_cleanup.models import (
     DeleteResult,
     DeleteStatus,
-    ResourceGroup,
     Resource,
+    ResourceGroup,
     ResourceKind,
     ResourceState,
     SkippedResource,
