@@ -52,7 +52,8 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[str]], stream: T
             widths[i] = max(widths[i], _visible_len(str(cell)))
 
     def line(cells: Sequence[str]) -> str:
-        return pad + "  ".join(str(c) + " " * (w - _visible_len(str(c))) for c, w in zip(cells, widths, strict=False)).rstrip()
+        padded = (str(c) + " " * (w - _visible_len(str(c))) for c, w in zip(cells, widths, strict=False))
+        return (pad + "  ".join(padded)).rstrip()
 
     head = line(headers)
     print(f"{pad}\033[1m{head[indent:]}\033[0m" if use_color(stream) else head, file=stream)
