@@ -18,6 +18,7 @@ only the listing is re-implemented, to apply lag and ghosts, on top of the real
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -60,13 +61,19 @@ class ListingRecord:
     failures: list[str] = field(default_factory=list)
     crashed: bool = False
     groups: int = 0
+    backend: str | None = None
+    at: datetime | None = None  # simulated time of the first listing call (C1, A1)
 
 
 class SimCloud(MemoryCloud):
-    """The account, plus the simulation's metadata about each resource."""
+    """One account (``account``: what its credentials reach), plus the
+    simulation's metadata about each resource. Resource ids of different
+    clouds never collide (``id_base``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, account: str, id_base: int = 0) -> None:
         super().__init__()
+        self.account = account
+        self._ids = itertools.count(id_base + 1)
         self.meta: dict[str, ResMeta] = {}
 
     def add(self, kind: ResourceKind, region: str, tags: dict[str, str], *, now: datetime, meta: ResMeta,
@@ -107,8 +114,12 @@ class SimProvider(MemoryProvider):
     def iter_listing(self) -> Iterator[RegionListing]:
         sim = self.sim
         record = sim.listing_record
+        record.backend = self.backend.id
         for region in self.backend.regions:
             self.cloud.calls["list"] += 1
+            if record.at is None:
+                record.at = sim.clock()
+            sim.checker.provider_call(self.backend, self.sim_cloud, f"list {region}")
             record.regions.append(region)
             failure = self._region_failure(region)
             if failure is not None:
@@ -155,6 +166,7 @@ class SimProvider(MemoryProvider):
 
     def delete_resource_group(self, group: ResourceGroup) -> DeleteResult:
         sim = self.sim
+        sim.checker.provider_call(self.backend, self.sim_cloud, f"delete {group.key}")
         sim.provider_call_started(group)
         try:
             dice = sim.dice

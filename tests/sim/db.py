@@ -10,24 +10,26 @@ it runs (the server rolls the transaction back) or lose its answer after it ran
 (committed, but the caller sees a network error), and idle pooled backends are
 killed for real with ``pg_terminate_backend`` between steps.
 
-Clock choice (documented in README.md): the platform writes its timestamps
-explicitly from the simulated clock (C1 allows plain SQL writers) and the
-pipeline reads ``pipeline.clock``. Two things in the database use Postgres'
-own clock and are moved onto the simulated one here:
+Clock choice (documented in README.md): the product reads every compared
+timestamp from the database clock ``oc_clock()`` (DESIGN §5 rule 13), and the
+simulation puts that clock on simulated time:
 
-- ``ledger_activity.at`` (stamped by the STEP 1 triggers with
-  ``clock_timestamp()``): its column default becomes ``oc_sim_now()``, which
-  reads the simulated time the platform sets for its transaction
-  (``set_config('oc_sim.now', t, true)``). The triggers themselves, and which
-  writes count as activity, stay the product's. A write made at simulated time
-  *t* is stamped *t*, even if its transaction commits steps later, exactly as
-  ``clock_timestamp()`` behaves in production.
+- ``oc_sim_now()`` is the time the platform set for its transaction
+  (``set_config('oc_sim.now', t, true)``: its writes carry explicit timestamps
+  and may commit steps later), else the simulated clock, a one-row table
+  ``oc_sim_clock`` that the engine updates (one UPDATE on the admin connection)
+  whenever ``SimClock`` advances. ``oc_clock()`` becomes ``SELECT oc_sim_now()``,
+  so ``listed_at``, cycle start and deadline, ``clean_at``, ``next_due_at``, the
+  finish time and ``ledger_activity.at`` (the STEP 1 triggers' stamp, whose
+  column default is ``oc_clock()``) are all simulated times. A platform write
+  made at simulated time *t* is stamped *t* even when it commits steps later,
+  exactly as ``clock_timestamp()`` behaves in production.
 - ``delete_gates.expires_at`` (``now() + ttl``, compared with ``now()``): when
   *d* simulated seconds have passed, every gate's expiry moves back by *d*
   before the next piece of the cleanup runs, which is what *d* seconds passing
   would do to it.
 
-Other ``now()`` columns (events.at, finished_at, next_due_at ...) are
+Other ``now()`` columns (events.at, updated_at, last_seen ...) are
 informational and never decide anything the invariants look at.
 """
 
@@ -45,9 +47,13 @@ from orphan_cleanup.ledger.db import ConnInfo, Database, connect
 from tests.sim.world import Dice
 
 SIM_CLOCK_SQL = """
+CREATE TABLE IF NOT EXISTS oc_sim_clock (id int PRIMARY KEY CHECK (id = 1), t timestamptz NOT NULL);
+INSERT INTO oc_sim_clock VALUES (1, clock_timestamp()) ON CONFLICT DO NOTHING;
 CREATE OR REPLACE FUNCTION oc_sim_now() RETURNS timestamptz LANGUAGE sql VOLATILE AS
-$$ SELECT coalesce(CAST(nullif(current_setting('oc_sim.now', true), '') AS timestamptz), clock_timestamp()) $$;
-ALTER TABLE ledger_activity ALTER COLUMN at SET DEFAULT oc_sim_now();
+$$ SELECT coalesce(CAST(nullif(current_setting('oc_sim.now', true), '') AS timestamptz),
+                   (SELECT t FROM oc_sim_clock WHERE id = 1), clock_timestamp()) $$;
+CREATE OR REPLACE FUNCTION oc_clock() RETURNS timestamptz LANGUAGE sql VOLATILE AS $$ SELECT oc_sim_now() $$;
+ALTER TABLE ledger_activity ALTER COLUMN at SET DEFAULT oc_clock();
 """
 
 #: Every table a run writes, emptied between seeds (DELETE: much faster than
@@ -64,6 +70,11 @@ def prepare(db: Database) -> None:
 
 def reset(conn: pg8000.native.Connection) -> None:
     conn.run("; ".join(f"DELETE FROM {t}" for t in TABLES))
+
+
+def set_db_clock(conn: pg8000.native.Connection, now: datetime) -> None:
+    """The database clock (``oc_clock()`` outside platform transactions) reads ``now``."""
+    conn.run("UPDATE oc_sim_clock SET t = :t WHERE id = 1", t=now)
 
 
 def set_sim_now(conn: Any, now: datetime) -> None:

@@ -20,6 +20,7 @@ import random
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 import pg8000.native
@@ -29,6 +30,7 @@ from orphan_cleanup.pipeline import Pipeline
 from orphan_cleanup.reporting import Reporter
 from orphan_cleanup.settings import Settings
 from tests.sim import db as simdb
+from tests.sim.backends import Backends
 from tests.sim.cloud import ListingRecord, SimCloud, SimProvider
 from tests.sim.functions import Functions
 from tests.sim.invariants import Checker, Violation
@@ -36,7 +38,8 @@ from tests.sim.platform import Platform
 from tests.sim.queues import SimQueue
 from tests.sim.settle import Settle
 from tests.sim.world import (
-    BACKEND, BASE_RATES, DEADLINE, EPOCH, INTENSITIES, MARGIN, MAX_BACKOFF, Dice, SimClock, Trace, stream, swarm,
+    ACCOUNT, BACKEND, BASE_RATES, DEADLINE, EPOCH, INTENSITIES, MARGIN, MAX_BACKOFF, Dice, SimClock, Trace,
+    stream, swarm,
 )
 
 PLATFORM_FAULTS = {"crash_after_ref", "error_after_create", "create_error", "crash_after_create",
@@ -102,9 +105,10 @@ class SimReporter(Reporter):
         super().orphan(backend_id, cycle_id, row)
 
 
-class Simulation(Functions, Settle):
+class Simulation(Functions, Settle, Backends):
     def __init__(self, env: SimEnv, seed: int, steps: int,
-                 provider_cls: Callable[..., SimProvider] = SimProvider, ignore: frozenset[str] = frozenset()) -> None:
+                 provider_cls: Callable[..., SimProvider] = SimProvider, ignore: frozenset[str] = frozenset(),
+                 function_clock: bool = False) -> None:
         self.env, self.seed, self.steps, self.ignore = env, seed, steps, ignore
         self.admin = env.admin
         cfg = stream(seed, "config")
@@ -130,7 +134,7 @@ class Simulation(Functions, Settle):
         self.rng_sched, self.rng_platform = stream(seed, "sched"), stream(seed, "platform")
         self.rng_cloud, self.rng_db = stream(seed, "cloud"), stream(seed, "db")
         self.checker = Checker(self)
-        self.cloud = SimCloud()
+        self.cloud = SimCloud(ACCOUNT)
         self.cloud.terminate_lag = cfg.choice((0, 0, 1, 2))
         self.listing_record = ListingRecord()
         self.delete_ctx: list[DeleteRequest] = []
@@ -141,10 +145,10 @@ class Simulation(Functions, Settle):
 
         simdb.reset(self.admin)
         random.seed(f"{seed}:global")  # STEP 7's backoff jitter uses the global generator
+        simdb.set_db_clock(self.admin, self.clock())
         self.clock.on_advance(self.checker.clock_advanced)
-        self.admin.run("INSERT INTO backends (id, provider, account, regions, settings, mode)"
-                       " VALUES (:i, 'aws', '123456789012', CAST(:r AS text[]), '{}', :m)",
-                       i=BACKEND, r=list(regions), m=self.mode)
+        self.clock.on_advance(lambda _d: simdb.set_db_clock(self.admin, self.clock()))
+        self.setup_backends(regions)
         pool = env.pipeline_pool
         pool.faults, pool.note = simdb.DbFaults(self.dice), self.trace
         size = cfg.choice((2048, 4096, 200 * 1024))  # small messages: cycles of several batches
@@ -155,10 +159,16 @@ class Simulation(Functions, Settle):
                             ORPHAN_CLEANUP_MAX_DELETES=self.max_deletes,
                             ORPHAN_CLEANUP_MAX_DELETE_SHARE=self.max_delete_share, ORPHAN_CLEANUP_MODE="report",
                             ORPHAN_CLEANUP_MAX_BACKOFF_SECONDS=MAX_BACKOFF)
+        self.listing_q.forger = self.forge_batch
+        self.delete_q.forger = self.forge_request
+        # The product's clock is the database's (oc_clock(), on simulated time: db.py). The
+        # ``function_clock`` mutation brings back the function's own clock, skewed by this
+        # seed's skew (the world that rule 13 guards against).
+        clock = (lambda: self.clock() + timedelta(seconds=self.skew)) if function_clock else None
         self.pipeline = Pipeline(settings=settings, db=simdb.SimDatabase(pool),
-                                 provider_for=lambda b: provider_cls(b, self.cloud, self),
+                                 provider_for=lambda b: provider_cls(b, self.cloud_for(b), self),
                                  listing_queue=self.listing_q, delete_queue=self.delete_q,
-                                 reporter=SimReporter(self), clock=self.clock)
+                                 reporter=SimReporter(self), clock=clock)
         self.platform = Platform(self, env.platform_pool, BACKEND, regions)
         if blast:  # live owners only: the bug that marks them all terminated makes the blast
             self.platform.history(cfg.randint(4, 7), stories=("live",))
@@ -183,8 +193,9 @@ class Simulation(Functions, Settle):
 
     def _result(self, outcome: str) -> SeedResult:
         n_cycles = self.admin.run("SELECT count(*) FROM cycles")[0][0]
+        deleted = sum(len(c.deleted) for c in self.clouds.values())
         return SeedResult(self.seed, self.trace.step, self.dice.counts, self.checker.checks,
-                          self.checker.violations, outcome, n_cycles, len(self.cloud.deleted), self.crashes)
+                          self.checker.violations, outcome, n_cycles, deleted, self.crashes)
 
     def step(self) -> None:
         self.trace.step += 1
@@ -195,7 +206,8 @@ class Simulation(Functions, Settle):
             dt = DEADLINE + self.rng_sched.randint(1, 300)
             self.trace(f"clock: jumps {dt}s, past the cycle deadline")
         self.clock.advance(dt)
-        self.cloud.tick(self.clock())
+        for cloud in self.clouds.values():
+            cloud.tick(self.clock())
         if self.dice.roll("db_kill_backends"):
             self.env.pipeline_pool.kill_next(self.admin)
             self.trace("db: pg_terminate_backend on an idle pooled connection")
@@ -215,10 +227,10 @@ class Simulation(Functions, Settle):
                 break
         action()
 
-    def set_mode(self, mode: str) -> None:
-        self.mode = mode
-        self.admin.run("UPDATE backends SET mode = :m WHERE id = :b", m=mode, b=BACKEND)
-        self.trace(f"operator: backend mode -> {mode}")
+    def set_mode(self, mode: str, backend_id: str = BACKEND) -> None:
+        if backend_id == BACKEND:
+            self.mode = mode
+        self.edit_backend_row(backend_id, f"mode -> {mode}", "mode = :m", m=mode)
 
     # ---- pieces of the cleanup, each a checked step -------------------------------
 
@@ -229,33 +241,39 @@ class Simulation(Functions, Settle):
         finally:
             self.checker.after_step(before)
 
-    def lister(self, *, nested: bool = False) -> dict[str, Any] | None:
+    def lister(self, backend_id: str | None = None, *, nested: bool = False) -> dict[str, Any] | None:
+        """One lister invocation for one backend (the scheduler's pick when not given)."""
         out: dict[str, Any] = {}
+        bid = backend_id or (self.rng_sched.choice(sorted(self.backends)) if len(self.backends) > 1 else BACKEND)
 
         def work() -> None:
-            out.update(self._run_lister() or {})
+            out.update(self._run_lister(bid) or {})
 
         if nested:
-            out.update(self._run_lister() or {})
+            out.update(self._run_lister(bid) or {})
         else:
             self._checked(work)
         return out
 
-    def _run_lister(self) -> dict[str, Any] | None:
+    def _run_lister(self, bid: str) -> dict[str, Any] | None:
         manual = self.rng_sched.random() < 0.1 and self.dice.enabled
-        self.listing_record = record = ListingRecord()
+        # An operator's one-off mode in the event (``{"backend": ..., "mode": ...}``): never runs an off backend.
+        mode = self.rng_sched.choice(("delete", "report")) if self.dice.roll("mode_override") else None
+        self.credentials_spell(bid)
+        self.listing_record = record = ListingRecord(backend=bid)
         self.checker.pending_listings.append(record)
         summary = None
         try:
-            summary = self.pipeline.run_lister(BACKEND, manual=manual)
-            self.trace(f"lister{' (manual)' if manual else ''}: {summary.get('reason')}"
-                       f" cycle={str(summary.get('cycle_id'))[:8]} batches={summary.get('batches')}")
+            summary = self.pipeline.run_lister(bid, manual=manual, mode=mode)
+            self.trace(f"lister {bid}{' (manual)' if manual else ''}{f' mode={mode}' if mode else ''}:"
+                       f" {summary.get('reason')} cycle={str(summary.get('cycle_id'))[:8]}"
+                       f" batches={summary.get('batches')}")
         except Exception as exc:  # noqa: BLE001 - the function crashed; the scheduler tries again later
             self._crash("lister", exc)
         if summary is not None and summary.get("cycle_id"):
             self.checker.listings[summary["cycle_id"]] = record
         if summary is not None and summary.get("reason") == "no_activity":
-            self.checker.no_activity_skip()
+            self.checker.no_activity_skip(bid)
         return summary
 
     def _crash(self, where: str, exc: BaseException) -> None:

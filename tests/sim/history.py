@@ -52,7 +52,7 @@ class History:
                 tp = t0 + timedelta(seconds=30)
                 primary = vm(t0 + timedelta(seconds=10), len(o.attempts),
                              {TAG: o.ref, PROTECT: "yes"} if story == "protected_leak" else None)
-                o.tracked, o.provisioned_at, o.committed = len(o.attempts) - 1, tp, "idle"
+                o.tracked, o.provisioned_at, o.committed, o.backend = len(o.attempts) - 1, tp, "idle", self.backend_id
                 writes.append(("UPDATE instances SET status = 'idle', backend_id = :b, primary_id = :p,"
                                " region = :g, provisioned_at = :t WHERE id = :i",
                                dict(b=self.backend_id, p=primary, g=region, t=tp, i=o.id)))

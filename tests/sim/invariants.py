@@ -7,17 +7,28 @@ Safety (any step):
       missing ref tags, refs changed by a user);
   S3  no protected (protect tag) or suspected-copy resource is touched;
   R1  nothing is touched on behalf of a report-mode cycle;
+  R2  nothing is touched on behalf of a cycle whose recorded mode is not
+      delete, and nothing at all (no listing, no delete call) is done for a
+      backend whose mode is off (rules 12, C5: off is final);
+  X1  no VM that a live owner of ANY backend records as its primary is
+      touched (rule 10: ownership is by account, not by backend id);
+  I1  no provider call (listing or delete) is made in an account other than
+      the backend's configured one (rule 11), counted per call and cloud;
   F1  a cycle that lost its lease writes nothing and reports nothing (rule 6);
   B1  no cycle touches more groups than the blast-radius cap allows (rule 8);
   T1  after a delete in region r timed out / was unavailable, the cycle makes
       no further provider call in r (rule 5);
   G1  two deletes of one ref never run at the same time (rule 4);
   G2  a delete is refused for its gate only while that ref's gate is held (rule 4);
-  C1  clean_at only moves forward, to the listing time minus the margin of a
-      cycle that listed everything, skipped nothing and finished every deletion
-      (rule 7), as the simulation itself observed that cycle;
-  A1  STEP 1 never skips while a ledger write committed after the listing
-      behind clean_at (rule 9).
+  C1  per backend, clean_at only moves forward, to (at most) the listing time
+      minus the margin of a cycle that listed everything, skipped nothing and
+      finished every deletion (rule 7), as the simulation itself observed that
+      cycle: the listing time is the simulated time of its first listing call
+      (a function clock skewed against the database shows here: rule 13);
+  A1  STEP 1 never skips a backend while a ledger write concerning it (an
+      owner whose backend_id was or became it or was null, a new ref, an edit
+      of its backends row) committed after the listing behind its clean_at
+      (rule 9).
 Liveness (end of run):
   L1  once faults stop and the platform is quiet, every orphan is deleted within
       5 scheduled runs (delete mode) or reported by the last clean cycle (report mode).
@@ -50,11 +61,13 @@ SELECT c.id, (c.outcome IS NOT NULL OR cl.lease_owner IS DISTINCT FROM c.id OR c
        (SELECT count(*) FROM cycle_groups g WHERE g.cycle_id = c.id) AS groups,
        (SELECT count(*) FROM cycle_groups g WHERE g.cycle_id = c.id AND g.verdict = 'skipped') AS skipped,
        (SELECT count(*) FROM delete_requests d WHERE d.cycle_id = c.id AND d.state <> 'queued') AS ended,
-       (SELECT count(*) FROM delete_requests d WHERE d.cycle_id = c.id AND d.state <> 'done') AS not_done
+       (SELECT count(*) FROM delete_requests d WHERE d.cycle_id = c.id AND d.state <> 'done') AS not_done,
+       c.backend_id
   FROM cycles c JOIN cleanup cl ON cl.backend_id = c.backend_id
 """
 STATE_SQL = f"""
-SELECT (SELECT clean_at FROM cleanup WHERE backend_id = :b), (SELECT count(*) FROM delete_gates),
+SELECT (SELECT coalesce(json_object_agg(backend_id, clean_at), '{{}}') FROM cleanup),
+       (SELECT count(*) FROM delete_gates),
        (SELECT coalesce(json_agg(x), '[]') FROM ({CYCLES_SQL}) AS x)
 """
 
@@ -78,6 +91,7 @@ class CycleRow:
     skipped: int
     deletes_ended: int
     deletes_not_done: int
+    backend: str
 
     def writes(self) -> tuple[Any, ...]:
         """What a fenced-out cycle must never change again."""
@@ -104,8 +118,9 @@ class Checker:
         self.checks: Counter = Counter()
         self.ignored: Counter = Counter()
         self.violations: list[Violation] = []
-        self.clean_at: datetime | None = None
-        self.clean_listed_at: datetime | None = None
+        self.clean_at: dict[str, datetime | None] = {}
+        self.clean_listed_at: dict[str, datetime] = {}
+        self.off: set[str] = set()  # backends whose mode is off (R2)
         self.cycles: dict[str, CycleRow] = {}
         self.listings: dict[str, Any] = {}
         self.results: dict[str, dict[str, str]] = defaultdict(dict)  # cycle -> group -> last answer
@@ -128,10 +143,12 @@ class Checker:
 
     # ---- snapshots ---------------------------------------------------------------
 
-    def read_state(self) -> tuple[dict[str, CycleRow], datetime | None]:
-        """The cycles, clean_at and whether delete gates are held, in one round trip."""
-        clean_at, gates, rows = self.sim.admin.run(STATE_SQL, b=self.sim.backend_id)[0]
+    def read_state(self) -> tuple[dict[str, CycleRow], dict[str, datetime | None]]:
+        """The cycles, clean_at per backend and whether delete gates are held, in one round trip."""
+        clean_raw, gates, rows = self.sim.admin.run(STATE_SQL)[0]
         self.gates_held = gates > 0
+        clean_raw = clean_raw if isinstance(clean_raw, dict) else json.loads(clean_raw)
+        clean_at = {b: datetime.fromisoformat(t) if t else None for b, t in clean_raw.items()}
         rows = rows if isinstance(rows, list) else json.loads(rows)
         out = {}
         for r in rows:
@@ -139,11 +156,28 @@ class Checker:
             failures = v[10] if isinstance(v[10], list) else json.loads(v[10] or "[]")
             listed_at = datetime.fromisoformat(v[3]) if v[3] else None
             out[v[0]] = CycleRow(v[0], bool(v[1]), v[2], listed_at, v[4], v[5], v[6], bool(v[7]),
-                                 tuple(v[8] or ()), v[9], len(failures), *v[11:17])
+                                 tuple(v[8] or ()), v[9], len(failures), *v[11:18])
         return out, clean_at
 
     def clock_advanced(self, seconds: int) -> None:
         self.unshifted += seconds
+
+    def set_off(self, backends: set[str]) -> None:
+        self.off = set(backends)
+
+    def mode_set(self, backend_id: str, mode: str) -> None:
+        """The operator committed a mode for a backend (R2 follows the row)."""
+        (self.off.add if mode == "off" else self.off.discard)(backend_id)
+
+    def provider_call(self, backend: Any, cloud: Any, what: str) -> None:
+        """Every listing and delete call of a provider adapter (I1, R2)."""
+        self.checks["I1"] += 1
+        if backend.scope_account != cloud.account:
+            self.fail("I1", f"backend {backend.id} (account {backend.scope_account}) made a provider call"
+                            f" in account {cloud.account}: {what}")
+        self.checks["R2"] += 1
+        if backend.id in self.off:
+            self.fail("R2", f"backend {backend.id} is off, yet a provider call was made for it: {what}")
 
     # ---- hooks from the provider and the delivery loop ------------------------------
 
@@ -170,6 +204,11 @@ class Checker:
         self.checks["R1"] += 1
         if row is not None and row.mode == "report":
             self.fail("R1", f"report-mode cycle {key[:8]} touched {touched}")
+        self.checks["R2"] += 1
+        if row is None or row.mode != "delete":
+            self.fail("R2", f"cycle {key[:8]} (recorded mode {row.mode if row else None}) touched {touched}")
+        elif row.backend in self.off:
+            self.fail("R2", f"cycle {key[:8]} touched {touched} after backend {row.backend} was switched off")
 
     def region_tripped(self, cycle_id: str, region: str) -> None:
         self.tripped.add((cycle_id, region))
@@ -183,15 +222,17 @@ class Checker:
         if not rows:
             self.fail("G2", f"a delete of ref {ref} was refused as gate-busy, but no gate of {ref} is held")
 
-    def no_activity_skip(self) -> None:
-        """A1: STEP 1 decided there was nothing to list."""
+    def no_activity_skip(self, backend_id: str) -> None:
+        """A1: STEP 1 decided there was nothing to list for ``backend_id``."""
         self.checks["A1"] += 1
-        if self.clean_listed_at is None:
+        listed = self.clean_listed_at.get(backend_id)
+        if listed is None:
             return
-        late = [t for t in self.sim.platform.commit_times if t > self.clean_listed_at]
+        late = [t for t, concerns in self.sim.platform.commit_times
+                if t > listed and (concerns is None or backend_id in concerns)]
         if late:
-            self.fail("A1", f"STEP 1 skipped, but {len(late)} ledger write(s) committed after the listing"
-                            f" behind clean_at (listed at {self.clean_listed_at:%H:%M:%S}, first write"
+            self.fail("A1", f"STEP 1 skipped {backend_id}, but {len(late)} ledger write(s) concerning it committed"
+                            f" after the listing behind clean_at (listed at {listed:%H:%M:%S}, first write"
                             f" committed {min(late):%H:%M:%S})")
 
     # ---- around a cleanup step -----------------------------------------------------------
@@ -206,13 +247,19 @@ class Checker:
         self.reported = []
         self.attributed = set()
         self.pending_listings = []
-        return self.sim.cloud.snapshot()
+        return self.sim.world.snapshot()
 
     def after_step(self, before: dict[str, tuple[ResourceState, tuple[tuple[str, str], ...]]]) -> None:
         sim = self.sim
-        touched = [rid for rid, r in sim.cloud.resources.items()
+        touched = [rid for rid, r in sim.world.resources.items()
                    if r.state in TOUCHED and rid in before and before[rid][0] != r.state]
+        primaries = {o.vm_of(o.tracked): o for o in sim.platform.owners
+                     if o.committed in ("provisioning", "idle", "busy") and not o.soft_deleted}
         for rid in touched:
+            self.checks["X1"] += 1
+            if rid in primaries:
+                o = primaries[rid]
+                self.fail("X1", f"{rid} is the primary of live owner {o.id} (backend {o.backend}), yet was touched")
             self.checks["S1-S3"] += 1
             why = sim.platform.untouchable(rid, dict(before[rid][1]))
             if why is not None:
@@ -242,27 +289,41 @@ class Checker:
             if row is not None and row.dead:
                 self.fail("F1", f"cycle {cid[:8]} reported an orphan after losing its lease")
 
-    def _clean_at(self, after: dict[str, CycleRow], clean_at: datetime | None) -> None:
-        sim = self.sim
+    def _clean_at(self, after: dict[str, CycleRow], clean_at: dict[str, datetime | None]) -> None:
         newly = [r for cid, r in after.items()
                  if r.outcome == "clean" and (cid not in self.cycles or self.cycles[cid].outcome != "clean")]
         for row in newly:
             self.checks["C1"] += 1
             self._clean_facts(row)
-        if clean_at == self.clean_at:
+        for backend in sorted(set(clean_at) | set(self.clean_at)):
+            self._clean_at_of(backend, [r for r in newly if r.backend == backend], clean_at.get(backend))
+
+    def _clean_at_of(self, backend: str, newly: list[CycleRow], clean_at: datetime | None) -> None:
+        sim = self.sim
+        before = self.clean_at.get(backend)
+        if clean_at == before:
             return
         self.checks["C1"] += 1
-        if clean_at is None or (self.clean_at is not None and clean_at <= self.clean_at):
-            self.fail("C1", f"clean_at moved from {self.clean_at} to {clean_at}")
+        if clean_at is None or (before is not None and clean_at <= before):
+            self.fail("C1", f"clean_at of {backend} moved from {before} to {clean_at}")
         elif not newly:
-            self.fail("C1", f"clean_at moved to {clean_at} with no cycle finishing clean")
+            self.fail("C1", f"clean_at of {backend} moved to {clean_at} with no cycle finishing clean")
         else:
-            best = max(newly, key=lambda r: r.listed_at or datetime.min.replace(tzinfo=clean_at.tzinfo))
-            if best.listed_at is None or clean_at > best.listed_at - timedelta(seconds=sim.margin):
-                self.fail("C1", f"clean_at {clean_at:%H:%M:%S} is past the listing time {best.listed_at}"
-                                f" minus the margin ({sim.margin}s)")
-            self.clean_listed_at = best.listed_at
-        self.clean_at = clean_at
+            def seen(r: CycleRow) -> datetime | None:
+                """When the simulation saw the cycle list (its first provider call), else its row's listed_at."""
+                listing = self.listings.get(r.id)
+                at = listing.at if listing is not None and listing.at is not None else r.listed_at
+                return min(at, r.listed_at) if at is not None and r.listed_at is not None else at
+
+            best = max(newly, key=lambda r: seen(r) or datetime.min.replace(tzinfo=clean_at.tzinfo))
+            listed = seen(best)
+            if listed is None or clean_at > listed - timedelta(seconds=sim.margin):
+                self.fail("C1", f"clean_at of {backend} {clean_at:%H:%M:%S} is past the listing time {listed}"
+                                f" minus the margin ({sim.margin}s) (cycle {best.id[:8]}, its row says"
+                                f" listed_at {best.listed_at})")
+            if listed is not None:
+                self.clean_listed_at[backend] = listed
+        self.clean_at[backend] = clean_at
 
     def _clean_facts(self, row: CycleRow) -> None:
         listing = self.listings.get(row.id)

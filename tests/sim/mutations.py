@@ -59,7 +59,7 @@ def _orphan_without_record(env: SimEnv, stack: ExitStack) -> None:
     real = classify.classify
 
     def mutated(group, record, ctx):  # type: ignore[no-untyped-def]
-        if record is None:
+        if record is None and not group.malformed_ref:
             return Verdict(kind=VerdictKind.ORPHAN, reason="mutant_no_record")
         return real(group, record, ctx)
 
@@ -182,6 +182,91 @@ def _no_delete_activity(env: SimEnv, stack: ExitStack) -> None:
         "IF TG_OP IN ('UPDATE', 'DELETE') THEN", "IF TG_OP = 'UPDATE' THEN", 1))
 
 
+def _no_backend_activity(env: SimEnv, stack: ExitStack) -> None:
+    _replace_sql_function(env, stack, "orphan_cleanup_backend_activity", lambda src: re.sub(
+        r"BEGIN.*END", "BEGIN\n    RETURN NULL;\nEND", src, count=1, flags=re.S))
+
+
+# ---- rule 10: ownership by provider account -----------------------------------------------------------
+
+def _ownership_by_backend_id(env: SimEnv, stack: ExitStack) -> None:
+    """The old rule: only an owner of this very backend id keeps its VM tracked; an owner
+    of any other backend makes a listed VM a backend_mismatch (after the copy and margin checks)."""
+    real = classify.classify
+
+    def mutated(group, record, ctx):  # type: ignore[no-untyped-def]
+        if (record is not None and record.backend_id is not None and record.backend_id != ctx.backend_id
+                and record.owner_backend_scope is not None and str(record.status) in classify.LIVE):
+            record = record.model_copy(update={"owner_backend_scope": "mutant:elsewhere",
+                                               "primary_id": f"mutant-not-{group.primary_id}"})
+        return real(group, record, ctx)
+
+    _patch(stack, classify, "classify", mutated)
+
+
+# ---- rule 11: identity before action --------------------------------------------------------------------
+
+def _no_identity_check(env: SimEnv, stack: ExitStack) -> None:
+    _patch(stack, ResourceProvider, "verify_identity", lambda self: None)
+
+
+# ---- rule 12: messages are hints ----------------------------------------------------------------------
+
+def _trust_message_mode(env: SimEnv, stack: ExitStack) -> None:
+    """The pipeline believes its messages: a batch's backend, mode, listing time and
+    record_all, a delete request's backend and resources (the deleter deletes the
+    message's group, in whatever mode the cycle was)."""
+    current: list[Any] = []
+    real_context, real_allowed = cycles.cycle_context, deletes.delete_allowed
+    real_batch, real_delete = pipeline.Pipeline.handle_batch, pipeline.Pipeline.handle_delete
+
+    def context(conn, cycle_id):  # type: ignore[no-untyped-def]
+        c = real_context(conn, cycle_id)
+        if c is None or not current:
+            return c
+        msg = current[-1]
+        if hasattr(msg, "mode"):
+            return dataclasses.replace(c, backend_id=msg.backend, mode=msg.mode, listed_at=msg.listed_at,
+                                       record_all=msg.record_all)
+        return dataclasses.replace(c, backend_id=msg.backend)
+
+    def allowed(db, cycle_id, requested):  # type: ignore[no-untyped-def]
+        why, _recorded = real_allowed(db, cycle_id, requested)
+        if why == "group_mismatch":  # the other checks still apply, to the group as recorded
+            with db.connection() as conn:
+                rows = conn.run("SELECT provider_ref, region, primary_id, resources FROM cycle_groups"
+                                " WHERE cycle_id = :c AND group_key = :k", c=cycle_id, k=requested.key)
+            why = real_allowed(db, cycle_id, deletes._group(rows[0]))[0] if rows else "not_dispatched"
+        return (None, requested) if why in (None, "not_delete_mode") else (why, requested)
+
+    def around(real):  # type: ignore[no-untyped-def]
+        def handle(self, msg, *a, **k):  # type: ignore[no-untyped-def]
+            current.append(msg)
+            try:
+                return real(self, msg, *a, **k)
+            finally:
+                current.pop()
+        return handle
+
+    _patch(stack, cycles, "cycle_context", context)
+    _patch(stack, deletes, "delete_allowed", allowed)
+    _patch(stack, pipeline.Pipeline, "handle_batch", around(real_batch))
+    _patch(stack, pipeline.Pipeline, "handle_delete", around(real_delete))
+
+
+def _off_overridable(env: SimEnv, stack: ExitStack) -> None:
+    _patch(stack, pipeline, "effective_mode",
+           lambda settings, backend, override=None: override or backend.mode or settings.mode)
+
+
+# ---- rule 13: one clock ---------------------------------------------------------------------------------
+
+def _function_clock(env: SimEnv, stack: ExitStack) -> dict[str, Any]:
+    """The old behaviour: the pipeline compares the function's own clock (skewed by the
+    seed's skew against the database) with the ledger's timestamps."""
+    return {"function_clock": True}
+
+
 MUTATIONS: dict[str, Mutation] = {m.name: m for m in (
     Mutation("orphan_without_record", "1: never touch a resource without a ledger record",
              frozenset({"S2"}), _orphan_without_record),
@@ -203,4 +288,14 @@ MUTATIONS: dict[str, Mutation] = {m.name: m for m in (
     Mutation("no_blast_cap", "8: the blast-radius cap", frozenset({"B1"}), _no_blast_cap),
     Mutation("no_delete_activity", "9: a hard delete counts as STEP 1 activity",
              frozenset({"A1", "L1"}), _no_delete_activity),
+    Mutation("no_backend_activity", "9: an edit of a backend's row counts as STEP 1 activity",
+             frozenset({"A1", "L1"}), _no_backend_activity),
+    Mutation("ownership_by_backend_id", "10: ownership by provider account, not backend id",
+             frozenset({"X1", "S1"}), _ownership_by_backend_id),
+    Mutation("no_identity_check", "11: identity before action", frozenset({"I1"}), _no_identity_check),
+    Mutation("trust_message_mode", "12: messages are hints, the database is the truth",
+             frozenset({"R1", "R2", "S1", "S2", "S3", "X1"}), _trust_message_mode),
+    Mutation("off_overridable", "12/C5: off is final", frozenset({"R2"}), _off_overridable),
+    Mutation("function_clock", "13: one clock (the database's)", frozenset({"C1", "A1", "S1", "X1"}),
+             _function_clock),
 )}

@@ -3,10 +3,12 @@ which resources must never be touched (S1-S3), and which are orphans (L1)."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from orphan_cleanup.models import ResourceKind, ResourceState, is_valid_ref
 from tests.sim.owners import LIVE, PROTECT, TAG
+from tests.sim.world import UNKNOWN_BACKEND
 
 
 class Oracle:
@@ -20,9 +22,12 @@ class Oracle:
             return "S2", f"{rid} has ref {ref} with no ledger record"
         if PROTECT in tags:
             return "S3", f"{rid} carries the protect tag"
-        meta = self.sim.cloud.meta.get(rid)
+        meta = self.sim.world.meta.get(rid)
         st = owner.committed
-        if meta is not None and meta.origin == "copy" and st in LIVE and not owner.soft_deleted:
+        if st in LIVE and not owner.soft_deleted and owner.backend == UNKNOWN_BACKEND:
+            return "S1", f"{rid} belongs to live owner {owner.id}, whose backend_id names no backend"
+        if meta is not None and meta.origin == "copy" and st in LIVE and not owner.soft_deleted \
+                and not self._copy_predates(rid, owner):
             return "S3", f"{rid} is a copy of live owner {owner.id}'s VM (suspected copy)"
         if st in ("pending", "terminating"):
             return "S1", f"{rid} belongs to owner {owner.id}, which is {st}"
@@ -31,11 +36,19 @@ class Oracle:
             return "S1", f"{rid} is tracked by live owner {owner.id} (status {st}, primary {owner.vm_of(owner.tracked)})"
         return None
 
+    def _copy_predates(self, rid: str, owner: Any) -> bool:
+        """A copy made before the owner's (latest) provisioning plus the margin: after a
+        failover re-provisioned the owner in another account, a copy of its old VM is a
+        leftover in the old account like the old VM itself (``backend_mismatch``)."""
+        r = self.sim.world.resources.get(rid)
+        return (r is not None and owner.provisioned_at is not None
+                and r.created_at <= owner.provisioned_at + timedelta(seconds=self.sim.margin))
+
     def _group_protected(self, rid: str) -> bool:
         """Whether a member of ``rid``'s listed group carries the protect tag (grouping as
         ``group_resources`` does it: an instance with the dependents attached to it,
         else the primary-less group of the ref and region)."""
-        res = self.sim.cloud.resources
+        res = self.sim.world.resources
         alive = {k: r for k, r in res.items() if r.state is not ResourceState.TERMINATED}
         ref = res[rid].tags.get(TAG)
 
@@ -52,7 +65,7 @@ class Oracle:
     def is_orphan(self, rid: str, *, known: frozenset[str]) -> bool:
         """Ground truth for L1: a resource the cleanup must eventually delete.
         ``known``: resource ids the product recorded in orphan groups."""
-        cloud = self.sim.cloud
+        cloud = self.sim.world
         r = cloud.resources.get(rid)
         if r is None or r.state is ResourceState.TERMINATED:
             return False
@@ -70,8 +83,12 @@ class Oracle:
         st = owner.committed
         if st in ("gone", "terminated") or owner.soft_deleted:
             return True
-        if st not in LIVE or meta.origin == "copy" or meta.attempt == owner.tracked:
+        if st not in LIVE or meta.attempt == owner.tracked:
             return False
+        if meta.origin == "copy" and not self._copy_predates(rid, owner):
+            return False
+        if owner.backend == UNKNOWN_BACKEND:
+            return False  # skipped (unknown_owner_backend), never an orphan
         if r.kind is ResourceKind.INSTANCE:
             return True  # a leaked attempt: created before the owner's provisioning
         if r.attached_to and cloud.exists(r.attached_to):

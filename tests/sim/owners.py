@@ -32,6 +32,7 @@ class OpenTx:
     commit_step: int
     on_commit: Callable[[], None]
     label: str
+    concerns: frozenset[str] | None = None  # the backends whose activity the write is (None: all)
 
 
 @dataclass
@@ -47,6 +48,8 @@ class Owner:
     since: int = 0
     recover_after: int = 3  # steps a crashed owner waits before the platform recovers it
     tx: OpenTx | None = None
+    home: str = "sim"  # the backend the platform provisions it into
+    backend: str | None = None  # the committed backend_id (None until provisioned)
 
     def vm_of(self, attempt: int | None) -> str | None:
         return self.attempts[attempt].vm if attempt is not None else None

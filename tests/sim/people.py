@@ -11,7 +11,7 @@ from tests.sim.owners import LISTING_LAG_MAX, LIVE, PROTECT, REF_ALPHABET, TAG
 
 class People:
     def people(self) -> None:
-        dice, rng, cloud, now = self.sim.dice, self.rng, self.sim.cloud, self.sim.clock()
+        dice, rng, cloud, now = self.sim.dice, self.rng, self.sim.world, self.sim.clock()
         if dice.roll("user_copy"):
             live = [o for o in self.owners if o.committed in LIVE and o.provisioned_at is not None
                     and now >= o.provisioned_at + timedelta(seconds=self.sim.margin + 1)
@@ -20,7 +20,7 @@ class People:
                 o = rng.choice(live)
                 src = cloud.resources[o.vm_of(o.tracked) or ""]
                 lag = rng.randint(0, LISTING_LAG_MAX)
-                rid = cloud.add(ResourceKind.INSTANCE, src.region, dict(src.tags), now=now,
+                rid = cloud.of(src.id).add(ResourceKind.INSTANCE, src.region, dict(src.tags), now=now,
                                 meta=self._meta(origin="copy", owner_id=o.id, attempt=None,
                                                 visible_at=now + timedelta(seconds=lag)))
                 self.sim.trace(f"user: launched {rid} like {src.id} (copies ref {o.ref})")
@@ -39,12 +39,12 @@ class People:
             kind = rng.choice(("foreign", "invalid", "untagged"))
             tags = {"foreign": {TAG: self._foreign_ref()}, "untagged": {"Name": "hand-made"},
                     "invalid": {TAG: rng.choice(("", "NOT-A-REF", "ABCDEFGHIJKL", "short", "x" * 13))}}[kind]
-            rid = cloud.add(ResourceKind.INSTANCE, rng.choice(self.regions), tags, now=now,
+            rid = self.sim.cloud.add(ResourceKind.INSTANCE, rng.choice(self.regions), tags, now=now,
                             meta=self._meta(origin="foreign", owner_id=None, attempt=None, visible_at=now))
             self.sim.trace(f"other: {kind} resource {rid} tags={tags}")
 
     def _pick_target(self) -> str | None:
-        cloud = self.sim.cloud
+        cloud = self.sim.world
         ours = [rid for rid, r in cloud.resources.items()
                 if r.state not in (ResourceState.TERMINATING, ResourceState.TERMINATED)
                 and is_valid_ref(r.tags.get(TAG)) and PROTECT not in r.tags]

@@ -35,6 +35,7 @@ from tests.sim.owners import (
     LISTING_LAG_MAX, LIVE, MAX_ACTIVE_OWNERS, RECOVERY_AFTER_STEPS, REF_ALPHABET, TAG, Attempt, OpenTx, Owner,
 )
 from tests.sim.people import People
+from tests.sim.world import BACKEND_FO, UNKNOWN_BACKEND
 
 if TYPE_CHECKING:
     from tests.sim.engine import Simulation
@@ -49,15 +50,23 @@ class Platform(History, People, Oracle):
         self.owners: list[Owner] = []
         self.by_ref: dict[str, Owner] = {}
         self.foreign_refs: set[str] = set()
-        self.commit_times: list[datetime] = []
+        self.commit_times: list[tuple[datetime, frozenset[str] | None]] = []
         self.quiescing = False
         self.idle = False  # an idle spell: only recoveries happen
         self.mass_terminated = False
 
     # ---- ledger writes -----------------------------------------------------
 
+    @staticmethod
+    def _concerns(o: Owner, new: str | None = None) -> frozenset[str] | None:
+        """The backends a write of ``o``'s row is activity for (the product's triggers log
+        the old backend_id and a new one; a null backend_id is activity for every backend)."""
+        return None if o.backend is None else frozenset({o.backend} | ({new} if new else set()))
+
     def _write(self, owner: Owner | None, label: str, statements: list[tuple[str, dict[str, Any]]],
-               on_commit: Callable[[], None]) -> None:
+               on_commit: Callable[[], None], concerns: frozenset[str] | None | str = "owner") -> None:
+        if concerns == "owner":
+            concerns = self._concerns(owner) if owner is not None else None
         conn = self.pool.acquire()
         conn.run("BEGIN")
         set_sim_now(conn, self.sim.clock())
@@ -65,16 +74,17 @@ class Platform(History, People, Oracle):
             conn.run(sql, **params)
         if owner is not None and self.sim.behaviour.roll("commit_lag"):
             steps = self.rng.randint(1, 2)
-            owner.tx = OpenTx(conn, self.sim.trace.step + steps, on_commit, label)
+            owner.tx = OpenTx(conn, self.sim.trace.step + steps, on_commit, label, concerns)  # type: ignore[arg-type]
             self.sim.trace(f"platform: {label} (commits in {steps} steps)")
             return
-        self._commit(conn, on_commit)
+        self._commit(conn, on_commit, concerns)  # type: ignore[arg-type]
         self.sim.trace(f"platform: {label}")
 
-    def _commit(self, conn: PooledConnection, on_commit: Callable[[], None]) -> None:
+    def _commit(self, conn: PooledConnection, on_commit: Callable[[], None],
+                concerns: frozenset[str] | None) -> None:
         conn.run("COMMIT")
         conn.close()
-        self.commit_times.append(self.sim.clock())
+        self.commit_times.append((self.sim.clock(), concerns))
         on_commit()
 
     def flush(self, *, everything: bool = False) -> None:
@@ -82,7 +92,7 @@ class Platform(History, People, Oracle):
         for o in self.owners:
             if o.tx is not None and (everything or o.tx.commit_step <= self.sim.trace.step):
                 tx, o.tx = o.tx, None
-                self._commit(tx.conn, tx.on_commit)
+                self._commit(tx.conn, tx.on_commit, tx.concerns)
                 self.sim.trace(f"platform: commit of `{tx.label}`")
 
     def _status(self, o: Owner, status: str, label: str, extra: str = "", **params: Any) -> Callable[..., None]:
@@ -121,6 +131,8 @@ class Platform(History, People, Oracle):
                 acts.append((1.0, "hard delete", lambda o=o: self.hard_delete(o)))
             elif o.phase == "terminated" and not o.soft_deleted and busy:
                 acts.append((0.2, "soft delete", lambda o=o: self.soft_delete(o)))
+        if self.sim.rates.get("backend_edit") and not self.quiescing:  # operators work in idle spells too
+            acts.append((self.sim.rates["backend_edit"] * 10, "backend edit", self.sim.operator_edit))
         if busy:
             acts.append((1.0, "people", self.people))
             live = sum(1 for o in self.owners if o.committed in LIVE and o.tx is None)
@@ -128,6 +140,9 @@ class Platform(History, People, Oracle):
                 acts.append((2.0, "mass terminate", self.mass_terminate))
             if self.sim.rates.get("mode_flip"):
                 acts.append((0.1, "mode flip", self.mode_flip))
+            if self.sim.rates.get("failover") and BACKEND_FO in self.sim.backends:
+                acts.append((self.sim.rates["failover"] * 5, "failover", self.failover))
+
         return acts
 
     def in_flight(self) -> bool:
@@ -160,6 +175,8 @@ class Platform(History, People, Oracle):
     def new_owner(self) -> None:
         o = Owner(id=f"inst-{len(self.owners) + 1:03d}", ref=self.new_ref(), since=self.sim.trace.step,
                   recover_after=self.rng.randint(RECOVERY_AFTER_STEPS, 20))
+        homes = self.sim.home_backends
+        o.home = homes[0] if len(homes) == 1 else self.rng.choice(homes)
         self.owners.append(o)
         self.by_ref[o.ref] = o
         crash = self.sim.dice.roll("crash_after_ref")
@@ -190,7 +207,7 @@ class Platform(History, People, Oracle):
         return ResMeta(ghost_for=self.rng.choice((0, 0, 30, 60)), shutdown_for=self.rng.choice((0, 20, 60)), **kw)
 
     def create(self, o: Owner) -> None:
-        att = Attempt(len(o.attempts), self.rng.choice(self.regions))
+        att = Attempt(len(o.attempts), self.rng.choice(self.sim.backends[o.home].regions))
         o.attempts.append(att)
         dice = self.sim.dice
         if dice.roll("create_error"):
@@ -214,14 +231,57 @@ class Platform(History, People, Oracle):
     def provision(self, o: Owner) -> None:
         att = o.attempts[-1]
         t = self.sim.clock()
+        # A misconfigured platform names a backend that has no row ('aws').
+        bid = UNKNOWN_BACKEND if self.sim.dice.roll("unknown_backend") else o.home
 
         def committed() -> None:
-            o.committed, o.tracked, o.provisioned_at, o.phase = "provisioning", att.n, t, "live"
+            o.committed, o.tracked, o.provisioned_at, o.phase, o.backend = "provisioning", att.n, t, "live", bid
 
-        self._write(o, f"{o.id} provisioning primary={att.vm}", [(
+        self._write(o, f"{o.id} provisioning backend={bid} primary={att.vm}", [(
             "UPDATE instances SET status = 'provisioning', backend_id = :b, primary_id = :p, region = :g,"
-            " provisioned_at = :t WHERE id = :i", dict(b=self.backend_id, p=att.vm, g=att.region, t=t, i=o.id))],
-            committed)
+            " provisioned_at = :t WHERE id = :i", dict(b=bid, p=att.vm, g=att.region, t=t, i=o.id))],
+            committed, self._concerns(o, bid))
+
+    def failover(self) -> None:
+        """A live owner moves to the failover backend (another account): a new VM there,
+        backend_id and primary_id rewritten; the old VM stays up in the first account."""
+        self.sim.dice.counts["failover"] += 1
+        cands = [o for o in self.owners if o.committed in LIVE and o.phase == "live" and o.tx is None
+                 and not o.soft_deleted and o.backend in self.sim.home_backends]
+        if not cands:
+            return
+        o = self.rng.choice(cands)
+        fo = self.sim.backends[BACKEND_FO]
+        cloud = self.sim.clouds[fo.account]
+        att = Attempt(len(o.attempts), self.rng.choice(fo.regions))
+        o.attempts.append(att)
+        now = self.sim.clock()
+        meta = dict(origin="platform", owner_id=o.id, attempt=att.n,
+                    visible_at=now + timedelta(seconds=self.rng.randint(0, LISTING_LAG_MAX)))
+        att.vm = cloud.add(ResourceKind.INSTANCE, att.region, {TAG: o.ref}, now=now, meta=self._meta(**meta))
+        if self.rng.random() < 0.5:
+            att.deps.append(cloud.add(ResourceKind.VOLUME, att.region, {TAG: o.ref}, now=now,
+                                      meta=self._meta(**meta), attached_to=att.vm))
+
+        def committed() -> None:
+            o.committed, o.tracked, o.provisioned_at, o.backend = "idle", att.n, now, BACKEND_FO
+
+        self._write(o, f"{o.id} fails over to {BACKEND_FO}: primary={att.vm} (old {o.vm_of(o.tracked)} stays up)", [(
+            "UPDATE instances SET status = 'idle', backend_id = :b, primary_id = :p, region = :g,"
+            " provisioned_at = :t WHERE id = :i", dict(b=BACKEND_FO, p=att.vm, g=att.region, t=now, i=o.id))],
+            committed, self._concerns(o, BACKEND_FO))
+
+    def fix_unknown_backends(self) -> None:
+        """The settle phase: the misconfigured platform is fixed; its owners name their real backend."""
+        self.flush(everything=True)
+        for o in self.owners:
+            if o.backend == UNKNOWN_BACKEND:
+                def committed(o: Owner = o) -> None:
+                    o.backend = o.home
+
+                self._write(o, f"{o.id} backend_id {UNKNOWN_BACKEND} -> {o.home} (platform fixed)",
+                            [("UPDATE instances SET backend_id = :b WHERE id = :i", dict(b=o.home, i=o.id))],
+                            committed, self._concerns(o, o.home))
 
     def busy_idle(self, o: Owner) -> None:
         status = "busy" if o.committed != "busy" else "idle"
@@ -241,7 +301,7 @@ class Platform(History, People, Oracle):
         gave_up = self.sim.dice.roll("termination_gave_up")
         att = o.attempts[o.tracked] if o.tracked is not None else None
         if att is not None and not gave_up:
-            cloud = self.sim.cloud
+            cloud = self.sim.world
             vm = cloud.resources.get(att.vm or "")
             if vm is not None and vm.state is ResourceState.ACTIVE:
                 vm.state = ResourceState.TERMINATING
@@ -293,6 +353,7 @@ class Platform(History, People, Oracle):
         self.mass_terminated = True
         victims = [o for o in self.owners if o.committed in LIVE and o.tx is None]
         t = self.sim.clock()
+        backends = {o.backend for o in victims}
 
         def committed() -> None:
             for o in victims:
@@ -300,7 +361,8 @@ class Platform(History, People, Oracle):
 
         self._write(None, f"BUG: marks {len(victims)} live owners terminated",
                     [("UPDATE instances SET status = 'terminated', terminated_at = :t WHERE id = ANY(CAST(:ids AS text[]))",
-                      dict(t=t, ids=[o.id for o in victims]))], committed)
+                      dict(t=t, ids=[o.id for o in victims]))], committed,
+                    None if None in backends else frozenset(b for b in backends if b is not None))
 
     def mode_flip(self) -> None:
         self.sim.dice.counts["mode_flip"] += 1
@@ -311,3 +373,4 @@ class Platform(History, People, Oracle):
     def quiesce(self) -> None:
         """Stop new work and people; in-flight owners are driven to final states."""
         self.quiescing = True
+        self.fix_unknown_backends()

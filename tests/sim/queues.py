@@ -1,8 +1,12 @@
 """A simulated at-least-once queue behind the product's queue port.
 
 Faults: a publish fails (the caller sees an error), a message is duplicated,
-delayed, lost (e.g. dead-lettered after a poison run), and delivered in any
-order. A delivery that fails (the function raised or crashed) is redelivered
+delayed, lost (e.g. dead-lettered after a poison run), delivered in any
+order, or altered in flight: ``forger`` (set by the simulation) makes an
+altered copy that is injected next to the real message, which still flows
+(``message_forged``, ``request_forged``); the product must refuse the copy
+(DESIGN §5 rule 12).
+A delivery that fails (the function raised or crashed) is redelivered
 after a visibility timeout; after ``MAX_RECEIVES`` it goes to the dead-letter
 queue, i.e. is dropped for the pipeline.
 """
@@ -11,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -33,6 +38,7 @@ class Message:
     body: str
     ready_at: datetime
     receives: int = 0
+    forged: bool = False
 
 
 class SimQueue(Queue):
@@ -48,6 +54,8 @@ class SimQueue(Queue):
         self._ids = itertools.count(1)
         self.published = 0
         self.dead_lettered = 0
+        self.forger: Callable[[str], str | None] | None = None
+        self.forge_kind = "message_forged" if name == "listing" else "request_forged"
 
     def publish(self, message: BaseModel) -> None:
         body = message.model_dump_json()
@@ -63,10 +71,14 @@ class SimQueue(Queue):
         self._put(body)
         if self.dice.roll("queue_duplicate"):
             self._put(body)
+        if self.forger is not None and self.dice.roll(self.forge_kind):
+            forged = self.forger(body)
+            if forged is not None:
+                self._put(forged, forged=True)
 
-    def _put(self, body: str) -> None:
+    def _put(self, body: str, forged: bool = False) -> None:
         delay = self.rng.randint(5, 240) if self.dice.roll("queue_delay") else 0
-        self.messages.append(Message(next(self._ids), body, self.clock() + timedelta(seconds=delay)))
+        self.messages.append(Message(next(self._ids), body, self.clock() + timedelta(seconds=delay), forged=forged))
 
     def ready(self) -> list[Message]:
         now = self.clock()

@@ -12,8 +12,10 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
-from orphan_cleanup.ledger.db import ConnInfo, Database, connect, ensure_database, parse_database_url, start_embedded
+from orphan_cleanup.ledger.db import Database, connect
+from orphan_cleanup.ledger.embedded import ensure_database, start_embedded
 from orphan_cleanup.ledger.migrate import migrate
+from orphan_cleanup.ledger.url import ConnInfo, parse_database_url
 from tests.sim.engine import SeedResult, SimEnv, run_seed
 from tests.sim.invariants import Violation
 

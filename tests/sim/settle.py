@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from tests.sim.owners import LISTING_LAG_MAX
-from tests.sim.world import BACKEND, DEADLINE, EPOCH, MARGIN, SETTLE_INTERVAL, SETTLE_RUNS
+from tests.sim.world import DEADLINE, EPOCH, MARGIN, SETTLE_INTERVAL, SETTLE_RUNS
 
 
 class Settle:
@@ -15,16 +15,16 @@ class Settle:
         self.dice.enabled = False
         self.platform.quiesce()
         self.trace("settle: faults stop, the platform finishes its in-flight work")
-        if self.mode != self.final_mode:
-            self.set_mode(self.final_mode)
+        self.restore_backends()  # rows back to their configuration, every backend in the final mode
         quiet_at: datetime | None = None
         settled_at: datetime | None = None
-        runs_after = 0
+        runs_after = {b: 0 for b in self.backends}
         for _ in range(400):
             self.trace.step += 1
             self.platform.flush()
             self.clock.advance(SETTLE_INTERVAL)
-            self.cloud.tick(self.clock())
+            for cloud in self.clouds.values():
+                cloud.tick(self.clock())
             if quiet_at is None:
                 if self.platform.in_flight():
                     if self.rng_sched.random() < 0.35:  # the platform finishes at its own pace
@@ -33,22 +33,27 @@ class Settle:
                     quiet_at = self.clock()
                     settled_at = quiet_at + timedelta(seconds=max(DEADLINE, MARGIN + LISTING_LAG_MAX + 120))
                     self.trace("settle: the platform is quiet")
-            summary = self.lister() or {}
-            self.drain()
+            reasons = {}
+            for bid in sorted(self.backends):  # the scheduler runs each backend's lister
+                reasons[bid] = (self.lister(bid) or {}).get("reason")
+                self.drain()
             if self.checker.violations:
                 return "violation"
-            if settled_at is not None and self.clock() >= settled_at and summary.get("reason") not in ("not_due", "busy"):
-                runs_after += 1  # a run that listed, or that STEP 1 decided not to list
-                if runs_after >= SETTLE_RUNS:
-                    return self._liveness()
-            if summary.get("reason") == "not_due":
+            for bid, reason in reasons.items():
+                if settled_at is not None and self.clock() >= settled_at and reason not in ("not_due", "busy"):
+                    runs_after[bid] += 1  # a run that listed, or that STEP 1 decided not to list
+            if all(n >= SETTLE_RUNS for n in runs_after.values()):
+                return self._liveness()
+            if all(r == "not_due" for r in reasons.values()):
                 self._wait_until_due()
         self.checker.fail("L1", "the platform never became quiet")
         return "violation"
 
     def _wait_until_due(self) -> None:
         """The scheduler fires every interval; skip the ticks before the backend is due."""
-        due = self.admin.run("SELECT next_due_at FROM cleanup WHERE backend_id = :b", b=BACKEND)[0][0]
+        due = self.admin.run("SELECT min(next_due_at) FROM cleanup")[0][0]
+        if due is None:
+            return
         wait = int((due - self.clock()).total_seconds()) - SETTLE_INTERVAL
         if wait > 0:
             self.platform.flush(everything=True)
@@ -65,7 +70,7 @@ class Settle:
 
     def _explain(self, rid: str) -> str:
         """One orphan as the simulation and the product see it."""
-        r, m = self.cloud.resources[rid], self.cloud.meta.get(rid)
+        r, m = self.world.resources[rid], self.world.meta.get(rid)
         owner = self.platform.by_ref.get(r.tags.get("provider_ref", ""))
         who = (f"owner {owner.id} committed={owner.committed} tracked_attempt={owner.tracked}"
                f" provisioned_at=+{int((owner.provisioned_at - EPOCH).total_seconds()) if owner.provisioned_at else None}s"
@@ -73,37 +78,45 @@ class Settle:
         verdicts = self.admin.run(
             "SELECT g.verdict, g.reason, g.action, c.outcome FROM cycle_groups g JOIN cycles c ON c.id = g.cycle_id"
             " WHERE g.resources::text LIKE :p ORDER BY c.started_at DESC LIMIT 1", p=f'%"{rid}"%')
-        return (f"  {rid} {r.kind.value} {r.state.value} region={r.region} tags={r.tags}"
+        return (f"  {rid} {r.kind.value} account={self.world.of(rid).account} {r.state.value}"
+                f" region={r.region} tags={r.tags}"
                 f" created=+{int((r.created_at - EPOCH).total_seconds())}s attached_to={r.attached_to}"
-                f" origin={m.origin if m else None} attempt={m.attempt if m else None}; {who};"
+                f" origin={m.origin if m else None} attempt={m.attempt if m else None}; {who}"
+                f" backend={owner.backend if owner else None};"
                 f" last product verdict: {verdicts[0] if verdicts else 'never recorded'}")
 
     def _liveness(self) -> str:
         self.checker.checks["L1"] += 1
         known = frozenset(r[0] for r in self.admin.run("SELECT resource_id FROM orphan_resources"))
-        orphans = [rid for rid in self.cloud.resources if self.platform.is_orphan(rid, known=known)]
+        orphans = [rid for rid in self.world.resources if self.platform.is_orphan(rid, known=known)]
         if self.final_mode == "delete":
             if not orphans:
                 return "converged"
-            last = self.admin.run("SELECT blocked_reason FROM cycles WHERE outcome IS NOT NULL"
-                                  " ORDER BY fence DESC LIMIT 1")
-            if last and last[0][0]:
+            last = self.admin.run("SELECT DISTINCT ON (backend_id) blocked_reason FROM cycles"
+                                  " WHERE outcome IS NOT NULL ORDER BY backend_id, fence DESC")
+            if any(row[0] for row in last):
                 return "blocked"
             self.checker.fail("L1", f"{len(orphans)} orphan(s) still exist {SETTLE_RUNS} runs after settling:\n"
                                     + "\n".join(self._explain(rid) for rid in orphans[:5]))
             return "violation"
-        rows = self.admin.run("SELECT listed_at, id FROM cycles WHERE outcome = 'clean'"
-                              " ORDER BY listed_at DESC LIMIT 1")
-        if not rows:
-            if not orphans:
-                return "reported"
-            self.checker.fail("L1", "report mode: no cycle finished clean after the platform went quiet")
-            return "violation"
-        seen = {r["id"] for (res,) in self.admin.run(
-            "SELECT resources FROM cycle_groups WHERE cycle_id = :c AND verdict = 'orphan'", c=rows[0][1])
-            for r in (res if isinstance(res, list) else [])}
-        missing = [rid for rid in orphans if rid not in seen]
-        if missing:
-            self.checker.fail("L1", f"report mode: orphans not reported by the last clean cycle: {missing[:8]}")
-            return "violation"
+        # Report mode: each backend's last clean cycle reports the orphans in its account and regions.
+        for bid, spec in sorted(self.backends.items()):
+            mine = [rid for rid in orphans if self.world.of(rid).account == spec.account
+                    and self.world.resources[rid].region in spec.regions]
+            rows = self.admin.run("SELECT listed_at, id FROM cycles WHERE outcome = 'clean' AND backend_id = :b"
+                                  " ORDER BY listed_at DESC LIMIT 1", b=bid)
+            if not rows:
+                if mine:
+                    self.checker.fail("L1", f"report mode: no cycle of {bid} finished clean after the platform"
+                                            " went quiet")
+                    return "violation"
+                continue
+            seen = {r["id"] for (res,) in self.admin.run(
+                "SELECT resources FROM cycle_groups WHERE cycle_id = :c AND verdict = 'orphan'", c=rows[0][1])
+                for r in (res if isinstance(res, list) else [])}
+            missing = [rid for rid in mine if rid not in seen]
+            if missing:
+                self.checker.fail("L1", f"report mode: orphans not reported by the last clean cycle of {bid}:"
+                                        f" {missing[:8]}")
+                return "violation"
         return "reported"

@@ -16,18 +16,24 @@ from tests.sim.run import run_many, table
 STEPS = 50
 #: mutation -> seeds to try (stop at the first violation)
 BUDGET = {                       # first seed that catches it today
-    "orphan_without_record": 8,  # 0
-    "pending_is_orphan": 8,      # 0
-    "margin_zero": 8,            # 1
-    "no_reread": 15,             # 6
+    "orphan_without_record": 10, # 7
+    "pending_is_orphan": 8,      # 1
+    "margin_zero": 8,            # 0
+    "no_reread": 15,             # 3
     "protect_ignored": 8,        # 1
-    "no_gate": 10,               # 1
-    "global_gate": 15,           # 6
-    "no_region_trip": 10,        # 1
-    "no_fence": 10,              # 1
+    "no_gate": 10,               # 0
+    "global_gate": 15,           # 0
+    "no_region_trip": 10,        # 4
+    "no_fence": 10,              # 2
     "clean_always": 8,           # 0
     "no_blast_cap": 15,          # 5
-    "no_delete_activity": 20,    # 11
+    "no_delete_activity": 20,    # 7
+    "no_backend_activity": 40,   # 26
+    "ownership_by_backend_id": 8,  # 0
+    "no_identity_check": 20,     # 9
+    "trust_message_mode": 90,    # 70 (see README: forged report-mode batches are rare)
+    "off_overridable": 20,       # 10
+    "function_clock": 8,         # 1
 }
 
 

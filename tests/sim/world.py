@@ -24,6 +24,11 @@ SETTLE_INTERVAL = 30
 SETTLE_RUNS = 5
 MAX_BACKOFF = 1200
 BACKEND = "sim"
+#: The other backends a seed may have: one sharing the first one's AWS account
+#: (same SimCloud), a failover backend in another account (its own SimCloud),
+#: and the backend id a misconfigured platform writes that names no backend row.
+BACKEND_B, BACKEND_FO, UNKNOWN_BACKEND = "sim-b", "sim-fo", "aws"
+ACCOUNT, FAILOVER_ACCOUNT, STRANGER_ACCOUNT = "123456789012", "210987654321", "999999999999"
 
 #: Simulated time starts here (far from the wall clock, so a timestamp taken
 #: from the wrong clock stands out in a trace).
@@ -104,6 +109,15 @@ BASE_RATES: dict[str, float] = {
     "foreign_resource": 0.2,
     "mass_terminate": 0.0,          # set per seed (blast-radius seeds)
     "mode_flip": 0.0,               # set per seed
+    # several backends, forged messages, operators, credentials (issue #18)
+    "failover": 0.0,                # per platform action on a seed with a failover backend: an owner moves
+    "unknown_backend": 0.0,         # per provisioning, set per seed: the platform writes backend_id 'aws'
+    "message_forged": 0.25,         # per batch published: an altered copy is injected next to it (2/5 of
+                                    # those of delete-mode batches are dropped: report-mode ones matter more)
+    "request_forged": 0.3,          # per delete request published: an altered copy is injected next to it
+    "backend_edit": 0.0,            # per platform action, set per seed: an operator edits a backends row
+    "wrong_credentials": 0.0,       # per lister run, set per seed: the credentials reach another account
+    "mode_override": 0.05,          # per lister run: an operator's one-off mode in the event
 }
 
 INTENSITIES = (0.0, 0.5, 1.0, 1.0, 2.0)

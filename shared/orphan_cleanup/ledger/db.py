@@ -132,13 +132,3 @@ def _rollback(conn: pg8000.native.Connection) -> None:
         conn.run("ROLLBACK")
     except Exception:  # noqa: BLE001 - the connection may be gone; the original error matters
         pass
-
-
-def __getattr__(name: str) -> Any:
-    # Transitional: tests/sim/run.py (being edited elsewhere) still imports these
-    # two from here. Remove once it imports them from ``ledger.embedded``.
-    if name in ("ensure_database", "start_embedded"):
-        from orphan_cleanup.ledger import embedded
-
-        return getattr(embedded, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,250 @@
+"""Several backends and accounts, operators and forged messages (a mixin of
+``Simulation``; issue #18).
+
+Per seed (stream ``"<seed>:topology"``):
+
+- the backend ``sim`` in account ``ACCOUNT`` (its ``SimCloud`` is ``sim.cloud``);
+- sometimes ``sim-b``, a second backend of the same AWS account (same cloud,
+  its own regions, owners the platform writes with ``backend_id = 'sim-b'``,
+  its own cleanup cycles): each lists the other's VMs, which stay tracked;
+- sometimes ``sim-fo``, a failover backend in ``FAILOVER_ACCOUNT`` (a second
+  cloud): live owners move there (a new VM, ``backend_id``/``primary_id``
+  rewritten) and their old VM stays in the first account, an orphan
+  (``backend_mismatch``) of the first backend;
+- sometimes a platform that writes ``backend_id = 'aws'``, which names no
+  backend row (such owners are skipped, never orphans; the settle phase fixes
+  the rows);
+- an operator editing ``backends`` rows with plain SQL (regions added or
+  removed, mode flipped, ``off`` included, the margin setting raised);
+- credentials that reach another account for a while (``wrong_credentials``):
+  the identity check fails the cycle, nothing is listed or deleted;
+- the skew of the functions' own clock against the database (used only by the
+  ``function_clock`` mutation: the product reads the database clock);
+- forged queue messages (``message_forged``): an altered copy of a listing
+  batch (mode flipped, backend switched, listed_at moved) or of a delete
+  request (backend switched, a resource of another group added) injected next
+  to the real one, which still flows. The product must refuse the copy.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import ChainMap
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from orphan_cleanup.models import Backend, DeleteRequest, ListingBatch, ResourceState, is_valid_ref
+from tests.sim.cloud import SimCloud, _resource
+from tests.sim.owners import LIVE, PROTECT, TAG
+from tests.sim.world import (
+    ACCOUNT, BACKEND, BACKEND_B, BACKEND_FO, FAILOVER_ACCOUNT, MARGIN, STRANGER_ACCOUNT, stream,
+)
+
+if TYPE_CHECKING:
+    from tests.sim.engine import Simulation
+
+ALL_REGIONS = ("r1", "r2", "r3")
+
+
+@dataclass
+class BackendSpec:
+    id: str
+    account: str
+    regions: tuple[str, ...]  # the regions the platform creates in (the row's original regions)
+    mode: str
+    settings: dict[str, Any] = field(default_factory=dict)
+    row_regions: tuple[str, ...] = ()  # the row as the operator left it
+    row_settings: dict[str, Any] = field(default_factory=dict)
+
+
+class AllClouds:
+    """Read-only view of every cloud of the run (resource ids never collide)."""
+
+    def __init__(self, clouds: dict[str, SimCloud]) -> None:
+        self.clouds = clouds
+
+    @property
+    def resources(self) -> ChainMap:
+        return ChainMap(*(c.resources for c in self.clouds.values()))
+
+    @property
+    def meta(self) -> ChainMap:
+        return ChainMap(*(c.meta for c in self.clouds.values()))
+
+    def exists(self, rid: str) -> bool:
+        return any(c.exists(rid) for c in self.clouds.values())
+
+    def of(self, rid: str) -> SimCloud:
+        return next(c for c in self.clouds.values() if rid in c.resources)
+
+    def snapshot(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for c in self.clouds.values():
+            out.update(c.snapshot())
+        return out
+
+    def __iter__(self) -> Iterator[SimCloud]:
+        return iter(self.clouds.values())
+
+
+class Backends:
+    def setup_backends(self: Simulation, regions: tuple[str, ...]) -> None:
+        topo = stream(self.seed, "topology")
+        self.clouds = {ACCOUNT: self.cloud}
+        self.world = AllClouds(self.clouds)
+        self.backends: dict[str, BackendSpec] = {BACKEND: BackendSpec(BACKEND, ACCOUNT, regions, self.mode)}
+        roll = topo.random()
+        shared, failover = roll < 0.3 or roll > 0.85, 0.55 < roll
+        if shared:
+            regs = tuple(sorted(topo.sample(ALL_REGIONS, topo.randint(1, 3))))
+            self.backends[BACKEND_B] = BackendSpec(BACKEND_B, ACCOUNT, regs, self.mode)
+        if failover:
+            self.clouds[FAILOVER_ACCOUNT] = SimCloud(FAILOVER_ACCOUNT, id_base=0x40000000)
+            regs = tuple(sorted(topo.sample(ALL_REGIONS, topo.randint(1, 2))))
+            self.backends[BACKEND_FO] = BackendSpec(BACKEND_FO, FAILOVER_ACCOUNT, regs, self.mode)
+            self.rates["failover"] = topo.choice((0.05, 0.1, 0.2))
+        if topo.random() < 0.2:
+            self.rates["unknown_backend"] = topo.choice((0.1, 0.3))
+        if topo.random() < 0.4:
+            self.rates["backend_edit"] = topo.choice((0.05, 0.1))
+        if topo.random() < 0.15:  # a backend switched off from the start (the settle phase turns it on)
+            off = topo.choice(sorted(self.backends))
+            self.backends[off].mode = "off"
+            if off == BACKEND:
+                self.mode = "off"
+            self.rates["mode_override"] = max(self.rates.get("mode_override", 0.0), 0.1)
+        if topo.random() < 0.2:
+            self.rates["wrong_credentials"] = topo.choice((0.05, 0.15))
+        # The account wrong credentials reach: the other cloud of the run, or a stranger's.
+        self.clouds.setdefault(STRANGER_ACCOUNT, SimCloud(STRANGER_ACCOUNT, id_base=0x80000000))
+        self.wrong_until: dict[str, int] = {}
+        # The functions' clock against the database's (the function_clock mutation's world):
+        # sometimes well past the margin, either way.
+        self.skew = topo.choice((0, 5, -5, 30, -90, MARGIN + 60, MARGIN * 3, -(MARGIN * 3)))
+        for b in self.backends.values():
+            b.row_regions, b.row_settings = b.regions, dict(b.settings)
+            self.admin.run("INSERT INTO backends (id, provider, account, regions, settings, mode)"
+                           " VALUES (:i, 'aws', :a, CAST(:r AS text[]), '{}', :m)",
+                           i=b.id, a=b.account, r=list(b.regions), m=b.mode)
+        self.checker.set_off({b.id for b in self.backends.values() if b.mode == "off"})
+
+    @property
+    def home_backends(self: Simulation) -> list[str]:
+        """The backends the platform provisions new owners into (the first account's)."""
+        return [b for b in (BACKEND, BACKEND_B) if b in self.backends]
+
+    def cloud_for(self: Simulation, backend: Backend) -> SimCloud:
+        """The cloud a backend's credentials reach: its configured account's, unless
+        the credentials are wrong for now (another account)."""
+        right = self.clouds[backend.account]
+        if self.wrong_until.get(backend.id, 0) > self.trace.step and self.dice.enabled:
+            return next(c for a, c in sorted(self.clouds.items()) if a != backend.account)
+        return right
+
+    def credentials_spell(self: Simulation, bid: str) -> None:
+        if self.wrong_until.get(bid, 0) <= self.trace.step and self.dice.roll("wrong_credentials"):
+            self.wrong_until[bid] = self.trace.step + self.rng_sched.randint(2, 12)
+            self.trace(f"operator: {bid}'s credentials reach another account until step {self.wrong_until[bid]}")
+
+    # ---- the operator: plain SQL on backends rows ------------------------------------
+
+    def edit_backend_row(self: Simulation, bid: str, label: str, assignment: str, **params: Any) -> None:
+        self.admin.run(f"UPDATE backends SET {assignment} WHERE id = :b", b=bid, **params)
+        self.platform.commit_times.append((self.clock(), frozenset({bid})))
+        if "m" in params:
+            self.backends[bid].mode = params["m"]
+            self.checker.mode_set(bid, params["m"])
+        self.trace(f"operator: backend {bid} {label}")
+
+    def operator_edit(self: Simulation) -> None:
+        """An operator edits a backend row mid-run (regions, mode incl. off, margin)."""
+        self.dice.counts["backend_edit"] += 1
+        rng = self.rng_platform
+        b = self.backends[rng.choice(sorted(self.backends))]
+        kind = rng.choice(("regions", "mode", "mode", "margin"))
+        if kind == "regions":
+            missing = [r for r in ALL_REGIONS if r not in b.row_regions]
+            if missing and (len(b.row_regions) == 1 or rng.random() < 0.5):
+                regs = tuple(sorted((*b.row_regions, rng.choice(missing))))
+            elif len(b.row_regions) > 1:
+                regs = tuple(r for r in b.row_regions if r != rng.choice(b.row_regions))
+            else:
+                return
+            b.row_regions = regs
+            self.edit_backend_row(b.id, f"regions -> {list(regs)}", "regions = CAST(:r AS text[])", r=list(regs))
+        elif kind == "mode":
+            mode = rng.choice([m for m in ("delete", "report", "off") if m != b.mode])
+            self.set_mode(mode, b.id)
+        else:  # only ever raised: the checker's C1 uses the run's margin as the lower bound
+            b.row_settings = {**b.row_settings, "margin_seconds": rng.choice((MARGIN, MARGIN + 60, MARGIN * 2))}
+            self.edit_backend_row(b.id, f"settings -> {b.row_settings}", "settings = CAST(:s AS jsonb)",
+                                  s=json.dumps(b.row_settings))
+
+    def restore_backends(self: Simulation) -> None:
+        """The settle phase: every row back to its configuration, in the seed's final mode."""
+        self.wrong_until.clear()
+        for b in self.backends.values():
+            if b.row_regions != b.regions:
+                b.row_regions = b.regions
+                self.edit_backend_row(b.id, f"regions restored {list(b.regions)}", "regions = CAST(:r AS text[])",
+                                      r=list(b.regions))
+            if b.row_settings != b.settings:
+                b.row_settings = dict(b.settings)
+                self.edit_backend_row(b.id, "settings restored", "settings = CAST(:s AS jsonb)",
+                                      s=json.dumps(b.settings))
+            if b.mode != self.final_mode:
+                self.set_mode(self.final_mode, b.id)
+
+    # ---- forged messages --------------------------------------------------------------
+
+    def _other_backend(self: Simulation, bid: str) -> str | None:
+        same = [b for b, s in self.backends.items() if b != bid and s.account == self.backends[bid].account]
+        other = same or [b for b in self.backends if b != bid]
+        return self.rng_cloud.choice(sorted(other)) if other else None
+
+    def forge_batch(self: Simulation, body: str) -> str | None:
+        batch = ListingBatch.model_validate_json(body)
+        rng = self.rng_cloud
+        if batch.mode != "report" and rng.random() < 0.4:
+            return None
+        kind = "mode" if batch.mode == "report" and rng.random() < 0.7 else rng.choice(("mode", "listed_at", "backend"))
+        if kind == "backend" and (other := self._other_backend(batch.backend)) is not None:
+            forged = batch.model_copy(update={"backend": other})
+        elif kind == "listed_at" or kind == "backend":
+            shift = rng.choice((-1, 1)) * rng.randint(60, 900)
+            forged = batch.model_copy(update={"listed_at": batch.listed_at + timedelta(seconds=shift)})
+        else:
+            forged = batch.model_copy(update={"mode": "report" if batch.mode == "delete" else "delete"})
+        self.dice.counts[f"message_forged:batch_{kind}"] += 1
+        self.trace(f"queue: forged copy of batch {batch.seq} of {batch.cycle_id[:8]} ({kind})")
+        return forged.model_dump_json()
+
+    def forge_request(self: Simulation, body: str) -> str | None:
+        req = DeleteRequest.model_validate_json(body)
+        rng = self.rng_cloud
+        other = self._other_backend(req.backend)
+        if other is not None and rng.random() < 0.25:
+            self.dice.counts["request_forged:backend"] += 1
+            self.trace(f"queue: forged copy of delete {req.group.key} (backend -> {other})")
+            return req.model_copy(update={"backend": other}).model_dump_json()
+        extra = self._extra_resource(req)
+        if extra is None:
+            return None
+        group = req.group.model_copy(update={"resources": (*req.group.resources, extra)})
+        self.dice.counts["request_forged:resources"] += 1
+        self.trace(f"queue: forged copy of delete {req.group.key} (+ {extra.id})")
+        return req.model_copy(update={"group": group}).model_dump_json()
+
+    def _extra_resource(self: Simulation, req: DeleteRequest) -> Any:
+        """A resource of another group of the same ref, else the VM of a live owner."""
+        ids = set(req.group.resource_ids())
+        cloud = self.clouds[self.backends[req.backend].account] if req.backend in self.backends else self.cloud
+        alive = [r for r in cloud.resources.values() if r.state is not ResourceState.TERMINATED and r.id not in ids]
+        primaries = {o.vm_of(o.tracked) for o in self.platform.owners if o.committed in LIVE}
+        same = [r for r in alive if r.tags.get(TAG) == req.group.provider_ref]
+        # The most harmful first: the live owner's own VM, a protected resource, then any.
+        pool = ([r for r in same if r.id in primaries] or [r for r in same if PROTECT in r.tags] or same
+                or [r for r in alive if is_valid_ref(r.tags.get(TAG)) and r.id in primaries])
+        return _resource(self.rng_cloud.choice(sorted(pool, key=lambda r: r.id))) if pool else None
