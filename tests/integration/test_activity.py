@@ -17,14 +17,17 @@ from orphan_cleanup.models import OwnerStatus
 from tests.support.ledger_helpers import T0, add_backend, add_instance, add_ref, db_now
 
 
+OTHER_ACCOUNT = "111111111111"  # A's; B has add_backend's default account
+
+
 @pytest.fixture
 def L(module_db):
-    """Backends A and B; an instance on each; a pending owner with no backend yet;
-    a ref issued for an instance row not written yet. Then T, the moment after."""
+    """Backends A and B on two accounts; an instance on each; a pending owner with no
+    backend yet; a ref issued for an instance row not written yet. Then T, the moment after."""
     db, n = module_db, uuid.uuid4().hex[:8]
     ids = dict(a=f"A-{n}", b=f"B-{n}", on_a=f"on-a-{n}", on_b=f"on-b-{n}", pending=f"pending-{n}",
                late=f"late-{n}", cycle=f"cycle-{n}")
-    add_backend(db, ids["a"])
+    add_backend(db, ids["a"], account=OTHER_ACCOUNT)
     add_backend(db, ids["b"])
     add_instance(db, instance_id=ids["on_a"], backend_id=ids["a"], primary_id="i-a", region="us-east-1",
                  created_at=T0, provisioned_at=T0)
@@ -139,7 +142,7 @@ def product_writes(L):
 
 NOT_ACTIVITY = {
     "nothing": lambda L: None,
-    "a new backend": lambda L: add_backend(L["db"], f"C-{L['b']}"),
+    "a new backend in a third account": lambda L: add_backend(L["db"], f"C-{L['b']}", account="222222222222"),
     "the product's own tables": product_writes,
 }
 
@@ -170,3 +173,20 @@ def test_an_edit_of_a_backend_row_is_activity_for_that_backend_only(L, statement
 def test_an_update_that_changes_nothing_is_not_activity(L):
     sql(L, "UPDATE backends SET mode = mode WHERE id = :b", b=L["b"])
     assert not active(L["db"], L["b"], L["t"])
+
+
+def test_activity_of_another_backend_of_the_same_account_counts(L):
+    # a VM of backend C's owner is listed by B too (one account): its changes are B's activity
+    add_backend(L["db"], f"C-{L['b']}")  # same provider and account as B (add_backend's defaults)
+    t = db_now(L["db"])
+    sql(L, "INSERT INTO instances (id, provider_ref, status, backend_id) VALUES (:i, :r, 'idle', :c)",
+        i=L["late"], r=L["spare_ref"], c=f"C-{L['b']}")  # the ref was issued earlier: only C's row changes
+    assert active(L["db"], L["b"], t)
+    assert not active(L["db"], L["a"], t)
+
+
+def test_activity_of_an_owner_naming_no_backend_counts_for_every_backend(L):
+    t = db_now(L["db"])
+    sql(L, "INSERT INTO instances (id, provider_ref, status, backend_id) VALUES (:i, :r, 'idle', 'aws')",
+        i=L["late"], r=L["spare_ref"])  # no backend row is called 'aws'
+    assert active(L["db"], L["a"], t) and active(L["db"], L["b"], t)
