@@ -1,6 +1,7 @@
 """Classifier Lambda: SQS batches of ListingBatch messages, partial batch failures."""
 
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
+from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from orphan_cleanup.entrypoints import aws
@@ -11,6 +12,6 @@ processor = BatchProcessor(event_type=EventType.SQS, model=aws.ListingBatchRecor
 
 @logger.inject_lambda_context(clear_state=True)
 @metrics.log_metrics
-def handler(event: dict, context: LambdaContext) -> dict:
+def handler(event: dict, context: LambdaContext) -> PartialItemFailureResponse:
     return process_partial_response(event=event, record_handler=aws.classify_record,
                                     processor=processor, context=context)
