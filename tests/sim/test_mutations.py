@@ -28,7 +28,7 @@ BUDGET = {                       # first seed that catches it today
     "clean_always": 8,           # 0
     "no_blast_cap": 15,          # 5
     "no_delete_activity": 20,    # 7
-    "no_backend_activity": 40,   # 26
+    "no_backend_activity": 80,   # 62 (see README: it needs a quiet spell after an edit)
     "ownership_by_backend_id": 8,  # 0
     "no_identity_check": 20,     # 9
     "trust_message_mode": 90,    # 70 (see README: forged report-mode batches are rare)
