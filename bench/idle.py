@@ -112,7 +112,7 @@ RETURNING c.backend_id
 
 
 def _one_statement(counting: CountingDatabase, pipeline: Pipeline) -> dict[str, Any]:
-    due = datetime.now(timezone.utc) + timedelta(seconds=pipeline.settings.interval_seconds + 60)
+    due = _clock(pipeline) + timedelta(seconds=pipeline.settings.interval_seconds + 60)
     pipeline.clock = lambda: due
     counting.counter.reset()
     start = time.perf_counter()
@@ -122,6 +122,11 @@ def _one_statement(counting: CountingDatabase, pipeline: Pipeline) -> dict[str, 
     elapsed = time.perf_counter() - start
     return {"idle": bool(rows), "ms": elapsed * 1000, "statements": counting.counter.statements,
             "connections": counting.counter.connections, "connect": counting.counter.connect_seconds * 1000}
+
+
+def _clock(pipeline: Pipeline) -> datetime:
+    """The time the pipeline runs at: its injected clock once a run moved it on."""
+    return pipeline.clock() if pipeline.clock is not None else datetime.now(timezone.utc)
 
 
 def _backdate(db: Any) -> None:
@@ -142,7 +147,7 @@ def _floor(db: Any, clean_at: datetime) -> float:
 
 def _scheduled(pipeline: Pipeline, counting: CountingDatabase, cloud: Any, builds: Counter) -> dict[str, Any]:
     # The schedule fires when the backend is due: move the pipeline's clock one interval on.
-    due = datetime.now(timezone.utc) + timedelta(seconds=pipeline.settings.interval_seconds + 60)
+    due = _clock(pipeline) + timedelta(seconds=pipeline.settings.interval_seconds + 60)
     pipeline.clock = lambda: due
     counting.counter.reset()
     calls_before, builds_before = sum(cloud.calls.values()), builds["provider"]
