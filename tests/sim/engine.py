@@ -26,6 +26,7 @@ import pg8000.native
 
 from orphan_cleanup.models import DeleteRequest
 from orphan_cleanup.pipeline import Pipeline
+from orphan_cleanup.results import ListerResult
 from orphan_cleanup.reporting import Reporter
 from orphan_cleanup.settings import Settings
 from tests.sim import db as simdb
@@ -229,32 +230,32 @@ class Simulation(Functions, Settle):
         finally:
             self.checker.after_step(before)
 
-    def lister(self, *, nested: bool = False) -> dict[str, Any] | None:
-        out: dict[str, Any] = {}
+    def lister(self, *, nested: bool = False) -> ListerResult | None:
+        out: list[ListerResult | None] = [None]
 
         def work() -> None:
-            out.update(self._run_lister() or {})
+            out[0] = self._run_lister()
 
         if nested:
-            out.update(self._run_lister() or {})
+            work()
         else:
             self._checked(work)
-        return out
+        return out[0]
 
-    def _run_lister(self) -> dict[str, Any] | None:
+    def _run_lister(self) -> ListerResult | None:
         manual = self.rng_sched.random() < 0.1 and self.dice.enabled
         self.listing_record = record = ListingRecord()
         self.checker.pending_listings.append(record)
         summary = None
         try:
             summary = self.pipeline.run_lister(BACKEND, manual=manual)
-            self.trace(f"lister{' (manual)' if manual else ''}: {summary.get('reason')}"
-                       f" cycle={str(summary.get('cycle_id'))[:8]} batches={summary.get('batches')}")
+            self.trace(f"lister{' (manual)' if manual else ''}: {summary.reason}"
+                       f" cycle={str(summary.cycle_id)[:8]} batches={summary.batches}")
         except Exception as exc:  # noqa: BLE001 - the function crashed; the scheduler tries again later
             self._crash("lister", exc)
-        if summary is not None and summary.get("cycle_id"):
-            self.checker.listings[summary["cycle_id"]] = record
-        if summary is not None and summary.get("reason") == "no_activity":
+        if summary is not None and summary.cycle_id:
+            self.checker.listings[summary.cycle_id] = record
+        if summary is not None and summary.reason == "no_activity":
             self.checker.no_activity_skip()
         return summary
 

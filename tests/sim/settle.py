@@ -33,15 +33,16 @@ class Settle:
                     quiet_at = self.clock()
                     settled_at = quiet_at + timedelta(seconds=max(DEADLINE, MARGIN + LISTING_LAG_MAX + 120))
                     self.trace("settle: the platform is quiet")
-            summary = self.lister() or {}
+            summary = self.lister()
+            reason = summary.reason if summary is not None else None
             self.drain()
             if self.checker.violations:
                 return "violation"
-            if settled_at is not None and self.clock() >= settled_at and summary.get("reason") not in ("not_due", "busy"):
+            if settled_at is not None and self.clock() >= settled_at and reason not in ("not_due", "busy"):
                 runs_after += 1  # a run that listed, or that STEP 1 decided not to list
                 if runs_after >= SETTLE_RUNS:
                     return self._liveness()
-            if summary.get("reason") == "not_due":
+            if reason == "not_due":
                 self._wait_until_due()
         self.checker.fail("L1", "the platform never became quiet")
         return "violation"
