@@ -1,6 +1,6 @@
 """Cycle bookkeeping as the pipeline drives it: each function opens one of the
 store's units of work, reads its facts, asks ``classify`` for the decision
-(STEP 1, due selection, the blast-radius cap, the delete record, STEP 7) and
+(STEP 1, due selection, the blast-radius cap, STEP 7; ``delete_rules`` for deletions) and
 hands it back to the same unit, inside the same fenced transaction.
 
 ``now=None`` everywhere means the database clock, read by the store (DESIGN §5
@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from orphan_cleanup import classify
+from orphan_cleanup import classify, delete_rules
 from orphan_cleanup.classify import Limits
 from orphan_cleanup.errors import BlastRadiusExceeded, LeaseLost
 from orphan_cleanup.ledger.records import Cycle, CycleRef, DeleteRequestRow
@@ -169,8 +169,8 @@ def delete_allowed(store: LedgerStore, cycle_id: str, requested: ResourceGroup) 
     The resources to delete come from the cycle's row, never from the message."""
     with store.cycle(cycle_id) as cyc:
         row = cyc.delete_request(requested.key) if cyc.state.mode == "delete" else DeleteRequestRow(None, None)
-        why = classify.delete_refusal(mode=cyc.state.mode, request_state=row.state, recorded=row.group,
-                                      requested=requested, tripped_regions=cyc.state.tripped_regions)
+        why = delete_rules.delete_refusal(mode=cyc.state.mode, request_state=row.state, recorded=row.group,
+                                          requested=requested, tripped_regions=cyc.state.tripped_regions)
     keeps_group = why in (None, DeleteOutcome.ALREADY_DONE, DeleteOutcome.REGION_TRIPPED)
     return DeleteDecision(why, row.group if keeps_group else None)
 
@@ -180,8 +180,8 @@ def record_delete(store: LedgerStore, cycle_id: str, group: ResourceGroup, limit
                   skipped_reason: str | None = None, now: datetime | None = None) -> Outcome | None:
     """Record one deletion's end (fenced, once per (cycle, group)); finishes the
     cycle when it was the last open piece. Returns the outcome if it finished."""
-    rec = classify.delete_record(group, result=result, error=error, trip_region=trip_region,
-                                 skipped_reason=skipped_reason)
+    rec = delete_rules.delete_record(group, result=result, error=error, trip_region=trip_region,
+                                     skipped_reason=skipped_reason)
     with store.cycle(cycle_id, now) as cyc:
         if cyc.record_delete(group, rec) and cyc.state.complete:
             return finish(cyc, limits)

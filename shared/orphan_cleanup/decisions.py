@@ -8,14 +8,14 @@ Plain frozen data, no I/O: ``classify`` and ``pipeline`` build these, the store
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from orphan_cleanup.models import Action, DeleteResult, RegionFailure, ResourceGroup, VerdictKind
 
 
-@dataclass(frozen=True, slots=True)
-class GroupRow:
-    """One ``cycle_groups`` row: a listed group, its verdict and the action decided."""
+class GroupRow(NamedTuple):
+    """One ``cycle_groups`` row: a listed group, its verdict and the action decided.
+    (Row types are named tuples: immutable, and built per group on the classifier's hot path.)"""
 
     group: ResourceGroup
     verdict: VerdictKind
@@ -34,8 +34,7 @@ class GroupRow:
                 "owner_id": self.owner_id, "owner_name": self.owner_name}
 
 
-@dataclass(frozen=True, slots=True)
-class OrphanRow:
+class OrphanRow(NamedTuple):
     """An ``orphans`` upsert: an orphan (``open``) or protected group seen by this cycle."""
 
     row: GroupRow
@@ -43,8 +42,7 @@ class OrphanRow:
     reported: bool
 
 
-@dataclass(frozen=True, slots=True)
-class ReportEvent:
+class ReportEvent(NamedTuple):
     """An ``events`` row for a reported group (``<verdict>_reported``)."""
 
     row: GroupRow
@@ -74,7 +72,7 @@ class BatchApplication:
 
 @dataclass(frozen=True, slots=True)
 class DeleteRecord:
-    """How one deletion's end is recorded (``classify.delete_record`` decides it)."""
+    """How one deletion's end is recorded (``delete_rules.delete_record`` decides it)."""
 
     action: Action  # cycle_groups.action
     request_state: str  # delete_requests.state: done | deleting | skipped | failed

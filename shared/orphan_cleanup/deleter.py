@@ -10,7 +10,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from orphan_cleanup import bookkeeping, classify
+from orphan_cleanup import bookkeeping, classify, delete_rules
 from orphan_cleanup.classify import Limits
 from orphan_cleanup.errors import (
     DependencyNotReady, IdentityMismatch, LeaseLost, MessageRefused, OrphanCleanupError, ProviderError,
@@ -103,7 +103,7 @@ class Deleter:
         # One holder per delivery: a redelivered request (an SQS duplicate, or a visibility
         # timeout while this call is still running) must wait for the gate, not share it.
         holder = holder or f"{cycle.id}:{group.key}:{uuid.uuid4().hex[:12]}"
-        if not self.store.acquire_gate(backend.scope, group.provider_ref, holder, classify.gate_ttl(limits)):
+        if not self.store.acquire_gate(backend.scope, group.provider_ref, holder, delete_rules.gate_ttl(limits)):
             raise GateBusy(f"delete gate of {group.provider_ref} is held")
         try:
             changed = self._owner_changed(cycle, group, backend, limits)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 from unittest import mock
 
-from orphan_cleanup import classify, pipeline
+from orphan_cleanup import classify, delete_rules, pipeline
 from orphan_cleanup.ledger.store import LedgerStore
 from orphan_cleanup.ledger.unit import LockedCycle
 from orphan_cleanup.models import DeleteOutcome, Outcome, ResourceState, Verdict, VerdictKind
@@ -132,13 +132,13 @@ def _global_gate(env: SimEnv, stack: ExitStack) -> None:
 # ---- rule 5: skip the rest of a region after a timeout ---------------------------------------
 
 def _no_region_trip(env: SimEnv, stack: ExitStack) -> None:
-    real = classify.delete_refusal
+    real = delete_rules.delete_refusal
 
     def mutated(**kw):  # type: ignore[no-untyped-def]
         why = real(**kw)
         return None if why is DeleteOutcome.REGION_TRIPPED else why
 
-    _patch(stack, classify, "delete_refusal", mutated)
+    _patch(stack, delete_rules, "delete_refusal", mutated)
 
 
 # ---- rule 6: fencing -----------------------------------------------------------------------------

@@ -69,7 +69,8 @@ def cycle_report(conn: pg8000.native.Connection, cycle_id: str) -> CycleReport:
         blocked_reason=blocked_reason, error=error)
 
 
-def backdate_owner(conn: pg8000.native.Connection, owner_id: str, seconds: int, *, provisioned_only: bool = False) -> None:
+def backdate_owner(conn: pg8000.native.Connection, owner_id: str, seconds: int, *,
+                   provisioned_only: bool = False) -> None:
     """Move an owner's recorded events ``seconds`` into the past: how the demo
     stages a history that happened more than the margin before its listing."""
     shift = "CAST(:d AS interval)"

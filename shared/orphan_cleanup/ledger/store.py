@@ -37,7 +37,7 @@ from typing import Any
 
 import pg8000.native
 
-from orphan_cleanup.decisions import BatchApplication, GroupRow
+from orphan_cleanup.decisions import BatchApplication
 from orphan_cleanup.ledger import queries, reports
 from orphan_cleanup.ledger.db import Database
 from orphan_cleanup.ledger.records import ApplyResult, CycleContext, CycleReport, IdleSnapshot, StatusRow
@@ -47,18 +47,14 @@ from orphan_cleanup.models import Backend, LedgerRecord, ResourceGroup
 
 def apply_payload(app: BatchApplication) -> dict[str, Any]:
     """The JSON document ``oc_apply_batch`` reads (see migrations/0003_apply.sql)."""
-    dumped: dict[int, dict[str, Any]] = {}
-
-    def row(r: GroupRow) -> dict[str, Any]:
-        d = dumped.get(id(r))
-        if d is None:
-            d = dumped[id(r)] = r.as_dict()
-        return d
-
+    rows = [r.as_dict() for r in app.rows]
+    # Every orphan row is also a cycle_groups row: dump each once.
+    by_id = dict(zip(map(id, app.rows), rows))
     return {"cycle_id": app.cycle_id, "seq": app.seq, "last": app.last, "batch_count": app.batch_count,
             "failures": [f.model_dump() for f in app.failures], "groups": app.groups, "skipped": app.skipped,
-            "rows": [row(r) for r in app.rows],
-            "orphans": [{**row(o.row), "state": o.state, "reported": 1 if o.reported else 0} for o in app.orphans],
+            "rows": rows,
+            "orphans": [{**(by_id.get(id(o.row)) or o.row.as_dict()), "state": o.state,
+                         "reported": 1 if o.reported else 0} for o in app.orphans],
             "orphan_resources": [{"provider_ref": ref, "resource_id": rid} for ref, rid in app.orphan_resources],
             "events": [{"kind": f"{e.row.verdict.value}_reported", "provider_ref": e.row.group.provider_ref,
                         "message": e.message, "owner_type": e.row.owner_type, "owner_id": e.row.owner_id,
