@@ -14,6 +14,7 @@ from orphan_cleanup.cli import EXIT_FAILED, EXIT_OK, validate_backend
 from orphan_cleanup.errors import ConfigError
 from orphan_cleanup.ledger.db import Database
 from orphan_cleanup.ledger.store import LedgerStore
+from orphan_cleanup.models import BackendSettings
 from orphan_cleanup.output import human_time, print_table, verdict_style
 from orphan_cleanup.settings import Settings
 
@@ -50,7 +51,7 @@ def dispatch(args: argparse.Namespace) -> int:
 def backend_add(db: Database, args: argparse.Namespace) -> int:
     regions, settings = validate_backend(args)
     LedgerStore(db).add_backend(backend_id=args.id, provider=args.provider, account=args.account,
-                                regions=regions, settings=settings, mode=args.mode)
+                                regions=regions, settings=BackendSettings.model_validate(settings), mode=args.mode)
     print(f"added backend {args.id} ({args.provider} {args.account}, regions {', '.join(regions)})")
     return EXIT_OK
 

@@ -17,7 +17,7 @@ from orphan_cleanup.demo.world import REGION, DemoWorld, demo_world
 from orphan_cleanup.ledger.db import Database
 from orphan_cleanup.ledger.records import CycleReport
 from orphan_cleanup.ledger.store import LedgerStore
-from orphan_cleanup.models import Mode
+from orphan_cleanup.models import BackendSettings, Mode
 from orphan_cleanup.output import print_table, verdict_style
 from orphan_cleanup.settings import Settings
 
@@ -108,7 +108,7 @@ def _register_backend(world: DemoWorld) -> None:
     say(f"orphan-cleanup backend add {BACKEND} --provider aws --account {ACCOUNT} --regions {REGION}"
         f" --settings '{backend_settings}'")
     LedgerStore(world.db).add_backend(backend_id=BACKEND, provider="aws", account=ACCOUNT, regions=[REGION],
-                                      settings={"margin_seconds": MARGIN_SECONDS})
+                                      settings=BackendSettings(margin_seconds=MARGIN_SECONDS))
 
 
 def _provision(platform: DemoPlatform) -> list[Scenario]:

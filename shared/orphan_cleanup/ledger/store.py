@@ -42,7 +42,7 @@ from orphan_cleanup.ledger import queries, reports
 from orphan_cleanup.ledger.db import Database
 from orphan_cleanup.ledger.records import ApplyResult, CycleContext, CycleReport, IdleSnapshot, StatusRow
 from orphan_cleanup.ledger.unit import LeaseUnit, LockedCycle
-from orphan_cleanup.models import Backend, LedgerRecord, ResourceGroup
+from orphan_cleanup.models import Backend, BackendSettings, LedgerRecord, ResourceGroup
 
 
 def apply_payload(app: BatchApplication) -> dict[str, Any]:
@@ -183,10 +183,12 @@ class LedgerStore:
             return queries.list_backends(conn)
 
     def add_backend(self, *, backend_id: str, provider: str, account: str, regions: Sequence[str],
-                    settings: dict[str, Any], mode: str | None = None) -> None:
+                    settings: BackendSettings, mode: str | None = None) -> None:
+        """Insert a backend (``ConfigError`` if its id exists); ``settings`` are stored as given (unset keys left out)."""
         with self.db.connection() as conn:
             reports.add_backend(conn, backend_id=backend_id, provider=provider, account=account,
-                                regions=regions, settings=settings, mode=mode)
+                                regions=regions, settings=settings.model_dump(mode="json", exclude_unset=True),
+                                mode=mode)
 
     def status(self) -> list[StatusRow]:
         with self.db.connection() as conn:
