@@ -33,7 +33,9 @@ from typing import Any
 from bench import ledger_data as data
 from bench import floors, legacy
 from bench.common import CountingDatabase, PgServer, StatementCounter, Table, median
-from orphan_cleanup.ledger import cycles, queries
+from orphan_cleanup import bookkeeping
+from orphan_cleanup.ledger import queries
+from orphan_cleanup.ledger.store import LedgerStore
 from orphan_cleanup.ledger.db import Database
 from orphan_cleanup.models import ListingBatch
 from orphan_cleanup.pipeline import Pipeline, limits_for
@@ -162,10 +164,10 @@ class Bench:
         with self.db.connection() as conn:
             backend = queries.get_backend(conn, data.BACKEND)
         limits = limits_for(self.settings, backend)
-        started = cycles.start_cycle(self.db, data.BACKEND, "report", limits, manual=False)
+        started = bookkeeping.start_cycle(LedgerStore(self.db), data.BACKEND, "report", limits, manual=False)
         assert started.cycle is not None, started.reason
         listed_at = datetime.now(timezone.utc)
-        cycles.set_listed_at(self.db, started.cycle.id, listed_at)
+        bookkeeping.set_listed_at(LedgerStore(self.db), started.cycle.id, listed_at)
         return started.cycle.id, listed_at
 
     def batch(self, cycle_id: str, listed_at: datetime, n_refs: int, size: int) -> tuple[ListingBatch, float]:
@@ -187,13 +189,13 @@ class Bench:
         else:
             result = self.pipeline.handle_batch(batch)
         total = time.perf_counter() - start
-        assert result["status"] == "applied", result
+        assert result.status == "applied", result
         t = dict(self.probe.times)
         sql = sum(t.values())
         return {"total": total, "statements": self.probe.counter.statements,
                 "connections": self.probe.counter.connections, "connect": t.get("connect", 0.0),
                 "backend": t.get("backend", 0.0), "join": t.get("join", 0.0), "apply": t.get("apply", 0.0),
-                "python": total - sql, "verdicts": result["verdicts"]}
+                "python": total - sql, "verdicts": result.verdicts}
 
     def timed_floor(self, fn: Any, groups: list) -> float:
         gc.collect()

@@ -164,8 +164,8 @@ def _scheduled(pipeline: Pipeline, counting: CountingDatabase, cloud: Any, build
 def _row(table: Table, name: str, runs: list[dict[str, Any]], floor: float) -> None:
     last = runs[-1]
     ms = median([r["ms"] for r in runs])
-    table.add(**{"run": name, "listed?": "yes" if last["summary"].get("started") else "no",
-                 "reason": last["summary"].get("reason"), "statements": last["statements"],
+    table.add(**{"run": name, "listed?": "yes" if last["summary"].started else "no",
+                 "reason": last["summary"].reason, "statements": last["statements"],
                  "connections": last["connections"], "transactions": last["transactions"],
                  "provider builds": last["builds"], "provider calls": last["calls"], "ms": ms,
                  "connect ms": median([r["connect"] for r in runs]),

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 import pg8000.native
 
 from orphan_cleanup import classify
+from orphan_cleanup.decisions import BatchApplication
 from orphan_cleanup.models import Action, LedgerRecord, ListingBatch, ResourceGroup, VerdictKind
 
 JOIN_SQL = """
@@ -99,14 +101,38 @@ def build_payload(batch: ListingBatch, records: dict, ctx: classify.ClassifyCont
     return payload, to_report, errors, counts
 
 
+@dataclass(frozen=True)
+class LegacyApplication(BatchApplication):
+    """The v0 payload, already shaped as ``oc_apply_batch`` reads it. (Its rows are
+    not re-typed: the "before" run reports nothing, with a quiet reporter anyway.)"""
+
+    payload: dict[str, Any] = field(default_factory=dict)
+
+
+def _build_legacy(batch: ListingBatch, records: dict, ctx: classify.ClassifyContext,
+                  **cycle: Any) -> LegacyApplication:
+    payload, _to_report, _errors, counts = build_payload(batch, records, ctx, **cycle)
+    return LegacyApplication(cycle_id=batch.cycle_id, seq=batch.seq, last=batch.last, batch_count=batch.batch_count,
+                             failures=batch.failures, groups=len(batch.groups), skipped=payload["skipped"],
+                             counts=counts, payload=payload)
+
+
 @contextmanager
 def installed() -> Iterator[None]:
     """Run ``Pipeline.handle_batch`` with the functions above (the "before")."""
+    import orphan_cleanup.ledger.queries as queries
+    import orphan_cleanup.ledger.store as store
     import orphan_cleanup.pipeline as pipeline
 
-    saved = pipeline.load_records, pipeline.build_payload
-    pipeline.load_records, pipeline.build_payload = load_records, build_payload
+    shipped = store.apply_payload
+
+    def apply_payload(app: BatchApplication) -> dict[str, Any]:
+        return app.payload if isinstance(app, LegacyApplication) else shipped(app)
+
+    saved = queries.load_records, pipeline.build_payload, store.apply_payload
+    queries.load_records, pipeline.build_payload, store.apply_payload = (  # type: ignore[assignment]
+        load_records, _build_legacy, apply_payload)
     try:
         yield
     finally:
-        pipeline.load_records, pipeline.build_payload = saved
+        queries.load_records, pipeline.build_payload, store.apply_payload = saved

@@ -36,7 +36,8 @@ BUCKETS: list[tuple[str, tuple[str, ...]]] = [
     ("payload rows (build_payload, model_dump)", ("build_payload", "to_python", "model_dump", "models.py:key",
                                                   "pipeline.py:<listcomp>", "legacy.py:<listcomp>",
                                                   "pipeline.py:<genexpr>", "legacy.py:<genexpr>",
-                                                  "pipeline.py:<dictcomp>")),
+                                                  "pipeline.py:<dictcomp>", "payload.py:", "decisions.py:",
+                                                  "store.py:apply_payload", "store.py:row", "store.py:<listcomp>")),
     ("payload json.dumps", ("json/encoder.py", "json/__init__.py")),
     ("reporting (log lines)", ("logging/", "reporting.py")),
 ]

@@ -116,7 +116,7 @@ def child(args: dict[str, Any]) -> dict[str, Any]:
     start = time.perf_counter()
     if variant == "run_cycle":
         report = run_cycle(pipeline, data.BACKEND, mode="report")
-        report_groups = len(report["groups"])
+        report_groups = len(report.groups)
     elif variant == "lister, then drain":
         pipeline.run_lister(data.BACKEND, mode="report", manual=False)
         queued_bytes = sum(len(b) for b in pipeline.listing_queue.items)

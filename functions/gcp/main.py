@@ -17,7 +17,7 @@ def lister(request):
         summary = gcp.pipeline().run_lister(event.backend, mode=event.mode, manual=event.mode is not None)
     except ConfigError as e:
         return {"ok": False, "error": str(e)}, 400
-    return {"ok": True, **summary}, 200
+    return {"ok": True, **summary.model_dump()}, 200
 
 
 @functions_framework.cloud_event

@@ -1,5 +1,7 @@
-"""The pure rules: STEP 1's activity decision, STEP 4-5 classification, STEP 7
-outcome and backoff. Data in, data out: no I/O, no clock, no SDKs.
+"""The pure rules: STEP 1's activity decision and due selection, STEP 4-5
+classification and the verdict -> action rules, STEP 7 outcome and backoff, the
+blast-radius cap (the deletion rules are in ``delete_rules``). Data in, data
+out: no I/O, no clock, no SDKs. The pipeline is their only caller.
 
 Every rule fails closed: anything unexpected is ``skipped`` (the cycle stays
 unsettled) or ``ignored``/``protected`` (never touched), never ``orphan``.
@@ -9,21 +11,27 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from functools import lru_cache
 from datetime import datetime, timedelta
+from functools import lru_cache
 
+from orphan_cleanup.errors import BlastRadiusExceeded
 from orphan_cleanup.models import (
-    DEFAULT_TAG_KEY,
-    LedgerRecord,
-    Outcome,
-    OwnerStatus,
-    ResourceGroup,
-    ResourceKind,
-    Verdict,
-    VerdictKind,
+    DEFAULT_TAG_KEY, Action, LedgerRecord, Outcome, OwnerStatus, ResourceGroup, ResourceKind, Verdict, VerdictKind,
 )
 
 LIVE = {OwnerStatus.PROVISIONING.value, OwnerStatus.IDLE.value, OwnerStatus.BUSY.value}
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Effective per-backend limits (process settings overridden by backend settings)."""
+
+    interval_seconds: int
+    margin_seconds: int
+    max_backoff_seconds: int
+    cycle_deadline_seconds: int
+    max_deletes: int
+    max_delete_share: float
 
 
 @dataclass(frozen=True)
@@ -145,6 +153,20 @@ def malformed(group: ResourceGroup, tag_key: str) -> str | None:
     return None
 
 
+# ---- verdict -> action (STEP 6) -------------------------------------------------
+
+#: Verdicts whose groups are written to cycle_groups even when record_all is off.
+RECORDED = frozenset({VerdictKind.ORPHAN, VerdictKind.PROTECTED, VerdictKind.SKIPPED})
+
+
+def verdict_action(kind: VerdictKind, mode: str) -> Action:
+    """What a cycle does with a group on classifying it: an orphan is reported in
+    report mode (a delete cycle deletes it later), a protected group always."""
+    if kind is VerdictKind.ORPHAN:
+        return Action.REPORTED if mode != "delete" else Action.NONE
+    return Action.REPORTED if kind is VerdictKind.PROTECTED else Action.NONE
+
+
 # ---- STEP 1 -----------------------------------------------------------------
 
 def may_have_new_orphans(*, clean_at: datetime | None, clean_mode: str | None, mode: str,
@@ -158,6 +180,19 @@ def may_have_new_orphans(*, clean_at: datetime | None, clean_mode: str | None, m
     if activity_since_clean:
         return True, "activity"
     return False, "no_activity"
+
+
+def due_tolerance(limits: Limits) -> timedelta:
+    """A schedule firing every interval lands a little before ``next_due_at``
+    (which counts from the end of the last cycle): accept that much early.
+    A backoff after a failure is waited out exactly."""
+    return timedelta(seconds=min(60, limits.interval_seconds // 10))
+
+
+def not_due(next_due: datetime | None, retry_delay_seconds: int, limits: Limits, now: datetime) -> bool:
+    """At most once per interval; a failed backend waits out its backoff."""
+    tolerance = timedelta(0) if retry_delay_seconds else due_tolerance(limits)
+    return next_due is not None and next_due > now + tolerance
 
 
 # ---- STEP 7 -----------------------------------------------------------------
@@ -215,12 +250,13 @@ def backoff_delay(previous: int, interval_seconds: int, max_backoff_seconds: int
 # ---- blast radius (DESIGN §5 rule 8) ---------------------------------------
 
 def blast_radius_violation(to_delete: int, listed_groups: int, *, max_deletes: int,
-                           max_share: float) -> str | None:
+                           max_share: float) -> BlastRadiusExceeded | None:
     """Why a cycle must delete nothing, or ``None``. The share applies only when
     more than 10 groups would be deleted."""
     if to_delete > max_deletes:
-        return f"would delete {to_delete} groups, more than the cap of {max_deletes}"
+        return BlastRadiusExceeded(limit_name="max_deletes", limit=max_deletes, to_delete=to_delete,
+                                   listed=listed_groups)
     if to_delete > 10 and listed_groups > 0 and to_delete / listed_groups > max_share:
-        return (f"would delete {to_delete} of {listed_groups} listed groups "
-                f"({to_delete / listed_groups:.0%}), more than the cap of {max_share:.0%}")
+        return BlastRadiusExceeded(limit_name="max_delete_share", limit=max_share, to_delete=to_delete,
+                                   listed=listed_groups)
     return None

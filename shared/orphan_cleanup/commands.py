@@ -12,8 +12,9 @@ from typing import Any
 from orphan_cleanup import bootstrap
 from orphan_cleanup.cli import EXIT_FAILED, EXIT_OK, validate_backend
 from orphan_cleanup.errors import ConfigError
-from orphan_cleanup.ledger.db import Database, sqlstate
-from orphan_cleanup.ledger.queries import list_backends
+from orphan_cleanup.ledger.db import Database
+from orphan_cleanup.ledger.store import LedgerStore
+from orphan_cleanup.models import BackendSettings
 from orphan_cleanup.output import human_time, print_table, verdict_style
 from orphan_cleanup.settings import Settings
 
@@ -49,24 +50,14 @@ def dispatch(args: argparse.Namespace) -> int:
 
 def backend_add(db: Database, args: argparse.Namespace) -> int:
     regions, settings = validate_backend(args)
-    from pg8000.exceptions import DatabaseError as PgError
-
-    try:
-        with db.connection() as conn:
-            conn.run("INSERT INTO backends (id, provider, account, regions, settings, mode)"
-                     " VALUES (:i, :p, :a, CAST(:r AS text[]), CAST(:s AS jsonb), :m)",
-                     i=args.id, p=args.provider, a=args.account, r=regions, s=json.dumps(settings), m=args.mode)
-    except PgError as e:
-        if sqlstate(e) == "23505":
-            raise ConfigError(f"backend {args.id!r} already exists") from e
-        raise
+    LedgerStore(db).add_backend(backend_id=args.id, provider=args.provider, account=args.account,
+                                regions=regions, settings=BackendSettings.model_validate(settings), mode=args.mode)
     print(f"added backend {args.id} ({args.provider} {args.account}, regions {', '.join(regions)})")
     return EXIT_OK
 
 
 def backend_list(db: Database, args: argparse.Namespace) -> int:
-    with db.connection() as conn:
-        backends = list_backends(conn)
+    backends = LedgerStore(db).backends()
     if args.json:
         print(json.dumps([b.model_dump(mode="json", exclude={"settings": SECRET_SETTINGS}) for b in backends],
                          indent=2))
@@ -81,15 +72,11 @@ def _iso(v: datetime | None) -> str | None:
 
 
 def status_rows(db: Database, global_mode: str) -> list[dict[str, Any]]:
-    with db.connection() as conn:
-        rows = conn.run(
-            "SELECT b.id, b.provider, b.mode, c.clean_at, c.last_outcome, c.last_processed_at, c.next_due_at,"
-            " (SELECT count(*) FROM orphans o WHERE o.backend_id = b.id AND o.verdict = 'orphan'"
-            "   AND o.state IN ('open', 'deleting', 'delete_failed'))"
-            " FROM backends b LEFT JOIN cleanup c ON c.backend_id = b.id ORDER BY b.id")
-    return [{"backend": r[0], "provider": r[1], "mode": r[2] or global_mode, "clean_at": _iso(r[3]),
-             "last_outcome": r[4], "last_processed_at": _iso(r[5]), "next_due_at": _iso(r[6]),
-             "open_orphans": int(r[7])} for r in rows]
+    """``status --json``: one document per backend (its mode, else the global one)."""
+    return [{"backend": r.backend, "provider": r.provider, "mode": r.mode or global_mode,
+             "clean_at": _iso(r.clean_at), "last_outcome": r.last_outcome,
+             "last_processed_at": _iso(r.last_processed_at), "next_due_at": _iso(r.next_due_at),
+             "open_orphans": r.open_orphans} for r in LedgerStore(db).status()]
 
 
 def status(db: Database, args: argparse.Namespace) -> int:
@@ -122,8 +109,9 @@ def run(settings: Settings, db: Database, args: argparse.Namespace) -> int:
         if sys.stderr.isatty() or not args.json:
             print(f"  {msg}", file=sys.stderr, flush=True)
 
-    report = run_cycle(pipeline, args.backend, mode=args.mode, progress=progress)
-    notes = {k: report.pop(k) for k in ("blocked_reason", "error")}
+    cycle = run_cycle(pipeline, args.backend, mode=args.mode, progress=progress)
+    report = cycle.c3()
+    notes = {"blocked_reason": cycle.blocked_reason, "error": cycle.error}
     for f in report["failures"]:
         if f["region"] == "*":  # the whole cycle failed (identity, ownership): say why on stderr too
             print(f"orphan-cleanup: error: {f['error']}", file=sys.stderr)

@@ -29,7 +29,19 @@ class MessageRefused(OrphanCleanupError):
 
 
 class BlastRadiusExceeded(OrphanCleanupError):
-    """A cycle would delete more than the configured count or share of groups."""
+    """A cycle would delete more than the configured count or share of groups
+    (DESIGN §5 rule 8): it deletes nothing and reports this (c7n's
+    ``max-resources`` / ``max-resources-percent``). ``limit_name`` is
+    ``max_deletes`` (``limit`` a count) or ``max_delete_share`` (a fraction)."""
+
+    def __init__(self, *, limit_name: str, limit: float, to_delete: int, listed: int) -> None:
+        self.limit_name, self.limit, self.to_delete, self.listed = limit_name, limit, to_delete, listed
+        if limit_name == "max_deletes":
+            message = f"would delete {to_delete} groups, more than the cap of {int(limit)}"
+        else:
+            message = (f"would delete {to_delete} of {listed} listed groups "
+                       f"({to_delete / listed:.0%}), more than the cap of {limit:.0%}")
+        super().__init__(message)
 
 
 class ProviderError(OrphanCleanupError):

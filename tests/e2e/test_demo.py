@@ -119,14 +119,16 @@ def test_progress_goes_to_stderr_and_the_demo_cleans_up(demo):
 def test_the_self_check_catches_wrong_verdicts_missing_and_unexpected_groups(capsys):
     from orphan_cleanup.demo.story import _show_cycle
     from orphan_cleanup.demo.platform import Scenario
+    from orphan_cleanup.ledger.records import CycleReport, ReportGroup
 
     plan = [Scenario("gave-up", "", "orphan", "owner_terminated", "i-1", "aaaaaaaaaaaa"),
             Scenario("tracked", "", "tracked", "tracked", "i-2", "bbbbbbbbbbbb")]
-    report = {"outcome": "clean", "failures": [], "groups": [
-        {"provider_ref": "aaaaaaaaaaaa", "primary_id": "i-1", "verdict": "orphan", "reason": "owner_terminated",
-         "action": "reported"},
-        {"provider_ref": "cccccccccccc", "primary_id": "i-3", "verdict": "ignored", "reason": "no_record",
-         "action": "none"}]}
+    report = CycleReport(backend="demo-aws", cycle_id="c", mode="delete", listed_at=None, outcome="clean",
+                         failures=(), blocked_reason=None, error=None, groups=(
+        ReportGroup(provider_ref="aaaaaaaaaaaa", region="us-east-1", primary_id="i-1", resources=(),
+                    verdict="orphan", reason="owner_terminated", action="reported"),
+        ReportGroup(provider_ref="cccccccccccc", region="us-east-1", primary_id="i-3", resources=(),
+                    verdict="ignored", reason="no_record", action="none")))
 
     problems = _show_cycle(report, plan, "delete", expected_outcome="unsettled")
 

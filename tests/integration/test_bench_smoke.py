@@ -14,6 +14,7 @@ from bench import ledger_data as data
 from bench.common import PgServer
 from orphan_cleanup import classify
 from orphan_cleanup.models import LedgerRecord, ListingBatch
+from orphan_cleanup.ledger.store import apply_payload
 from orphan_cleanup.pipeline import build_payload
 
 
@@ -54,6 +55,7 @@ def test_v0_build_payload_agrees_with_the_shipped_one():
         # when both versions shape the payload
         before = legacy.build_payload(batch, records, ctx)
         after = build_payload(batch, records, ctx, mode=batch.mode, record_all=batch.record_all)
-        # then they are equal, verdict counts in the same order included
-        assert before == after
-        assert list(before[3]) == list(after[3])
+        # then they are equal (as shipped to oc_apply_batch and reported), verdict counts in the same order included
+        assert before == (apply_payload(after), [r.as_dict() for r in after.to_report],
+                          [(m, r.as_dict()) for m, r in after.errors], after.counts)
+        assert list(before[3]) == list(after.counts)

@@ -12,9 +12,9 @@ import pytest
 
 from orphan_cleanup.classify import ClassifyContext
 from orphan_cleanup.cli import main
-from orphan_cleanup.ledger.cycles import apply_batch, finish_if_complete, set_listed_at, start_cycle
+from orphan_cleanup.bookkeeping import finish_if_complete, set_listed_at, start_cycle
 from orphan_cleanup.ledger.migrate import available_migrations
-from orphan_cleanup.ledger.queries import load_records
+from orphan_cleanup.ledger.store import LedgerStore
 from orphan_cleanup.models import ListingBatch, Outcome
 from orphan_cleanup.pipeline import build_payload
 from tests.support.ledger_helpers import T0, add_ref, db_now, group, limits
@@ -125,17 +125,18 @@ def test_run_of_an_unknown_backend_is_bad_input(cli):
 def _finish_report_cycle(db, backend_id, groups):
     """A report-mode cycle through the bookkeeping functions the lister and classifier use."""
     lim = limits()
-    cycle = start_cycle(db, backend_id, "report", lim, manual=True).cycle
+    store = LedgerStore(db)
+    cycle = start_cycle(store, backend_id, "report", lim, manual=True).cycle
     listed_at = db_now(db)
-    set_listed_at(db, cycle.id, listed_at)
+    set_listed_at(store, cycle.id, listed_at)
     batch = ListingBatch(cycle_id=cycle.id, backend=backend_id, seq=0, listed_at=listed_at, groups=tuple(groups),
                          last=True, batch_count=1)
-    with db.connection() as conn:
+    with store.session() as session:
         ctx = ClassifyContext(backend_id=backend_id, scope="aws:123456789012", listed_at=listed_at, margin=timedelta(0),
                               protect_key="orphan-cleanup-protect")
-        apply_batch(conn, build_payload(batch, load_records(conn, backend_id, batch.groups), ctx,
-                                        mode=batch.mode, record_all=batch.record_all)[0])
-    assert finish_if_complete(db, cycle.id, lim) is Outcome.CLEAN
+        session.apply(build_payload(batch, session.load_records(backend_id, batch.groups), ctx,
+                                    mode=batch.mode, record_all=batch.record_all))
+    assert finish_if_complete(store, cycle.id, lim) is Outcome.CLEAN
     return listed_at
 
 

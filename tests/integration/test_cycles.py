@@ -1,4 +1,4 @@
-"""Cycle bookkeeping against a real ledger (ledger/cycles.py, ledger/deletes.py):
+"""Cycle bookkeeping against a real ledger (bookkeeping.py over ledger/store.py):
 enrollment, STEP 1 and the lease, fencing, the one-statement join,
 idempotent batches, and STEP 7 as stored."""
 
@@ -12,12 +12,13 @@ import pytest
 
 from orphan_cleanup.classify import ClassifyContext
 from orphan_cleanup.errors import LeaseLost
-from orphan_cleanup.ledger import deletes
-from orphan_cleanup.ledger.client import LedgerClient
-from orphan_cleanup.ledger.cycles import (
-    apply_batch, enroll, fail_cycle, finish_if_complete, lock_cycle, set_listed_at, start_cycle,
+from orphan_cleanup.bookkeeping import (
+    DeleteDecision, delete_allowed, dispatch_deletes, fail_cycle, finish_if_complete, record_delete, set_listed_at,
+    start_cycle,
 )
-from orphan_cleanup.ledger.queries import load_records
+from orphan_cleanup.decisions import BatchApplication
+from orphan_cleanup.ledger.client import LedgerClient
+from orphan_cleanup.ledger.store import LedgerSession, LedgerStore as S
 from orphan_cleanup.models import (
     DEFAULT_PROTECT_KEY, DeleteResult, DeleteStatus, ListingBatch, OwnerStatus, Outcome, RegionFailure,
 )
@@ -46,32 +47,31 @@ def payload(db, cycle_id, groups=(), *, listed_at, seq=0, last=True, batch_count
                          groups=tuple(groups), last=last,
                          batch_count=(batch_count or seq + 1) if last else None,
                          failures=tuple(RegionFailure(region=r, error="unavailable") for r in failures))
-    with db.connection() as conn:
-        records = load_records(conn, B, batch.groups)
+    records = S(db).load_records(B, batch.groups)
     ctx = ClassifyContext(backend_id=B, scope="aws:123456789012", listed_at=listed_at, margin=timedelta(seconds=lim.margin_seconds),
                           protect_key=DEFAULT_PROTECT_KEY)
-    return build_payload(batch, records, ctx, mode=batch.mode, record_all=batch.record_all)[0]
+    return build_payload(batch, records, ctx, mode=batch.mode, record_all=batch.record_all)
 
 
 def apply(db, p):
-    with db.connection() as conn:
-        return apply_batch(conn, p)
+    with S(db).session() as session:
+        return session.apply(p)
 
 
 def begin(db, *, mode="report", manual=True, now=None, lim=LIM, listed_at=None):
     """Start a cycle and record its listing time."""
-    started = start_cycle(db, B, mode, lim, manual=manual, now=now)
+    started = start_cycle(S(db), B, mode, lim, manual=manual, now=now)
     assert started.cycle is not None, started.reason
     listed_at = listed_at or db_now(db)
-    set_listed_at(db, started.cycle.id, listed_at)
+    set_listed_at(S(db), started.cycle.id, listed_at)
     return started.cycle, listed_at
 
 
 def clean_cycle(db, *, mode="report", manual=False, lim=LIM, listed_at=None, groups=()):
     cycle, listed_at = begin(db, mode=mode, manual=manual, lim=lim, listed_at=listed_at)
     result = apply(db, payload(db, cycle.id, groups, listed_at=listed_at, mode=mode, lim=lim))
-    assert result["status"] == "applied" and result["listing_complete"]
-    assert finish_if_complete(db, cycle.id, lim) is Outcome.CLEAN
+    assert result.status == "applied" and result.listing_complete
+    assert finish_if_complete(S(db), cycle.id, lim) is Outcome.CLEAN
     return cycle, listed_at
 
 
@@ -97,25 +97,25 @@ def test_enroll_waits_for_refs_and_is_idempotent(db):
     # given two backends and no issued ref
     add_backend(db, "A")
     add_backend(db, B)
-    assert enroll(db) == 0
+    assert S(db).enroll() == 0
     assert count_rows(db, "cleanup") == 0
     # when the ledger has a ref
     add_ref(db)
     # then each backend gets one cleanup row, once
-    assert enroll(db) == 2
-    assert enroll(db) == 0
+    assert S(db).enroll() == 2
+    assert S(db).enroll() == 0
     assert count_rows(db, "cleanup") == 2
     row = cleanup_row(db, B)
     assert (row["clean_at"], row["fence"], row["lease_owner"], row["last_outcome"]) == (None, 0, None, None)
     # and a backend added later is enrolled by the next call
     add_backend(db, "C")
-    assert enroll(db) == 1
+    assert S(db).enroll() == 1
 
 
 # ---- STEP 1 and the lease --------------------------------------------------------
 
 def test_scheduled_run_of_a_never_cleaned_backend_starts(ledger):
-    started = start_cycle(ledger, B, "report", LIM, manual=False)
+    started = start_cycle(S(ledger), B, "report", LIM, manual=False)
     assert started.reason == "never_cleaned"
     assert started.cycle is not None and started.cycle.fence == 1
     row = cleanup_row(ledger, B)
@@ -130,7 +130,7 @@ def test_no_activity_after_a_clean_cycle_only_marks_processed(ledger):
     n_cycles = count_rows(ledger, "cycles")
     # when the schedule fires, an interval later
     now = _after(ledger, 1)
-    started = start_cycle(ledger, B, "report", LIM, manual=False, now=now)
+    started = start_cycle(S(ledger), B, "report", LIM, manual=False, now=now)
     # then nothing starts and only the processing times move
     assert (started.cycle, started.reason) == (None, "no_activity")
     after = cleanup_row(ledger, B)
@@ -172,25 +172,25 @@ def test_ledger_activity_after_a_clean_cycle_starts_a_scheduled_run(ledger, chan
     # given a clean cycle (and a ref whose owner row is not written yet)
     add_ref(ledger, owner_id="spare", issued_at=T0)
     clean_cycle(ledger)
-    assert start_cycle(ledger, B, "report", LIM, manual=False, now=_after(ledger, 1)).reason == "no_activity"
+    assert start_cycle(S(ledger), B, "report", LIM, manual=False, now=_after(ledger, 1)).reason == "no_activity"
     # when the ledger changes
     change(ledger)
     # then the next scheduled run lists
-    started = start_cycle(ledger, B, "report", LIM, manual=False, now=_after(ledger, 3))
+    started = start_cycle(S(ledger), B, "report", LIM, manual=False, now=_after(ledger, 3))
     assert started.reason == "activity" and started.cycle is not None
 
 
 def test_mode_change_starts_a_scheduled_run(ledger):
     clean_cycle(ledger, mode="report")
-    started = start_cycle(ledger, B, "delete", LIM, manual=False, now=_after(ledger, 1))
+    started = start_cycle(S(ledger), B, "delete", LIM, manual=False, now=_after(ledger, 1))
     assert started.reason == "mode_changed" and started.cycle is not None
     assert cycle_row(ledger, started.cycle.id)["mode"] == "delete"
 
 
 def test_manual_run_always_starts(ledger):
     first, _ = clean_cycle(ledger)
-    assert start_cycle(ledger, B, "report", LIM, manual=False, now=_after(ledger, 1)).reason == "no_activity"
-    started = start_cycle(ledger, B, "report", LIM, manual=True)
+    assert start_cycle(S(ledger), B, "report", LIM, manual=False, now=_after(ledger, 1)).reason == "no_activity"
+    started = start_cycle(S(ledger), B, "report", LIM, manual=True)
     assert started.reason == "manual"
     assert started.cycle.fence == first.fence + 1
     assert cycle_row(ledger, started.cycle.id)["manual"] is True
@@ -200,11 +200,11 @@ def test_manual_run_always_starts(ledger):
 def test_a_live_lease_makes_start_busy(ledger, manual):
     # given a running cycle
     now = datetime.now(timezone.utc)
-    running = start_cycle(ledger, B, "report", LIM, manual=True, now=now).cycle
+    running = start_cycle(S(ledger), B, "report", LIM, manual=True, now=now).cycle
     before = cleanup_row(ledger, B)
     # when another start comes just before its deadline
     later = now + timedelta(seconds=LIM.cycle_deadline_seconds) - timedelta(microseconds=1)
-    started = start_cycle(ledger, B, "report", LIM, manual=manual, now=later)
+    started = start_cycle(S(ledger), B, "report", LIM, manual=manual, now=later)
     # then it is busy and changes nothing
     assert (started.cycle, started.reason) == (None, "busy")
     assert cleanup_row(ledger, B) == before
@@ -215,9 +215,9 @@ def test_a_live_lease_makes_start_busy(ledger, manual):
 def test_an_expired_lease_fails_the_old_cycle_and_starts_with_the_next_fence(ledger):
     # given a cycle that never finished
     now = datetime.now(timezone.utc)
-    old = start_cycle(ledger, B, "report", LIM, manual=True, now=now).cycle
+    old = start_cycle(S(ledger), B, "report", LIM, manual=True, now=now).cycle
     # when a scheduled run comes at its deadline
-    started = start_cycle(ledger, B, "report", LIM, manual=False,
+    started = start_cycle(S(ledger), B, "report", LIM, manual=False,
                           now=now + timedelta(seconds=LIM.cycle_deadline_seconds))
     # then the old cycle is failed and a new one holds the next fence
     assert started.cycle is not None and started.cycle.fence == old.fence + 1
@@ -237,34 +237,34 @@ def test_a_stale_holder_can_write_nothing(ledger):
     groups = orphan_ledger(ledger)
     stale, listed_at = begin(ledger, mode="delete", now=now)
     assert apply(ledger, payload(ledger, stale.id, groups, listed_at=listed_at, seq=0, last=False,
-                                 mode="delete"))["status"] == "applied"
+                                 mode="delete")).status == "applied"
     assert apply(ledger, payload(ledger, stale.id, [], listed_at=listed_at, seq=1, last=True,
-                                 mode="delete"))["status"] == "applied"
-    assert [g.key for g in deletes.dispatch_deletes(ledger, stale.id, LIM).groups] == [groups[0].key]
+                                 mode="delete")).status == "applied"
+    assert [g.key for g in dispatch_deletes(S(ledger), stale.id, LIM).groups] == [groups[0].key]
     # ...then lost its lease to a newer cycle
-    fresh = start_cycle(ledger, B, "delete", LIM, manual=False,
+    fresh = start_cycle(S(ledger), B, "delete", LIM, manual=False,
                         now=now + timedelta(seconds=LIM.cycle_deadline_seconds + 1)).cycle
     assert fresh is not None
     more = orphan_ledger(ledger)
     counts, lease, fresh_row = table_counts(ledger), cleanup_row(ledger, B), cycle_row(ledger, fresh.id)
     # when the stale holder tries every write it has
     assert apply(ledger, payload(ledger, stale.id, more, listed_at=listed_at, seq=2, last=True,
-                                 mode="delete"))["status"] == "fenced"
-    with pytest.raises(LeaseLost), ledger.transaction() as conn:
-        lock_cycle(conn, stale.id)
+                                 mode="delete")).status == "fenced"
+    with pytest.raises(LeaseLost), S(ledger).cycle(stale.id):
+        pass
     with pytest.raises(LeaseLost):
-        set_listed_at(ledger, stale.id, listed_at)
+        set_listed_at(S(ledger), stale.id, listed_at)
     with pytest.raises(LeaseLost):
-        deletes.record_delete(ledger, stale.id, groups[0], LIM,
+        record_delete(S(ledger), stale.id, groups[0], LIM,
                               result=DeleteResult(status=DeleteStatus.DELETED, deleted=(groups[0].primary_id,)))
     with pytest.raises(LeaseLost):
-        deletes.record_delete(ledger, stale.id, groups[0], LIM, error="boom")
+        record_delete(S(ledger), stale.id, groups[0], LIM, error="boom")
     with pytest.raises(LeaseLost):
-        deletes.dispatch_deletes(ledger, stale.id, LIM)
+        dispatch_deletes(S(ledger), stale.id, LIM)
     with pytest.raises(LeaseLost):
-        deletes.delete_allowed(ledger, stale.id, groups[0])
-    assert fail_cycle(ledger, stale.id, "listing failed", LIM) is None
-    assert finish_if_complete(ledger, stale.id, LIM) is None
+        delete_allowed(S(ledger), stale.id, groups[0])
+    assert fail_cycle(S(ledger), stale.id, "listing failed", LIM) is None
+    assert finish_if_complete(S(ledger), stale.id, LIM) is None
     # then nothing changed
     assert table_counts(ledger) == counts
     assert cleanup_row(ledger, B) == lease
@@ -279,7 +279,7 @@ def test_two_concurrent_starts_take_one_lease(ledger):
 
     def go(_):
         barrier.wait(timeout=10)
-        return start_cycle(ledger, B, "report", LIM, manual=True)
+        return start_cycle(S(ledger), B, "report", LIM, manual=True)
 
     with ThreadPoolExecutor(max_workers=2) as pool:
         results = list(pool.map(go, range(2)))
@@ -302,11 +302,11 @@ def test_concurrent_batches_complete_the_listing_exactly_once(ledger):
     with ThreadPoolExecutor(max_workers=4) as pool:
         results = list(pool.map(deliver, batches))
     # then each batch counted once and exactly one delivery saw the listing complete
-    assert sorted(r["status"] for r in results) == ["applied"] * 8 + ["duplicate"]
-    assert sum(1 for r in results if r.get("listing_complete")) == 1
+    assert sorted(r.status for r in results) == ["applied"] * 8 + ["duplicate"]
+    assert sum(1 for r in results if r.listing_complete) == 1
     row = cycle_row(ledger, cycle.id)
     assert (row["applied_batches"], row["expected_batches"], row["groups_listed"]) == (8, 8, 8)
-    assert finish_if_complete(ledger, cycle.id, LIM) is Outcome.CLEAN
+    assert finish_if_complete(S(ledger), cycle.id, LIM) is Outcome.CLEAN
 
 
 # ---- STEP 3: one statement ------------------------------------------------------
@@ -333,7 +333,7 @@ def test_load_records_is_one_statement_for_500_groups(db):
     # when the batch is joined with the ledger
     with db.connection() as conn:
         counting = CountingConnection(conn)
-        records = load_records(counting, B, groups)
+        records = LedgerSession(counting).load_records(B, groups)
     # then it took exactly one statement
     assert len(counting.statements) == 1
     # and every known ref came back, unknown ones did not
@@ -353,7 +353,7 @@ def test_load_records_is_one_statement_for_500_groups(db):
 def test_load_records_of_an_empty_batch_issues_nothing(db):
     with db.connection() as conn:
         counting = CountingConnection(conn)
-        assert load_records(counting, B, []) == {}
+        assert LedgerSession(counting).load_records(B, []) == {}
     assert counting.statements == []
 
 
@@ -366,13 +366,13 @@ def test_the_same_batch_twice_is_applied_once(ledger):
                                       group(_refs_of(ledger, "live-1")[0], "i-live")]
     p = payload(ledger, cycle.id, groups, listed_at=listed_at, seq=0, last=False)
     first = apply(ledger, p)
-    assert first["status"] == "applied" and first["listing_complete"] is False
+    assert first.status == "applied" and first.listing_complete is False
     counts, row = table_counts(ledger), cycle_row(ledger, cycle.id)
     assert counts["orphans"] == 1 and counts["events"] == 1
     # when it is delivered again
     second = apply(ledger, p)
     # then the duplicate changes nothing
-    assert second["status"] == "duplicate"
+    assert second.status == "duplicate"
     assert table_counts(ledger) == counts
     assert cycle_row(ledger, cycle.id) == row
     assert row["applied_batches"] == 1 and row["groups_listed"] == 3
@@ -387,20 +387,22 @@ def test_batches_out_of_order_finish_once_all_are_in(ledger):
     cycle, listed_at = begin(ledger)
     # the last batch (of 2) arrives first
     assert apply(ledger, payload(ledger, cycle.id, [], listed_at=listed_at, seq=1, last=True,
-                                 batch_count=2))["listing_complete"] is False
-    assert finish_if_complete(ledger, cycle.id, LIM) is None
+                                 batch_count=2)).listing_complete is False
+    assert finish_if_complete(S(ledger), cycle.id, LIM) is None
     result = apply(ledger, payload(ledger, cycle.id, [group(make_ref(), "i-1")], listed_at=listed_at,
                                    seq=0, last=False))
-    assert result["listing_complete"] is True
-    assert finish_if_complete(ledger, cycle.id, LIM) is Outcome.CLEAN
+    assert result.listing_complete is True
+    assert finish_if_complete(S(ledger), cycle.id, LIM) is Outcome.CLEAN
     # and only once
-    assert finish_if_complete(ledger, cycle.id, LIM) is None
+    assert finish_if_complete(S(ledger), cycle.id, LIM) is None
 
 
 def test_unknown_cycle(db):
-    assert apply(db, {"cycle_id": "nope", "seq": 0})["status"] == "unknown_cycle"
-    with pytest.raises(LeaseLost), db.transaction() as conn:
-        lock_cycle(conn, "nope")
+    nope = BatchApplication(cycle_id="nope", seq=0, last=False, batch_count=None, failures=(), groups=0,
+                            skipped=False)
+    assert apply(db, nope).status == "unknown_cycle"
+    with pytest.raises(LeaseLost), S(db).cycle("nope"):
+        pass
 
 
 # ---- STEP 7 as stored ----------------------------------------------------------------
@@ -421,7 +423,7 @@ def test_clean_at_moves_only_on_clean_cycles_and_failures_back_off(ledger):
     cycle, listed2 = begin(ledger, lim=lim, listed_at=listed + timedelta(minutes=10))
     apply(ledger, payload(ledger, cycle.id, [], listed_at=listed2, failures=["eu-west-1"], lim=lim))
     t0 = datetime.now(timezone.utc)
-    assert finish_if_complete(ledger, cycle.id, lim) is Outcome.UNSETTLED
+    assert finish_if_complete(S(ledger), cycle.id, lim) is Outcome.UNSETTLED
     row, lo, hi = _due_offset(ledger, t0, datetime.now(timezone.utc))
     assert (row["clean_at"], row["retry_delay_seconds"], row["last_outcome"]) == (first_clean, 0, "unsettled")
     assert lo >= 900 >= hi
@@ -430,7 +432,7 @@ def test_clean_at_moves_only_on_clean_cycles_and_failures_back_off(ledger):
     for expected in (60, 120, 240):
         cycle, _ = begin(ledger, lim=lim, listed_at=listed + timedelta(minutes=20))
         t0 = datetime.now(timezone.utc)
-        assert fail_cycle(ledger, cycle.id, "listing failed: boom", lim) is Outcome.FAILED
+        assert fail_cycle(S(ledger), cycle.id, "listing failed: boom", lim) is Outcome.FAILED
         row, lo, hi = _due_offset(ledger, t0, datetime.now(timezone.utc))
         assert (row["clean_at"], row["retry_delay_seconds"], row["last_outcome"]) == (first_clean, expected, "failed")
         assert row["last_error"] == "listing failed: boom"
@@ -454,7 +456,7 @@ def test_a_skipped_group_makes_the_cycle_unsettled(ledger):
     cycle, listed_at = begin(ledger)
     pending_ref = _refs_of(ledger, "pending-1")[0]
     apply(ledger, payload(ledger, cycle.id, [group(pending_ref, "i-p", created_at=T0)], listed_at=listed_at))
-    assert finish_if_complete(ledger, cycle.id, LIM) is Outcome.UNSETTLED
+    assert finish_if_complete(S(ledger), cycle.id, LIM) is Outcome.UNSETTLED
     assert cleanup_row(ledger, B)["clean_at"] == clean_at
     with ledger.connection() as conn:
         assert conn.run("SELECT verdict, reason FROM cycle_groups WHERE cycle_id = :c", c=cycle.id) == [
@@ -466,7 +468,7 @@ def test_a_skipped_group_makes_the_cycle_unsettled(ledger):
 def _deleting_cycle(db, lim=LIM, n=1):
     groups = orphan_ledger(db, n)
     cycle, listed_at = begin(db, mode="delete", lim=lim)
-    assert apply(db, payload(db, cycle.id, groups, listed_at=listed_at, mode="delete", lim=lim))["listing_complete"]
+    assert apply(db, payload(db, cycle.id, groups, listed_at=listed_at, mode="delete", lim=lim)).listing_complete
     return cycle, groups, listed_at
 
 
@@ -485,12 +487,12 @@ RESULTS = {
 def test_a_recorded_deletion_finishes_the_cycle(ledger, kw, outcome, action, state):
     # given a delete-mode cycle with one orphan dispatched
     cycle, groups, _ = _deleting_cycle(ledger)
-    dispatch = deletes.dispatch_deletes(ledger, cycle.id, LIM)
+    dispatch = dispatch_deletes(S(ledger), cycle.id, LIM)
     assert (len(dispatch.groups), dispatch.blocked, dispatch.outcome) == (1, None, None)
-    assert deletes.dispatch_deletes(ledger, cycle.id, LIM).groups == []  # idempotent
-    assert deletes.delete_allowed(ledger, cycle.id, groups[0]) == (None, groups[0])
+    assert dispatch_deletes(S(ledger), cycle.id, LIM).groups == []  # idempotent
+    assert delete_allowed(S(ledger), cycle.id, groups[0]) == DeleteDecision(None, groups[0])
     # when its deletion is recorded
-    assert deletes.record_delete(ledger, cycle.id, groups[0], LIM, **kw) is outcome
+    assert record_delete(S(ledger), cycle.id, groups[0], LIM, **kw) is outcome
     # then the cycle's outcome, the group's action and the orphan's state follow
     assert cycle_row(ledger, cycle.id)["outcome"] == outcome.value
     with ledger.connection() as conn:
@@ -502,52 +504,52 @@ def test_a_recorded_deletion_finishes_the_cycle(ledger, kw, outcome, action, sta
     # and recording it again changes nothing
     counts = table_counts(ledger)
     with pytest.raises(LeaseLost):  # the cycle is over
-        deletes.record_delete(ledger, cycle.id, groups[0], LIM, **kw)
+        record_delete(S(ledger), cycle.id, groups[0], LIM, **kw)
     assert table_counts(ledger) == counts
 
 
 def test_a_second_record_of_the_same_deletion_is_a_no_op(ledger):
     cycle, groups, _ = _deleting_cycle(ledger, n=2)
-    deletes.dispatch_deletes(ledger, cycle.id, LIM)
-    assert deletes.record_delete(ledger, cycle.id, groups[0], LIM, error="boom") is None
+    dispatch_deletes(S(ledger), cycle.id, LIM)
+    assert record_delete(S(ledger), cycle.id, groups[0], LIM, error="boom") is None
     counts, row = table_counts(ledger), cycle_row(ledger, cycle.id)
-    assert deletes.record_delete(ledger, cycle.id, groups[0], LIM,
+    assert record_delete(S(ledger), cycle.id, groups[0], LIM,
                                  result=DeleteResult(status=DeleteStatus.DELETED)) is None
-    assert deletes.delete_allowed(ledger, cycle.id, groups[0])[0] == "already_done"
+    assert delete_allowed(S(ledger), cycle.id, groups[0]).refusal == "already_done"
     assert table_counts(ledger) == counts
     assert cycle_row(ledger, cycle.id) == row
     # the failure still decides the outcome once the other group is in
-    assert deletes.record_delete(ledger, cycle.id, groups[1], LIM,
+    assert record_delete(S(ledger), cycle.id, groups[1], LIM,
                                  result=DeleteResult(status=DeleteStatus.DELETED)) is Outcome.FAILED
 
 
 def test_blast_radius_cap_deletes_nothing_and_says_why(ledger):
     lim = limits(max_deletes=1)
     cycle, groups, _ = _deleting_cycle(ledger, lim=lim, n=2)
-    dispatch = deletes.dispatch_deletes(ledger, cycle.id, lim)
+    dispatch = dispatch_deletes(S(ledger), cycle.id, lim)
     assert dispatch.groups == [] and dispatch.outcome is Outcome.UNSETTLED
-    assert "2" in dispatch.blocked
+    assert "2" in str(dispatch.blocked)
     assert count_rows(ledger, "delete_requests") == 0
     with ledger.connection() as conn:
         assert conn.run("SELECT DISTINCT action FROM cycle_groups WHERE cycle_id = :c", c=cycle.id) == [["reported"]]
         assert conn.run("SELECT kind FROM events WHERE cycle_id = :c", c=cycle.id) == [["delete_blocked"]]
-    assert cycle_row(ledger, cycle.id)["blocked_reason"] == dispatch.blocked
+    assert cycle_row(ledger, cycle.id)["blocked_reason"] == str(dispatch.blocked)
 
 
 def test_delete_gate_is_per_ref(db):
     add_backend(db, B)
-    assert deletes.acquire_gate(db, B, "aaaaaaaaaaaa", "h1", 60)
-    assert not deletes.acquire_gate(db, B, "aaaaaaaaaaaa", "h2", 60)
-    assert deletes.acquire_gate(db, B, "bbbbbbbbbbbb", "h2", 60)  # another ref never waits
-    assert deletes.acquire_gate(db, B, "aaaaaaaaaaaa", "h1", 60)  # the holder may renew
-    deletes.release_gate(db, B, "aaaaaaaaaaaa", "h2")  # not the holder: no effect
-    assert not deletes.acquire_gate(db, B, "aaaaaaaaaaaa", "h2", 60)
-    deletes.release_gate(db, B, "aaaaaaaaaaaa", "h1")
-    assert deletes.acquire_gate(db, B, "aaaaaaaaaaaa", "h2", 60)
+    assert S(db).acquire_gate(B, "aaaaaaaaaaaa", "h1", 60)
+    assert not S(db).acquire_gate(B, "aaaaaaaaaaaa", "h2", 60)
+    assert S(db).acquire_gate(B, "bbbbbbbbbbbb", "h2", 60)  # another ref never waits
+    assert S(db).acquire_gate(B, "aaaaaaaaaaaa", "h1", 60)  # the holder may renew
+    S(db).release_gate(B, "aaaaaaaaaaaa", "h2")  # not the holder: no effect
+    assert not S(db).acquire_gate(B, "aaaaaaaaaaaa", "h2", 60)
+    S(db).release_gate(B, "aaaaaaaaaaaa", "h1")
+    assert S(db).acquire_gate(B, "aaaaaaaaaaaa", "h2", 60)
 
 
 def test_an_expired_gate_can_be_taken(db):
     add_backend(db, B)
-    assert deletes.acquire_gate(db, B, "aaaaaaaaaaaa", "crashed", 0)
-    assert deletes.acquire_gate(db, B, "aaaaaaaaaaaa", "h2", 60)
+    assert S(db).acquire_gate(B, "aaaaaaaaaaaa", "crashed", 0)
+    assert S(db).acquire_gate(B, "aaaaaaaaaaaa", "h2", 60)
 

@@ -11,11 +11,13 @@ from datetime import timedelta
 import pytest
 
 from orphan_cleanup.errors import MessageRefused
-from orphan_cleanup.ledger.queries import get_backend, load_records
+from orphan_cleanup.ledger.records import CycleReport
+from orphan_cleanup.ledger.store import LedgerStore
 from orphan_cleanup.models import DeleteRequest, ListingBatch, OwnerStatus, ResourceKind
 from orphan_cleanup.pipeline import Pipeline
 from orphan_cleanup.queues.memory import InProcessQueue
-from orphan_cleanup.runner import BackendOff, cycle_report, run_cycle
+from orphan_cleanup.results import ListerResult
+from orphan_cleanup.runner import BackendOff, run_cycle
 from orphan_cleanup.settings import Settings
 from tests.support.ledger_helpers import add_backend, add_instance, cycle_row, db_now, group, make_ref
 from tests.support.memory_cloud import MemoryCloud, MemoryProvider
@@ -58,23 +60,23 @@ def test_the_join_computes_an_owners_account_as_backend_scope_does(db, provider,
                 regions=("us-central1",) if provider == "gcp" else ("us-east-1",))
     add_backend(db, "lister", account=ACCOUNT)
     ref, _ = add_instance(db, backend_id="owner-backend", primary_id="i-1")
-    with db.connection() as conn:
-        record = load_records(conn, "lister", [group(ref, "i-1")])[ref]
-        expected = get_backend(conn, "owner-backend").scope
+    with LedgerStore(db).session() as session:
+        record = session.load_records("lister", [group(ref, "i-1")])[ref]
+        expected = session.backend("owner-backend").scope
     assert record.owner_backend_scope == expected
 
 
 def test_an_owner_naming_no_backend_row_has_no_scope(db):
     add_backend(db, "lister", account=ACCOUNT)
     ref, _ = add_instance(db, backend_id="aws", primary_id="i-1")  # a platform writing 'aws'
-    with db.connection() as conn:
-        assert load_records(conn, "lister", [group(ref, "i-1")])[ref].owner_backend_scope is None
+    with LedgerStore(db).session() as session:
+        assert session.load_records("lister", [group(ref, "i-1")])[ref].owner_backend_scope is None
 
 
 # ---- rule 10 through a delete cycle --------------------------------------------------------------
 
-def groups_by_vm(report: dict) -> dict[str, dict]:
-    return {g["primary_id"]: g for g in report["groups"]}
+def groups_by_vm(report: CycleReport) -> dict[str, dict]:
+    return {g["primary_id"]: g for g in report.c3()["groups"]}
 
 
 def test_a_delete_cycle_keeps_every_vm_tracked_by_any_backend_of_its_account(db):
@@ -108,7 +110,7 @@ def test_a_delete_cycle_keeps_every_vm_tracked_by_any_backend_of_its_account(db)
     assert (got[left_behind]["reason"], got[left_behind]["action"]) == ("backend_mismatch", "deleted")
     assert (got[unknown]["verdict"], got[unknown]["reason"]) == ("skipped", "unknown_owner_backend")
     assert cloud.exists(unknown) and not cloud.exists(b_leak) and not cloud.exists(left_behind)
-    assert report["outcome"] == "unsettled"  # the unknown backend's owner keeps the cycle unsettled
+    assert report.outcome == "unsettled"  # the unknown backend's owner keeps the cycle unsettled
 
 
 def classified(db, cloud: MemoryCloud, backend_id: str) -> tuple[Pipeline, list[DeleteRequest]]:
@@ -129,10 +131,10 @@ def test_credentials_of_another_account_fail_the_cycle_and_touch_nothing(db):
 
     report = run_cycle(pipeline(db, cloud), "aws-a")
 
-    assert report["outcome"] == "failed"
-    assert report["failures"] == [{"region": "*", "error":
+    assert report.outcome == "failed"
+    assert report.c3()["failures"] == [{"region": "*", "error":
                                    f"account_mismatch: credentials reach {OTHER}, backend aws-a says {ACCOUNT}"}]
-    assert report["groups"] == [] and cloud.calls["list"] == 0 and cloud.exists(orphan)
+    assert report.c3()["groups"] == [] and cloud.calls["list"] == 0 and cloud.exists(orphan)
 
 
 def test_the_deleter_checks_identity_before_deleting(db):
@@ -144,7 +146,7 @@ def test_the_deleter_checks_identity_before_deleting(db):
 
     assert p.handle_delete(request) == "identity_failed"
     assert cloud.exists(orphan) and cloud.calls["terminate"] == 0
-    assert cycle_report(db, request.cycle_id)["outcome"] == "failed"
+    assert LedgerStore(db).cycle_report(request.cycle_id).outcome == "failed"
 
 
 # ---- rule 12: messages are hints ----------------------------------------------------------------
@@ -170,8 +172,8 @@ def test_a_batch_that_disagrees_with_its_cycle_is_refused_and_applies_nothing(db
 
     cycle = cycle_row(db, forged.cycle_id)
     assert cycle["applied_batches"] == 0 and cycle["outcome"] is None
-    assert p.handle_batch(ListingBatch.model_validate_json(body))["status"] == "applied"  # the real one flows
-    assert cycle_report(db, forged.cycle_id)["outcome"] == "clean"
+    assert p.handle_batch(ListingBatch.model_validate_json(body)).status == "applied"  # the real one flows
+    assert LedgerStore(db).cycle_report(forged.cycle_id).outcome == "clean"
     assert len(p.delete_queue) == 0 and cloud.exists(orphan)  # a report cycle, whatever the forgery said
 
 
@@ -204,8 +206,8 @@ def test_no_override_runs_an_off_backend(db, backend_mode, global_mode):
     orphan = vm(db, cloud, make_ref(), backend_id="aws-a", status="terminated")
     p = pipeline(db, cloud, ORPHAN_CLEANUP_MODE=global_mode)
 
-    assert p.run_lister("aws-a", mode="delete", manual=True) == {"backend": "aws-a", "started": False,
-                                                                 "reason": "off"}
+    assert p.run_lister("aws-a", mode="delete", manual=True) == ListerResult(backend="aws-a", started=False,
+                                                                             reason="off")
     with pytest.raises(BackendOff, match="backend aws-a is off"):
         run_cycle(p, "aws-a", mode="delete")
     with db.connection() as conn:
@@ -223,7 +225,7 @@ def test_a_backend_switched_off_mid_cycle_deletes_nothing(db):
 
     assert p.handle_delete(request) == "backend_off"
     assert cloud.exists(orphan)
-    assert cycle_report(db, request.cycle_id)["outcome"] == "unsettled"
+    assert LedgerStore(db).cycle_report(request.cycle_id).outcome == "unsettled"
 
 
 # ---- rule 13: the database's clock ----------------------------------------------------------------
@@ -237,7 +239,7 @@ def test_listing_time_and_clean_at_come_from_the_database_clock(db):
                                 provider_for=lambda b: MemoryProvider(b, cloud), listing_queue=InProcessQueue(),
                                 delete_queue=InProcessQueue()), "aws-a")
     after = db_now(db)
-    cycle = cycle_row(db, report["cycle_id"])
+    cycle = cycle_row(db, report.cycle_id)
     assert before <= cycle["listed_at"] <= after and before <= cycle["started_at"] <= cycle["listed_at"]
     with db.connection() as conn:
         clean_at, next_due = conn.run("SELECT clean_at, next_due_at FROM cleanup WHERE backend_id = 'aws-a'")[0]

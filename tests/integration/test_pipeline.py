@@ -8,11 +8,12 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from orphan_cleanup.ledger.db import Database
+from orphan_cleanup.ledger.records import CycleReport
 from orphan_cleanup.models import DeleteRequest, ListingBatch, ResourceKind
 from orphan_cleanup.pipeline import GateBusy, Pipeline
-from orphan_cleanup.ledger import deletes
+from orphan_cleanup.ledger.store import LedgerStore
 from orphan_cleanup.queues.memory import InProcessQueue
-from orphan_cleanup.runner import cycle_report, drain, run_cycle
+from orphan_cleanup.runner import drain, run_cycle
 from orphan_cleanup.settings import Settings
 from tests.support.memory_cloud import MemoryCloud, MemoryProvider
 from tests.support.platform import Platform, add_backend
@@ -34,8 +35,8 @@ def platform(db: Database, cloud: MemoryCloud) -> Platform:
     return Platform(db, cloud)
 
 
-def verdicts(report: dict) -> dict[str, tuple[str, str, str]]:
-    return {g["primary_id"] or g["provider_ref"]: (g["verdict"], g["reason"], g["action"]) for g in report["groups"]}
+def verdicts(report: CycleReport) -> dict[str, tuple[str, str, str]]:
+    return {g.primary_id or g.provider_ref: (g.verdict, g.reason, g.action) for g in report.groups}
 
 
 def clean_at(db: Database, backend: str = "mem"):
@@ -60,7 +61,7 @@ def test_report_mode_reports_orphans_and_deletes_nothing(db, cloud, platform):
     assert v[foreign] == ("ignored", "no_record", "none")
     assert v[protected] == ("protected", "protect_tag", "reported")
     assert cloud.deleted == [] and set(cloud.resources) == before
-    assert report["outcome"] == "clean"
+    assert report.outcome == "clean"
     with db.connection() as conn:
         events = conn.run("SELECT kind, owner_name FROM events WHERE kind = 'orphan_reported' ORDER BY owner_name")
     assert events == [["orphan_reported", "placeholder"], ["orphan_reported", "tracked"]]
@@ -81,8 +82,8 @@ def test_delete_mode_removes_exactly_the_orphans_and_advances_clean_at(db, cloud
     assert v[leaked][2] == "deleted" and v[placeholder][2] == "deleted"
     assert not cloud.exists(leaked) and not cloud.exists(placeholder)
     assert cloud.exists(tracked) and cloud.exists(foreign) and cloud.exists(protected)
-    assert report["outcome"] == "clean"
-    listed_at = report["listed_at"]
+    assert report.outcome == "clean"
+    listed_at = report.c3()["listed_at"]
     assert clean_at(db).isoformat() < listed_at  # listing time minus the margin
     assert set(cloud.deleted) == orphan_ids and len(orphan_ids) == 4
 
@@ -95,7 +96,7 @@ def test_owner_changed_within_margin_is_skipped_and_cycle_unsettled(db, cloud, p
 
     assert verdicts(report)[iid] == ("skipped", "recent_owner_change", "none")
     assert cloud.exists(iid)
-    assert report["outcome"] == "unsettled"
+    assert report.outcome == "unsettled"
     assert clean_at(db) is None
 
 
@@ -107,10 +108,10 @@ def test_not_yet_terminated_is_unsettled_then_finished_by_next_cycle(db, cloud, 
 
     first = run_cycle(pipeline, "mem", mode="delete")
     assert verdicts(first)[leaked][2] == "deleting"
-    assert first["outcome"] == "unsettled"
+    assert first.outcome == "unsettled"
     second = run_cycle(pipeline, "mem", mode="delete")
     assert not cloud.exists(leaked) and not cloud.exists(vol)
-    assert second["outcome"] == "clean"
+    assert second.outcome == "clean"
 
 
 def test_blast_radius_cap_deletes_nothing(db, cloud, platform):
@@ -121,7 +122,7 @@ def test_blast_radius_cap_deletes_nothing(db, cloud, platform):
 
     assert all(cloud.exists(i) for i in leaks)
     assert {verdicts(report)[i] for i in leaks} == {("orphan", "owner_terminated", "reported")}
-    assert report["outcome"] == "unsettled"
+    assert report.outcome == "unsettled"
     with db.connection() as conn:
         blocked = conn.run("SELECT blocked_reason FROM cycles")[0][0]
     assert "more than the cap of 50%" in blocked
@@ -139,9 +140,9 @@ def test_region_failure_keeps_other_regions_and_leaves_clean_at(db, cloud, platf
 
     report = run_cycle(make_pipeline(db, cloud), "mem", mode="delete")
 
-    assert report["failures"] == [{"region": "r2", "error": "r2 failed"}]
+    assert report.c3()["failures"] == [{"region": "r2", "error": "r2 failed"}]
     assert not cloud.exists(leaked)
-    assert report["outcome"] == "unsettled" and clean_at(db) is None
+    assert report.outcome == "unsettled" and clean_at(db) is None
 
 
 def test_unavailable_region_during_delete_trips_the_region(db, cloud, platform):
@@ -170,7 +171,7 @@ def test_duplicate_batch_delivery_changes_nothing(db, cloud, platform):
     pipeline.run_lister("mem", mode="report", manual=True)
     bodies = list(pipeline.listing_queue.items)
     pipeline.listing_queue.items.clear()
-    results = [pipeline.handle_batch(ListingBatch.model_validate_json(b))["status"] for b in bodies + bodies]
+    results = [pipeline.handle_batch(ListingBatch.model_validate_json(b)).status for b in bodies + bodies]
     assert results == ["applied"] * len(bodies) + ["fenced"] * len(bodies)  # cycle already finished
     with db.connection() as conn:
         assert conn.run("SELECT count(*) FROM events WHERE kind = 'orphan_reported'")[0][0] == 1
@@ -186,8 +187,8 @@ def test_duplicate_within_open_cycle_is_a_noop(db, cloud, platform):
     bodies = list(pipeline.listing_queue.items)
     assert len(bodies) > 2
     first = ListingBatch.model_validate_json(bodies[0])
-    assert pipeline.handle_batch(first)["status"] == "applied"
-    assert pipeline.handle_batch(first)["status"] == "duplicate"
+    assert pipeline.handle_batch(first).status == "applied"
+    assert pipeline.handle_batch(first).status == "duplicate"
 
 
 def test_stale_cycle_applies_and_emits_nothing(db, cloud, platform):
@@ -199,14 +200,14 @@ def test_stale_cycle_applies_and_emits_nothing(db, cloud, platform):
     later = datetime.now(timezone.utc) + timedelta(seconds=5)
     pipeline.clock = lambda: later  # the old cycle's deadline has passed
     new = pipeline.run_lister("mem", mode="report", manual=True)
-    assert new["cycle_id"] != old["cycle_id"]
+    assert new.cycle_id != old.cycle_id
 
-    statuses = [pipeline.handle_batch(ListingBatch.model_validate_json(b))["status"] for b in stale]
+    statuses = [pipeline.handle_batch(ListingBatch.model_validate_json(b)).status for b in stale]
 
     assert statuses == ["fenced"] * len(stale)
     with db.connection() as conn:
         assert conn.run("SELECT count(*) FROM events")[0][0] == 0
-        assert conn.run("SELECT outcome FROM cycles WHERE id = :c", c=old["cycle_id"])[0][0] == "failed"
+        assert conn.run("SELECT outcome FROM cycles WHERE id = :c", c=old.cycle_id)[0][0] == "failed"
 
 
 def test_delete_gate_serializes_one_ref_and_not_others(db, cloud, platform):
@@ -220,17 +221,17 @@ def test_delete_gate_serializes_one_ref_and_not_others(db, cloud, platform):
     req_a = next(r for r in requests if r.group.provider_ref == ref_a)
     req_b = next(r for r in requests if r.group.provider_ref != ref_a)
     scope = "aws:123456789012"  # the gate is per account: another backend of it holds this ref
-    assert deletes.acquire_gate(db, scope, ref_a, "someone-else", 60)
+    assert LedgerStore(db).acquire_gate(scope, ref_a, "someone-else", 60)
 
     with pytest.raises(GateBusy):
         pipeline.handle_delete(req_a)
     assert pipeline.handle_delete(req_b) == "deleted"  # unrelated group does not wait
 
     assert cloud.exists(a) and not cloud.exists(b)
-    deletes.release_gate(db, scope, ref_a, "someone-else")
+    LedgerStore(db).release_gate(scope, ref_a, "someone-else")
     assert pipeline.handle_delete(req_a) == "deleted"
     assert pipeline.handle_delete(req_a) == "fenced"  # redelivery after the cycle finished: no-op
-    assert cycle_report(db, req_a.cycle_id)["outcome"] == "clean"
+    assert LedgerStore(db).cycle_report(req_a.cycle_id).outcome == "clean"
 
 
 def test_listing_crash_fails_cycle_and_backs_off(db, cloud, platform):
@@ -255,24 +256,22 @@ def test_redelivered_last_batch_completes_a_cycle_whose_first_delivery_crashed(d
     (body,) = list(pipeline.listing_queue.items)
     batch = ListingBatch.model_validate_json(body)
     # given the first delivery's apply committed but the function died before completing
-    from orphan_cleanup.ledger import cycles
     from orphan_cleanup.pipeline import build_payload, limits_for
-    with db.connection() as conn:
-        from orphan_cleanup.ledger.queries import get_backend, load_records
+    with LedgerStore(db).session() as session:
         from orphan_cleanup import classify
-        backend = get_backend(conn, "mem")
+        backend = session.backend("mem")
         ctx = classify.ClassifyContext(backend_id="mem", scope="aws:123456789012", listed_at=batch.listed_at,
                                        margin=timedelta(seconds=300), protect_key="orphan-cleanup-protect")
-        payload = build_payload(batch, load_records(conn, "mem", batch.groups), ctx,
-                                mode=batch.mode, record_all=batch.record_all)[0]
-        assert cycles.apply_batch(conn, payload)["status"] == "applied"
-    assert cycle_report(db, started["cycle_id"])["outcome"] == "unsettled"  # not finished yet
+        payload = build_payload(batch, session.load_records("mem", batch.groups), ctx,
+                                mode=batch.mode, record_all=batch.record_all)
+        assert session.apply(payload).status == "applied"
+    assert LedgerStore(db).cycle_report(started.cycle_id).outcome == "unsettled"  # not finished yet
 
     # when the batch is redelivered
-    assert pipeline.handle_batch(batch)["status"] == "duplicate"
+    assert pipeline.handle_batch(batch).status == "duplicate"
 
     # then the cycle finishes, once
-    assert cycle_report(db, started["cycle_id"])["outcome"] == "clean"
+    assert LedgerStore(db).cycle_report(started.cycle_id).outcome == "clean"
     assert limits_for(pipeline.settings, backend).margin_seconds == 300
 
 
@@ -300,13 +299,13 @@ def test_scheduled_runs_respect_the_interval_and_the_backoff(db, cloud, platform
     now = datetime.now(timezone.utc)
     first = pipeline.run_lister("mem", mode="report")  # scheduled: never cleaned, so it lists
     drain(pipeline)
-    assert first["started"] and cycle_report(db, first["cycle_id"])["outcome"] == "clean"
+    assert first.started and LedgerStore(db).cycle_report(first.cycle_id).outcome == "clean"
     platform.tracked()  # activity, but the interval has not passed
 
-    assert pipeline.run_lister("mem", mode="report")["reason"] == "not_due"
+    assert pipeline.run_lister("mem", mode="report").reason == "not_due"
 
     pipeline.clock = lambda: now + timedelta(seconds=901)
-    assert pipeline.run_lister("mem", mode="report")["reason"] == "activity"
+    assert pipeline.run_lister("mem", mode="report").reason == "activity"
 
 
 def test_failed_backend_waits_out_its_backoff(db, cloud, platform):
@@ -325,9 +324,9 @@ def test_failed_backend_waits_out_its_backoff(db, cloud, platform):
     with db.connection() as conn:
         (delay,) = conn.run("SELECT retry_delay_seconds FROM cleanup")[0]
     pipeline.clock = lambda: now + timedelta(seconds=delay * 0.5)
-    assert pipeline.run_lister("mem", mode="report")["reason"] == "not_due"
+    assert pipeline.run_lister("mem", mode="report").reason == "not_due"
     pipeline.clock = lambda: now + timedelta(seconds=delay * 1.3)
-    assert pipeline.run_lister("mem", mode="report")["started"]
+    assert pipeline.run_lister("mem", mode="report").started
 
 
 def test_manual_run_classifies_batches_as_the_listing_streams(db, cloud, platform):
@@ -346,7 +345,7 @@ def test_manual_run_classifies_batches_as_the_listing_streams(db, cloud, platfor
     report = run_cycle(pipeline, "mem", mode="report")
 
     assert len(seen_queued) > 2 and max(seen_queued) == 0  # nothing ever piled up in the queue
-    assert report["outcome"] == "clean" and len(report["groups"]) == 20
+    assert report.outcome == "clean" and len(report.c3()["groups"]) == 20
 
 
 class CountingDatabase(Database):
@@ -372,7 +371,7 @@ def test_idle_scheduled_run_is_three_statements_and_no_provider_call(db, cloud, 
     now = datetime.now(timezone.utc)
     first = pipeline.run_lister("mem", mode="report")
     drain(pipeline)
-    assert cycle_report(db, first["cycle_id"])["outcome"] == "clean"
+    assert LedgerStore(db).cycle_report(first.cycle_id).outcome == "clean"
     counting = CountingDatabase(db.info)
     pipeline.db = counting
     pipeline.clock = lambda: now + timedelta(seconds=901)
@@ -380,7 +379,7 @@ def test_idle_scheduled_run_is_three_statements_and_no_provider_call(db, cloud, 
 
     idle = pipeline.run_lister("mem", mode="report")
 
-    assert idle["reason"] == "no_activity" and not idle["started"]
+    assert idle.reason == "no_activity" and not idle.started
     assert sum(cloud.calls.values()) == 0
     # the backend, the cleanup row with STEP 1's query, the processed mark; no transaction
     assert len(counting.statements) == 3 and not any(s.startswith("BEGIN") for s in counting.statements)
@@ -389,4 +388,4 @@ def test_idle_scheduled_run_is_three_statements_and_no_provider_call(db, cloud, 
 
     platform.ledger.issue_ref()  # any ledger activity: the next due run lists
     pipeline.clock = lambda: now + timedelta(seconds=1900)
-    assert pipeline.run_lister("mem", mode="report")["reason"] == "activity"
+    assert pipeline.run_lister("mem", mode="report").reason == "activity"

@@ -27,6 +27,7 @@ import pg8000.native
 
 from orphan_cleanup.models import DeleteRequest
 from orphan_cleanup.pipeline import Pipeline
+from orphan_cleanup.results import ListerResult
 from orphan_cleanup.reporting import Reporter
 from orphan_cleanup.settings import Settings
 from tests.sim import db as simdb
@@ -241,21 +242,21 @@ class Simulation(Functions, Settle, Backends):
         finally:
             self.checker.after_step(before)
 
-    def lister(self, backend_id: str | None = None, *, nested: bool = False) -> dict[str, Any] | None:
+    def lister(self, backend_id: str | None = None, *, nested: bool = False) -> ListerResult | None:
         """One lister invocation for one backend (the scheduler's pick when not given)."""
-        out: dict[str, Any] = {}
+        out: list[ListerResult | None] = [None]
         bid = backend_id or (self.rng_sched.choice(sorted(self.backends)) if len(self.backends) > 1 else BACKEND)
 
         def work() -> None:
-            out.update(self._run_lister(bid) or {})
+            out[0] = self._run_lister(bid)
 
         if nested:
-            out.update(self._run_lister(bid) or {})
+            work()
         else:
             self._checked(work)
-        return out
+        return out[0]
 
-    def _run_lister(self, bid: str) -> dict[str, Any] | None:
+    def _run_lister(self, bid: str) -> ListerResult | None:
         manual = self.rng_sched.random() < 0.1 and self.dice.enabled
         # An operator's one-off mode in the event (``{"backend": ..., "mode": ...}``): never runs an off backend.
         mode = self.rng_sched.choice(("delete", "report")) if self.dice.roll("mode_override") else None
@@ -266,13 +267,12 @@ class Simulation(Functions, Settle, Backends):
         try:
             summary = self.pipeline.run_lister(bid, manual=manual, mode=mode)
             self.trace(f"lister {bid}{' (manual)' if manual else ''}{f' mode={mode}' if mode else ''}:"
-                       f" {summary.get('reason')} cycle={str(summary.get('cycle_id'))[:8]}"
-                       f" batches={summary.get('batches')}")
+                       f" {summary.reason} cycle={str(summary.cycle_id)[:8]} batches={summary.batches}")
         except Exception as exc:  # noqa: BLE001 - the function crashed; the scheduler tries again later
             self._crash("lister", exc)
-        if summary is not None and summary.get("cycle_id"):
-            self.checker.listings[summary["cycle_id"]] = record
-        if summary is not None and summary.get("reason") == "no_activity":
+        if summary is not None and summary.cycle_id:
+            self.checker.listings[summary.cycle_id] = record
+        if summary is not None and summary.reason == "no_activity":
             self.checker.no_activity_skip(bid)
         return summary
 

@@ -52,7 +52,7 @@ class Functions:
             self._crash("classifier", exc)
             return VISIBILITY_TIMEOUT
         self.trace(f"classifier: batch {batch.seq}{' (last)' if batch.last else ''} of {batch.cycle_id[:8]}"
-                   f" -> {result['status']} {result['verdicts'] or ''}")
+                   f" -> {result.status} {result.verdicts or ''}")
         return None
 
     def _handle_delete(self, msg: Any, again: bool = False) -> int | None:

@@ -17,9 +17,10 @@ from dataclasses import dataclass
 from typing import Any
 from unittest import mock
 
-from orphan_cleanup import classify, pipeline
-from orphan_cleanup.ledger import cycles, deletes
-from orphan_cleanup.models import Outcome, ResourceState, Verdict, VerdictKind
+from orphan_cleanup import bookkeeping, classify, delete_rules, pipeline
+from orphan_cleanup.ledger.store import LedgerSession, LedgerStore
+from orphan_cleanup.ledger.unit import LockedCycle
+from orphan_cleanup.models import DeleteOutcome, Outcome, ResourceState, Verdict, VerdictKind
 from orphan_cleanup.providers.base import ResourceProvider
 from tests.sim.cloud import SimProvider
 from tests.sim.engine import SimEnv
@@ -117,25 +118,27 @@ def _protect_ignored(env: SimEnv, stack: ExitStack) -> None:
 # ---- rule 4: per-ref delete gates ----------------------------------------------------------
 
 def _no_gate(env: SimEnv, stack: ExitStack) -> None:
-    _patch(stack, deletes, "acquire_gate", lambda *a, **k: True)
+    _patch(stack, LedgerStore, "acquire_gate", lambda *a, **k: True)
 
 
 def _global_gate(env: SimEnv, stack: ExitStack) -> None:
-    acquire, release = deletes.acquire_gate, deletes.release_gate
-    _patch(stack, deletes, "acquire_gate", lambda db, b, ref, holder, ttl: acquire(db, b, "global", holder, ttl))
-    _patch(stack, deletes, "release_gate", lambda db, b, ref, holder: release(db, b, "global", holder))
+    acquire, release = LedgerStore.acquire_gate, LedgerStore.release_gate
+    _patch(stack, LedgerStore, "acquire_gate",
+           lambda store, scope, ref, holder, ttl: acquire(store, scope, "global", holder, ttl))
+    _patch(stack, LedgerStore, "release_gate",
+           lambda store, scope, ref, holder: release(store, scope, "global", holder))
 
 
 # ---- rule 5: skip the rest of a region after a timeout ---------------------------------------
 
 def _no_region_trip(env: SimEnv, stack: ExitStack) -> None:
-    real = deletes.delete_allowed
+    real = delete_rules.delete_refusal
 
-    def mutated(db, cycle_id, group):  # type: ignore[no-untyped-def]
-        why, recorded = real(db, cycle_id, group)
-        return (None, recorded) if why == "region_tripped" else (why, recorded)
+    def mutated(**kw):  # type: ignore[no-untyped-def]
+        why = real(**kw)
+        return None if why is DeleteOutcome.REGION_TRIPPED else why
 
-    _patch(stack, deletes, "delete_allowed", mutated)
+    _patch(stack, delete_rules, "delete_refusal", mutated)
 
 
 # ---- rule 6: fencing -----------------------------------------------------------------------------
@@ -143,23 +146,8 @@ def _no_region_trip(env: SimEnv, stack: ExitStack) -> None:
 def _no_fence(env: SimEnv, stack: ExitStack) -> None:
     _replace_sql_function(env, stack, "oc_apply_batch", lambda src: re.sub(
         r"IF cl\.fence IS DISTINCT FROM.*?END IF;", "", src, count=1, flags=re.S))
-    real = cycles.lock_cycle
-
-    def unfenced(conn, cycle_id):  # type: ignore[no-untyped-def]
-        try:
-            return real(conn, cycle_id)
-        except cycles.LeaseLost:
-            rows = conn.run("SELECT id, backend_id, fence, mode, listed_at, expected_batches, applied_batches,"
-                            " open_deletes, groups_listed, failures, unsettled, failed, tripped_regions, outcome,"
-                            " dispatched, error FROM cycles WHERE id = :c", c=cycle_id)
-            if not rows:
-                raise
-            return dict(zip(["id", "backend_id", "fence", "mode", "listed_at", "expected_batches",
-                             "applied_batches", "open_deletes", "groups_listed", "failures", "unsettled",
-                             "failed", "tripped_regions", "outcome", "dispatched", "error"], rows[0]))
-
-    _patch(stack, cycles, "lock_cycle", unfenced)
-    _patch(stack, deletes, "lock_cycle", unfenced)
+    # A known cycle is locked whatever its fence, lease or outcome (an unknown one still raises).
+    _patch(stack, LockedCycle, "check_lease", lambda self, fence, lease_owner: None)
 
 
 # ---- rule 7: clean_at only on a clean cycle ----------------------------------------------------------
@@ -217,11 +205,11 @@ def _trust_message_mode(env: SimEnv, stack: ExitStack) -> None:
     record_all, a delete request's backend and resources (the deleter deletes the
     message's group, in whatever mode the cycle was)."""
     current: list[Any] = []
-    real_context, real_allowed = cycles.cycle_context, deletes.delete_allowed
+    real_context, real_allowed = LedgerSession.cycle_context, bookkeeping.delete_allowed
     real_batch, real_delete = pipeline.Pipeline.handle_batch, pipeline.Pipeline.handle_delete
 
-    def context(conn, cycle_id):  # type: ignore[no-untyped-def]
-        c = real_context(conn, cycle_id)
+    def context(self, cycle_id):  # type: ignore[no-untyped-def]
+        c = real_context(self, cycle_id)
         if c is None or not current:
             return c
         msg = current[-1]
@@ -230,14 +218,14 @@ def _trust_message_mode(env: SimEnv, stack: ExitStack) -> None:
                                        record_all=msg.record_all)
         return dataclasses.replace(c, backend_id=msg.backend)
 
-    def allowed(db, cycle_id, requested):  # type: ignore[no-untyped-def]
-        why, _recorded = real_allowed(db, cycle_id, requested)
-        if why == "group_mismatch":  # the other checks still apply, to the group as recorded
-            with db.connection() as conn:
-                rows = conn.run("SELECT provider_ref, region, primary_id, resources FROM cycle_groups"
-                                " WHERE cycle_id = :c AND group_key = :k", c=cycle_id, k=requested.key)
-            why = real_allowed(db, cycle_id, deletes._group(rows[0]))[0] if rows else "not_dispatched"
-        return (None, requested) if why in (None, "not_delete_mode") else (why, requested)
+    def allowed(store, cycle_id, requested):  # type: ignore[no-untyped-def]
+        why = real_allowed(store, cycle_id, requested).refusal
+        if why is DeleteOutcome.GROUP_MISMATCH:  # the other checks still apply, to the group as recorded
+            with store.cycle(cycle_id) as cyc:
+                recorded = cyc.delete_request(requested.key).group
+            why = real_allowed(store, cycle_id, recorded).refusal if recorded else DeleteOutcome.NOT_DISPATCHED
+        trusted = why in (None, DeleteOutcome.NOT_DELETE_MODE)
+        return bookkeeping.DeleteDecision(None if trusted else why, requested)
 
     def around(real):  # type: ignore[no-untyped-def]
         def handle(self, msg, *a, **k):  # type: ignore[no-untyped-def]
@@ -248,8 +236,8 @@ def _trust_message_mode(env: SimEnv, stack: ExitStack) -> None:
                 current.pop()
         return handle
 
-    _patch(stack, cycles, "cycle_context", context)
-    _patch(stack, deletes, "delete_allowed", allowed)
+    _patch(stack, LedgerSession, "cycle_context", context)
+    _patch(stack, bookkeeping, "delete_allowed", allowed)
     _patch(stack, pipeline.Pipeline, "handle_batch", around(real_batch))
     _patch(stack, pipeline.Pipeline, "handle_delete", around(real_delete))
 

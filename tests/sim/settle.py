@@ -35,7 +35,8 @@ class Settle:
                     self.trace("settle: the platform is quiet")
             reasons = {}
             for bid in sorted(self.backends):  # the scheduler runs each backend's lister
-                reasons[bid] = (self.lister(bid) or {}).get("reason")
+                summary = self.lister(bid)
+                reasons[bid] = summary.reason if summary is not None else None
                 self.drain()
             if self.checker.violations:
                 return "violation"

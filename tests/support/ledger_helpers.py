@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from orphan_cleanup.ledger.cycles import Limits
+from orphan_cleanup.classify import Limits
 from orphan_cleanup.ledger.db import Database
 from orphan_cleanup.models import Resource, ResourceGroup, ResourceKind, ResourceState
 

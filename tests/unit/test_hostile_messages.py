@@ -183,9 +183,9 @@ def test_a_batch_of_a_malformed_group_dispatches_nothing(shape: str) -> None:
                          groups=(MALFORMED[shape],), last=True, batch_count=1)
     records = {REF: _orphan_making_records()[0]}
 
-    payload, _, _, _ = build_payload(batch, records, CTX, mode="delete", record_all=False)
+    payload = build_payload(batch, records, CTX, mode="delete", record_all=False)
 
-    assert payload["orphans"] == [] and payload["orphan_resources"] == []
+    assert payload.orphans == () and payload.orphan_resources == ()
 
 
 def test_a_batch_with_a_group_key_twice_is_refused() -> None:

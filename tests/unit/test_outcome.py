@@ -166,4 +166,4 @@ def test_blast_radius_violation(to_delete, listed, max_deletes, max_share, viola
     why = blast_radius_violation(to_delete, listed, max_deletes=max_deletes, max_share=max_share)
     assert (why is not None) is violates
     if violates:
-        assert str(to_delete) in why
+        assert str(to_delete) in str(why) and why.to_delete == to_delete and why.listed == listed

@@ -2,8 +2,8 @@
 real platform should, and leaks them in each way real platforms do.
 
 Every VM is a real ``run_instances`` call (on moto) tagged with its ref. The
-ledger rows that stand for events an hour ago are backdated with plain SQL
-UPDATEs, as if the platform had written them then; moto stamps every VM with
+ledger rows that stand for events an hour ago are backdated (``LedgerStore.backdate_owner``),
+as if the platform had written them then; moto stamps every VM with
 the wall-clock launch time, which is why the demo waits out its short margin.
 """
 
@@ -14,6 +14,7 @@ from typing import Any
 
 from orphan_cleanup.ledger.client import LedgerClient, aws_tag_specifications, new_ref
 from orphan_cleanup.ledger.db import Database
+from orphan_cleanup.ledger.store import LedgerStore
 from orphan_cleanup.models import DEFAULT_PROTECT_KEY, DEFAULT_TAG_KEY, OwnerStatus
 
 AMI = "ami-12c6146b"  # one of moto's built-in images
@@ -54,6 +55,7 @@ class DemoPlatform:
         self.backend_id = backend_id
         self.region = region
         self.ledger = LedgerClient(db)
+        self.store = LedgerStore(db)
 
     # -- the platform's primitives ---------------------------------------------------
 
@@ -71,18 +73,8 @@ class DemoPlatform:
                                       region=self.region, status=status)
 
     def backdate(self, owner_id: str, seconds: int = AN_HOUR, *, provisioned_only: bool = False) -> None:
-        """Move an owner's recorded events ``seconds`` into the past (plain SQL)."""
-        shift = "CAST(:d AS interval)"
-        with self.db.transaction() as conn:
-            if provisioned_only:
-                conn.run(f"UPDATE instances SET provisioned_at = provisioned_at - {shift} WHERE id = :i",
-                         d=f"{seconds} seconds", i=owner_id)
-                return
-            conn.run(f"UPDATE instances SET created_at = created_at - {shift},"
-                     f" provisioned_at = provisioned_at - {shift}, terminated_at = terminated_at - {shift},"
-                     f" deleted_at = deleted_at - {shift} WHERE id = :i", d=f"{seconds} seconds", i=owner_id)
-            conn.run(f"UPDATE provider_refs SET issued_at = issued_at - {shift} WHERE owner_id = :i",
-                     d=f"{seconds} seconds", i=owner_id)
+        """Move an owner's recorded events ``seconds`` into the past (through the store)."""
+        self.store.backdate_owner(owner_id, seconds, provisioned_only=provisioned_only)
 
     # -- the fleet ----------------------------------------------------------------------
 

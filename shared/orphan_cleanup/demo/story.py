@@ -15,7 +15,9 @@ from typing import Any
 from orphan_cleanup.demo.platform import DemoPlatform, Scenario, running_instances
 from orphan_cleanup.demo.world import REGION, DemoWorld, demo_world
 from orphan_cleanup.ledger.db import Database
-from orphan_cleanup.models import Mode
+from orphan_cleanup.ledger.records import CycleReport
+from orphan_cleanup.ledger.store import LedgerStore
+from orphan_cleanup.models import BackendSettings, Mode
 from orphan_cleanup.output import print_table, verdict_style
 from orphan_cleanup.settings import Settings
 
@@ -105,10 +107,8 @@ def _register_backend(world: DemoWorld) -> None:
     backend_settings = json.dumps({"margin_seconds": MARGIN_SECONDS})
     say(f"orphan-cleanup backend add {BACKEND} --provider aws --account {ACCOUNT} --regions {REGION}"
         f" --settings '{backend_settings}'")
-    with world.db.transaction() as conn:
-        conn.run("INSERT INTO backends (id, provider, account, regions, settings)"
-                 " VALUES (:i, 'aws', :a, CAST(:r AS text[]), CAST(:s AS jsonb))",
-                 i=BACKEND, a=ACCOUNT, r=[REGION], s=backend_settings)
+    LedgerStore(world.db).add_backend(backend_id=BACKEND, provider="aws", account=ACCOUNT, regions=[REGION],
+                                      settings=BackendSettings(margin_seconds=MARGIN_SECONDS))
 
 
 def _provision(platform: DemoPlatform) -> list[Scenario]:
@@ -126,13 +126,13 @@ def _provision(platform: DemoPlatform) -> list[Scenario]:
     return fleet
 
 
-def _runner(world: DemoWorld) -> Callable[[Mode], dict[str, Any]]:
+def _runner(world: DemoWorld) -> Callable[[Mode], CycleReport]:
     """``run(mode)``: one full cycle through the real pipeline, like ``orphan-cleanup run``."""
     from orphan_cleanup import bootstrap
     from orphan_cleanup.queues.memory import InProcessQueue
     from orphan_cleanup.runner import run_cycle
 
-    def run(mode: Mode) -> dict[str, Any]:
+    def run(mode: Mode) -> CycleReport:
         say(f"orphan-cleanup run --backend {BACKEND} --mode {mode}")
         pipeline = bootstrap.build_pipeline(
             world.settings, db=world.db, listing_queue=InProcessQueue(), delete_queue=InProcessQueue(),
@@ -142,35 +142,35 @@ def _runner(world: DemoWorld) -> Callable[[Mode], dict[str, Any]]:
     return run
 
 
-def _show_cycle(report: dict[str, Any], listed: list[Scenario], mode: str, *, expected_outcome: str,
+def _show_cycle(report: CycleReport, listed: list[Scenario], mode: str, *, expected_outcome: str,
                 show: set[str] | None = None) -> list[str]:
     """Print the cycle's groups in fleet order and compare them with the plan:
     exactly the ``listed`` scenarios, each with its verdict, reason and action."""
     problems: list[str] = []
     by_id = {s.instance_id: s for s in listed}
-    groups = {g["primary_id"]: g for g in report["groups"]}
-    for g in report["groups"]:
-        if g["primary_id"] not in by_id:
-            problems.append(f"{mode} cycle: unexpected group {g['provider_ref']}/{g['primary_id']}: "
-                            f"{g['verdict']} {g['reason']} {g['action']}")
+    groups = {g.primary_id: g for g in report.groups}
+    for extra in report.groups:
+        if extra.primary_id not in by_id:
+            problems.append(f"{mode} cycle: unexpected group {extra.provider_ref}/{extra.primary_id}: "
+                            f"{extra.verdict} {extra.reason} {extra.action}")
     rows = []
     for s in listed:
         g = groups.get(s.instance_id)
         if g is None:
             problems.append(f"{mode} cycle: {s.key} ({s.instance_id}) was not listed")
             continue
-        got, want = (g["verdict"], g["reason"], g["action"]), (s.verdict, s.reason, s.expected_action(mode))
+        got, want = (g.verdict, g.reason, g.action), (s.verdict, s.reason, s.expected_action(mode))
         if got != want:
             problems.append(f"{mode} cycle: {s.key} came out {' '.join(got)}, expected {' '.join(want)}")
         if show is None or s.key in show:
-            rows.append([s.key, s.instance_id, verdict_style(g["verdict"]), g["reason"], g["action"]])
+            rows.append([s.key, s.instance_id, verdict_style(g.verdict), g.reason, g.action])
     print_table(["vm", "instance", "verdict", "reason", "action"], rows, indent=3)
-    problems += [f"{mode} cycle: region {f['region']} failed: {f['error']}" for f in report["failures"]]
-    if report.get("error"):
-        problems.append(f"{mode} cycle: {report['error']}")
-    print(f"\n   outcome: {verdict_style(report['outcome'])}")
-    if report["outcome"] != expected_outcome:
-        problems.append(f"{mode} cycle: outcome {report['outcome']}, expected {expected_outcome}")
+    problems += [f"{mode} cycle: region {f.region} failed: {f.error}" for f in report.failures]
+    if report.error:
+        problems.append(f"{mode} cycle: {report.error}")
+    print(f"\n   outcome: {verdict_style(report.outcome)}")
+    if report.outcome != expected_outcome:
+        problems.append(f"{mode} cycle: outcome {report.outcome}, expected {expected_outcome}")
     return problems
 
 

@@ -66,12 +66,12 @@ def run_lister(event: Any) -> dict[str, Any]:
     except ConfigError as e:
         logger.error(str(e))
         return {"ok": False, "error": str(e)}
-    if summary.get("cycle_id"):
-        logger.append_keys(cycle_id=summary["cycle_id"])
+    if summary.cycle_id:
+        logger.append_keys(cycle_id=summary.cycle_id)
         metrics.add_metric(name="CyclesStarted", unit=MetricUnit.Count, value=1)
-        metrics.add_metric(name="BatchesPublished", unit=MetricUnit.Count, value=summary.get("batches", 0))
-    logger.info("lister done", extra={"summary": summary})
-    return {"ok": True, **summary}
+        metrics.add_metric(name="BatchesPublished", unit=MetricUnit.Count, value=summary.batches or 0)
+    logger.info("lister done", extra={"summary": summary.model_dump()})
+    return {"ok": True, **summary.model_dump()}
 
 
 def classify_record(record: ListingBatchRecord) -> None:
@@ -79,7 +79,7 @@ def classify_record(record: ListingBatchRecord) -> None:
     logger.append_keys(cycle_id=batch.cycle_id, backend=batch.backend)
     result = pipeline().handle_batch(batch)
     metrics.add_metric(name="GroupsListed", unit=MetricUnit.Count, value=len(batch.groups))
-    for verdict, n in result.get("verdicts", {}).items():
+    for verdict, n in result.verdicts.items():
         metrics.add_metric(name=f"Groups_{verdict}", unit=MetricUnit.Count, value=n)
 
 

@@ -1,0 +1,188 @@
+"""Cycle bookkeeping as the pipeline drives it: each function opens one of the
+store's units of work, reads its facts, asks ``classify`` for the decision
+(STEP 1, due selection, the blast-radius cap, STEP 7; ``delete_rules`` for deletions) and
+hands it back to the same unit, inside the same fenced transaction.
+
+``now=None`` everywhere means the database clock, read by the store (DESIGN §5
+rule 13); only tests and the simulation pass a time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from orphan_cleanup import classify, delete_rules
+from orphan_cleanup.classify import Limits
+from orphan_cleanup.errors import BlastRadiusExceeded, LeaseLost
+from orphan_cleanup.ledger.records import Cycle, CycleRef, DeleteRequestRow
+from orphan_cleanup.ledger.store import LedgerSession, LedgerStore
+from orphan_cleanup.ledger.unit import LockedCycle
+from orphan_cleanup.models import DeleteOutcome, DeleteResult, Mode, Outcome, RegionFailure, ResourceGroup
+
+
+@dataclass(frozen=True)
+class StartResult:
+    cycle: CycleRef | None
+    reason: str  # started: never_cleaned|mode_changed|activity|manual; else: no_activity|not_due|busy
+
+
+@dataclass(frozen=True)
+class DispatchResult:
+    groups: list[ResourceGroup]
+    blocked: BlastRadiusExceeded | None
+    outcome: Outcome | None  # set when the cycle finished in this call
+
+
+@dataclass(frozen=True)
+class DeleteDecision:
+    """Why a delete request must not run now (None: it may), and the group as
+    the cycle recorded it, when there is one to record a result against."""
+
+    refusal: DeleteOutcome | None
+    group: ResourceGroup | None
+
+
+# ---- STEP 1 and the lease ---------------------------------------------------------
+
+def quick_skip(session: LedgerSession, backend_id: str, mode: str, limits: Limits,
+               now: datetime | None = None) -> str | None:
+    """The idle path of a scheduled run, without a transaction or lock: one read
+    and, when there is nothing to do, one conditional write marking the row
+    processed. Returns why the run is skipped, or None when the locked
+    ``start_cycle`` must decide. It applies the same rules as ``start_cycle``."""
+    seen = session.idle_snapshot(backend_id)
+    if seen is None or seen.leased:
+        return None
+    now = now or seen.now
+    if classify.not_due(seen.next_due_at, seen.retry_delay_seconds, limits, now):
+        return "not_due"
+    go, reason = classify.may_have_new_orphans(clean_at=seen.clean_at, clean_mode=seen.clean_mode, mode=mode,
+                                               activity_since_clean=seen.activity_since_clean)
+    if go:
+        return None
+    marked = session.mark_idle(backend_id, now=now, next_due=now + timedelta(seconds=limits.interval_seconds),
+                               seen=seen, mode=mode)
+    return reason if marked else None
+
+
+def start_cycle(store: LedgerStore, backend_id: str, mode: Mode, limits: Limits, *, manual: bool,
+                now: datetime | None = None) -> StartResult:
+    """STEP 1 and the lease. A live lease makes this a no-op ("busy"); an expired
+    one fails its cycle first. A scheduled run with no reason to list only marks
+    the row processed. Otherwise bumps the fence and creates the cycle."""
+    with store.lease(backend_id, now) as lease:
+        state, now = lease.state, lease.now
+        if state.lease_owner is not None:
+            if state.lease_expires_at is not None and state.lease_expires_at > now:
+                return StartResult(None, "busy")
+            lease.expire(classify.backoff_delay(state.retry_delay_seconds, limits.interval_seconds,
+                                                limits.max_backoff_seconds))
+        elif not manual and classify.not_due(state.next_due_at, state.retry_delay_seconds, limits, now):
+            return StartResult(None, "not_due")
+        reason = "manual"
+        if not manual:
+            go, reason = classify.may_have_new_orphans(
+                clean_at=state.clean_at, clean_mode=state.clean_mode, mode=mode,
+                activity_since_clean=lease.activity_since_clean())
+            if not go:
+                lease.mark_processed(now + timedelta(seconds=limits.interval_seconds))
+                return StartResult(None, reason)
+        ref = lease.start(mode, now + timedelta(seconds=limits.cycle_deadline_seconds), manual=manual)
+    return StartResult(ref, reason)
+
+
+def set_listed_at(store: LedgerStore, cycle_id: str, listed_at: datetime | None = None) -> datetime:
+    """Stamp the cycle's listing time (the database clock unless given) right
+    before the first provider call, and return it. ``LeaseLost`` if fenced."""
+    with store.cycle(cycle_id) as cyc:
+        return cyc.stamp_listed_at(listed_at)
+
+
+# ---- STEP 7 ----------------------------------------------------------------------------
+
+def facts(c: Cycle) -> classify.CycleFacts:
+    return classify.CycleFacts(listing_failed=c.failed, region_failures=len(c.failures), skipped=c.unsettled,
+                               tripped_regions=len(c.tripped_regions))
+
+
+def finish(cyc: LockedCycle, limits: Limits) -> Outcome:
+    """STEP 7, exactly once, inside the unit's fenced transaction."""
+    result = classify.outcome(facts(cyc.state))
+    clean_at, retry_delay = cyc.schedule_inputs()
+    sched = classify.next_schedule(
+        result, now=cyc.now, listed_at=cyc.state.listed_at, clean_at=clean_at, retry_delay_seconds=retry_delay,
+        interval_seconds=limits.interval_seconds, margin_seconds=limits.margin_seconds,
+        max_backoff_seconds=limits.max_backoff_seconds)
+    cyc.finish(result, clean_at=sched.clean_at, next_due_at=sched.next_due_at,
+               retry_delay_seconds=sched.retry_delay_seconds)
+    return result
+
+
+def fail_cycle(store: LedgerStore, cycle_id: str, error: str, limits: Limits, now: datetime | None = None,
+               failures: list[RegionFailure] | None = None) -> Outcome | None:
+    """The listing (or the identity check before it) failed: the cycle fails now
+    (STEP 7 failed), with ``failures`` recorded when given. ``None`` if it was fenced."""
+    try:
+        with store.cycle(cycle_id, now) as cyc:
+            cyc.fail(error, failures)
+            return finish(cyc, limits)
+    except LeaseLost:
+        return None
+
+
+def finish_if_complete(store: LedgerStore, cycle_id: str, limits: Limits,
+                       now: datetime | None = None) -> Outcome | None:
+    """Finish a cycle whose batches (and deletions) are all in. Fenced; at most once."""
+    try:
+        with store.cycle(cycle_id, now) as cyc:
+            return finish(cyc, limits) if cyc.state.complete else None
+    except LeaseLost:
+        return None
+
+
+# ---- deletions -------------------------------------------------------------------------
+
+def dispatch_deletes(store: LedgerStore, cycle_id: str, limits: Limits,
+                     now: datetime | None = None) -> DispatchResult:
+    """Once every batch is in: apply the blast-radius cap to the cycle's orphans
+    and register one delete request per orphan group (or none, with the reason).
+    Finishes the cycle when there is nothing to delete. Idempotent."""
+    with store.cycle(cycle_id, now) as cyc:
+        if cyc.state.dispatched or not cyc.state.listing_done:
+            return DispatchResult([], None, None)
+        groups = cyc.orphan_groups()
+        blocked = classify.blast_radius_violation(len(groups), cyc.state.groups_listed,
+                                                  max_deletes=limits.max_deletes, max_share=limits.max_delete_share)
+        if blocked is not None:
+            cyc.block_deletes(blocked)
+            return DispatchResult([], blocked, finish(cyc, limits))
+        if groups:
+            cyc.queue_deletes(groups)
+            return DispatchResult(groups, None, None)
+        cyc.mark_dispatched()
+        return DispatchResult([], None, finish(cyc, limits))
+
+
+def delete_allowed(store: LedgerStore, cycle_id: str, requested: ResourceGroup) -> DeleteDecision:
+    """Whether a delete request may run now (``LeaseLost`` if the cycle is fenced).
+    The resources to delete come from the cycle's row, never from the message."""
+    with store.cycle(cycle_id) as cyc:
+        row = cyc.delete_request(requested.key) if cyc.state.mode == "delete" else DeleteRequestRow(None, None)
+        why = delete_rules.delete_refusal(mode=cyc.state.mode, request_state=row.state, recorded=row.group,
+                                          requested=requested, tripped_regions=cyc.state.tripped_regions)
+    keeps_group = why in (None, DeleteOutcome.ALREADY_DONE, DeleteOutcome.REGION_TRIPPED)
+    return DeleteDecision(why, row.group if keeps_group else None)
+
+
+def record_delete(store: LedgerStore, cycle_id: str, group: ResourceGroup, limits: Limits, *,
+                  result: DeleteResult | None = None, error: str | None = None, trip_region: bool = False,
+                  skipped_reason: str | None = None, now: datetime | None = None) -> Outcome | None:
+    """Record one deletion's end (fenced, once per (cycle, group)); finishes the
+    cycle when it was the last open piece. Returns the outcome if it finished."""
+    rec = delete_rules.delete_record(group, result=result, error=error, trip_region=trip_region,
+                                     skipped_reason=skipped_reason)
+    with store.cycle(cycle_id, now) as cyc:
+        if cyc.record_delete(group, rec) and cyc.state.complete:
+            return finish(cyc, limits)
+    return None

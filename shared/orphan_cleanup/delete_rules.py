@@ -1,0 +1,65 @@
+"""The pure deletion rules: which delete requests may run, how a deletion's end
+is recorded, how long a delete gate holds. Data in, data out, like ``classify``;
+the pipeline (``bookkeeping``) is their only caller."""
+
+from __future__ import annotations
+
+from orphan_cleanup.classify import Limits
+from orphan_cleanup.decisions import DeleteRecord
+from orphan_cleanup.models import Action, DeleteOutcome, DeleteResult, DeleteStatus, ResourceGroup
+
+
+def delete_refusal(*, mode: str, request_state: str | None, recorded: ResourceGroup | None,
+                   requested: ResourceGroup, tripped_regions: tuple[str, ...]) -> DeleteOutcome | None:
+    """Why a delete request must not run now (not a delete cycle, not dispatched,
+    not the group that was classified, already done, region tripped), or None.
+    The resources deleted are the ``recorded`` ones, never the message's (rule 12)."""
+    if mode != "delete":
+        return DeleteOutcome.NOT_DELETE_MODE
+    if request_state is None or recorded is None:
+        return DeleteOutcome.NOT_DISPATCHED
+    # A request must name exactly the resources classified: a tampered or corrupted
+    # one (an extra resource of the same ref) is refused and deletes nothing.
+    if sorted((r.kind.value, r.id) for r in recorded.resources) != sorted(
+            (r.kind.value, r.id) for r in requested.resources):
+        return DeleteOutcome.GROUP_MISMATCH
+    if request_state != "queued":
+        return DeleteOutcome.ALREADY_DONE
+    if recorded.region in tripped_regions:
+        return DeleteOutcome.REGION_TRIPPED
+    return None
+
+
+_RESULT_ACTION = {DeleteStatus.DELETED: Action.DELETED, DeleteStatus.DELETING: Action.DELETING,
+                  DeleteStatus.SKIPPED: Action.REPORTED}
+_REQUEST_STATE = {Action.DELETED: "done", Action.DELETING: "deleting", Action.REPORTED: "skipped",
+                  Action.DELETE_FAILED: "failed"}
+_ORPHAN_STATE = {Action.DELETED: "deleted", Action.DELETING: "deleting", Action.REPORTED: "open",
+                 Action.DELETE_FAILED: "delete_failed"}
+
+
+def delete_record(group: ResourceGroup, *, result: DeleteResult | None = None, error: str | None = None,
+                  trip_region: bool = False, skipped_reason: str | None = None) -> DeleteRecord:
+    """How a deletion's end is recorded: the group's action, the request's and the
+    orphan's states, and what it means for the cycle (a deletion in progress or
+    left alone is unsettled; a failure fails the cycle unless its region tripped)."""
+    if result is not None:
+        action = _RESULT_ACTION[result.status]
+    elif skipped_reason is not None:
+        action = Action.REPORTED
+    else:
+        action = Action.DELETE_FAILED
+    what = f"orphan group {group.key} ({len(group.resources)} resources)"
+    message = {Action.DELETED: f"deleted {what}",
+               Action.DELETING: f"deleting {what}: owner termination confirmed, dependents follow",
+               Action.REPORTED: f"left {what} in place: {skipped_reason or 'resources changed since listing'}",
+               }.get(action, f"failed to delete {what}: {error}")
+    return DeleteRecord(action=action, request_state=_REQUEST_STATE[action], orphan_state=_ORPHAN_STATE[action],
+                        unsettled=action in (Action.DELETING, Action.REPORTED),
+                        failed=action is Action.DELETE_FAILED and not trip_region, trip_region=trip_region,
+                        error=error, message=message, result=result, skipped_reason=skipped_reason)
+
+
+def gate_ttl(limits: Limits) -> int:
+    """How long a delete gate holds without renewal (a crashed deleter's gate expires)."""
+    return max(60, min(900, limits.cycle_deadline_seconds))

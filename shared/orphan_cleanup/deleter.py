@@ -1,0 +1,150 @@
+"""The deleter step (a mixin of ``Pipeline``): refuse what the cycle did not ask
+for, verify the identity, take the ref's gate, re-classify against the current
+ledger, delete, record. ``Pipeline`` provides the wiring it uses."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from orphan_cleanup import bookkeeping, classify, delete_rules
+from orphan_cleanup.classify import Limits
+from orphan_cleanup.errors import (
+    DependencyNotReady, IdentityMismatch, LeaseLost, MessageRefused, OrphanCleanupError, ProviderError,
+    ProviderUnavailable,
+)
+from orphan_cleanup.ledger.records import CycleContext
+from orphan_cleanup.models import (
+    Backend, DeleteOutcome, DeleteRequest, DeleteResult, DeleteStatus, Mode, ResourceGroup, VerdictKind,
+)
+from orphan_cleanup.providers.base import ResourceProvider, describe_error
+
+if TYPE_CHECKING:
+    from orphan_cleanup.ledger.store import LedgerStore
+    from orphan_cleanup.reporting import Reporter
+    from orphan_cleanup.settings import Settings
+
+log = logging.getLogger("orphan_cleanup")
+
+
+class GateBusy(OrphanCleanupError):
+    """Another delete of the same ref holds the gate: retry the message later."""
+
+
+def identity_failure(exc: ProviderError) -> str:
+    """The one-line reason an identity check failed, for ``failures`` (region ``*``)."""
+    return str(exc) if isinstance(exc, IdentityMismatch) else f"identity_check_failed: {describe_error(exc)}"
+
+
+class Deleter:
+    settings: Settings
+    provider_for: Callable[[Backend], ResourceProvider]
+    reporter: Reporter
+
+    # Provided by ``Pipeline`` (``_limits`` calls ``pipeline.limits_for``, the simulation's seam).
+    @property
+    def store(self) -> LedgerStore:
+        raise NotImplementedError
+
+    def _now(self) -> datetime | None:
+        raise NotImplementedError
+
+    def _limits(self, backend: Backend) -> Limits:
+        raise NotImplementedError
+
+    def _mode_of(self, backend: Backend) -> Mode:
+        raise NotImplementedError
+
+    def _context(self, backend: Backend, listed_at: datetime, limits: Limits) -> classify.ClassifyContext:
+        raise NotImplementedError
+
+    def handle_delete(self, request: DeleteRequest, holder: str | None = None) -> DeleteOutcome:
+        """Gate, delete, record. Raises ``GateBusy`` when the ref's gate is held
+        (the message should be redelivered later).
+
+        The message only names a group (DESIGN §5 rule 12): the backend is the
+        cycle's, and the resources deleted are those the cycle recorded for that
+        group as an orphan; a request that disagrees raises ``MessageRefused``."""
+        with self.store.session() as session:
+            cycle = session.cycle_context(request.cycle_id)
+            if cycle is None or cycle.listed_at is None:
+                return DeleteOutcome.CYCLE_UNKNOWN
+            if request.backend != cycle.backend_id:
+                self.reporter.error("delete request refused: another backend than its cycle's",
+                                    backend=cycle.backend_id, cycle_id=cycle.id, group=request.group.key)
+                raise MessageRefused(f"delete request for {request.group.key} names backend {request.backend!r},"
+                                     f" its cycle is of {cycle.backend_id!r}")
+        backend = cycle.backend
+        limits = self._limits(backend)
+        try:
+            why_not, group = self._delete_allowed(cycle.id, request.group)
+        except LeaseLost:
+            return DeleteOutcome.FENCED
+        if why_not is DeleteOutcome.GROUP_MISMATCH:
+            self.reporter.error("delete request refused: its resources differ from the classified group",
+                                backend=backend.id, cycle_id=cycle.id, group=request.group.key)
+        if why_not is None and self._mode_of(backend) == "off":
+            why_not = DeleteOutcome.BACKEND_OFF  # switched off since the cycle started: off is final
+        if why_not in (DeleteOutcome.REGION_TRIPPED, DeleteOutcome.BACKEND_OFF) and group is not None:
+            self._record(cycle.id, group, limits, skipped_reason=why_not.value,
+                         trip_region=why_not is DeleteOutcome.REGION_TRIPPED)
+            return why_not
+        if why_not is not None or group is None:
+            return why_not or DeleteOutcome.NOT_DISPATCHED
+        provider = self.provider_for(backend)
+        try:
+            provider.verify_identity()  # DESIGN §5 rule 11: before anything is deleted
+        except ProviderError as exc:
+            self._record(cycle.id, group, limits, error=identity_failure(exc))
+            return DeleteOutcome.IDENTITY_FAILED
+        # One holder per delivery: a redelivered request (an SQS duplicate, or a visibility
+        # timeout while this call is still running) must wait for the gate, not share it.
+        holder = holder or f"{cycle.id}:{group.key}:{uuid.uuid4().hex[:12]}"
+        if not self.store.acquire_gate(backend.scope, group.provider_ref, holder, delete_rules.gate_ttl(limits)):
+            raise GateBusy(f"delete gate of {group.provider_ref} is held")
+        try:
+            changed = self._owner_changed(cycle, group, backend, limits)
+            if changed is not None:
+                self._record(cycle.id, group, limits, skipped_reason=changed)
+                return DeleteOutcome.SKIPPED
+            try:
+                result = provider.delete_resource_group(group)
+            except ProviderUnavailable as exc:
+                self._record(cycle.id, group, limits, error=describe_error(exc), trip_region=True)
+                return DeleteOutcome.REGION_TRIPPED
+            except DependencyNotReady:  # "not yet", never a failure: a later cycle retries
+                result = DeleteResult(status=DeleteStatus.DELETING, pending=tuple(group.resource_ids()))
+                self._record(cycle.id, group, limits, result=result)
+                return DeleteOutcome(result.status.value)
+            except ProviderError as exc:
+                self._record(cycle.id, group, limits, error=describe_error(exc))
+                return DeleteOutcome.FAILED
+            self._record(cycle.id, group, limits, result=result)
+            return DeleteOutcome(result.status.value)
+        finally:
+            self.store.release_gate(backend.scope, group.provider_ref, holder)
+
+    def _delete_allowed(self, cycle_id: str, requested: ResourceGroup) -> tuple[DeleteOutcome | None,
+                                                                                ResourceGroup | None]:
+        decision = bookkeeping.delete_allowed(self.store, cycle_id, requested)
+        return decision.refusal, decision.group
+
+    def _owner_changed(self, cycle: CycleContext, group: ResourceGroup, backend: Backend,
+                       limits: Limits) -> str | None:
+        """STEP 3-5 again, under the gate, right before acting. The batch was classified
+        a while ago (queue latency, redeliveries) and the owner may have moved on since:
+        pending or terminating again, or provisioned with this primary. Only a group that
+        is still an orphan against the current ledger is deleted; otherwise why not."""
+        record = self.store.load_records(backend.id, [group]).get(group.provider_ref)
+        assert cycle.listed_at is not None
+        verdict = classify.classify(group, record, self._context(backend, cycle.listed_at, limits))
+        return None if verdict.kind is VerdictKind.ORPHAN else f"owner_changed:{verdict.reason}"
+
+    def _record(self, cycle_id: str, group: ResourceGroup, limits: Limits, **kw: Any) -> None:
+        try:
+            bookkeeping.record_delete(self.store, cycle_id, group, limits, now=self._now(), **kw)
+        except LeaseLost:
+            log.warning("cycle %s lost its lease: delete result of %s not recorded", cycle_id, group.key)

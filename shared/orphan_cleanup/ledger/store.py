@@ -1,0 +1,203 @@
+"""The ledger port: every SQL statement of the cleanup goes through ``LedgerStore``
+(the provisioner-side ``LedgerClient`` and the migrations excepted).
+
+The store records; it never decides. It returns frozen snapshots
+(``ledger/records.py``) and takes the pipeline's decisions (``decisions.py``);
+it never imports ``classify``.
+
+Contracts:
+
+- **Fencing.** Every write of a running cycle goes through ``cycle()``, whose
+  ``LockedCycle`` checks ``cleanup.fence = cycles.fence``,
+  ``cleanup.lease_owner = cycles.id`` and ``cycles.outcome IS NULL`` under the
+  locks first: a cycle that lost its lease (or finished) raises ``LeaseLost``
+  and writes nothing. ``LedgerSession.apply`` does the same check in plpgsql
+  (``oc_apply_batch``) and answers ``fenced``.
+- **Idempotency.** A redelivered batch (same cycle and ``seq``) applies
+  nothing and answers ``duplicate``; a delete request is keyed by (cycle, group),
+  so queueing it twice adds nothing and recording its end twice writes nothing
+  the second time (``record_delete`` returns False: "already applied").
+- **One clock** (DESIGN §5 rule 13). A method or unit taking ``now=None`` reads
+  the database clock (``oc_clock()``) inside its own statement or transaction;
+  only tests and the simulation pass a time.
+- **Lock order**: the backend's ``cleanup`` row, then its ``cycles`` row.
+- **No transaction on the hot paths**: ``session()`` is one connection
+  without a transaction; the idle STEP 1 check is one read and one conditional
+  write, a classified batch is three statements (cycle and backend, the join,
+  the apply).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Any
+
+import pg8000.native
+
+from orphan_cleanup.decisions import BatchApplication
+from orphan_cleanup.ledger import queries, reports
+from orphan_cleanup.ledger.db import Database
+from orphan_cleanup.ledger.records import ApplyResult, CycleContext, CycleReport, IdleSnapshot, StatusRow
+from orphan_cleanup.ledger.unit import LeaseUnit, LockedCycle
+from orphan_cleanup.models import Backend, BackendSettings, LedgerRecord, ResourceGroup
+
+
+def apply_payload(app: BatchApplication) -> dict[str, Any]:
+    """The JSON document ``oc_apply_batch`` reads (see migrations/0003_apply.sql)."""
+    rows = [r.as_dict() for r in app.rows]
+    # Every orphan row is also a cycle_groups row: dump each once.
+    by_id = dict(zip(map(id, app.rows), rows))
+    return {"cycle_id": app.cycle_id, "seq": app.seq, "last": app.last, "batch_count": app.batch_count,
+            "failures": [f.model_dump() for f in app.failures], "groups": app.groups, "skipped": app.skipped,
+            "rows": rows,
+            "orphans": [{**(by_id.get(id(o.row)) or o.row.as_dict()), "state": o.state,
+                         "reported": 1 if o.reported else 0} for o in app.orphans],
+            "orphan_resources": [{"provider_ref": ref, "resource_id": rid} for ref, rid in app.orphan_resources],
+            "events": [{"kind": f"{e.row.verdict.value}_reported", "provider_ref": e.row.group.provider_ref,
+                        "message": e.message, "owner_type": e.row.owner_type, "owner_id": e.row.owner_id,
+                        "owner_name": e.row.owner_name,
+                        "details": {"resources": [r.id for r in e.row.group.resources], "reason": e.row.reason}}
+                       for e in app.events]}
+
+
+class LedgerSession:
+    """One connection, no transaction: the reads and single-statement writes of
+    the hot paths (STEP 1's idle check, a classified batch)."""
+
+    def __init__(self, conn: pg8000.native.Connection) -> None:
+        self.conn = conn
+
+    def backend(self, backend_id: str) -> Backend:
+        """The backend row (``ConfigError`` when unknown)."""
+        return queries.get_backend(self.conn, backend_id)
+
+    def cycle_context(self, cycle_id: str) -> CycleContext | None:
+        """The cycle's row and its backend's, in one statement (None: no such cycle)."""
+        columns = ", ".join(f"b.{c.strip()}" for c in queries.BACKEND_COLUMNS.split(","))
+        rows = self.conn.run(f"SELECT c.id, c.backend_id, c.mode, c.listed_at, c.record_all, {columns}"
+                             " FROM cycles c JOIN backends b ON b.id = c.backend_id WHERE c.id = :c", c=cycle_id)
+        if not rows:
+            return None
+        cid, backend_id, mode, listed_at, record_all, *backend = rows[0]
+        return CycleContext(id=cid, backend_id=backend_id, mode=mode, listed_at=listed_at, record_all=record_all,
+                            backend=queries.backend_from_row(backend))
+
+    def load_records(self, backend_id: str, groups: Iterable[ResourceGroup]) -> dict[str, LedgerRecord]:
+        """STEP 3: the ledger records of the groups' refs, keyed by ref, in one statement."""
+        return queries.load_records(self.conn, backend_id, groups)
+
+    def apply(self, app: BatchApplication) -> ApplyResult:
+        """One round trip: the fenced, idempotent application of a classified batch."""
+        rows = self.conn.run("SELECT oc_apply_batch(CAST(:p AS jsonb))",
+                             p=json.dumps(apply_payload(app), default=str))
+        r = rows[0][0] if isinstance(rows[0][0], dict) else json.loads(rows[0][0])
+        return ApplyResult(status=r["status"], listing_complete=bool(r.get("listing_complete")),
+                           mode=r.get("mode"), groups_listed=r.get("groups_listed"))
+
+    def idle_snapshot(self, backend_id: str) -> IdleSnapshot | None:
+        """STEP 1's facts in one read, without a lock: None when the backend has no
+        cleanup row yet."""
+        rows = self.conn.run(
+            "SELECT c.clean_at, c.clean_mode, c.lease_owner IS NOT NULL, c.retry_delay_seconds, c.next_due_at,"
+            " c.clean_at IS NOT NULL AND " + queries.ACTIVITY_EXISTS.format(since="c.clean_at") +
+            ", oc_clock() FROM cleanup c WHERE c.backend_id = :b", b=backend_id)
+        if not rows:
+            return None
+        clean_at, clean_mode, leased, delay, next_due, active, clock = rows[0]
+        return IdleSnapshot(clean_at=clean_at, clean_mode=clean_mode, leased=bool(leased),
+                            retry_delay_seconds=delay, next_due_at=next_due, activity_since_clean=bool(active),
+                            now=clock)
+
+    def mark_idle(self, backend_id: str, *, now: datetime, next_due: datetime, seen: IdleSnapshot,
+                  mode: str) -> bool:
+        """Mark an idle backend processed, unless its row moved since ``seen``
+        (a lease, another clean cycle, a mode change). True when marked."""
+        return bool(self.conn.run(
+            "UPDATE cleanup SET last_processed_at = :n, next_due_at = :d WHERE backend_id = :b"
+            " AND lease_owner IS NULL AND clean_at = :ca AND clean_mode = :m RETURNING 1",
+            n=now, d=next_due, b=backend_id, ca=seen.clean_at, m=mode))
+
+
+class LedgerStore:
+    """The cleanup's ledger port (see the module docstring for its contracts)."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    @contextmanager
+    def session(self) -> Iterator[LedgerSession]:
+        with self.db.connection() as conn:
+            yield LedgerSession(conn)
+
+    @contextmanager
+    def lease(self, backend_id: str, now: datetime | None = None) -> Iterator[LeaseUnit]:
+        """STEP 1 and the lease of one backend, in one transaction holding its cleanup row."""
+        with self.db.transaction() as conn:
+            yield LeaseUnit(conn, backend_id, now)
+
+    @contextmanager
+    def cycle(self, cycle_id: str, now: datetime | None = None) -> Iterator[LockedCycle]:
+        """A live cycle, fenced and locked for one transaction (``LeaseLost`` otherwise)."""
+        with self.db.transaction() as conn:
+            yield LockedCycle(conn, cycle_id, now)
+
+    def enroll(self) -> int:
+        """Create a cleanup row for each backend once the ledger has issued refs
+        (a periodic call, so backends added by any writer are picked up)."""
+        with self.db.transaction() as conn:
+            return len(conn.run(
+                "INSERT INTO cleanup (backend_id) SELECT b.id FROM backends b"
+                " WHERE EXISTS (SELECT 1 FROM provider_refs) ON CONFLICT DO NOTHING RETURNING backend_id"))
+
+    def load_records(self, backend_id: str, groups: Iterable[ResourceGroup]) -> dict[str, LedgerRecord]:
+        with self.session() as s:
+            return s.load_records(backend_id, groups)
+
+    # ---- per-ref delete gates (DESIGN §5 rule 4) ----------------------------------
+
+    def acquire_gate(self, scope: str, ref: str, holder: str, ttl_seconds: int) -> bool:
+        """Take the per-ref delete gate (a lease row). Unrelated refs never wait. The gate is
+        per account (``Backend.scope``, kept in the ``backend_id`` column): backends sharing an
+        account list the same groups and must not delete one at the same time. The holder may renew."""
+        with self.db.transaction() as conn:
+            return bool(conn.run(
+                "INSERT INTO delete_gates AS g (backend_id, provider_ref, holder, expires_at)"
+                " VALUES (:b, :r, :h, now() + make_interval(secs => :t))"
+                " ON CONFLICT (backend_id, provider_ref) DO UPDATE SET holder = excluded.holder,"
+                " expires_at = excluded.expires_at WHERE g.expires_at < now() OR g.holder = excluded.holder"
+                " RETURNING holder", b=scope, r=ref, h=holder, t=ttl_seconds))
+
+    def release_gate(self, scope: str, ref: str, holder: str) -> None:
+        """Release the gate if ``holder`` holds it (else nothing)."""
+        with self.db.transaction() as conn:
+            conn.run("DELETE FROM delete_gates WHERE backend_id = :b AND provider_ref = :r AND holder = :h",
+                     b=scope, r=ref, h=holder)
+
+    # ---- operators ------------------------------------------------------------------
+
+    def backends(self) -> list[Backend]:
+        with self.db.connection() as conn:
+            return queries.list_backends(conn)
+
+    def add_backend(self, *, backend_id: str, provider: str, account: str, regions: Sequence[str],
+                    settings: BackendSettings, mode: str | None = None) -> None:
+        """Insert a backend (``ConfigError`` if its id exists); ``settings`` are stored as given (unset keys left out)."""
+        with self.db.connection() as conn:
+            reports.add_backend(conn, backend_id=backend_id, provider=provider, account=account,
+                                regions=regions, settings=settings.model_dump(mode="json", exclude_unset=True),
+                                mode=mode)
+
+    def status(self) -> list[StatusRow]:
+        with self.db.connection() as conn:
+            return reports.status_rows(conn)
+
+    def cycle_report(self, cycle_id: str) -> CycleReport:
+        with self.db.connection() as conn:
+            return reports.cycle_report(conn, cycle_id)
+
+    def backdate_owner(self, owner_id: str, seconds: int, *, provisioned_only: bool = False) -> None:
+        with self.db.transaction() as conn:
+            reports.backdate_owner(conn, owner_id, seconds, provisioned_only=provisioned_only)

@@ -1,0 +1,222 @@
+"""The store's units of work: one transaction each, holding the backend's locks.
+
+``LeaseUnit`` (STEP 1 and the lease) locks the backend's ``cleanup`` row;
+``LockedCycle`` (every write of a running cycle) locks the ``cleanup`` row, then
+the ``cycles`` row, and refuses a cycle that lost its lease (``LeaseLost``).
+Neither decides anything: the pipeline reads their facts, asks ``classify``,
+and hands the decision back to the same unit inside the same transaction.
+State snapshots (``state``) are rebuilt from the rows each statement returns.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+import pg8000.native
+
+from orphan_cleanup.decisions import DeleteRecord
+from orphan_cleanup.errors import BlastRadiusExceeded, LeaseLost
+from orphan_cleanup.ledger.queries import activity_since
+from orphan_cleanup.ledger.records import CYCLE_COLUMNS, CleanupState, Cycle, CycleRef, DeleteRequestRow
+from orphan_cleanup.models import Mode, Outcome, RegionFailure, ResourceGroup
+
+_CLEANUP_COLUMNS = ("backend_id, clean_at, clean_mode, lease_owner, lease_expires_at, fence,"
+                    " retry_delay_seconds, next_due_at")
+
+
+def _cleanup(row: list[Any]) -> CleanupState:
+    return CleanupState(*row)
+
+
+def group_from_row(row: list[Any]) -> ResourceGroup:
+    resources = row[3] if isinstance(row[3], list) else json.loads(row[3])
+    return ResourceGroup.model_validate(
+        {"provider_ref": row[0], "region": row[1], "primary_id": row[2], "resources": resources})
+
+
+class LeaseUnit:
+    """STEP 1 of one backend under its locked ``cleanup`` row (created if missing)."""
+
+    def __init__(self, conn: pg8000.native.Connection, backend_id: str, now: datetime | None) -> None:
+        self.conn = conn
+        self.backend_id = backend_id
+        self.now: datetime = now or conn.run("SELECT oc_clock()")[0][0]
+        conn.run("INSERT INTO cleanup (backend_id) VALUES (:b) ON CONFLICT DO NOTHING", b=backend_id)
+        self.state = _cleanup(conn.run(f"SELECT {_CLEANUP_COLUMNS} FROM cleanup WHERE backend_id = :b FOR UPDATE",
+                                       b=backend_id)[0])
+
+    def activity_since_clean(self) -> bool:
+        """Any ledger change that may concern this backend after ``clean_at`` (False if never clean)."""
+        return self.state.clean_at is not None and activity_since(self.conn, self.backend_id, self.state.clean_at)
+
+    def expire(self, retry_delay_seconds: int) -> None:
+        """Fail the cycle holding an expired lease (lost message, crashed function):
+        its lease goes, ``clean_at`` stays, the retry waits ``retry_delay_seconds``."""
+        assert self.state.lease_owner is not None
+        self.conn.run("UPDATE cycles SET outcome = 'failed', failed = true, finished_at = :n,"
+                      " error = coalesce(error, 'cycle did not complete before its deadline')"
+                      " WHERE id = :c AND outcome IS NULL", c=self.state.lease_owner, n=self.now)
+        self.state = _cleanup(self.conn.run(
+            "UPDATE cleanup SET lease_owner = NULL, lease_expires_at = NULL, last_outcome = 'failed',"
+            " last_error = 'cycle did not complete before its deadline', retry_delay_seconds = :d"
+            f" WHERE backend_id = :b RETURNING {_CLEANUP_COLUMNS}", d=retry_delay_seconds, b=self.backend_id)[0])
+
+    def mark_processed(self, next_due: datetime) -> None:
+        """Nothing to list: record the run and when the backend is due next."""
+        self.state = _cleanup(self.conn.run(
+            f"UPDATE cleanup SET last_processed_at = :n, next_due_at = :d WHERE backend_id = :b"
+            f" RETURNING {_CLEANUP_COLUMNS}", n=self.now, d=next_due, b=self.backend_id)[0])
+
+    def start(self, mode: Mode, deadline: datetime, *, manual: bool) -> CycleRef:
+        """Take the lease: bump the fence and create the cycle that remembers it."""
+        if self.state.lease_owner is not None:
+            raise LeaseLost(f"backend {self.backend_id} is leased by cycle {self.state.lease_owner}")
+        cycle_id = uuid.uuid4().hex
+        self.state = _cleanup(self.conn.run(
+            "UPDATE cleanup SET fence = fence + 1, lease_owner = :c, lease_expires_at = :d WHERE backend_id = :b"
+            f" RETURNING {_CLEANUP_COLUMNS}", c=cycle_id, d=deadline, b=self.backend_id)[0])
+        self.conn.run("INSERT INTO cycles (id, backend_id, fence, mode, started_at, deadline, manual, record_all)"
+                      " VALUES (:c, :b, :f, :m, :n, :d, :man, :man)", c=cycle_id, b=self.backend_id,
+                      f=self.state.fence, m=mode, n=self.now, d=deadline, man=manual)
+        return CycleRef(cycle_id, self.backend_id, self.state.fence, mode)
+
+
+class LockedCycle:
+    """A live cycle, locked (cleanup row, then cycle row) for one transaction.
+
+    Constructing it raises ``LeaseLost`` when the cycle is unknown, finished, or
+    its backend's fence or lease moved on: a stale holder writes nothing."""
+
+    def __init__(self, conn: pg8000.native.Connection, cycle_id: str, now: datetime | None) -> None:
+        self.conn = conn
+        lease = conn.run(
+            "SELECT cl.fence, cl.lease_owner, cl.clean_at, cl.retry_delay_seconds, oc_clock() FROM cleanup cl"
+            " WHERE cl.backend_id = (SELECT backend_id FROM cycles WHERE id = :c) FOR UPDATE", c=cycle_id)
+        row = conn.run(f"SELECT {CYCLE_COLUMNS} FROM cycles WHERE id = :c FOR UPDATE", c=cycle_id)
+        if not lease or not row:
+            raise LeaseLost(f"cycle {cycle_id} is unknown")
+        self.state = Cycle.from_row(row[0])
+        fence, owner, self._clean_at, self._retry_delay, clock = lease[0]
+        self.check_lease(fence, owner)
+        self.now: datetime = now or clock
+
+    def check_lease(self, fence: int, lease_owner: str | None) -> None:
+        """The fence (DESIGN §5 rule 6): the backend's fence and lease are still this
+        cycle's and the cycle is not finished, or ``LeaseLost``."""
+        c = self.state
+        if fence != c.fence or lease_owner != c.id or c.outcome is not None:
+            raise LeaseLost(f"cycle {c.id} lost its lease")
+
+    def _update(self, assignments: str, **params: Any) -> None:
+        rows = self.conn.run(f"UPDATE cycles SET {assignments} WHERE id = :_id RETURNING {CYCLE_COLUMNS}",
+                             _id=self.state.id, **params)
+        self.state = Cycle.from_row(rows[0])
+
+    def schedule_inputs(self) -> tuple[datetime | None, int]:
+        """The backend's ``clean_at`` and current retry delay (read with the lock)."""
+        return self._clean_at, self._retry_delay
+
+    def stamp_listed_at(self, listed_at: datetime | None = None) -> datetime:
+        """The cycle's listing time: ``listed_at``, else the database clock now."""
+        self._update("listed_at = coalesce(CAST(:t AS timestamptz), oc_clock())", t=listed_at)
+        assert self.state.listed_at is not None
+        return self.state.listed_at
+
+    def fail(self, error: str, failures: Sequence[RegionFailure] | None = None) -> None:
+        """The listing (or the identity check before it) failed; ``failures`` replace the cycle's."""
+        if failures is not None:
+            self._update("failures = CAST(:f AS jsonb)", f=json.dumps([f.model_dump() for f in failures]))
+        self._update("failed = true, error = :e", e=error[:2000])
+
+    def orphan_groups(self) -> list[ResourceGroup]:
+        """The groups this cycle classified as orphans, in key order."""
+        rows = self.conn.run("SELECT provider_ref, region, primary_id, resources FROM cycle_groups"
+                             " WHERE cycle_id = :c AND verdict = 'orphan' ORDER BY group_key", c=self.state.id)
+        return [group_from_row(r) for r in rows]
+
+    def block_deletes(self, why: BlastRadiusExceeded) -> None:
+        """The blast-radius cap: delete nothing, report every orphan, say why."""
+        self._update("dispatched = true, blocked_reason = :r, unsettled = true", r=str(why))
+        self.conn.run("UPDATE cycle_groups SET action = 'reported' WHERE cycle_id = :c AND verdict = 'orphan'",
+                      c=self.state.id)
+        self.conn.run("INSERT INTO events (backend_id, cycle_id, kind, message, details)"
+                      " VALUES (:b, :c, 'delete_blocked', :m, CAST(:d AS jsonb))",
+                      b=self.state.backend_id, c=self.state.id, m=f"deleted nothing: {why}",
+                      d=json.dumps({"orphans": why.to_delete, "listed": why.listed}))
+
+    def queue_deletes(self, groups: Sequence[ResourceGroup]) -> None:
+        """Register one delete request per group (keyed by (cycle, group): idempotent)."""
+        self.conn.run("INSERT INTO delete_requests (cycle_id, group_key)"
+                      " SELECT :c, x FROM unnest(CAST(:keys AS text[])) AS x ON CONFLICT DO NOTHING",
+                      c=self.state.id, keys=[g.key for g in groups])
+        self._update("dispatched = true, open_deletes = open_deletes + :n, planned_deletes = :n", n=len(groups))
+
+    def mark_dispatched(self) -> None:
+        self._update("dispatched = true")
+
+    def delete_request(self, group_key: str) -> DeleteRequestRow:
+        state = self.conn.run("SELECT state FROM delete_requests WHERE cycle_id = :c AND group_key = :k",
+                              c=self.state.id, k=group_key)
+        if not state:
+            return DeleteRequestRow(None, None)
+        recorded = self.conn.run("SELECT provider_ref, region, primary_id, resources FROM cycle_groups"
+                                 " WHERE cycle_id = :c AND group_key = :k AND verdict = 'orphan'",
+                                 c=self.state.id, k=group_key)
+        return DeleteRequestRow(state[0][0], group_from_row(recorded[0]) if recorded else None)
+
+    def record_delete(self, group: ResourceGroup, rec: DeleteRecord) -> bool:
+        """Record one deletion's end, once per (cycle, group): False (and nothing
+        written) when it was recorded already."""
+        detail = json.dumps({"result": rec.result.model_dump(mode="json") if rec.result else None,
+                             "error": rec.error, "skipped": rec.skipped_reason})
+        c = self.state
+        if not self.conn.run("UPDATE delete_requests SET state = :s, attempts = attempts + 1,"
+                             " result = CAST(:r AS jsonb), updated_at = now()"
+                             " WHERE cycle_id = :c AND group_key = :k AND state = 'queued' RETURNING 1",
+                             s=rec.request_state, r=detail, c=c.id, k=group.key):
+            return False
+        self.conn.run("UPDATE cycle_groups SET action = :a, error = :e, updated_at = now()"
+                      " WHERE cycle_id = :c AND group_key = :k", a=rec.action.value, e=rec.error, c=c.id, k=group.key)
+        self.conn.run("UPDATE orphans SET state = :s, last_error = :e WHERE backend_id = :b AND group_key = :k",
+                      s=rec.orphan_state, e=rec.error, b=c.backend_id, k=group.key)
+        # The event targets the owner by the id and name kept in provider_refs.
+        self.conn.run("INSERT INTO events (backend_id, cycle_id, kind, message, provider_ref, owner_type, owner_id,"
+                      " owner_name, details) SELECT :b, :c, :kind, :m, :ref, r.owner_type, r.owner_id, r.owner_name,"
+                      " CAST(:d AS jsonb) FROM (SELECT 1) AS one LEFT JOIN provider_refs r ON r.provider_ref = :ref",
+                      b=c.backend_id, c=c.id, kind=f"orphan_{rec.action.value}", m=rec.message,
+                      ref=group.provider_ref, d=detail)
+        self._update("open_deletes = open_deletes - 1, unsettled = unsettled OR :u, failed = failed OR :f,"
+                     " tripped_regions = CASE WHEN :t AND NOT (CAST(:r AS text) = ANY(tripped_regions))"
+                     "   THEN array_append(tripped_regions, CAST(:r AS text)) ELSE tripped_regions END,"
+                     " error = CASE WHEN :f THEN coalesce(error, :e) ELSE error END",
+                     u=rec.unsettled or rec.trip_region, f=rec.failed, t=rec.trip_region, r=group.region, e=rec.error)
+        return True
+
+    def finish(self, outcome: Outcome, *, clean_at: datetime | None, next_due_at: datetime,
+               retry_delay_seconds: int) -> None:
+        """STEP 7 as decided: the outcome, the backend's schedule, the lease released."""
+        c = self.state
+        self._update("outcome = :o, finished_at = :n", o=outcome.value, n=self.now)
+        self._close_vanished_orphans(c)
+        self.conn.run(
+            "UPDATE cleanup SET clean_at = :ca, clean_mode = CASE WHEN :o = 'clean' THEN :m ELSE clean_mode END,"
+            " last_processed_at = :n, next_due_at = :due, retry_delay_seconds = :d, last_outcome = :o,"
+            " last_error = :e, lease_owner = NULL, lease_expires_at = NULL WHERE backend_id = :b",
+            ca=clean_at, o=outcome.value, m=c.mode, n=self.now, due=next_due_at, d=retry_delay_seconds,
+            e=c.error, b=c.backend_id)
+
+    def _close_vanished_orphans(self, c: Cycle) -> None:
+        """Orphan rows this complete listing did not see again are closed ('gone'),
+        except in regions (or their zones) whose listing failed: those may still exist."""
+        if c.failed or not c.listing_done:
+            return
+        self.conn.run(
+            "UPDATE orphans o SET state = 'gone' WHERE o.backend_id = :b AND o.last_cycle_id IS DISTINCT FROM :c"
+            " AND o.state IN ('open', 'deleting', 'delete_failed', 'protected')"
+            " AND NOT EXISTS (SELECT 1 FROM unnest(CAST(:f AS text[])) AS f(region)"
+            "                 WHERE o.region = f.region OR o.region LIKE f.region || '-%')",
+            b=c.backend_id, c=c.id, f=[f.region for f in c.failures])

@@ -1,0 +1,57 @@
+"""STEP 4-6 for one batch: classify its groups and shape what the fenced apply
+writes (``BatchApplication``). Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from orphan_cleanup import classify
+from orphan_cleanup.decisions import BatchApplication, GroupRow, OrphanRow, ReportEvent
+from orphan_cleanup.models import Action, LedgerRecord, ListingBatch, VerdictKind
+
+
+def build_payload(batch: ListingBatch, records: Mapping[str, LedgerRecord], ctx: classify.ClassifyContext, *,
+                  mode: str, record_all: bool) -> BatchApplication:
+    """Classify a batch and shape what the fenced apply writes. ``mode`` and
+    ``record_all`` are the cycle's (from its row, never from the message).
+
+    Most groups of a healthy account are tracked: unless the cycle records
+    every group, a group that is neither written nor logged is only counted
+    (building its row was most of this function's time; see bench/classifier.py)."""
+    rows: list[GroupRow] = []
+    orphans: list[OrphanRow] = []
+    orphan_res: list[tuple[str, str]] = []
+    events: list[ReportEvent] = []
+    to_report: list[GroupRow] = []
+    errors: list[tuple[str, GroupRow]] = []
+    by_kind: dict[VerdictKind, int] = {}
+    recorded = classify.RECORDED
+    for group in batch.groups:
+        record = records.get(group.provider_ref)
+        verdict = classify.classify(group, record, ctx)
+        kind = verdict.kind
+        by_kind[kind] = by_kind.get(kind, 0) + 1
+        if not (record_all or kind in recorded or verdict.log_error):
+            continue
+        action = classify.verdict_action(kind, mode)
+        row = GroupRow(group=group, verdict=kind, reason=verdict.reason, action=action,
+                       owner_type=record.owner_type if record else None,
+                       owner_id=record.owner_id if record else None,
+                       owner_name=record.owner_name if record else None)
+        if verdict.log_error:
+            errors.append((verdict.log_error, row))
+        if record_all or kind in recorded:
+            rows.append(row)
+        if kind in (VerdictKind.ORPHAN, VerdictKind.PROTECTED):
+            orphans.append(OrphanRow(row=row, state="open" if kind is VerdictKind.ORPHAN else "protected",
+                                     reported=action is Action.REPORTED))
+        if kind is VerdictKind.ORPHAN:
+            orphan_res.extend((group.provider_ref, r.id) for r in group.resources)
+        if action is Action.REPORTED:
+            to_report.append(row)
+            events.append(ReportEvent(row=row, message=f"{kind.value} resource group {group.key}: {verdict.reason}"))
+    return BatchApplication(
+        cycle_id=batch.cycle_id, seq=batch.seq, last=batch.last, batch_count=batch.batch_count,
+        failures=batch.failures, groups=len(batch.groups), skipped=VerdictKind.SKIPPED in by_kind,
+        rows=tuple(rows), orphans=tuple(orphans), orphan_resources=tuple(orphan_res), events=tuple(events),
+        to_report=tuple(to_report), errors=tuple(errors), counts={kind.value: n for kind, n in by_kind.items()})

@@ -1,0 +1,41 @@
+"""What the pipeline's steps return to their callers (entry points, the runner,
+the simulation): small frozen models. ``model_dump()`` is the summary a function
+returns as JSON (keys that do not apply are left out, as before)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from orphan_cleanup.models import Mode
+
+
+class _Result(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    def model_dump(self, **kw: Any) -> dict[str, Any]:  # type: ignore[override]
+        kw.setdefault("exclude_none", True)
+        kw.setdefault("mode", "json")
+        return super().model_dump(**kw)
+
+
+class ListerResult(_Result):
+    """A lister run (STEP 1-2). ``reason``: why it listed (never_cleaned, mode_changed,
+    activity, manual) or why not (off, not_due, no_activity, busy, identity_failed,
+    listing_failed, lease_lost)."""
+
+    backend: str
+    started: bool
+    reason: str
+    cycle_id: str | None = None
+    batches: int | None = None
+    mode: Mode | None = None
+
+
+class BatchResult(_Result):
+    """A classified batch: how its apply went (applied, duplicate, fenced,
+    unknown_cycle) and, when applied, its groups per verdict."""
+
+    status: str
+    verdicts: dict[str, int] = {}
