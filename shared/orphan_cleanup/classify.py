@@ -16,7 +16,15 @@ from functools import lru_cache
 
 from orphan_cleanup.errors import BlastRadiusExceeded
 from orphan_cleanup.models import (
-    DEFAULT_TAG_KEY, Action, LedgerRecord, Outcome, OwnerStatus, ResourceGroup, ResourceKind, Verdict, VerdictKind,
+    DEFAULT_TAG_KEY,
+    Action,
+    LedgerRecord,
+    Outcome,
+    OwnerStatus,
+    ResourceGroup,
+    ResourceKind,
+    Verdict,
+    VerdictKind,
 )
 
 LIVE = {OwnerStatus.PROVISIONING.value, OwnerStatus.IDLE.value, OwnerStatus.BUSY.value}

@@ -18,7 +18,6 @@ from orphan_cleanup.models import BackendSettings
 from orphan_cleanup.output import human_time, print_table, verdict_style
 from orphan_cleanup.settings import Settings
 
-
 SECRET_SETTINGS = {"credentials_json"}
 
 

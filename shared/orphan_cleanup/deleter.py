@@ -13,12 +13,24 @@ from typing import TYPE_CHECKING, Any
 from orphan_cleanup import bookkeeping, classify, delete_rules
 from orphan_cleanup.classify import Limits
 from orphan_cleanup.errors import (
-    DependencyNotReady, IdentityMismatch, LeaseLost, MessageRefused, OrphanCleanupError, ProviderError,
+    DependencyNotReady,
+    IdentityMismatch,
+    LeaseLost,
+    MessageRefused,
+    OrphanCleanupError,
+    ProviderError,
     ProviderUnavailable,
 )
 from orphan_cleanup.ledger.records import CycleContext
 from orphan_cleanup.models import (
-    Backend, DeleteOutcome, DeleteRequest, DeleteResult, DeleteStatus, Mode, ResourceGroup, VerdictKind,
+    Backend,
+    DeleteOutcome,
+    DeleteRequest,
+    DeleteResult,
+    DeleteStatus,
+    Mode,
+    ResourceGroup,
+    VerdictKind,
 )
 from orphan_cleanup.providers.base import ResourceProvider, describe_error
 

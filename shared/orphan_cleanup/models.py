@@ -92,7 +92,7 @@ class ResourceGroup(Frozen):
     malformed_ref: bool = False
 
     @model_validator(mode="after")
-    def _ref_matches_flag(self) -> "ResourceGroup":
+    def _ref_matches_flag(self) -> ResourceGroup:
         if is_valid_ref(self.provider_ref) == self.malformed_ref:
             raise ValueError(f"provider_ref {self.provider_ref!r} is "
                              + ("a valid ref: not malformed" if self.malformed_ref else "not a valid ref"))
@@ -320,7 +320,7 @@ class ListingBatch(Frozen):
     failures: tuple[RegionFailure, ...] = ()
 
     @model_validator(mode="after")
-    def _unique_groups(self) -> "ListingBatch":
+    def _unique_groups(self) -> ListingBatch:
         # A listing never yields one group twice: a batch that does is malformed
         # (altered or corrupted) and is refused whole, never half applied.
         keys = [g.key for g in self.groups]

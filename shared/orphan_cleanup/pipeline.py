@@ -20,7 +20,13 @@ from orphan_cleanup.ledger.db import Database
 from orphan_cleanup.ledger.records import CycleContext, CycleRef
 from orphan_cleanup.ledger.store import LedgerStore
 from orphan_cleanup.models import (
-    Backend, DeleteRequest, ListingBatch, Mode, RegionFailure, RegionListing, ResourceGroup,
+    Backend,
+    DeleteRequest,
+    ListingBatch,
+    Mode,
+    RegionFailure,
+    RegionListing,
+    ResourceGroup,
 )
 from orphan_cleanup.payload import build_payload
 from orphan_cleanup.providers.base import ResourceProvider, describe_error

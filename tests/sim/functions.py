@@ -64,7 +64,7 @@ class Functions:
             status = self.pipeline.handle_delete(req)
         except GateBusy:
             self.trace(f"deleter: {req.group.key} gate busy, retried later")
-            self.checker.gate_refused(req.backend, req.group.provider_ref)
+            self.checker.gate_refused(req.cycle_id, req.group.provider_ref)
             return self.rng_sched.randint(5, 60)
         except Exception as exc:  # noqa: BLE001 - the record fails and is redelivered
             self._crash("deleter", exc)

@@ -213,12 +213,14 @@ class Checker:
     def region_tripped(self, cycle_id: str, region: str) -> None:
         self.tripped.add((cycle_id, region))
 
-    def gate_refused(self, backend_id: str, ref: str) -> None:
+    def gate_refused(self, cycle_id: str, ref: str) -> None:
         self.checks["G2"] += 1
-        # Gates are per account and ref (``Backend.scope``): find the backend's scope first.
+        # Gates are per account and ref (``Backend.scope``) of the cycle's backend (a
+        # request's own backend field may be forged): find that scope first.
         rows = self.sim.admin.run(
-            "SELECT holder FROM delete_gates g JOIN backends b ON g.backend_id = b.provider || ':' || b.account"
-            " WHERE b.id = :b AND g.provider_ref = :r", b=backend_id, r=ref)
+            "SELECT holder FROM delete_gates g JOIN cycles c ON c.id = :c"
+            " JOIN backends b ON b.id = c.backend_id AND g.backend_id = b.provider || ':' || b.account"
+            " WHERE g.provider_ref = :r", c=cycle_id, r=ref)
         if not rows:
             self.fail("G2", f"a delete of ref {ref} was refused as gate-busy, but no gate of {ref} is held")
 

@@ -21,7 +21,7 @@ class MalformedMessage(ConfigError):
 
 
 def _pubsub_queues(settings: Settings) -> tuple[PubSubQueue, PubSubQueue]:
-    from google.cloud import pubsub_v1
+    from google.cloud import pubsub_v1  # type: ignore[attr-defined]  # a namespace package without stubs
 
     if not settings.listing_topic or not settings.delete_topic:
         raise ConfigError("LISTING_TOPIC and DELETE_TOPIC must be set")

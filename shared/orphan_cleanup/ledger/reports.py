@@ -15,7 +15,6 @@ from orphan_cleanup.ledger.records import CycleReport, ReportGroup, ReportResour
 from orphan_cleanup.models import RegionFailure
 
 
-
 def add_backend(conn: pg8000.native.Connection, *, backend_id: str, provider: str, account: str, regions: Sequence[str],
                 settings: dict[str, Any], mode: str | None) -> None:
     """Insert a ``backends`` row; an existing id is a ``ConfigError``."""

@@ -49,7 +49,7 @@ def apply_payload(app: BatchApplication) -> dict[str, Any]:
     """The JSON document ``oc_apply_batch`` reads (see migrations/0003_apply.sql)."""
     rows = [r.as_dict() for r in app.rows]
     # Every orphan row is also a cycle_groups row: dump each once.
-    by_id = dict(zip(map(id, app.rows), rows))
+    by_id = dict(zip(map(id, app.rows), rows, strict=True))
     return {"cycle_id": app.cycle_id, "seq": app.seq, "last": app.last, "batch_count": app.batch_count,
             "failures": [f.model_dump() for f in app.failures], "groups": app.groups, "skipped": app.skipped,
             "rows": rows,
@@ -184,7 +184,8 @@ class LedgerStore:
 
     def add_backend(self, *, backend_id: str, provider: str, account: str, regions: Sequence[str],
                     settings: BackendSettings, mode: str | None = None) -> None:
-        """Insert a backend (``ConfigError`` if its id exists); ``settings`` are stored as given (unset keys left out)."""
+        """Insert a backend (``ConfigError`` if its id exists); ``settings`` are stored as
+        given (unset keys left out)."""
         with self.db.connection() as conn:
             reports.add_backend(conn, backend_id=backend_id, provider=provider, account=account,
                                 regions=regions, settings=settings.model_dump(mode="json", exclude_unset=True),
