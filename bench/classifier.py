@@ -37,7 +37,7 @@ from orphan_cleanup import bookkeeping
 from orphan_cleanup.ledger import queries
 from orphan_cleanup.ledger.store import LedgerStore
 from orphan_cleanup.ledger.db import Database
-from orphan_cleanup.models import ListingBatch
+from orphan_cleanup.messages import ListingBatch
 from orphan_cleanup.pipeline import Pipeline, limits_for
 from orphan_cleanup.queues.base import MAX_MESSAGE_BYTES
 from orphan_cleanup.queues.memory import InProcessQueue

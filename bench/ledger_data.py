@@ -27,7 +27,8 @@ import random
 from datetime import datetime, timedelta, timezone
 
 from orphan_cleanup.ledger.db import Database
-from orphan_cleanup.models import ListingBatch, Resource, ResourceGroup, ResourceKind, ResourceState
+from orphan_cleanup.models import Resource, ResourceGroup, ResourceKind, ResourceState
+from orphan_cleanup.messages import ListingBatch
 
 BACKEND = "bench"
 REGION = "r1"

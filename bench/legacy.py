@@ -13,7 +13,8 @@ import pg8000.native
 
 from orphan_cleanup import classify
 from orphan_cleanup.decisions import BatchApplication
-from orphan_cleanup.models import Action, LedgerRecord, ListingBatch, ResourceGroup, VerdictKind
+from orphan_cleanup.models import Action, LedgerRecord, ResourceGroup, VerdictKind
+from orphan_cleanup.messages import ListingBatch
 
 JOIN_SQL = """
 SELECT r.provider_ref, r.owner_type, r.owner_id, r.owner_name, r.issued_at,

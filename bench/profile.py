@@ -117,7 +117,7 @@ def profile_variant(bench: Bench, before: bool) -> tuple[dict[str, float], float
 def gc_share(bench: Bench) -> dict[str, dict[bool, float]]:
     """Parse and handle_batch of 10k-group batches with the cyclic GC on (default
     thresholds) and off, interleaved: what allocation-driven collections cost."""
-    from orphan_cleanup.models import ListingBatch
+    from orphan_cleanup.messages import ListingBatch
 
     cycle_id, listed_at = bench.start_cycle()
     out: dict[str, dict[bool, list[float]]] = {"parse": {True: [], False: []}, "handle": {True: [], False: []}}

@@ -82,7 +82,7 @@ def make_provider(n_groups: int) -> Callable[[Any], Any]:
 def streaming_queue(pipeline: Any) -> Any:
     """An in-process queue that classifies each listing batch as it is published,
     after the same serialization round trip a real queue imposes."""
-    from orphan_cleanup.models import ListingBatch
+    from orphan_cleanup.messages import ListingBatch
     from orphan_cleanup.queues.memory import InProcessQueue
 
     class StreamingQueue(InProcessQueue):

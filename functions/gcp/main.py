@@ -7,7 +7,7 @@ import functions_framework
 
 from orphan_cleanup.entrypoints import gcp
 from orphan_cleanup.errors import ConfigError
-from orphan_cleanup.models import DeleteRequest, ListerEvent, ListingBatch
+from orphan_cleanup.messages import DeleteRequest, ListerEvent, ListingBatch
 
 
 @functions_framework.http

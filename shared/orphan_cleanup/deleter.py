@@ -22,16 +22,8 @@ from orphan_cleanup.errors import (
     ProviderUnavailable,
 )
 from orphan_cleanup.ledger.records import CycleContext
-from orphan_cleanup.models import (
-    Backend,
-    DeleteOutcome,
-    DeleteRequest,
-    DeleteResult,
-    DeleteStatus,
-    Mode,
-    ResourceGroup,
-    VerdictKind,
-)
+from orphan_cleanup.messages import DeleteRequest
+from orphan_cleanup.models import Backend, DeleteOutcome, DeleteResult, DeleteStatus, Mode, ResourceGroup, VerdictKind
 from orphan_cleanup.providers.base import ResourceProvider, describe_error
 
 if TYPE_CHECKING:

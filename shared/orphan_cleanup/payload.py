@@ -7,7 +7,8 @@ from collections.abc import Mapping
 
 from orphan_cleanup import classify
 from orphan_cleanup.decisions import BatchApplication, GroupRow, OrphanRow, ReportEvent
-from orphan_cleanup.models import Action, LedgerRecord, ListingBatch, VerdictKind
+from orphan_cleanup.messages import ListingBatch
+from orphan_cleanup.models import Action, LedgerRecord, VerdictKind
 
 
 def build_payload(batch: ListingBatch, records: Mapping[str, LedgerRecord], ctx: classify.ClassifyContext, *,

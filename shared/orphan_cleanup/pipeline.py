@@ -19,15 +19,8 @@ from orphan_cleanup.errors import DatabaseError, LeaseLost, MessageRefused, Orph
 from orphan_cleanup.ledger.db import Database
 from orphan_cleanup.ledger.records import CycleContext, CycleRef
 from orphan_cleanup.ledger.store import LedgerStore
-from orphan_cleanup.models import (
-    Backend,
-    DeleteRequest,
-    ListingBatch,
-    Mode,
-    RegionFailure,
-    RegionListing,
-    ResourceGroup,
-)
+from orphan_cleanup.messages import DeleteRequest, ListingBatch
+from orphan_cleanup.models import Backend, Mode, RegionFailure, RegionListing, ResourceGroup
 from orphan_cleanup.payload import build_payload
 from orphan_cleanup.providers.base import ResourceProvider, describe_error
 from orphan_cleanup.queues.base import Queue

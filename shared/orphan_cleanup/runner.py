@@ -9,7 +9,8 @@ from pydantic import TypeAdapter
 
 from orphan_cleanup.errors import ConfigError, OrphanCleanupError
 from orphan_cleanup.ledger.records import CycleReport
-from orphan_cleanup.models import DeleteRequest, ListingBatch, Mode
+from orphan_cleanup.messages import DeleteRequest, ListingBatch
+from orphan_cleanup.models import Mode
 from orphan_cleanup.pipeline import GateBusy, Pipeline
 from orphan_cleanup.queues.memory import InProcessQueue
 

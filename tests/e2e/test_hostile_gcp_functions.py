@@ -23,7 +23,8 @@ from hypothesis import strategies as st
 
 from orphan_cleanup.ledger.client import LedgerClient, gcp_labels
 from orphan_cleanup.ledger.db import Database
-from orphan_cleanup.models import DeleteRequest, ListingBatch, OwnerStatus, Resource, ResourceGroup, ResourceKind
+from orphan_cleanup.models import OwnerStatus, Resource, ResourceGroup, ResourceKind
+from orphan_cleanup.messages import DeleteRequest, ListingBatch
 from tests.support.gcp_fake import FakeCompute
 from tests.support.pubsub_harness import FakePubSub, pubsub, pubsub_cloudevent, pubsub_server  # noqa: F401
 

@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 from orphan_cleanup.ledger.db import Database
-from orphan_cleanup.models import DeleteRequest, ListingBatch, Resource, ResourceKind
+from orphan_cleanup.models import Resource, ResourceKind
+from orphan_cleanup.messages import DeleteRequest, ListingBatch
 
 from functions.aws import classifier, deleter, lister
 from tests.support.ledger_helpers import add_backend, cycle_row

@@ -13,7 +13,8 @@ from bench import classifier, legacy
 from bench import ledger_data as data
 from bench.common import PgServer
 from orphan_cleanup import classify
-from orphan_cleanup.models import LedgerRecord, ListingBatch
+from orphan_cleanup.models import LedgerRecord
+from orphan_cleanup.messages import ListingBatch
 from orphan_cleanup.ledger.store import apply_payload
 from orphan_cleanup.pipeline import build_payload
 

@@ -15,7 +15,8 @@ from orphan_cleanup.cli import main
 from orphan_cleanup.bookkeeping import finish_if_complete, set_listed_at, start_cycle
 from orphan_cleanup.ledger.migrate import available_migrations
 from orphan_cleanup.ledger.store import LedgerStore
-from orphan_cleanup.models import ListingBatch, Outcome
+from orphan_cleanup.models import Outcome
+from orphan_cleanup.messages import ListingBatch
 from orphan_cleanup.pipeline import build_payload
 from tests.support.ledger_helpers import T0, add_ref, db_now, group, limits
 

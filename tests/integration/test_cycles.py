@@ -19,9 +19,8 @@ from orphan_cleanup.bookkeeping import (
 from orphan_cleanup.decisions import BatchApplication
 from orphan_cleanup.ledger.client import LedgerClient
 from orphan_cleanup.ledger.store import LedgerSession, LedgerStore as S
-from orphan_cleanup.models import (
-    DEFAULT_PROTECT_KEY, DeleteResult, DeleteStatus, ListingBatch, OwnerStatus, Outcome, RegionFailure,
-)
+from orphan_cleanup.models import DEFAULT_PROTECT_KEY, DeleteResult, DeleteStatus, OwnerStatus, Outcome, RegionFailure
+from orphan_cleanup.messages import ListingBatch
 from orphan_cleanup.pipeline import build_payload
 from tests.support.ledger_helpers import (
     T0, CountingConnection, add_backend, add_instance, add_instances_bulk, add_ref, add_refs_bulk, cleanup_row,

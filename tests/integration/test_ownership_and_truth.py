@@ -13,7 +13,8 @@ import pytest
 from orphan_cleanup.errors import MessageRefused
 from orphan_cleanup.ledger.records import CycleReport
 from orphan_cleanup.ledger.store import LedgerStore
-from orphan_cleanup.models import DeleteRequest, ListingBatch, OwnerStatus, ResourceKind
+from orphan_cleanup.models import OwnerStatus, ResourceKind
+from orphan_cleanup.messages import DeleteRequest, ListingBatch
 from orphan_cleanup.pipeline import Pipeline
 from orphan_cleanup.queues.memory import InProcessQueue
 from orphan_cleanup.results import ListerResult

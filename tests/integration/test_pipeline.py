@@ -9,7 +9,8 @@ import pytest
 
 from orphan_cleanup.ledger.db import Database
 from orphan_cleanup.ledger.records import CycleReport
-from orphan_cleanup.models import DeleteRequest, ListingBatch, ResourceKind
+from orphan_cleanup.models import ResourceKind
+from orphan_cleanup.messages import DeleteRequest, ListingBatch
 from orphan_cleanup.pipeline import GateBusy, Pipeline
 from orphan_cleanup.ledger.store import LedgerStore
 from orphan_cleanup.queues.memory import InProcessQueue

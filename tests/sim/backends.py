@@ -35,7 +35,8 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from orphan_cleanup.models import Backend, DeleteRequest, ListingBatch, ResourceState, is_valid_ref
+from orphan_cleanup.models import Backend, ResourceState, is_valid_ref
+from orphan_cleanup.messages import DeleteRequest, ListingBatch
 from tests.sim.cloud import SimCloud, _resource
 from tests.sim.owners import LIVE, PROTECT, TAG
 from tests.sim.world import (

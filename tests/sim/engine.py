@@ -25,7 +25,7 @@ from typing import Any
 
 import pg8000.native
 
-from orphan_cleanup.models import DeleteRequest
+from orphan_cleanup.messages import DeleteRequest
 from orphan_cleanup.pipeline import Pipeline
 from orphan_cleanup.results import ListerResult
 from orphan_cleanup.reporting import Reporter

@@ -9,7 +9,8 @@ from collections.abc import Callable
 from typing import Any
 
 from orphan_cleanup.errors import ProviderError
-from orphan_cleanup.models import DeleteRequest, DeleteResult, ListingBatch, ResourceGroup
+from orphan_cleanup.models import DeleteResult, ResourceGroup
+from orphan_cleanup.messages import DeleteRequest, ListingBatch
 from orphan_cleanup.pipeline import GateBusy
 from tests.sim.queues import VISIBILITY_TIMEOUT, SimQueue
 

@@ -11,7 +11,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from orphan_cleanup.ledger.db import Database
-from orphan_cleanup.models import DeleteRequest, DeleteResult, ListingBatch, OwnerStatus, ResourceGroup
+from orphan_cleanup.models import DeleteResult, OwnerStatus, ResourceGroup
+from orphan_cleanup.messages import DeleteRequest, ListingBatch
 from orphan_cleanup.pipeline import GateBusy, Pipeline
 from orphan_cleanup.queues.memory import InProcessQueue
 from orphan_cleanup.settings import Settings

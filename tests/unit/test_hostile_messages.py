@@ -27,9 +27,8 @@ from pydantic import ValidationError
 from orphan_cleanup.classify import ClassifyContext, classify
 from orphan_cleanup.entrypoints.aws import DeleteRequestRecord, ListingBatchRecord
 from orphan_cleanup.entrypoints.gcp import MalformedMessage, parse
-from orphan_cleanup.models import (
-    DeleteRequest, LedgerRecord, ListerEvent, ListingBatch, Resource, ResourceGroup, ResourceKind, VerdictKind,
-)
+from orphan_cleanup.models import LedgerRecord, Resource, ResourceGroup, ResourceKind, VerdictKind
+from orphan_cleanup.messages import DeleteRequest, ListerEvent, ListingBatch
 from orphan_cleanup.pipeline import build_payload
 
 REF, OTHER = "abcdefgh1234", "zzzzzzzz9999"

@@ -12,7 +12,7 @@ from pydantic import Json
 
 from orphan_cleanup.entrypoints import common
 from orphan_cleanup.errors import ConfigError
-from orphan_cleanup.models import DeleteRequest, ListerEvent, ListingBatch
+from orphan_cleanup.messages import DeleteRequest, ListerEvent, ListingBatch
 from orphan_cleanup.pipeline import Pipeline
 from orphan_cleanup.queues.sqs import SqsQueue
 from orphan_cleanup.settings import Settings

@@ -1,0 +1,56 @@
+"""The messages that cross a queue between the functions (each carries a ``v``
+field). Messages are hints; the database is the truth (DESIGN §5 rule 12)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from orphan_cleanup.models import BackendId, Frozen, Mode, RegionFailure, ResourceGroup
+
+MESSAGE_VERSION: Literal[1] = 1
+
+
+class ListingBatch(Frozen):
+    """One batch of a cycle's listing, in listing order. The last batch
+    (``last=True``) carries ``batch_count`` and the cycle's region failures."""
+
+    v: Literal[1] = MESSAGE_VERSION
+    cycle_id: str = Field(min_length=1, max_length=64)
+    backend: BackendId
+    seq: int = Field(ge=0)
+    listed_at: datetime
+    mode: Mode = "report"
+    record_all: bool = False
+    groups: tuple[ResourceGroup, ...] = ()
+    last: bool = False
+    batch_count: int | None = Field(default=None, ge=1)
+    failures: tuple[RegionFailure, ...] = ()
+
+    @model_validator(mode="after")
+    def _unique_groups(self) -> ListingBatch:
+        # A listing never yields one group twice: a batch that does is malformed
+        # (altered or corrupted) and is refused whole, never half applied.
+        keys = [g.key for g in self.groups]
+        if len(set(keys)) != len(keys):
+            dup = next(k for k in keys if keys.count(k) > 1)
+            raise ValueError(f"duplicate group key {dup} in batch {self.seq}")
+        return self
+
+
+class DeleteRequest(Frozen):
+    v: Literal[1] = MESSAGE_VERSION
+    cycle_id: str = Field(min_length=1, max_length=64)
+    backend: BackendId
+    group: ResourceGroup
+
+
+class ListerEvent(BaseModel):
+    """The lister's input: ``{"backend": "ID"}`` from a schedule or a manual invoke."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    backend: BackendId
+    mode: Mode | None = None
