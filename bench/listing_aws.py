@@ -14,6 +14,7 @@ from typing import Any
 from bench.common import median
 from bench.listing import TAG, Measured
 from orphan_cleanup.models import Backend, ResourceGroup, ResourceKind, ResourceState
+from tests.support.listing import collect
 
 REGION = "us-east-1"
 AMI = "ami-12c6146b"
@@ -22,11 +23,10 @@ AMI = "ami-12c6146b"
 @contextmanager
 def moto_server() -> Iterator[str]:
     """A moto server on a free port, with this process's AWS environment pointed at it."""
+    import boto3
     from moto.server import ThreadedMotoServer
 
     from tests.support.moto import FAKE_ENV, UNSET_ENV
-
-    import boto3
 
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
@@ -104,7 +104,7 @@ def aws_shipped(counter: _Counter) -> Callable[[], list[ResourceGroup]]:
     session = boto3.Session()
     counter.attach(session)
     provider = build_aws_provider(_aws_backend(), connect_timeout=5, read_timeout=60, session=session)
-    return lambda: list(provider.list_resource_groups().groups)
+    return lambda: list(collect(provider).groups)
 
 
 def aws_unfiltered(counter: _Counter) -> Callable[[], list[ResourceGroup]]:
@@ -128,7 +128,7 @@ def aws_unfiltered(counter: _Counter) -> Callable[[], list[ResourceGroup]]:
     counter.attach(session)
     config = aws.client_config(connect_timeout=5, read_timeout=60)
     provider = Unfiltered(_aws_backend(), aws.session_client_factory(session, config))
-    return lambda: list(provider.list_resource_groups().groups)
+    return lambda: list(collect(provider).groups)
 
 
 _ARN_KIND = {"instance": ResourceKind.INSTANCE, "volume": ResourceKind.VOLUME,

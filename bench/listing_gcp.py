@@ -9,7 +9,7 @@ from typing import Any
 from bench.common import median
 from bench.listing import TAG, Measured
 from orphan_cleanup.models import Backend, ResourceGroup
-
+from tests.support.listing import collect
 
 GCP_ZONES = ("us-central1-a", "us-central1-b", "us-central1-c", "us-central1-f")
 
@@ -47,7 +47,7 @@ def measure(fake: Any, reps: int) -> list[Measured]:
                 fake.require_label_filter = filtered
                 fake.clear_calls()
                 start = time.perf_counter()
-                groups = list(provider.list_resource_groups().groups)
+                groups = list(collect(provider).groups)
                 if k:  # the first round is the warm-up
                     times[filtered].append(time.perf_counter() - start)
                 last[filtered] = (groups, fake.count())

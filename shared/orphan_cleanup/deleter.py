@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 from orphan_cleanup import bookkeeping, classify, delete_rules
 from orphan_cleanup.classify import Limits
 from orphan_cleanup.errors import (
-    DependencyNotReady,
     IdentityMismatch,
     LeaseLost,
     MessageRefused,
@@ -23,7 +22,7 @@ from orphan_cleanup.errors import (
 )
 from orphan_cleanup.ledger.records import CycleContext
 from orphan_cleanup.messages import DeleteRequest
-from orphan_cleanup.models import Backend, DeleteOutcome, DeleteResult, DeleteStatus, Mode, ResourceGroup, VerdictKind
+from orphan_cleanup.models import Backend, DeleteOutcome, Mode, ResourceGroup, VerdictKind
 from orphan_cleanup.providers.base import ResourceProvider, describe_error
 
 if TYPE_CHECKING:
@@ -119,10 +118,6 @@ class Deleter:
             except ProviderUnavailable as exc:
                 self._record(cycle.id, group, limits, error=describe_error(exc), trip_region=True)
                 return DeleteOutcome.REGION_TRIPPED
-            except DependencyNotReady:  # "not yet", never a failure: a later cycle retries
-                result = DeleteResult(status=DeleteStatus.DELETING, pending=tuple(group.resource_ids()))
-                self._record(cycle.id, group, limits, result=result)
-                return DeleteOutcome(result.status.value)
             except ProviderError as exc:
                 self._record(cycle.id, group, limits, error=describe_error(exc))
                 return DeleteOutcome.FAILED

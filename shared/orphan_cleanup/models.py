@@ -131,12 +131,6 @@ class RegionListing(Frozen):
     failure: str | None = None
 
 
-class ResourceListing(Frozen):
-    groups: tuple[ResourceGroup, ...]
-    failures: tuple[RegionFailure, ...] = ()
-    listed_at: datetime
-
-
 class BackendSettings(BaseModel):
     """Per-backend settings stored in ``backends.settings`` (jsonb).
 

@@ -27,6 +27,7 @@ from orphan_cleanup.models import (
     ResourceState,
 )
 from orphan_cleanup.providers.aws import AwsProvider, build_aws_provider, client_config, session_client_factory
+from tests.support.listing import collect
 
 pytestmark = pytest.mark.usefixtures("moto_reset")
 
@@ -224,7 +225,7 @@ def group_map(groups: tuple[ResourceGroup, ...] | list[ResourceGroup]) -> dict[t
 
 
 def group_of(provider: AwsProvider, primary_id: str) -> ResourceGroup:
-    [group] = [g for g in provider.list_resource_groups().groups if g.primary_id == primary_id]
+    [group] = [g for g in collect(provider).groups if g.primary_id == primary_id]
     return group
 
 
@@ -271,7 +272,7 @@ def test_listing_groups_two_regions_and_reports_the_failing_one(session, dead_en
         return good(service, region)
 
     provider = AwsProvider(backend((EAST, DEAD, WEST, NOWHERE)), factory)
-    listing = provider.list_resource_groups()
+    listing = collect(provider)
 
     assert sorted((f.region, f.error.split(":")[0]) for f in listing.failures) == [
         (DEAD, "ProviderUnavailable"), (NOWHERE, "ProviderUnavailable")]
@@ -307,7 +308,7 @@ def test_listing_follows_pages_of_more_than_100_reservations(session):
     pages: list[str] = []
     session.events.register("before-call.ec2.DescribeInstances", lambda **kw: pages.append("page"))
 
-    groups = make_provider(session).list_resource_groups().groups
+    groups = collect(make_provider(session)).groups
 
     assert {g.primary_id for g in groups} == ids
     assert len(pages) >= 2
@@ -320,7 +321,7 @@ def test_listing_uses_only_each_services_describe_call(session, calls):
     elsewhere.attach(boto3.DEFAULT_SESSION)
     provider = make_provider(session, (EAST, WEST))
 
-    groups = provider.list_resource_groups().groups
+    groups = collect(provider).groups
 
     assert fleet["instance"] in {g.primary_id for g in groups}
     assert elsewhere.calls == []
@@ -339,7 +340,7 @@ def test_listing_honours_a_custom_tag_key(session):
     custom = run_instance(client, None, owner_ref=REF_A)
     run_instance(client, REF_B)
 
-    groups = make_provider(session, tag_key="owner_ref").list_resource_groups().groups
+    groups = collect(make_provider(session, tag_key="owner_ref")).groups
 
     assert group_map(groups) == {(REF_A, EAST, custom["InstanceId"]): {custom["InstanceId"]}}
 
@@ -461,7 +462,7 @@ def test_leftovers_without_an_instance_are_deleted_in_one_call(session, calls):
     sg = create_sg(client, "left", REF_A)
     ids = {create_volume(client, REF_A), create_eni(client, REF_A, sg=sg), allocate_eip(client, REF_A), sg}
     provider = make_provider(session)
-    [group] = provider.list_resource_groups().groups
+    [group] = collect(provider).groups
     assert group.primary_id is None and set(group.resource_ids()) == ids
 
     results = delete_until_done(provider, group, calls)
@@ -477,7 +478,7 @@ def test_dependents_in_use_by_a_live_instance_are_pending_not_detached(session, 
     eni = create_eni(client, REF_A, attach_to=live)
     eip = allocate_eip(client, REF_A, instance=live)
     provider = make_provider(session)
-    [group] = provider.list_resource_groups().groups
+    [group] = collect(provider).groups
     calls.clear()
 
     result = provider.delete_resource_group(group)
@@ -536,7 +537,7 @@ def test_assumed_role_credentials_are_used_with_external_id(session, calls):
     run_instance(ec2(EAST), REF_B)  # in the caller's own account: must not be listed
 
     provider = make_provider(session, role_arn=role, external_id="ext-123")
-    groups = provider.list_resource_groups().groups
+    groups = collect(provider).groups
 
     assert group_map(groups) == {(REF_A, EAST, theirs["InstanceId"]): {theirs["InstanceId"]}}
     [(_, _, params)] = [c for c in calls.calls if c[1] == "AssumeRole"]

@@ -15,6 +15,7 @@ import pytest
 
 from orphan_cleanup.models import Backend
 from orphan_cleanup.providers.aws import build_aws_provider
+from tests.support.listing import collect
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("moto_reset")]
 
@@ -33,7 +34,7 @@ def measure_listing() -> tuple[int, Counter[str], float]:
     backend = Backend(id="scale", provider="aws", account="123456789012", regions=(REGION,))
     provider = build_aws_provider(backend, connect_timeout=5, read_timeout=60, session=session)
     started = time.perf_counter()
-    listing = provider.list_resource_groups()
+    listing = collect(provider)
     elapsed = time.perf_counter() - started
     assert not listing.failures
     return sum(len(g.resources) for g in listing.groups), calls, elapsed

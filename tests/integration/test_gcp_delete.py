@@ -8,6 +8,7 @@ from orphan_cleanup.errors import ProviderError, ProviderUnavailable
 from orphan_cleanup.models import Backend, DeleteStatus, ResourceGroup
 from orphan_cleanup.providers.gcp import GcpProvider, build_gcp_clients
 from tests.support.gcp_fake import FakeCompute
+from tests.support.listing import collect
 
 REF, OTHER = "aaaaaaaaaaa1", "bbbbbbbbbbb2"
 ZONE, REGION = "us-central1-a", "us-central1"
@@ -32,7 +33,7 @@ def owner_group(gcp: FakeCompute, *, auto_delete: bool = False, **instance_kw: o
 
 
 def listed_group(p: GcpProvider, primary_id: str | None = None) -> ResourceGroup:
-    groups = [g for g in p.list_resource_groups().groups if primary_id is None or g.primary_id == primary_id]
+    groups = [g for g in collect(p).groups if primary_id is None or g.primary_id == primary_id]
     assert len(groups) == 1, groups
     return groups[0]
 
@@ -166,7 +167,7 @@ def test_leftover_group_is_deleted(gcp: FakeCompute) -> None:
     disk = gcp.add_disk("left", zone="europe-west1-b", labels={"provider_ref": REF})
     ip = gcp.add_address("left-ip", region="europe-west1", labels={"provider_ref": REF})
     p = provider(gcp)
-    results = [p.delete_resource_group(g) for g in p.list_resource_groups().groups]
+    results = [p.delete_resource_group(g) for g in collect(p).groups]
     assert {r.status for r in results} == {DeleteStatus.DELETED}
     assert {i for r in results for i in r.deleted} == {disk["id"], ip["id"]}
 

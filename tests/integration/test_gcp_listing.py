@@ -8,6 +8,7 @@ from google.api_core import exceptions as gexc
 from orphan_cleanup.models import Backend, BackendSettings, ResourceKind, ResourceState
 from orphan_cleanup.providers.gcp import GcpProvider, build_gcp_clients, build_gcp_provider
 from tests.support.gcp_fake import FakeCompute
+from tests.support.listing import collect
 
 REF_A, REF_B, REF_C = "aaaaaaaaaaa1", "bbbbbbbbbbb2", "ccccccccccc3"
 
@@ -81,7 +82,7 @@ def test_custom_tag_key_is_the_filter(gcp: FakeCompute) -> None:
     vm = gcp.add_instance("a", labels={"owner_ref": REF_A, "provider_ref": REF_B})
     backend = Backend(id="g", provider="gcp", account="ignored", regions=["us-central1"],
                       settings=BackendSettings(tag_key="owner_ref", project=gcp.project))
-    listing = build_gcp_provider(backend, endpoint=gcp.url, timeout=5).list_resource_groups()
+    listing = collect(build_gcp_provider(backend, endpoint=gcp.url, timeout=5))
     assert [(g.provider_ref, g.primary_id) for g in listing.groups] == [(REF_A, vm["id"])]
     assert {c.query["filter"] for c in gcp.calls} == {"labels.owner_ref:*"}
 
@@ -89,7 +90,7 @@ def test_custom_tag_key_is_the_filter(gcp: FakeCompute) -> None:
 def test_failed_list_call_fails_every_region_without_retrying_503(gcp: FakeCompute) -> None:
     gcp.add_instance("a", labels={"provider_ref": REF_A})
     gcp.add_fault("GET", "/aggregated/disks", status=503)
-    listing = provider(gcp, "us-central1", "europe-west1").list_resource_groups()
+    listing = collect(provider(gcp, "us-central1", "europe-west1"))
     assert listing.groups == ()
     assert {f.region for f in listing.failures} == {"us-central1", "europe-west1"}
     assert all("ProviderUnavailable" in f.error for f in listing.failures)
@@ -99,14 +100,14 @@ def test_failed_list_call_fails_every_region_without_retrying_503(gcp: FakeCompu
 def test_throttled_list_is_retried(gcp: FakeCompute) -> None:
     vm = gcp.add_instance("a", labels={"provider_ref": REF_A})
     gcp.add_fault("GET", "/aggregated/instances", status=429, times=1)
-    listing = provider(gcp, "us-central1").list_resource_groups()
+    listing = collect(provider(gcp, "us-central1"))
     assert listing.failures == () and [g.primary_id for g in listing.groups] == [vm["id"]]
     assert gcp.count("GET", "/aggregated/instances") == 2
 
 
 def test_slow_list_times_out_as_a_failure(gcp: FakeCompute) -> None:
     gcp.add_fault("GET", "/aggregated/addresses", status=None, delay=1.0)
-    listing = provider(gcp, "us-central1", timeout=0.3).list_resource_groups()
+    listing = collect(provider(gcp, "us-central1", timeout=0.3))
     assert [f.region for f in listing.failures] == ["us-central1"]
     assert "ProviderTimeout" in listing.failures[0].error
 
@@ -125,7 +126,7 @@ def test_instances_sharing_a_ref_are_two_groups_and_address_users_map_to_ids(gcp
     one = gcp.add_instance("one", zone="europe-west1-b", labels={"provider_ref": REF_A})
     two = gcp.add_instance("two", zone="europe-west1-c", labels={"provider_ref": REF_A})
     ip = gcp.add_address("two-ip", region="europe-west1", labels={"provider_ref": REF_A}, attached_to="two")
-    groups = {g.primary_id: g for g in provider(gcp, "europe-west1").list_resource_groups().groups}
+    groups = {g.primary_id: g for g in collect(provider(gcp, "europe-west1")).groups}
     assert set(groups) == {one["id"], two["id"]}
     assert set(groups[two["id"]].resource_ids()) == {two["id"], ip["id"]}
     assert groups[two["id"]].region == "europe-west1-c"

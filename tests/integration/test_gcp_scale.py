@@ -12,6 +12,7 @@ import pytest
 from orphan_cleanup.models import Backend
 from orphan_cleanup.providers.gcp import build_gcp_provider
 from tests.support.gcp_fake import FakeCompute
+from tests.support.listing import collect
 
 ZONES = ["us-central1-a", "us-central1-b", "us-central1-c", "europe-west1-b", "europe-west1-c"]
 
@@ -31,7 +32,7 @@ def test_listing_cost_for_instances_with_disks(gcp: FakeCompute, instances: int)
 
     # When
     started = time.perf_counter()
-    listing = provider.list_resource_groups()
+    listing = collect(provider)
     elapsed = time.perf_counter() - started
 
     # Then

@@ -24,7 +24,7 @@ from orphan_cleanup.models import Backend, DeleteResult, RegionListing, Resource
 from orphan_cleanup.providers.aws_delete import GroupDeletion
 from orphan_cleanup.providers.aws_errors import translated
 from orphan_cleanup.providers.aws_kinds import KINDS, AwsKind, link_resources, to_resource
-from orphan_cleanup.providers.base import ResourceProvider, group_resources, parallel_regions
+from orphan_cleanup.providers.base import ResourceProvider, group_resources, not_yet_is_deleting, parallel_regions
 
 ClientFactory = Callable[[str, str], Any]
 """``(service, region) -> boto3 client``; must return clients usable from several threads."""
@@ -99,7 +99,7 @@ class AwsProvider(ResourceProvider):
                 region=group.region,
             )
         deletion = GroupDeletion(self.ec2(group.region), group, tag_key=self.tag_key, protect_key=self.protect_key)
-        return deletion.run()
+        return not_yet_is_deleting(group, deletion.run)
 
     def _list_region(self, region: str) -> list[ResourceGroup]:
         ec2 = self.ec2(region)

@@ -10,18 +10,16 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from datetime import UTC, datetime
 
-from orphan_cleanup.errors import IdentityMismatch, OrphanCleanupError
+from orphan_cleanup.errors import DependencyNotReady, IdentityMismatch, OrphanCleanupError
 from orphan_cleanup.models import (
     Backend,
     DeleteResult,
-    RegionFailure,
+    DeleteStatus,
     RegionListing,
     Resource,
     ResourceGroup,
     ResourceKind,
-    ResourceListing,
     is_valid_ref,
 )
 
@@ -62,7 +60,9 @@ class ResourceProvider(ABC):
         terminated; while it is still shutting down returns ``DELETING`` and
         the dependents are deleted by a later call ("not yet terminated");
       - then deletes the dependents in dependency order; a dependency that is
-        still in use means "not yet" (``DELETING``), never failure;
+        still in use means "not yet" (``DELETING``), never failure. "Not yet" has
+        this one channel: ``DependencyNotReady`` never leaves the adapter (run
+        the work through ``not_yet_is_deleting``);
       - is idempotent: calling it again after ``DELETED`` does nothing and
         returns ``DELETED``;
       - raises a ``ProviderError`` subclass on failure; ``ProviderUnavailable``
@@ -112,18 +112,14 @@ class ResourceProvider(ABC):
     def delete_resource_group(self, group: ResourceGroup) -> DeleteResult:
         """Delete one orphan group, as described in the class docstring."""
 
-    def list_resource_groups(self) -> ResourceListing:
-        """Collect ``iter_listing`` into one listing. ``listed_at`` is taken before
-        the first call, so anything created after it is newer than the listing."""
-        listed_at = datetime.now(UTC)
-        groups: list[ResourceGroup] = []
-        failures: list[RegionFailure] = []
-        for region in self.iter_listing():
-            if region.failure is not None:
-                failures.append(RegionFailure(region=region.region, error=region.failure))
-            else:
-                groups.extend(region.groups)
-        return ResourceListing(groups=tuple(groups), failures=tuple(failures), listed_at=listed_at)
+
+def not_yet_is_deleting(group: ResourceGroup, delete: Callable[[], DeleteResult]) -> DeleteResult:
+    """Run an adapter's deletion of ``group``; a ``DependencyNotReady`` that escapes it
+    becomes the contract's "not yet" (``DELETING``, every resource pending)."""
+    try:
+        return delete()
+    except DependencyNotReady:
+        return DeleteResult(status=DeleteStatus.DELETING, pending=tuple(group.resource_ids()))
 
 
 def describe_error(exc: BaseException) -> str:

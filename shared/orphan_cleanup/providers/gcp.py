@@ -42,7 +42,7 @@ from orphan_cleanup.models import (
     ResourceGroup,
     ResourceKind,
 )
-from orphan_cleanup.providers.base import ResourceProvider, describe_error, group_resources
+from orphan_cleanup.providers.base import ResourceProvider, describe_error, group_resources, not_yet_is_deleting
 from orphan_cleanup.providers.gcp_calls import GcpCalls, read_retry
 from orphan_cleanup.providers.gcp_delete import delete_group
 from orphan_cleanup.providers.gcp_kinds import (
@@ -186,7 +186,8 @@ class GcpProvider(ResourceProvider):
     # --- deletion --------------------------------------------------------------------
 
     def delete_resource_group(self, group: ResourceGroup) -> DeleteResult:
-        return delete_group(self.calls, group, tag_key=self.tag_key, protect_key=self.protect_key)
+        return not_yet_is_deleting(
+            group, lambda: delete_group(self.calls, group, tag_key=self.tag_key, protect_key=self.protect_key))
 
 
 def _location(scope: str) -> str:
