@@ -45,9 +45,13 @@ class Oracle:
                 and r.created_at <= owner.provisioned_at + timedelta(seconds=self.sim.margin))
 
     def _group_protected(self, rid: str) -> bool:
-        """Whether a member of ``rid``'s listed group carries the protect tag (grouping as
-        ``group_resources`` does it: an instance with the dependents attached to it,
-        else the primary-less group of the ref and region)."""
+        """Whether a member of ``rid``'s listed group carries the protect tag."""
+        return any(PROTECT in r.tags for r in self._group_members(rid))
+
+    def _group_members(self, rid: str) -> list[Any]:
+        """The live members of ``rid``'s listed group, grouped as ``group_resources``
+        does it: an instance with the dependents attached to it, else the
+        primary-less group of the ref and region."""
         res = self.sim.world.resources
         alive = {k: r for k, r in res.items() if r.state is not ResourceState.TERMINATED}
         ref = res[rid].tags.get(TAG)
@@ -59,8 +63,7 @@ class Oracle:
             return vm.id if vm is not None and vm.kind is ResourceKind.INSTANCE and vm.tags.get(TAG) == ref else None
 
         key = (owner_of(res[rid]), res[rid].region)
-        return any(PROTECT in r.tags for r in alive.values()
-                   if r.tags.get(TAG) == ref and (owner_of(r), r.region) == key)
+        return [r for r in alive.values() if r.tags.get(TAG) == ref and (owner_of(r), r.region) == key]
 
     def is_orphan(self, rid: str, *, known: frozenset[str]) -> bool:
         """Ground truth for L1: a resource the cleanup must eventually delete.
@@ -93,5 +96,7 @@ class Oracle:
             return True  # a leaked attempt: created before the owner's provisioning
         if r.attached_to and cloud.exists(r.attached_to):
             return True
-        # A detached leftover of a live owner is protected unless it was seen in an orphan group.
-        return rid in known
+        # A detached leftover of a live owner is protected unless it was seen in an orphan
+        # group, and so is its whole listed group unless every member was (the product
+        # decides per group: one volume still in use by an untagged VM protects the rest).
+        return all(m.id in known for m in self._group_members(rid))
