@@ -123,6 +123,21 @@ def test_run_of_an_unknown_backend_is_bad_input(cli):
     assert "unknown backend" in line and "'nope'" in line
 
 
+def test_run_while_another_live_cycle_holds_the_backend_exits_3(cli, db):
+    # given a backend whose lease a running cycle holds (a scheduled run in progress)
+    assert cli("backend", "add", "held", "--provider", "aws", "--account", "123456789012",
+               "--regions", "us-east-1")[0] == 0
+    add_ref(db)  # enrollment needs an issued ref
+    assert start_cycle(LedgerStore(db), "held", "report", limits(), manual=False).cycle is not None
+
+    # when an operator runs it by hand
+    code, out, err = cli("run", "--backend", "held", "--json")
+
+    # then C3's exit 3, one line, nothing printed on stdout
+    assert code == 3 and out == ""
+    assert "another cycle of this backend is running" in one_error_line(err)
+
+
 def _finish_report_cycle(db, backend_id, groups):
     """A report-mode cycle through the bookkeeping functions the lister and classifier use."""
     lim = limits()
