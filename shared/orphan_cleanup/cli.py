@@ -33,8 +33,10 @@ EPILOG = """examples:
 
 exit codes:
   0  ok; for run: the cycle finished clean or unsettled
-  1  run: the cycle failed (listing raised, a deletion failed); demo: its self-check failed
-  2  bad input: arguments, settings, unknown backend, database unreachable
+  1  run: the cycle failed (listing raised, credentials reach another account, a deletion failed);
+     demo: its self-check failed
+  2  bad input: arguments, settings, unknown backend, a backend whose mode is off, database unreachable
+  3  run: another live cycle holds the backend's lease
 
 environment: DATABASE_URL (unset: embedded Postgres in ./.orphan-cleanup), ORPHAN_CLEANUP_MODE,
   ORPHAN_CLEANUP_MARGIN_SECONDS, ORPHAN_CLEANUP_INTERVAL_SECONDS, ORPHAN_CLEANUP_MAX_DELETES,
@@ -62,7 +64,7 @@ examples:
   orphan-cleanup run --backend aws-prod --mode delete
   orphan-cleanup run --backend aws-prod --json | jq '.groups[] | select(.verdict == "orphan")'
 
-exit codes: 0 clean or unsettled, 1 failed, 2 bad input"""
+exit codes: 0 clean or unsettled, 1 failed, 2 bad input (an off backend included), 3 another cycle holds the backend"""
 STATUS_EPILOG = """Per backend: effective mode, last outcome, clean_at (everything before it is known clean),
 when the next scheduled cycle is due, and orphans found but not deleted yet.
 
