@@ -1,16 +1,16 @@
-"""The deleter step (a mixin of ``Pipeline``): refuse what the cycle did not ask
-for, verify the identity, take the ref's gate, re-classify against the current
-ledger, delete, record. ``Pipeline`` provides the wiring it uses."""
+"""The deleter step (the base of ``Pipeline``, with the wiring the steps share):
+refuse what the cycle did not ask for, verify the identity, take the ref's gate,
+re-classify against the current ledger, delete, record."""
 
 from __future__ import annotations
 
 import logging
 import uuid
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from orphan_cleanup import bookkeeping, classify, delete_rules
+from orphan_cleanup import bookkeeping, classify, delete_rules, policy
 from orphan_cleanup.classify import Limits
 from orphan_cleanup.errors import (
     IdentityMismatch,
@@ -20,13 +20,14 @@ from orphan_cleanup.errors import (
     ProviderError,
     ProviderUnavailable,
 )
+from orphan_cleanup.ledger.db import Database
 from orphan_cleanup.ledger.records import CycleContext
+from orphan_cleanup.ledger.store import LedgerStore
 from orphan_cleanup.messages import DeleteRequest
 from orphan_cleanup.models import Backend, DeleteOutcome, Mode, ResourceGroup, VerdictKind
 from orphan_cleanup.providers.base import ResourceProvider, describe_error
 
 if TYPE_CHECKING:
-    from orphan_cleanup.ledger.store import LedgerStore
     from orphan_cleanup.reporting import Reporter
     from orphan_cleanup.settings import Settings
 
@@ -47,22 +48,28 @@ class Deleter:
     provider_for: Callable[[Backend], ResourceProvider]
     reporter: Reporter
 
-    # Provided by ``Pipeline`` (``_limits`` calls ``pipeline.limits_for``, the simulation's seam).
+    db: Database
+    clock: Callable[[], datetime] | None
+
+    # The wiring the steps share (``Pipeline`` holds the fields).
     @property
     def store(self) -> LedgerStore:
-        raise NotImplementedError
+        return LedgerStore(self.db)
 
     def _now(self) -> datetime | None:
-        raise NotImplementedError
+        return self.clock() if self.clock is not None else None
 
     def _limits(self, backend: Backend) -> Limits:
-        raise NotImplementedError
+        return policy.limits_for(self.settings, backend)
 
     def _mode_of(self, backend: Backend) -> Mode:
-        raise NotImplementedError
+        return policy.effective_mode(self.settings, backend)
 
     def _context(self, backend: Backend, listed_at: datetime, limits: Limits) -> classify.ClassifyContext:
-        raise NotImplementedError
+        return classify.ClassifyContext(
+            backend_id=backend.id, scope=backend.scope, listed_at=listed_at,
+            margin=timedelta(seconds=limits.margin_seconds), protect_key=backend.settings.protect_tag_key,
+            tag_key=backend.settings.tag_key, stuck_after=timedelta(seconds=self.settings.stuck_pending_seconds))
 
     def handle_delete(self, request: DeleteRequest, holder: str | None = None) -> DeleteOutcome:
         """Gate, delete, record. Raises ``GateBusy`` when the ref's gate is held

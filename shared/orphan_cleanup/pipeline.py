@@ -10,15 +10,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 
-from orphan_cleanup import bookkeeping, classify
+from orphan_cleanup import bookkeeping, policy
 from orphan_cleanup.classify import Limits
 from orphan_cleanup.deleter import Deleter, GateBusy, identity_failure
 from orphan_cleanup.errors import DatabaseError, LeaseLost, MessageRefused, OrphanCleanupError, ProviderError
 from orphan_cleanup.ledger.db import Database
 from orphan_cleanup.ledger.records import CycleContext, CycleRef
-from orphan_cleanup.ledger.store import LedgerStore
 from orphan_cleanup.messages import DeleteRequest, ListingBatch
 from orphan_cleanup.models import Backend, Mode, RegionFailure, RegionListing, ResourceGroup
 from orphan_cleanup.payload import build_payload
@@ -30,27 +29,11 @@ from orphan_cleanup.settings import Settings
 
 __all__ = ["GateBusy", "Pipeline", "build_payload", "effective_mode", "limits_for"]
 
+# Re-exported for callers that import them with the pipeline; the steps call ``policy``.
+effective_mode, limits_for = policy.effective_mode, policy.limits_for
+
 log = logging.getLogger("orphan_cleanup")
 ProviderFactory = Callable[[Backend], ResourceProvider]
-
-
-def limits_for(settings: Settings, backend: Backend) -> Limits:
-    s = backend.settings
-    return Limits(
-        interval_seconds=s.interval_seconds or settings.interval_seconds,
-        margin_seconds=s.margin_seconds if s.margin_seconds is not None else settings.margin_seconds,
-        max_backoff_seconds=settings.max_backoff_seconds,
-        cycle_deadline_seconds=settings.cycle_deadline_seconds,
-        max_deletes=s.max_deletes if s.max_deletes is not None else settings.max_deletes,
-        max_delete_share=s.max_delete_share if s.max_delete_share is not None else settings.max_delete_share,
-    )
-
-
-def effective_mode(settings: Settings, backend: Backend, override: Mode | None = None) -> Mode:
-    """The backend's own mode, else the global one; ``off`` is final (no override
-    runs an off backend), otherwise an override is an operator's one-off request."""
-    base = backend.mode or settings.mode
-    return "off" if base == "off" else override or base
 
 
 @dataclass
@@ -65,25 +48,6 @@ class Pipeline(Deleter):
     # Tests and the simulation may inject a time source.
     clock: Callable[[], datetime] | None = None
 
-    @property
-    def store(self) -> LedgerStore:
-        return LedgerStore(self.db)
-
-    def _now(self) -> datetime | None:
-        return self.clock() if self.clock is not None else None
-
-    def _limits(self, backend: Backend) -> Limits:
-        return limits_for(self.settings, backend)
-
-    def _mode_of(self, backend: Backend) -> Mode:
-        return effective_mode(self.settings, backend)
-
-    def _context(self, backend: Backend, listed_at: datetime, limits: Limits) -> classify.ClassifyContext:
-        return classify.ClassifyContext(
-            backend_id=backend.id, scope=backend.scope, listed_at=listed_at,
-            margin=timedelta(seconds=limits.margin_seconds), protect_key=backend.settings.protect_tag_key,
-            tag_key=backend.settings.tag_key, stuck_after=timedelta(seconds=self.settings.stuck_pending_seconds))
-
     # ---- lister: STEP 1-2 -------------------------------------------------
 
     def run_lister(self, backend_id: str, *, mode: Mode | None = None, manual: bool = False) -> ListerResult:
@@ -91,10 +55,10 @@ class Pipeline(Deleter):
         An idle scheduled run costs three statements on one connection."""
         with self.store.session() as session:
             backend = session.backend(backend_id)
-            effective = effective_mode(self.settings, backend, mode)
+            effective = policy.effective_mode(self.settings, backend, mode)
             if effective == "off":
                 return ListerResult(backend=backend_id, started=False, reason="off")
-            limits = limits_for(self.settings, backend)
+            limits = self._limits(backend)
             skip = None if manual else bookkeeping.quick_skip(session, backend_id, effective, limits, self._now())
         if skip is not None:
             return ListerResult(backend=backend_id, started=False, reason=skip)
@@ -177,7 +141,7 @@ class Pipeline(Deleter):
             self._refuse_if_tampered(batch, cycle)
             backend = cycle.backend
             records = session.load_records(backend.id, batch.groups)
-            limits = limits_for(self.settings, backend)
+            limits = self._limits(backend)
             assert cycle.listed_at is not None  # checked by _refuse_if_tampered
             ctx = self._context(backend, cycle.listed_at, limits)
             app = build_payload(batch, records, ctx, mode=cycle.mode, record_all=cycle.record_all)

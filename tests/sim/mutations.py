@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 from unittest import mock
 
-from orphan_cleanup import bookkeeping, classify, delete_rules, pipeline
+from orphan_cleanup import bookkeeping, classify, delete_rules, pipeline, policy
 from orphan_cleanup.ledger.store import LedgerSession, LedgerStore
 from orphan_cleanup.ledger.unit import LockedCycle
 from orphan_cleanup.models import DeleteOutcome, Outcome, ResourceState, Verdict, VerdictKind
@@ -81,8 +81,8 @@ def _pending_is_orphan(env: SimEnv, stack: ExitStack) -> None:
 # ---- rule 2: the margin ---------------------------------------------------------------
 
 def _margin_zero(env: SimEnv, stack: ExitStack) -> None:
-    real = pipeline.limits_for
-    _patch(stack, pipeline, "limits_for", lambda s, b: dataclasses.replace(real(s, b), margin_seconds=0))
+    real = policy.limits_for
+    _patch(stack, policy, "limits_for", lambda s, b: dataclasses.replace(real(s, b), margin_seconds=0))
 
 
 def _classify_margin_zero(env: SimEnv, stack: ExitStack) -> None:
@@ -243,7 +243,7 @@ def _trust_message_mode(env: SimEnv, stack: ExitStack) -> None:
 
 
 def _off_overridable(env: SimEnv, stack: ExitStack) -> None:
-    _patch(stack, pipeline, "effective_mode",
+    _patch(stack, policy, "effective_mode",
            lambda settings, backend, override=None: override or backend.mode or settings.mode)
 
 
