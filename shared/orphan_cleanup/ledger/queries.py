@@ -95,15 +95,14 @@ def load_records(conn: pg8000.native.Connection, backend_id: str,
 # STEP 1's question as an SQL expression over a backend ``:b`` and a time ``{since}``
 # (DESIGN §5 rule 9). A backend lists every owner's VMs in its account, so the
 # activity of every backend of the same provider and account counts; rows with a
-# NULL backend (a new ref), or one naming no backend row (an owner written with
-# ``backend_id = 'aws'``), may concern any backend. Each branch reads an index.
+# NULL backend (a new ref, or an owner whose ``backend_id`` names no backend row:
+# the trigger logs those as NULL, migration 0007) may concern any backend. Both
+# branches read the (backend_id, at) index.
 ACTIVITY_EXISTS = (
     "(EXISTS (SELECT 1 FROM ledger_activity WHERE at > {since} AND backend_id = ANY(ARRAY("
     "    SELECT s.id FROM backends me JOIN backends s ON " + SCOPE_SQL.format(t="s") + " = "
     + SCOPE_SQL.format(t="me") + " WHERE me.id = :b)))"
-    " OR EXISTS (SELECT 1 FROM ledger_activity WHERE backend_id IS NULL AND at > {since})"
-    " OR EXISTS (SELECT 1 FROM ledger_activity a WHERE a.at > {since} AND a.backend_id IS NOT NULL"
-    "            AND NOT EXISTS (SELECT 1 FROM backends x WHERE x.id = a.backend_id)))")
+    " OR EXISTS (SELECT 1 FROM ledger_activity WHERE backend_id IS NULL AND at > {since}))")
 
 
 def activity_since(conn: pg8000.native.Connection, backend_id: str, since: datetime) -> bool:
