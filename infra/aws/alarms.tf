@@ -1,6 +1,7 @@
 locals {
   alarm_actions = var.alarm_topic_arn == null ? [] : [var.alarm_topic_arn]
   dead_letter_queues = {
+    jobs    = aws_sqs_queue.dlq["jobs"].name
     listing = aws_sqs_queue.dlq["listing"].name
     delete  = aws_sqs_queue.dlq["delete"].name
     lister  = aws_sqs_queue.lister_dlq.name

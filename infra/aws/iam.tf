@@ -27,7 +27,12 @@ locals {
     classifier = data.aws_iam_policy_document.classifier.json
     deleter    = data.aws_iam_policy_document.deleter.json
   }
-  assumes_targets = var.target_role_arn_pattern == null ? toset([]) : toset(["lister", "deleter"])
+  # Which target-account role each function may assume (settings.role_arn for
+  # the lister, settings.delete_role_arn for the deleter).
+  target_role_patterns = {
+    for k, pattern in { lister = var.target_list_role_arn_pattern, deleter = var.target_delete_role_arn_pattern } :
+    k => pattern if pattern != null
+  }
 }
 
 data "aws_iam_policy_document" "lambda_trust" {
@@ -115,6 +120,18 @@ data "aws_iam_policy_document" "lister" {
   }
 
   statement {
+    sid       = "QueueListingJobs"
+    actions   = ["sqs:SendMessage"]
+    resources = [aws_sqs_queue.main["jobs"].arn]
+  }
+
+  statement {
+    sid       = "ConsumeListingJobs"
+    actions   = ["sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility", "sqs:GetQueueAttributes"]
+    resources = [aws_sqs_queue.main["jobs"].arn]
+  }
+
+  statement {
     sid       = "PublishListingBatches"
     actions   = ["sqs:SendMessage"]
     resources = [aws_sqs_queue.main["listing"].arn]
@@ -175,16 +192,20 @@ data "aws_iam_policy_document" "deleter" {
     }
   }
 
-  statement {
-    sid       = "NeverTouchProtectedResources"
-    effect    = "Deny"
-    actions   = local.ec2_delete_actions
-    resources = ["*"]
+  # One Deny per protect key: conditions of one statement are ANDed, and no
+  # EC2 condition key lists a resource's tag keys.
+  dynamic "statement" {
+    for_each = var.protect_tag_keys
+    content {
+      effect    = "Deny"
+      actions   = local.ec2_delete_actions
+      resources = ["*"]
 
-    condition {
-      test     = "Null"
-      variable = "aws:ResourceTag/${var.protect_tag_key}"
-      values   = ["false"]
+      condition {
+        test     = "Null"
+        variable = "aws:ResourceTag/${statement.value}"
+        values   = ["false"]
+      }
     }
   }
 }
@@ -200,21 +221,66 @@ resource "aws_iam_role_policy" "step" {
 # ------------------------------------------------------------- cross-account
 
 data "aws_iam_policy_document" "assume_target" {
-  count = var.target_role_arn_pattern == null ? 0 : 1
+  for_each = local.target_role_patterns
 
   statement {
     sid       = "AssumeTargetRole"
     actions   = ["sts:AssumeRole"]
-    resources = [var.target_role_arn_pattern]
+    resources = [each.value]
   }
 }
 
 resource "aws_iam_role_policy" "assume_target" {
-  for_each = local.assumes_targets
+  for_each = local.target_role_patterns
 
   name   = "cross-account"
   role   = aws_iam_role.fn[each.key].id
-  policy = data.aws_iam_policy_document.assume_target[0].json
+  policy = data.aws_iam_policy_document.assume_target[each.key].json
+}
+
+# ------------------------------------------------------------ queue key (KMS)
+# With queue_kms_key_arn, senders need GenerateDataKey (and Decrypt), receivers
+# Decrypt, only through SQS. The lister sends (jobs, listing, its DLQ) and
+# receives (jobs), the classifier receives and sends, the deleter receives.
+
+data "aws_iam_policy_document" "queue_key_send" {
+  count = var.queue_kms_key_arn == null ? 0 : 1
+
+  statement {
+    sid       = "EncryptAndDecryptQueueMessages"
+    actions   = ["kms:GenerateDataKey", "kms:Decrypt"]
+    resources = [var.queue_kms_key_arn]
+
+    condition {
+      test     = "StringEquals"
+      variable = "kms:ViaService"
+      values   = ["sqs.${data.aws_region.current.name}.amazonaws.com"]
+    }
+  }
+}
+
+data "aws_iam_policy_document" "queue_key_receive" {
+  count = var.queue_kms_key_arn == null ? 0 : 1
+
+  statement {
+    sid       = "DecryptQueueMessages"
+    actions   = ["kms:Decrypt"]
+    resources = [var.queue_kms_key_arn]
+
+    condition {
+      test     = "StringEquals"
+      variable = "kms:ViaService"
+      values   = ["sqs.${data.aws_region.current.name}.amazonaws.com"]
+    }
+  }
+}
+
+resource "aws_iam_role_policy" "queue_key" {
+  for_each = var.queue_kms_key_arn == null ? {} : local.functions
+
+  name   = "queue-key"
+  role   = aws_iam_role.fn[each.key].id
+  policy = each.key == "deleter" ? data.aws_iam_policy_document.queue_key_receive[0].json : data.aws_iam_policy_document.queue_key_send[0].json
 }
 
 # ----------------------------------------------------------------------- VPC

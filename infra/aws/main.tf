@@ -15,7 +15,7 @@ locals {
     lister = {
       handler     = "functions.aws.lister.handler"
       timeout     = 300
-      description = "orphan-cleanup lister (STEP 1-2), invoked per backend by EventBridge Scheduler"
+      description = "orphan-cleanup lister: the tick ({} from EventBridge Scheduler) queues the due listings; each job from the jobs queue runs STEP 1-2"
     }
     classifier = {
       handler     = "functions.aws.classifier.handler"
@@ -37,6 +37,7 @@ locals {
       ORPHAN_CLEANUP_INTERVAL_SECONDS = tostring(var.interval_seconds)
       ORPHAN_CLEANUP_MAX_DELETES      = tostring(var.max_deletes)
       ORPHAN_CLEANUP_MAX_DELETE_SHARE = tostring(var.max_delete_share)
+      JOBS_QUEUE_URL                  = aws_sqs_queue.main["jobs"].url
       LISTING_QUEUE_URL               = aws_sqs_queue.main["listing"].url
       DELETE_QUEUE_URL                = aws_sqs_queue.main["delete"].url
       POWERTOOLS_SERVICE_NAME         = "orphan-cleanup"
@@ -55,8 +56,8 @@ resource "aws_cloudwatch_log_group" "fn" {
 }
 
 resource "aws_lambda_function" "fn" {
-  #checkov:skip=CKV_AWS_115:No reserved concurrency: it fails to deploy in accounts with a low concurrency quota; SQS-driven functions are capped by scaling_config.maximum_concurrency and the lister runs once per backend per schedule.
-  #checkov:skip=CKV_AWS_116:The classifier and deleter are SQS-driven (their queues have DLQs); the lister, the only async-invoked function, has a dead_letter_config.
+  #checkov:skip=CKV_AWS_115:No reserved concurrency: it fails to deploy in accounts with a low concurrency quota; every SQS-driven invocation (the lister's jobs included) is capped by scaling_config.maximum_concurrency.
+  #checkov:skip=CKV_AWS_116:The classifier and deleter are SQS-driven (their queues have DLQs); the lister, the only async-invoked function (the tick), has a dead_letter_config.
   #checkov:skip=CKV_AWS_117:VPC attachment is optional (subnet_ids); only needed when the ledger database is private.
   #checkov:skip=CKV_AWS_173:No secret in the environment: the database URL stays in Secrets Manager (only its ARN is here); the Sentry DSN is a client key.
   #checkov:skip=CKV_AWS_272:Code signing is not set up by default; add code_signing_config_arn where AWS Signer is used.
@@ -94,7 +95,7 @@ resource "aws_lambda_function" "fn" {
     }
   }
 
-  # Scheduled lister runs that failed after Lambda's async retries.
+  # Ticks (async lister invokes) that failed after Lambda's async retries.
   dynamic "dead_letter_config" {
     for_each = each.key == "lister" ? [true] : []
     content {
@@ -106,6 +107,7 @@ resource "aws_lambda_function" "fn" {
     aws_iam_role_policy.runtime,
     aws_iam_role_policy.step,
     aws_iam_role_policy.vpc_access,
+    aws_iam_role_policy.queue_key,
   ]
 }
 

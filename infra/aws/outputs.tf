@@ -1,3 +1,8 @@
+output "jobs_queue_url" {
+  description = "JOBS_QUEUE_URL, the queue of listing jobs (tick -> lister)."
+  value       = aws_sqs_queue.main["jobs"].url
+}
+
 output "listing_queue_url" {
   description = "LISTING_QUEUE_URL, the queue of listing batches."
   value       = aws_sqs_queue.main["listing"].url
@@ -9,8 +14,9 @@ output "delete_queue_url" {
 }
 
 output "dead_letter_queue_urls" {
-  description = "Dead-letter queues: listing, delete, and failed scheduled lister runs."
+  description = "Dead-letter queues: jobs, listing, delete, and failed ticks (lister)."
   value = {
+    jobs    = aws_sqs_queue.dlq["jobs"].url
     listing = aws_sqs_queue.dlq["listing"].url
     delete  = aws_sqs_queue.dlq["delete"].url
     lister  = aws_sqs_queue.lister_dlq.url
@@ -23,11 +29,11 @@ output "function_names" {
 }
 
 output "role_arns" {
-  description = "Execution roles by step; trust the lister and deleter roles from target-account roles."
+  description = "Execution roles by step; the target account's list role trusts the lister's, its delete role the deleter's."
   value       = { for k, r in aws_iam_role.fn : k => r.arn }
 }
 
-output "schedule_names" {
-  description = "EventBridge Scheduler schedules by backend id."
-  value       = { for k, s in aws_scheduler_schedule.backend : k => s.name }
+output "schedule_name" {
+  description = "The EventBridge Scheduler schedule of the tick."
+  value       = aws_scheduler_schedule.tick.name
 }

@@ -1,11 +1,11 @@
-# One schedule per backend: {"backend": "<id>"} to the lister.
-resource "aws_scheduler_schedule" "backend" {
-  #checkov:skip=CKV_AWS_297:The schedule holds only {"backend": "<id>"}, nothing sensitive; EventBridge Scheduler encrypts it at rest with an AWS owned key.
-  for_each = var.backends
-
-  name                = "${var.name_prefix}-${each.key}"
-  description         = "orphan-cleanup lister run for backend ${each.key}"
-  schedule_expression = coalesce(each.value.schedule_expression, var.schedule_expression)
+# One schedule per stack, the tick: {} to the lister, which selects the due
+# backends in the ledger and queues one listing job per listing (a backend
+# added to the ledger needs no apply).
+resource "aws_scheduler_schedule" "tick" {
+  #checkov:skip=CKV_AWS_297:The schedule holds only the input {}, nothing sensitive; EventBridge Scheduler encrypts it at rest with an AWS owned key.
+  name                = "${var.name_prefix}-tick"
+  description         = "orphan-cleanup tick: the lister queues a listing job per due backend"
+  schedule_expression = var.schedule_expression
 
   flexible_time_window {
     mode = "OFF"
@@ -14,7 +14,7 @@ resource "aws_scheduler_schedule" "backend" {
   target {
     arn      = aws_lambda_function.fn["lister"].arn
     role_arn = aws_iam_role.scheduler.arn
-    input    = jsonencode({ backend = each.key })
+    input    = jsonencode({})
 
     retry_policy {
       maximum_retry_attempts       = 2

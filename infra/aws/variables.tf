@@ -22,9 +22,9 @@ variable "lambda_zip" {
 }
 
 variable "runtime" {
-  description = "Lambda Python runtime (the artifact's wheels are built for CPython 3.12 on arm64)."
+  description = "Lambda Python runtime; keep it at the CPython version infra/package.py builds the artifact's arm64 wheels for (3.11)."
   type        = string
-  default     = "python3.12"
+  default     = "python3.11"
 }
 
 variable "database_url_secret_arn" {
@@ -43,21 +43,8 @@ variable "database_secret_kms_key_arn" {
   default     = null
 }
 
-variable "backends" {
-  description = "Backends to schedule, keyed by backend id (a row of the ledger's backends table). One EventBridge Scheduler schedule per entry; schedule_expression overrides the default."
-  type = map(object({
-    schedule_expression = optional(string)
-  }))
-  default = {}
-
-  validation {
-    condition     = alltrue([for id in keys(var.backends) : can(regex("^[A-Za-z0-9_.-]{1,40}$", id))])
-    error_message = "Backend ids become schedule names: letters, digits, '_', '.' and '-' only, at most 40."
-  }
-}
-
 variable "schedule_expression" {
-  description = "Default EventBridge Scheduler expression of a backend's lister run. A run whose backend saw no ledger activity since its last clean cycle ends early (STEP 1), so a short rate is cheap."
+  description = "EventBridge Scheduler expression of the stack's one schedule (the tick): each tick invokes the lister with {}, which selects the due backends from the ledger and queues one listing job per listing, so a backend added to the ledger is picked up without an apply."
   type        = string
   default     = "rate(5 minutes)"
 }
@@ -110,19 +97,35 @@ variable "sentry_dsn" {
 }
 
 variable "tag_key" {
-  description = "Tag key carrying the provider_ref; the deleter may only write EC2 resources that carry it."
+  description = "Tag key carrying the provider_ref (the backends' settings.tag_key); the deleter may only write EC2 resources whose value for it has 12 characters."
   type        = string
   default     = "provider_ref"
+
+  validation {
+    condition     = can(regex("^[A-Za-z0-9+=._:/@-]{1,128}$", var.tag_key))
+    error_message = "tag_key: 1-128 letters, digits or + = . _ : / @ -."
+  }
 }
 
-variable "protect_tag_key" {
-  description = "Tag key that makes a resource untouchable (explicit Deny), whatever its value."
+variable "protect_tag_keys" {
+  description = "Every protect tag key the backends use (settings.protect_tag_key): the deleter's role gets one explicit Deny of every delete per key, whatever the tag's value."
+  type        = list(string)
+  default     = ["orphan-cleanup-protect"]
+
+  validation {
+    condition     = length(var.protect_tag_keys) > 0 && alltrue([for k in var.protect_tag_keys : can(regex("^[A-Za-z0-9+=._:/@-]{1,128}$", k))])
+    error_message = "protect_tag_keys: at least one key, each 1-128 letters, digits or + = . _ : / @ -."
+  }
+}
+
+variable "target_list_role_arn_pattern" {
+  description = "Role ARN (or pattern with *) the lister may assume for backends in other accounts (their settings.role_arn), e.g. arn:aws:iam::*:role/orphan-cleanup-list; null allows no cross-account listing."
   type        = string
-  default     = "orphan-cleanup-protect"
+  default     = null
 }
 
-variable "target_role_arn_pattern" {
-  description = "Role ARN (or pattern with *) the lister and deleter may assume for backends in other accounts, e.g. arn:aws:iam::*:role/orphan-cleanup-target; null allows no cross-account access."
+variable "target_delete_role_arn_pattern" {
+  description = "Role ARN (or pattern with *) the deleter may assume for backends in other accounts (their settings.delete_role_arn), e.g. arn:aws:iam::*:role/orphan-cleanup-delete; null allows no cross-account deletes."
   type        = string
   default     = null
 }
@@ -137,6 +140,17 @@ variable "security_group_ids" {
   description = "Security groups for the functions when subnet_ids is set."
   type        = list(string)
   default     = []
+}
+
+variable "lister_max_concurrency" {
+  description = "Most listings the jobs queue drives at once (SQS scaling_config of the lister, 2-1000)."
+  type        = number
+  default     = 5
+
+  validation {
+    condition     = var.lister_max_concurrency >= 2 && var.lister_max_concurrency <= 1000
+    error_message = "lister_max_concurrency must be between 2 and 1000 (SQS event source maximum_concurrency)."
+  }
 }
 
 variable "classifier_max_concurrency" {
@@ -169,6 +183,18 @@ variable "log_retention_days" {
 
 variable "logs_kms_key_arn" {
   description = "Customer-managed KMS key ARN for the log groups (its key policy must let logs.<region>.amazonaws.com use it); null keeps CloudWatch's default encryption at rest."
+  type        = string
+  default     = null
+}
+
+variable "queue_kms_key_arn" {
+  description = "Customer-managed KMS key ARN for every queue (SSE-KMS); the roles get kms:GenerateDataKey / kms:Decrypt on it through SQS only, and its key policy must allow IAM policies of this account. null keeps SQS-managed encryption (SSE-SQS)."
+  type        = string
+  default     = null
+}
+
+variable "redrive_role_arn" {
+  description = "Role ARN (or pattern with *) that may send to the jobs, listing and delete queues besides their producer function, e.g. an operator role that moves dead letters back (start-message-move-task needs sqs:SendMessage on the destination); null: only the producing function's role may send."
   type        = string
   default     = null
 }

@@ -17,9 +17,21 @@ AWS_HANDLERS = {"lister": "functions.aws.lister.handler",
                 "deleter": "functions.aws.deleter.handler"}
 GCP_ENTRY_POINTS = ("lister", "classifier", "deleter")
 SAMPLE_PARAMETERS = {
-    "BackendIds": "aws-prod,aws-dev",
     "DatabaseUrlSecretArn": "arn:aws:secretsmanager:us-east-1:123456789012:secret:oc-db-AbCdEf",
 }
+# More than one protect key, so the checks see the per-key Deny statements repeat.
+SAMPLE_PROTECT_KEYS = ("orphan-cleanup-protect", "platform-keep")
+# template.yaml: each work queue, the function consuming it and the role that alone
+# may send to it (DESIGN section 2: tick -> jobs -> lister -> listing -> classifier
+# -> delete -> deleter).
+SAM_QUEUES = {
+    "JobsQueue": {"consumer": "ListerFunction", "producer": "ListerRole"},
+    "ListingQueue": {"consumer": "ClassifierFunction", "producer": "ListerRole"},
+    "DeleteQueue": {"consumer": "DeleterFunction", "producer": "ClassifierRole"},
+}
+# infra/aws-target-account/template.yaml: role -> the parameter naming the only
+# principal its trust policy admits.
+TARGET_ROLES = {"ListRole": "ListerRoleArn", "DeleteRole": "DeleterRoleArn"}
 
 
 def as_list(value: Any) -> list:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
-from infra.checks._common import TAG_KEY, as_list, resources_of_type
+from infra.checks._common import TAG_KEY, TARGET_ROLES, as_list, resources_of_type
+from infra.checks.intrinsics import parameter_values, policy_document
 
 # The EC2 writes the deleter needs (DESIGN: AWS resource kinds).
 DELETE_ACTIONS = frozenset({
@@ -19,26 +21,34 @@ LAMBDA_ENI_ACTIONS = frozenset({
     "ec2:CreateNetworkInterface", "ec2:DeleteNetworkInterface",
     "ec2:AssignPrivateIpAddresses", "ec2:UnassignPrivateIpAddresses",
 })
+# The describes of the kinds we list (providers/aws_kinds.py), all on "*".
+DESCRIBE_ACTIONS = frozenset({
+    "ec2:DescribeInstances", "ec2:DescribeVolumes", "ec2:DescribeNetworkInterfaces",
+    "ec2:DescribeSecurityGroups", "ec2:DescribeAddresses",
+})
 READ_PREFIXES = ("Describe", "Get", "List", "Search")
 
 
-def role_statements(cfn: dict, role_id: str) -> list[dict]:
+def role_statements(cfn: dict, role_id: str, parameters: dict[str, str] | None = None) -> list[dict]:
     """Every statement that can apply to a role: inline policies (both branches
-    of an ``Fn::If``) and AWS::IAM::Policy/ManagedPolicy resources naming it.
-    A managed policy ARN attached to the role becomes a pseudo statement that
-    allows ``*``: it is not visible here, so it is treated as the worst case."""
+    of an ``Fn::If``; a document written as a JSON string is evaluated with the
+    parameters' defaults and ``parameters``) and AWS::IAM::Policy/ManagedPolicy
+    resources naming it. A managed policy ARN attached to the role becomes a
+    pseudo statement that allows ``*``: it is not visible here, so it is treated
+    as the worst case."""
+    values = parameter_values(cfn, parameters)
     role = cfn["Resources"][role_id]["Properties"]
     statements: list[dict] = []
     for policy in role.get("Policies", []):
         for branch in if_branches(policy):
-            statements += _statements_of(branch.get("PolicyDocument", {}))
+            statements += _statements_of(policy_document(branch.get("PolicyDocument", {}), values))
     for arn in role.get("ManagedPolicyArns", []) or []:
         statements.append({"Effect": "Allow", "Action": "*", "Resource": "*",
                            "Sid": f"managed policy {json.dumps(arn)}"})
     for res in cfn["Resources"].values():
         if isinstance(res, dict) and res.get("Type") in ("AWS::IAM::Policy", "AWS::IAM::ManagedPolicy"):
             if {"Ref": role_id} in res["Properties"].get("Roles", []):
-                statements += _statements_of(res["Properties"]["PolicyDocument"])
+                statements += _statements_of(policy_document(res["Properties"]["PolicyDocument"], values))
     return statements
 
 
@@ -109,19 +119,69 @@ def _guard(condition: dict, tag_key: str) -> str | None:
     return None
 
 
-def target_role_problems(template: dict) -> list[str]:
-    """The target-account role: EC2 writes only under the tag condition, all of
-    the deleter's delete actions present, and an ExternalId on the trust."""
+def protect_deny_problems(statements: Iterable[dict], keys: Iterable[str], who: str) -> list[str]:
+    """For every protect key, one Deny of all the delete actions on ``*`` while
+    the resource carries that key (``Null: aws:ResourceTag/KEY = false``)."""
+    problems = []
+    denies = [s for s in statements if s.get("Effect") == "Deny"]
+    for key in keys:
+        wanted = {"Null": {f"aws:ResourceTag/{key}": ["false"]}}
+        matching = [s for s in denies if _normalized(s.get("Condition") or {}) == wanted
+                    and as_list(s.get("Resource")) == ["*"]]
+        denied = {a for s in matching for a in as_list(s.get("Action", []))}
+        if not matching:
+            problems.append(f"{who}: no Deny of the deletes on resources tagged {key}")
+        else:
+            problems += [f"{who}: the Deny for {key} lacks {a}" for a in sorted(DELETE_ACTIONS - denied)]
+    return problems
+
+
+def _normalized(condition: dict) -> dict:
+    return {op: {k: [str(v) for v in as_list(vals)] for k, vals in (clauses or {}).items()}
+            for op, clauses in condition.items()}
+
+
+def target_role_problems(template: dict, parameters: dict[str, str] | None = None) -> list[str]:
+    """The target-account template: a list role that only describes and that
+    only the lister role may assume; a delete role that only the deleter role
+    may assume, with every EC2 write under the tag condition, all the delete
+    actions and a protect Deny per key; an external id on both trusts; both
+    ARNs as outputs."""
     problems: list[str] = []
-    roles = resources_of_type({"Resources": template["Resources"]}, "AWS::IAM::Role")
-    for role_id in roles:
-        grants = ec2_write_grants(role_statements(template, role_id))
+    values = parameter_values(template, parameters)
+    roles = resources_of_type(template, "AWS::IAM::Role")
+    problems += [f"{r}: missing" for r in TARGET_ROLES if r not in roles]
+    problems += [f"{r}: unexpected role (only {', '.join(TARGET_ROLES)})" for r in roles if r not in TARGET_ROLES]
+    problems += [f"output {r}Arn: missing" for r in TARGET_ROLES if f"{r}Arn" not in template.get("Outputs", {})]
+    tag_key = values.get("TagKey", TAG_KEY)
+    for role_id, caller in TARGET_ROLES.items():
+        if role_id not in roles:
+            continue
+        problems += _trust_problems(role_id, roles[role_id], caller)
+        statements = role_statements(template, role_id, parameters)
+        grants = ec2_write_grants(statements, tag_key)
+        if role_id == "ListRole":
+            problems += [f"ListRole: may {g.action} (statement {g.sid}); the list role only describes" for g in grants]
+            allowed = {a for s in statements if s.get("Effect") == "Allow" for a in as_list(s.get("Action", []))}
+            problems += [f"ListRole: allows {a}; the list role only describes what we list"
+                         for a in sorted(allowed - DESCRIBE_ACTIONS, key=str)]
+            problems += [f"ListRole: lacks {a}" for a in sorted(DESCRIBE_ACTIONS - allowed)]
+            continue
         problems += [f"{role_id}: {g.action} (statement {g.sid}) is not limited to resources tagged "
-                     f"{TAG_KEY}" for g in grants if g.guard != "tag"]
+                     f"{tag_key}" for g in grants if g.guard != "tag"]
         tagged = {g.action for g in grants if g.guard == "tag"}
         problems += [f"{role_id}: lacks {a} under the tag condition" for a in sorted(DELETE_ACTIONS - tagged)]
-        trust = _statements_of(roles[role_id]["Properties"]["AssumeRolePolicyDocument"])
-        for st in trust:
-            if "sts:ExternalId" not in (st.get("Condition") or {}).get("StringEquals", {}):
-                problems.append(f"{role_id}: trust statement without an sts:ExternalId condition")
+        problems += protect_deny_problems(statements, values.get("ProtectTagKeys", []), role_id)
+    return problems
+
+
+def _trust_problems(role_id: str, role: dict, caller_parameter: str) -> list[str]:
+    problems = []
+    trust = _statements_of(role["Properties"]["AssumeRolePolicyDocument"])
+    for st in trust:
+        principal = (st.get("Principal") or {}) if isinstance(st.get("Principal"), dict) else {"*": "*"}
+        if set(principal) != {"AWS"} or as_list(principal["AWS"]) != [{"Ref": caller_parameter}]:
+            problems.append(f"{role_id}: trusts {json.dumps(st.get('Principal'))}, not only {caller_parameter}")
+        if "sts:ExternalId" not in (st.get("Condition") or {}).get("StringEquals", {}):
+            problems.append(f"{role_id}: trust statement without an sts:ExternalId condition")
     return problems

@@ -1,16 +1,16 @@
-"""template.yaml: load, lint, expand Fn::ForEach, SAM-transform, and check."""
+"""template.yaml: load, lint, SAM-transform, and check the functions' IAM and queues."""
 
 from __future__ import annotations
 
 import copy
 import json
-import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from infra.checks._common import AWS_HANDLERS, SAMPLE_PARAMETERS, TAG_KEY, TEMPLATE, resources_of_type
-from infra.checks.iam import DELETE_ACTIONS, ec2_write_grants, role_statements
+from infra.checks.iam import DELETE_ACTIONS, ec2_write_grants, protect_deny_problems, role_statements
+from infra.checks.intrinsics import parameter_values
 
 
 def load_template(path: Path = TEMPLATE) -> dict:
@@ -35,49 +35,6 @@ def cfn_lint(path: Path) -> list[str]:
 
     return [f"{m.rule.id} {m.filename}:{m.linenumber} {m.message}" for m in lint_file(Path(path))
             if m.rule.severity in ("error", "warning")]
-
-
-def expand_foreach(template: dict, parameters: dict[str, str]) -> dict:
-    """Expand ``Fn::ForEach`` in Resources the way AWS::LanguageExtensions does
-    for what this template uses: a parameter (or literal list) collection,
-    ``&{Id}`` in the logical id, ``Ref: Id`` and ``${Id}`` inside ``Fn::Sub``."""
-    out = copy.deepcopy(template)
-    resources: dict[str, Any] = {}
-    for key, value in out.get("Resources", {}).items():
-        if not key.startswith("Fn::ForEach::"):
-            resources[key] = value
-            continue
-        ident, collection, fragment = value
-        if isinstance(collection, dict) and "Ref" in collection:
-            raw = parameters.get(collection["Ref"],
-                                 out["Parameters"][collection["Ref"]].get("Default", ""))
-            items = [v.strip() for v in raw.split(",")] if isinstance(raw, str) else list(raw)
-        else:
-            items = list(collection)
-        for item in items:
-            for logical_id, body in _substitute(fragment, ident, item).items():
-                if logical_id in resources:
-                    raise ValueError(f"Fn::ForEach produced {logical_id} twice")
-                resources[logical_id] = body
-    out["Resources"] = resources
-    transforms = out.get("Transform", [])
-    transforms = transforms if isinstance(transforms, list) else [transforms]
-    out["Transform"] = [t for t in transforms if t != "AWS::LanguageExtensions"]
-    return out
-
-
-def _substitute(node: Any, ident: str, value: str) -> Any:
-    if isinstance(node, dict):
-        if node == {"Ref": ident}:
-            return value
-        if set(node) == {"Fn::Sub"} and isinstance(node["Fn::Sub"], str):
-            return {"Fn::Sub": node["Fn::Sub"].replace("${%s}" % ident, value)}
-        alnum = re.sub(r"[^A-Za-z0-9]", "", value)
-        return {k.replace("&{%s}" % ident, alnum).replace("${%s}" % ident, value):
-                _substitute(v, ident, value) for k, v in node.items()}
-    if isinstance(node, list):
-        return [_substitute(x, ident, value) for x in node]
-    return node
 
 
 def code_uris(template: dict) -> set[str]:
@@ -116,14 +73,14 @@ class _NoManagedPolicies:
 
 
 def sam_transform(template: dict, parameters: dict[str, str] | None = None) -> dict:
-    """LanguageExtensions (our subset) then the real SAM translator, offline."""
+    """The real SAM translator, offline, on the template as ``sam package``
+    leaves it (local CodeUris pointing at S3)."""
     from samtranslator.parser.parser import Parser
     from samtranslator.translator.translator import Translator
 
     params = dict(SAMPLE_PARAMETERS if parameters is None else parameters)
-    expanded = _as_packaged(expand_foreach(template, params))
     translator = Translator(None, Parser(), boto_session=_session())
-    return translator.translate(expanded, parameter_values=params, passthrough_metadata=True,
+    return translator.translate(_as_packaged(template), parameter_values=params, passthrough_metadata=True,
                                 get_managed_policy_map=_NoManagedPolicies().load)
 
 
@@ -141,17 +98,21 @@ def role_of(function: dict) -> str:
     raise ValueError(f"function role is not a role of this stack: {role!r}")
 
 
-def deleter_policy_problems(cfn: dict, tag_key: str = TAG_KEY) -> list[str]:
-    """The deleter may write EC2 only under the ref-tag condition, must hold
-    every delete action it needs, and the lister/classifier write nothing."""
+def deleter_policy_problems(cfn: dict, parameters: dict[str, str] | None = None) -> list[str]:
+    """The deleter may write EC2 only under the ref-tag condition (the TagKey
+    parameter), must hold every delete action it needs and a protect Deny for
+    each of ProtectTagKeys; the lister and classifier write nothing."""
     problems: list[str] = []
+    values = parameter_values(cfn, parameters)
+    tag_key = values.get("TagKey", TAG_KEY)
     for name, handler in AWS_HANDLERS.items():
         try:
             _, fn = function_by_handler(cfn, handler)
         except KeyError as e:
             problems.append(str(e))
             continue
-        grants = ec2_write_grants(role_statements(cfn, role_of(fn)), tag_key)
+        statements = role_statements(cfn, role_of(fn), parameters)
+        grants = ec2_write_grants(statements, tag_key)
         for g in grants:
             if g.guard is None:
                 problems.append(f"{name}: {g.action} (statement {g.sid}) is not limited to "
@@ -162,6 +123,7 @@ def deleter_policy_problems(cfn: dict, tag_key: str = TAG_KEY) -> list[str]:
             tagged = {g.action for g in grants if g.guard == "tag"}
             for missing in sorted(DELETE_ACTIONS - tagged):
                 problems.append(f"deleter: lacks {missing} under the tag condition")
+            problems += protect_deny_problems(statements, values.get("ProtectTagKeys", []), "deleter")
     return problems
 
 
@@ -199,5 +161,6 @@ def sam_handlers(cfn_or_sam: dict) -> list[str]:
 
 
 def _resources(template: dict) -> list[dict]:
-    """Resource bodies, skipping ``Fn::ForEach`` entries of an unexpanded template."""
+    """Resource bodies (anything else under Resources, e.g. an ``Fn::ForEach``
+    entry, is not a resource and stack_shape_problems reports it)."""
     return [r for r in template["Resources"].values() if isinstance(r, dict)]

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from infra.checks._common import as_list, unquote
 from infra.checks.iam import DELETE_ACTIONS, ec2_write_grants
@@ -94,12 +95,12 @@ class Module:
     files: dict[str, dict]
 
     @classmethod
-    def load(cls, path: Path) -> "Module":
+    def load(cls, path: Path) -> Module:
         files = {tf.name: json.loads(_parsed_tf(tf, tf.stat().st_mtime_ns)) for tf in sorted(path.glob("*.tf"))}
         return cls(path, files)
 
     @classmethod
-    def from_text(cls, files: dict[str, str]) -> "Module":
+    def from_text(cls, files: dict[str, str]) -> Module:
         import hcl2
 
         return cls(Path("<memory>"), {name: hcl2.loads(text) for name, text in files.items()})
@@ -142,7 +143,9 @@ class Module:
                                 "resource": set()}
         providers = self.providers
         for parsed in self.files.values():
-            for raw in _walk_values(parsed):
+            # A moved/removed block names an address that is gone on purpose.
+            kept = {k: v for k, v in parsed.items() if k not in ("moved", "removed")}
+            for raw in _walk_values(kept):
                 text = code_text(raw)
                 for kind in ("var", "local", "module"):
                     refs[kind] |= set(_REF_PATTERNS[kind].findall(text))
@@ -201,37 +204,47 @@ def _find_key(node: Any, key: str) -> Iterator[str]:
 
 def terraform_policy_documents(module: Module) -> dict[str, list[dict]]:
     """Every ``data "aws_iam_policy_document"`` as IAM-shaped statements.
-    A ``dynamic "statement"`` cannot be read statically: it becomes a pseudo
-    statement that allows ``*``, so the checks reject it. ``local.X`` action
-    lists are resolved; any other expression counts as ``*``."""
+    ``local.X`` action lists are resolved; any other expression counts as ``*``.
+    A ``dynamic "statement"`` that denies is read like a static one (with a
+    ``ForEach`` entry, its variable left as ``${statement.value}``): a Deny only
+    narrows. Any other dynamic statement cannot be read statically: it becomes
+    a pseudo statement that allows ``*``, so the checks reject it."""
     local_lists = _terraform_local_lists(module)
     documents: dict[str, list[dict]] = {}
     for t, n, body in module.labelled("data"):
         if t != "aws_iam_policy_document":
             continue
-        statements = []
-        for st in body.get("statement", []):
-            cond: dict[str, dict] = {}
-            for c in st.get("condition", []):
-                test, variable = unquote(c["test"]), unquote(c["variable"])
-                values = [unquote(v) for v in as_list(c["values"])]
-                cond.setdefault(test, {})[variable] = values
-            actions = st.get("actions", [])
-            actions = [unquote(a) for a in as_list(actions)] if isinstance(actions, list) \
-                else [unquote(actions)]
-            resolved: list[str] = []
-            for a in actions:
-                resolved += local_lists.get(a, ["*"] if a.startswith("${") else [a])
-            statement = {"Sid": unquote(st.get("sid", "?")), "Effect": unquote(st.get("effect", '"Allow"')),
-                         "Action": resolved, "Condition": cond}
-            if "not_actions" in st:
-                statement["NotAction"] = st["not_actions"]
-            statements.append(statement)
+        statements = [_statement(st, local_lists) for st in body.get("statement", [])]
         for dyn in body.get("dynamic", []):
-            if any(unquote(k) == "statement" for k in dyn):
-                statements.append({"Sid": "dynamic statement", "Effect": "Allow", "Action": "*"})
+            for label, block in dyn.items():
+                if unquote(label) != "statement":
+                    continue
+                content = (block.get("content") or [{}])[0]
+                if unquote(content.get("effect", '"Allow"')) == "Deny":
+                    statements.append({**_statement(content, local_lists), "ForEach": block.get("for_each")})
+                else:
+                    statements.append({"Sid": "dynamic statement", "Effect": "Allow", "Action": "*"})
         documents[n] = statements
     return documents
+
+
+def _statement(st: dict, local_lists: dict[str, list[str]]) -> dict:
+    cond: dict[str, dict] = {}
+    for c in st.get("condition", []):
+        test, variable = unquote(c["test"]), unquote(c["variable"])
+        values = [unquote(v) for v in as_list(c["values"])]
+        cond.setdefault(test, {})[variable] = values
+    actions = st.get("actions", [])
+    actions = [unquote(a) for a in as_list(actions)] if isinstance(actions, list) else [unquote(actions)]
+    resolved: list[str] = []
+    for a in actions:
+        resolved += local_lists.get(a, ["*"] if a.startswith("${") else [a])
+    statement: dict[str, Any] = {"Sid": unquote(st.get("sid", "?")), "Effect": unquote(st.get("effect", '"Allow"')),
+                                 "Action": resolved, "Condition": cond,
+                                 "Resource": [unquote(r) for r in as_list(st.get("resources", []))]}
+    if "not_actions" in st:
+        statement["NotAction"] = st["not_actions"]
+    return statement
 
 
 def terraform_iam_problems(module: Module, tag_key: str = "${var.tag_key}") -> list[str]:
@@ -265,5 +278,5 @@ def _terraform_local_lists(module: Module) -> dict[str, list[str]]:
         for block in parsed.get("locals", []):
             for k, v in block.items():
                 if isinstance(v, list) and all(isinstance(x, str) for x in v):
-                    out["${local.%s}" % k] = [unquote(x) for x in v]
+                    out[f"${{local.{k}}}"] = [unquote(x) for x in v]
     return out

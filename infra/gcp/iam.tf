@@ -1,5 +1,6 @@
-# One service account per function, plus one for Cloud Scheduler and one for
-# Pub/Sub push deliveries. Each gets only what its step needs.
+# One service account per function, plus one for Cloud Scheduler, one for
+# Pub/Sub push deliveries to the classifier and deleter and one for push
+# deliveries of listing jobs to the lister. Each gets only what its step needs.
 
 resource "google_service_account" "fn" {
   for_each = local.functions
@@ -19,6 +20,12 @@ resource "google_service_account" "push" {
   project      = var.project_id
   account_id   = "${var.name_prefix}-push"
   display_name = "orphan-cleanup Pub/Sub push caller"
+}
+
+resource "google_service_account" "jobs_push" {
+  project      = var.project_id
+  account_id   = "${var.name_prefix}-jobs"
+  display_name = "orphan-cleanup Pub/Sub push caller of the lister (listing jobs)"
 }
 
 # ------------------------------------------------------------------- compute
@@ -99,6 +106,14 @@ resource "google_secret_manager_secret_iam_member" "database_url" {
   member    = each.value.member
 }
 
+# Topic publishers: only the producing step (the tick runs in the lister).
+resource "google_pubsub_topic_iam_member" "lister_publishes_jobs" {
+  project = var.project_id
+  topic   = google_pubsub_topic.jobs.name
+  role    = "roles/pubsub.publisher"
+  member  = google_service_account.fn["lister"].member
+}
+
 resource "google_pubsub_topic_iam_member" "lister_publishes_listing" {
   project = var.project_id
   topic   = google_pubsub_topic.listing.name
@@ -125,6 +140,14 @@ resource "google_cloud_run_v2_service_iam_member" "scheduler_invoker" {
   member   = google_service_account.scheduler.member
 }
 
+resource "google_cloud_run_v2_service_iam_member" "jobs_push_invoker" {
+  project  = var.project_id
+  location = var.region
+  name     = google_cloudfunctions2_function.fn["lister"].service_config[0].service
+  role     = "roles/run.invoker"
+  member   = google_service_account.jobs_push.member
+}
+
 resource "google_cloud_run_v2_service_iam_member" "push_invoker" {
   for_each = toset(["classifier", "deleter"])
 
@@ -135,9 +158,20 @@ resource "google_cloud_run_v2_service_iam_member" "push_invoker" {
   member   = google_service_account.push.member
 }
 
-# Pub/Sub mints the OIDC token of push deliveries as the push account.
+# Pub/Sub mints the OIDC token of push deliveries as the push accounts.
 resource "google_service_account_iam_member" "pubsub_token_creator" {
-  service_account_id = google_service_account.push.name
+  for_each = {
+    push = google_service_account.push.name
+    jobs = google_service_account.jobs_push.name
+  }
+
+  service_account_id = each.value
   role               = "roles/iam.serviceAccountTokenCreator"
   member             = local.pubsub_agent
+}
+
+# The token creator binding was a single resource before the jobs push account.
+moved {
+  from = google_service_account_iam_member.pubsub_token_creator
+  to   = google_service_account_iam_member.pubsub_token_creator["push"]
 }

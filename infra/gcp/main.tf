@@ -12,14 +12,16 @@ locals {
   source_archive   = coalesce(var.source_archive, "${path.module}/../../build/gcp/function-source.zip")
   compute_projects = distinct(concat([var.project_id], var.compute_projects))
   pubsub_agent     = "serviceAccount:service-${data.google_project.this.number}@gcp-sa-pubsub.iam.gserviceaccount.com"
+  pubsub_kms_key   = var.pubsub_kms_key_name != null ? var.pubsub_kms_key_name : var.kms_key_name
 
-  # Entry points in functions/gcp/main.py (DESIGN C5). The lister is called
-  # over HTTP by Cloud Scheduler; the classifier and deleter receive Pub/Sub
-  # push deliveries, which functions-framework turns into CloudEvents.
+  # Entry points in functions/gcp/main.py (DESIGN C5). The lister is an HTTP
+  # function: Cloud Scheduler posts the tick ({}), the jobs push subscription
+  # posts Pub/Sub envelopes. The classifier and deleter receive Pub/Sub push
+  # deliveries, which functions-framework turns into CloudEvents.
   functions = {
     lister = {
       entry_point   = "lister"
-      description   = "orphan-cleanup lister (STEP 1-2), called per backend by Cloud Scheduler"
+      description   = "orphan-cleanup lister: the tick ({} from Cloud Scheduler) publishes the due listings; each job from the jobs topic runs STEP 1-2"
       timeout       = 540
       max_instances = var.lister_max_instances
     }
@@ -44,6 +46,7 @@ locals {
       ORPHAN_CLEANUP_INTERVAL_SECONDS = tostring(var.interval_seconds)
       ORPHAN_CLEANUP_MAX_DELETES      = tostring(var.max_deletes)
       ORPHAN_CLEANUP_MAX_DELETE_SHARE = tostring(var.max_delete_share)
+      JOBS_TOPIC                      = google_pubsub_topic.jobs.id
       LISTING_TOPIC                   = google_pubsub_topic.listing.id
       DELETE_TOPIC                    = google_pubsub_topic.delete.id
       POWERTOOLS_SERVICE_NAME         = "orphan-cleanup"
@@ -126,9 +129,9 @@ resource "google_kms_crypto_key_iam_member" "gcs" {
 }
 
 resource "google_kms_crypto_key_iam_member" "pubsub" {
-  for_each = var.kms_key_name == null ? toset([]) : toset(["pubsub"])
+  for_each = local.pubsub_kms_key == null ? toset([]) : toset(["pubsub"])
 
-  crypto_key_id = var.kms_key_name
+  crypto_key_id = local.pubsub_kms_key
   role          = "roles/cloudkms.cryptoKeyEncrypterDecrypter"
   member        = local.pubsub_agent
 }

@@ -8,6 +8,11 @@ output "function_uris" {
   value       = { for k, f in google_cloudfunctions2_function.fn : k => f.service_config[0].uri }
 }
 
+output "jobs_topic" {
+  description = "JOBS_TOPIC: full id of the topic of listing jobs (tick -> lister)."
+  value       = google_pubsub_topic.jobs.id
+}
+
 output "listing_topic" {
   description = "LISTING_TOPIC: full id of the listing topic."
   value       = google_pubsub_topic.listing.id
@@ -19,20 +24,24 @@ output "delete_topic" {
 }
 
 output "dead_letter_subscriptions" {
-  description = "Pull subscriptions that retain dead-lettered messages, by topic (listing, delete)."
+  description = "Pull subscriptions that retain dead-lettered messages, by topic (jobs, listing, delete)."
   value       = { for k, s in google_pubsub_subscription.dead_letter : k => s.name }
 }
 
-output "scheduler_jobs" {
-  description = "Cloud Scheduler job names by backend id (`gcloud scheduler jobs run NAME --location REGION` for a manual run)."
-  value       = { for k, j in google_cloud_scheduler_job.backend : k => j.name }
+output "scheduler_job" {
+  description = "The Cloud Scheduler job of the tick (`gcloud scheduler jobs run NAME --location REGION` runs a tick now)."
+  value       = google_cloud_scheduler_job.tick.name
 }
 
 output "service_accounts" {
-  description = "Service account emails of the functions, the scheduler caller and the push caller."
+  description = "Service account emails of the functions, the scheduler caller, the push caller and the jobs push caller."
   value = merge(
     { for k, sa in google_service_account.fn : k => sa.email },
-    { scheduler = google_service_account.scheduler.email, push = google_service_account.push.email },
+    {
+      scheduler = google_service_account.scheduler.email
+      push      = google_service_account.push.email
+      jobs_push = google_service_account.jobs_push.email
+    },
   )
 }
 

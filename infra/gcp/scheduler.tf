@@ -1,14 +1,14 @@
-# One job per backend: POST {"backend": "<id>"} to the lister with an OIDC
-# token. `gcloud scheduler jobs run <name>` is a manual single-backend run.
-resource "google_cloud_scheduler_job" "backend" {
-  for_each = var.backends
-
-  name             = "${var.name_prefix}-${each.key}"
+# One job per stack, the tick: POST {} to the lister with an OIDC token. The
+# lister selects the due backends in the ledger and publishes one listing job
+# per listing to the jobs topic (a backend added to the ledger needs no
+# apply). `gcloud scheduler jobs run <name>` runs a tick now.
+resource "google_cloud_scheduler_job" "tick" {
+  name             = "${var.name_prefix}-tick"
   project          = var.project_id
   region           = var.region
-  description      = "orphan-cleanup lister run for backend ${each.key}"
-  schedule         = coalesce(each.value.schedule, var.schedule)
-  time_zone        = coalesce(each.value.time_zone, var.time_zone)
+  description      = "orphan-cleanup tick: the lister publishes a listing job per due backend"
+  schedule         = var.schedule
+  time_zone        = var.time_zone
   attempt_deadline = "600s"
 
   retry_config {
@@ -19,7 +19,7 @@ resource "google_cloud_scheduler_job" "backend" {
   http_target {
     http_method = "POST"
     uri         = google_cloudfunctions2_function.fn["lister"].service_config[0].uri
-    body        = base64encode(jsonencode({ backend = each.key }))
+    body        = base64encode(jsonencode({}))
     headers = {
       "Content-Type" = "application/json"
     }

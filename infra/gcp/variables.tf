@@ -39,9 +39,9 @@ variable "source_archive" {
 }
 
 variable "runtime" {
-  description = "Cloud Functions Python runtime."
+  description = "Cloud Functions Python runtime; the tested interpreter is CPython 3.11."
   type        = string
-  default     = "python312"
+  default     = "python311"
 }
 
 variable "build_service_account" {
@@ -50,28 +50,14 @@ variable "build_service_account" {
   default     = null
 }
 
-variable "backends" {
-  description = "Backends to schedule, keyed by backend id (a row of the ledger's backends table). One Cloud Scheduler job per entry; schedule and time_zone override the defaults."
-  type = map(object({
-    schedule  = optional(string)
-    time_zone = optional(string)
-  }))
-  default = {}
-
-  validation {
-    condition     = alltrue([for id in keys(var.backends) : can(regex("^[A-Za-z0-9_-]{1,100}$", id))])
-    error_message = "Backend ids become scheduler job names: letters, digits, '_' and '-' only."
-  }
-}
-
 variable "schedule" {
-  description = "Default cron schedule of a backend's lister run. A run whose backend saw no ledger activity since its last clean cycle ends early (STEP 1), so a short period is cheap."
+  description = "Cron schedule of the stack's one Cloud Scheduler job (the tick): each tick posts {} to the lister, which selects the due backends from the ledger and publishes one listing job per listing, so a backend added to the ledger is picked up without an apply."
   type        = string
   default     = "*/5 * * * *"
 }
 
 variable "time_zone" {
-  description = "Default time zone of the schedules."
+  description = "Time zone of the tick's schedule."
   type        = string
   default     = "Etc/UTC"
 }
@@ -137,7 +123,7 @@ variable "compute_projects" {
 }
 
 variable "lister_max_instances" {
-  description = "Most lister instances at once (each serves one request)."
+  description = "Most lister instances at once (each serves one request: the tick or one listing job), so it bounds concurrent listings."
   type        = number
   default     = 5
 }
@@ -195,7 +181,13 @@ variable "notification_channels" {
 }
 
 variable "kms_key_name" {
-  description = "Cloud KMS key (projects/P/locations/L/keyRings/R/cryptoKeys/K) for the topics and the source bucket; null uses Google-managed keys."
+  description = "Cloud KMS key (projects/P/locations/L/keyRings/R/cryptoKeys/K) for the source bucket, and for the topics unless pubsub_kms_key_name is set; null uses Google-managed keys."
+  type        = string
+  default     = null
+}
+
+variable "pubsub_kms_key_name" {
+  description = "Cloud KMS key (projects/P/locations/L/keyRings/R/cryptoKeys/K) for every Pub/Sub topic (jobs, listing, delete, dead letters); null falls back to kms_key_name, and both null uses Google-managed keys. The stack lets the Pub/Sub service agent use it."
   type        = string
   default     = null
 }

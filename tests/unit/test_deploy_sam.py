@@ -8,7 +8,9 @@ import json
 
 import pytest
 
-from infra import checks
+from infra import checks, package
+
+SEVERAL_KEYS = {"ProtectTagKeys": ",".join(checks.SAMPLE_PROTECT_KEYS)}
 
 
 @pytest.fixture(scope="module")
@@ -21,13 +23,24 @@ def cfn(sam) -> dict:
     return checks.sam_transform(sam)
 
 
+@pytest.fixture(scope="module")
+def target() -> dict:
+    return checks.load_template(checks.TARGET_TEMPLATE)
+
+
 def _statement(template: dict, role: str, sid: str) -> dict:
+    """A statement of a role's inline policies, by Sid (documents written as
+    JSON strings must have been resolved with checks.with_resolved_policies)."""
     for policy in template["Resources"][role]["Properties"]["Policies"]:
         for branch in checks.if_branches(policy):
-            for st in branch["PolicyDocument"]["Statement"]:
+            for st in branch["PolicyDocument"].get("Statement", []):
                 if st.get("Sid") == sid:
                     return st
     raise KeyError(sid)
+
+
+def _denies(statements: list[dict]) -> list[dict]:
+    return [s for s in statements if s["Effect"] == "Deny"]
 
 
 # ------------------------------------------------------------------ validity
@@ -43,78 +56,191 @@ def test_sam_transform_yields_the_pipeline(cfn):
     functions = {k for k, t in types.items() if t == "AWS::Lambda::Function"}
     assert functions == {"ListerFunction", "ClassifierFunction", "DeleterFunction"}
     queues = {k for k, t in types.items() if t == "AWS::SQS::Queue"}
-    assert {"ListingQueue", "ListingDLQ", "DeleteQueue", "DeleteDLQ"} <= queues
+    assert queues == {"JobsQueue", "JobsDLQ", "ListingQueue", "ListingDLQ", "DeleteQueue", "DeleteDLQ", "ListerDLQ"}
     for fn in functions:
         props = cfn["Resources"][fn]["Properties"]
-        assert props["Runtime"] in ("python3.12", "python3.13")
+        # The bundle's wheels and bytecode are built for this interpreter (infra/package.py).
+        assert props["Runtime"] == "python3.11" == "python{}.{}".format(*package.LAMBDA_PYTHON)
         assert props["Architectures"] == ["arm64"]
         env = props["Environment"]["Variables"]
         assert env["DATABASE_URL_SECRET_ARN"] == {"Ref": "DatabaseUrlSecretArn"}
         assert "DATABASE_URL" not in env
         assert env["POWERTOOLS_SERVICE_NAME"] == "orphan-cleanup"
         assert env["POWERTOOLS_METRICS_NAMESPACE"] == "OrphanCleanup"
+        assert env["JOBS_QUEUE_URL"] == {"Ref": "JobsQueue"}
         assert {"LISTING_QUEUE_URL", "DELETE_QUEUE_URL", "ORPHAN_CLEANUP_MODE"} <= set(env)
 
 
-def test_event_sources_report_batch_item_failures_and_bound_the_deleter(cfn):
+def test_the_stack_shape_checks_pass(sam, cfn):
+    assert checks.stack_shape_problems(sam, cfn) == []
+
+
+def test_no_language_extensions_and_no_foreach(sam):
+    assert sam["Transform"] == "AWS::Serverless-2016-10-31"
+    assert "BackendIds" not in sam["Parameters"]
+    broken = copy.deepcopy(sam)
+    broken["Transform"] = ["AWS::LanguageExtensions", "AWS::Serverless-2016-10-31"]
+    broken["Resources"]["Fn::ForEach::BackendSchedules"] = ["Id", ["a"], {"Schedule&{Id}": {}}]
+    broken["Globals"]["Function"]["CodeUri"] = "build/aws/lambda.zip"
+    assert checks.transform_problems(broken) == [
+        "Transform is ['AWS::LanguageExtensions', 'AWS::Serverless-2016-10-31'], expected only "
+        "AWS::Serverless-2016-10-31",
+        "/Resources/Fn::ForEach::BackendSchedules: Fn::ForEach (one schedule per stack, no per-backend resources)",
+        "Globals.Function.CodeUri: put CodeUri on each function (sam build leaves Globals as is)"]
+
+
+def test_exactly_one_schedule_ticks_the_lister_with_an_empty_object(cfn):
+    schedules = checks.resources_of_type(cfn, "AWS::Scheduler::Schedule")
+    assert list(schedules) == ["TickSchedule"]
+    props = schedules["TickSchedule"]["Properties"]
+    assert props["ScheduleExpression"] == {"Ref": "ScheduleExpression"}
+    assert props["Target"]["Arn"] == {"Fn::GetAtt": ["ListerFunction", "Arn"]}
+    assert json.loads(props["Target"]["Input"]) == {}
+    assert checks.resources_of_type(cfn, "AWS::Events::Rule") == {}
+    assert checks.schedule_problems(cfn) == []
+
+
+def test_a_second_schedule_or_a_backend_in_the_input_is_caught(cfn):
+    two = copy.deepcopy(cfn)
+    two["Resources"]["ScheduleAwsProd"] = copy.deepcopy(two["Resources"]["TickSchedule"])
+    assert checks.schedule_problems(two) == [
+        "2 schedules (ScheduleAwsProd, TickSchedule); expected one tick"]
+    per_backend = copy.deepcopy(cfn)
+    per_backend["Resources"]["TickSchedule"]["Properties"]["Target"]["Input"] = '{"backend": "aws-prod"}'
+    assert checks.schedule_problems(per_backend) == [
+        """TickSchedule: input '{"backend": "aws-prod"}', expected {} (the tick)"""]
+
+
+def test_the_lister_consumes_the_jobs_queue_one_job_at_a_time(cfn):
     mappings = checks.resources_of_type(cfn, "AWS::Lambda::EventSourceMapping")
     by_function = {m["Properties"]["FunctionName"]["Ref"]: m["Properties"] for m in mappings.values()}
-    assert set(by_function) == {"ClassifierFunction", "DeleterFunction"}
+    assert set(by_function) == {"ListerFunction", "ClassifierFunction", "DeleterFunction"}
+    jobs = by_function["ListerFunction"]
+    assert jobs["EventSourceArn"] == {"Fn::GetAtt": ["JobsQueue", "Arn"]}
+    assert jobs["BatchSize"] == 1
+    assert jobs["ScalingConfig"]["MaximumConcurrency"] == {"Ref": "ListerMaxConcurrency"}
+    assert cfn["Parameters"]["ListerMaxConcurrency"]["Default"] == 5
+    assert cfn["Parameters"]["ListerMaxConcurrency"]["MinValue"] == 2
     for props in by_function.values():
         assert props["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
     assert by_function["DeleterFunction"]["ScalingConfig"]["MaximumConcurrency"] == {"Ref": "DeleterMaxConcurrency"}
     assert by_function["DeleterFunction"]["EventSourceArn"] == {"Fn::GetAtt": ["DeleteQueue", "Arn"]}
     assert by_function["ClassifierFunction"]["EventSourceArn"] == {"Fn::GetAtt": ["ListingQueue", "Arn"]}
+    assert checks.queue_wiring_problems(cfn) == []
+
+
+def test_jobs_queue_wiring_breaks_are_caught(sam):
+    no_consume = checks.with_resolved_policies(sam)
+    for policy in no_consume["Resources"]["ListerRole"]["Properties"]["Policies"]:
+        if isinstance(policy, dict) and policy.get("PolicyName") == "list":
+            policy["PolicyDocument"]["Statement"] = [s for s in policy["PolicyDocument"]["Statement"]
+                                                     if s["Sid"] != "ConsumeListingJobs"]
+    problems = checks.queue_wiring_problems(checks.sam_transform(no_consume))
+    assert "ListerRole: lacks sqs:ReceiveMessage on JobsQueue" in problems
+    extra_sender = checks.with_resolved_policies(sam)
+    extra_sender["Resources"]["DeleterRole"]["Properties"]["Policies"].append({
+        "PolicyName": "oops", "PolicyDocument": {"Version": "2012-10-17", "Statement": [
+            {"Effect": "Allow", "Action": "sqs:SendMessage", "Resource": {"Fn::GetAtt": ["JobsQueue", "Arn"]}}]}})
+    assert checks.queue_wiring_problems(checks.sam_transform(extra_sender)) == [
+        "JobsQueue: roles that may send ['DeleterRole', 'ListerRole'], expected only ListerRole"]
 
 
 def test_queues_have_dlq_redrive_and_visibility_at_least_six_timeouts(cfn):
     assert checks.visibility_problems(cfn) == []
-    for queue, dlq in (("ListingQueue", "ListingDLQ"), ("DeleteQueue", "DeleteDLQ")):
+    for queue, dlq in (("JobsQueue", "JobsDLQ"), ("ListingQueue", "ListingDLQ"), ("DeleteQueue", "DeleteDLQ")):
         redrive = cfn["Resources"][queue]["Properties"]["RedrivePolicy"]
         assert redrive["deadLetterTargetArn"] == {"Fn::GetAtt": [dlq, "Arn"]}
         assert 1 < redrive["maxReceiveCount"] <= 10
+    jobs = cfn["Resources"]["JobsQueue"]["Properties"]
+    assert jobs["VisibilityTimeout"] >= 6 * cfn["Resources"]["ListerFunction"]["Properties"]["Timeout"] == 1800
+    assert jobs["RedrivePolicy"]["maxReceiveCount"] == 3
 
 
 def test_visibility_check_catches_a_short_timeout(cfn):
     broken = copy.deepcopy(cfn)
-    broken["Resources"]["DeleteQueue"]["Properties"]["VisibilityTimeout"] = 300
-    assert any("DeleteQueue: visibility 300s" in p for p in checks.visibility_problems(broken))
-
-
-def test_one_schedule_per_backend_invokes_the_lister_with_its_id(sam):
-    cfn = checks.sam_transform(sam, {**checks.SAMPLE_PARAMETERS, "BackendIds": "aws-prod,aws-dev,aws_eu"})
-    schedules = checks.resources_of_type(cfn, "AWS::Scheduler::Schedule")
-    inputs = {}
-    for s in schedules.values():
-        target = s["Properties"]["Target"]
-        assert target["Arn"] == {"Fn::GetAtt": ["ListerFunction", "Arn"]}
-        inputs[s["Properties"]["Description"]["Fn::Sub"]] = json.loads(target["Input"]["Fn::Sub"])
-    assert sorted(p["backend"] for p in inputs.values()) == ["aws-dev", "aws-prod", "aws_eu"]
-    # &{BackendId} keeps only letters and digits in the logical id.
-    assert set(schedules) == {"Scheduleawsprod", "Scheduleawsdev", "Scheduleawseu"}
+    broken["Resources"]["JobsQueue"]["Properties"]["VisibilityTimeout"] = 900
+    assert checks.visibility_problems(broken) == [
+        "JobsQueue: visibility 900s < 6 x ListerFunction timeout 300s + window 0s"]
 
 
 def test_alarms_watch_every_dlq_and_function_errors(cfn):
     alarms = checks.resources_of_type(cfn, "AWS::CloudWatch::Alarm").values()
     dlq_alarms = {a["Properties"]["Dimensions"][0]["Value"]["Fn::GetAtt"][0] for a in alarms
                   if a["Properties"]["MetricName"] == "ApproximateNumberOfMessagesVisible"}
-    assert {"ListingDLQ", "DeleteDLQ", "ListerDLQ"} <= dlq_alarms
+    assert dlq_alarms == {"JobsDLQ", "ListingDLQ", "DeleteDLQ", "ListerDLQ"}
     error_alarms = {a["Properties"]["Dimensions"][0]["Value"]["Ref"] for a in alarms
                     if a["Properties"]["MetricName"] == "Errors"}
     assert error_alarms == {"ListerFunction", "ClassifierFunction", "DeleterFunction"}
     for a in alarms:
         assert a["Properties"]["ComparisonOperator"] == "GreaterThanThreshold"
         assert a["Properties"]["Threshold"] == 0
+    broken = copy.deepcopy(cfn)
+    del broken["Resources"]["JobsDLQAlarm"]
+    assert checks.dead_letter_alarm_problems(broken) == ["JobsDLQ: no alarm on its depth"]
 
 
 def test_outputs_name_queues_and_functions(sam):
-    assert {"ListingQueueUrl", "DeleteQueueUrl", "ListerFunctionName", "ClassifierFunctionName",
-            "DeleterFunctionName"} <= set(sam["Outputs"])
+    assert {"JobsQueueUrl", "JobsDLQUrl", "ListingQueueUrl", "DeleteQueueUrl", "ListerFunctionName",
+            "ClassifierFunctionName", "DeleterFunctionName", "TickScheduleName", "ListerRoleArn",
+            "DeleterRoleArn"} <= set(sam["Outputs"])
+    # C5: a manual run is still {"backend": "ID"} to the lister.
+    assert '{"backend":"ID"}' in sam["Outputs"]["ListerFunctionName"]["Description"]
 
 
 def test_sentry_dsn_is_noecho_and_optional_vpc_is_conditional(sam):
     assert sam["Parameters"]["SentryDsn"]["NoEcho"] is True
     assert sam["Globals"]["Function"]["VpcConfig"]["Fn::If"][0] == "HasVpc"
+
+
+# -------------------------------------------------------------- queue access
+
+
+def test_only_each_queues_producer_may_send_and_tls_is_required(cfn):
+    assert checks.queue_policy_problems(cfn) == []
+    policies = checks.resources_of_type(cfn, "AWS::SQS::QueuePolicy")
+    listing = next(p["Properties"] for p in policies.values() if p["Properties"]["Queues"] == [{"Ref": "ListingQueue"}])
+    only = next(s for s in listing["PolicyDocument"]["Statement"] if s["Sid"] == "OnlyTheProducerSends")
+    assert only["Effect"] == "Deny" and only["Principal"] == "*" and only["Action"] == "sqs:SendMessage"
+    assert only["Condition"]["ArnNotLike"]["aws:PrincipalArn"] == {"Fn::If": [
+        "HasRedriveRole", [{"Fn::GetAtt": ["ListerRole", "Arn"]}, {"Ref": "RedriveRoleArn"}],
+        [{"Fn::GetAtt": ["ListerRole", "Arn"]}]]}
+
+
+def test_a_queue_policy_admitting_another_sender_or_dropping_tls_is_caught(cfn):
+    policies = checks.resources_of_type(cfn, "AWS::SQS::QueuePolicy")
+    delete_id = next(k for k, p in policies.items() if p["Properties"]["Queues"] == [{"Ref": "DeleteQueue"}])
+    jobs_id = next(k for k, p in policies.items() if p["Properties"]["Queues"] == [{"Ref": "JobsQueue"}])
+    broken = copy.deepcopy(cfn)
+    only = next(s for s in broken["Resources"][delete_id]["Properties"]["PolicyDocument"]["Statement"]
+                if s["Sid"] == "OnlyTheProducerSends")
+    only["Condition"]["ArnNotLike"]["aws:PrincipalArn"] = [{"Fn::GetAtt": ["ClassifierRole", "Arn"]},
+                                                           {"Fn::GetAtt": ["DeleterRole", "Arn"]}]
+    statements = broken["Resources"][jobs_id]["Properties"]["PolicyDocument"]["Statement"]
+    statements[:] = [s for s in statements if s["Sid"] != "DenyInsecureTransport"]
+    assert checks.queue_policy_problems(broken) == [
+        "JobsQueue: no Deny of sqs:* without TLS",
+        "DeleteQueue: no Deny of sqs:SendMessage for principals other than ClassifierRole"]
+
+
+def test_queues_are_encrypted_with_sqs_keys_or_the_given_kms_key(sam, cfn):
+    for q in checks.resources_of_type(cfn, "AWS::SQS::Queue").values():
+        props = q["Properties"]
+        assert props["SqsManagedSseEnabled"] == {"Fn::If": ["HasQueueKey", {"Ref": "AWS::NoValue"}, True]}
+        assert props["KmsMasterKeyId"] == {"Fn::If": ["HasQueueKey", {"Ref": "QueueKmsKeyArn"},
+                                                      {"Ref": "AWS::NoValue"}]}
+    assert sam["Parameters"]["QueueKmsKeyArn"]["Default"] == ""
+    assert checks.queue_encryption_problems(cfn) == []
+    lister_key = _statement(sam, "ListerRole", "EncryptAndDecryptQueueMessages")
+    assert set(lister_key["Action"]) == {"kms:GenerateDataKey", "kms:Decrypt"}
+    assert lister_key["Condition"] == {
+        "StringEquals": {"kms:ViaService": {"Fn::Sub": "sqs.${AWS::Region}.amazonaws.com"}}}
+    assert _statement(sam, "DeleterRole", "DecryptQueueMessages")["Action"] == "kms:Decrypt"
+    broken = copy.deepcopy(cfn)
+    policies = broken["Resources"]["ClassifierRole"]["Properties"]["Policies"]
+    policies[:] = [p for p in policies if "HasQueueKey" not in json.dumps(p)]
+    assert checks.queue_encryption_problems(broken) == [
+        "ClassifierRole: lacks kms:Decrypt on QueueKmsKeyArn (ListingQueue)",
+        "ClassifierRole: lacks kms:GenerateDataKey on QueueKmsKeyArn (DeleteQueue)"]
 
 
 # ------------------------------------------------------------ least privilege
@@ -126,11 +252,56 @@ def test_deleter_writes_only_ref_tagged_resources_and_others_write_nothing(cfn):
     assert {g.action for g in deleter_grants if g.guard == "tag"} == checks.DELETE_ACTIONS
 
 
+def test_the_delete_policy_string_is_valid_json_with_unique_sids(sam):
+    for keys in ("orphan-cleanup-protect", "a,b:c,d/e@f"):
+        values = checks.parameter_values(sam, {"ProtectTagKeys": keys})
+        branch = next(p for p in sam["Resources"]["DeleterRole"]["Properties"]["Policies"]
+                      if isinstance(p, dict) and p.get("PolicyName") == "delete")
+        document = checks.policy_document(branch["PolicyDocument"], values)
+        assert document["Version"] == "2012-10-17"
+        sids = [s["Sid"] for s in document["Statement"] if "Sid" in s]
+        assert len(sids) == len(set(sids))  # IAM refuses repeated Sids
+        assert len(_denies(document["Statement"])) == len(keys.split(","))
+
+
+def test_every_configured_protect_key_gets_its_own_deny(cfn):
+    keys = ["orphan-cleanup-protect", "platform-keep", "team:hold"]
+    statements = checks.role_statements(cfn, "DeleterRole", {"ProtectTagKeys": ",".join(keys)})
+    denies = _denies(statements)
+    assert [d["Condition"] for d in denies] == [{"Null": {f"aws:ResourceTag/{k}": "false"}} for k in keys]
+    for d in denies:
+        assert set(d["Action"]) == checks.DELETE_ACTIONS and d["Resource"] == "*"
+    assert checks.protect_deny_problems(statements, keys, "deleter") == []
+    assert checks.protect_deny_problems(statements, [*keys, "other"], "deleter") == [
+        "deleter: no Deny of the deletes on resources tagged other"]
+    assert checks.deleter_policy_problems(cfn, SEVERAL_KEYS) == []
+
+
+def test_the_tag_key_parameter_reaches_the_allow_condition(cfn):
+    statements = checks.role_statements(cfn, "DeleterRole", {"TagKey": "platform_ref"})
+    allow = next(s for s in statements if s.get("Sid") == "DeleteOnlyRefTaggedResources")
+    assert allow["Condition"] == {"StringLike": {"aws:ResourceTag/platform_ref": "????????????"}}
+    assert checks.deleter_policy_problems(cfn, {"TagKey": "platform_ref"}) == []
+    grants = checks.ec2_write_grants(statements, "provider_ref")
+    # Read with the default key, the deletes are unguarded: the condition names platform_ref.
+    assert {g.guard for g in grants if g.sid == "DeleteOnlyRefTaggedResources"} == {None}
+
+
 def test_removing_the_tag_condition_from_the_deleter_is_caught(sam):
-    broken = copy.deepcopy(sam)
+    broken = checks.with_resolved_policies(sam)
     del _statement(broken, "DeleterRole", "DeleteOnlyRefTaggedResources")["Condition"]
     problems = checks.deleter_policy_problems(checks.sam_transform(broken))
     assert len([p for p in problems if "is not limited to resources tagged provider_ref" in p]) == 7
+
+
+def test_dropping_a_protect_deny_is_caught(sam):
+    broken = checks.with_resolved_policies(sam)
+    for policy in broken["Resources"]["DeleterRole"]["Properties"]["Policies"]:
+        if isinstance(policy, dict) and policy.get("PolicyName") == "delete":
+            policy["PolicyDocument"]["Statement"] = [s for s in policy["PolicyDocument"]["Statement"]
+                                                     if s["Effect"] != "Deny"]
+    assert checks.deleter_policy_problems(checks.sam_transform(broken)) == [
+        "deleter: no Deny of the deletes on resources tagged orphan-cleanup-protect"]
 
 
 def test_one_extra_unconditioned_delete_action_is_caught(sam):
@@ -146,13 +317,13 @@ def test_a_condition_that_is_not_a_guard_is_caught(sam):
     for condition in ({"StringLikeIfExists": {"aws:ResourceTag/provider_ref": "????????????"}},
                       {"StringLike": {"aws:ResourceTag/provider_ref": "*"}},
                       {"StringLike": {"aws:ResourceTag/other_tag": "????????????"}}):
-        broken = copy.deepcopy(sam)
+        broken = checks.with_resolved_policies(sam)
         _statement(broken, "DeleterRole", "DeleteOnlyRefTaggedResources")["Condition"] = condition
         assert checks.deleter_policy_problems(checks.sam_transform(broken)), condition
 
 
 def test_a_missing_delete_action_and_a_managed_policy_are_caught(sam):
-    broken = copy.deepcopy(sam)
+    broken = checks.with_resolved_policies(sam)
     st = _statement(broken, "DeleterRole", "DeleteOnlyRefTaggedResources")
     st["Action"] = [a for a in st["Action"] if a != "ec2:ReleaseAddress"]
     broken["Resources"]["ListerRole"]["Properties"]["ManagedPolicyArns"] = [
@@ -165,18 +336,11 @@ def test_a_missing_delete_action_and_a_managed_policy_are_caught(sam):
 def test_lambda_vpc_interface_grant_cannot_be_used_by_function_code(sam):
     st = _statement(sam, "DeleterRole", "LambdaManagedInterfacesOnly")
     assert st["Condition"] == {"Null": {"lambda:SourceFunctionArn": "true"}}
-    broken = copy.deepcopy(sam)
+    broken = checks.with_resolved_policies(sam)
     _statement(broken, "ListerRole", "LambdaManagedInterfacesOnly")["Action"].append("ec2:TerminateInstances")
     assert checks.deleter_policy_problems(checks.sam_transform(broken)) == [
         "lister: ec2:TerminateInstances (statement LambdaManagedInterfacesOnly) is not limited to "
         "resources tagged provider_ref"]
-
-
-def test_protected_resources_are_denied_explicitly(sam):
-    st = _statement(sam, "DeleterRole", "NeverTouchProtectedResources")
-    assert st["Effect"] == "Deny"
-    assert set(st["Action"]) == checks.DELETE_ACTIONS
-    assert st["Condition"] == {"Null": {"aws:ResourceTag/orphan-cleanup-protect": "false"}}
 
 
 def test_roles_read_only_the_database_secret_and_their_own_queues(cfn):
@@ -188,38 +352,96 @@ def test_roles_read_only_the_database_secret_and_their_own_queues(cfn):
     sends = {role: {s["Resource"]["Fn::GetAtt"][0] for s in checks.role_statements(cfn, role)
                     if checks.as_list(s["Action"]) == ["sqs:SendMessage"]}
              for role in ("ListerRole", "ClassifierRole", "DeleterRole")}
-    assert sends == {"ListerRole": {"ListingQueue", "ListerDLQ"}, "ClassifierRole": {"DeleteQueue"},
+    assert sends == {"ListerRole": {"JobsQueue", "ListingQueue", "ListerDLQ"}, "ClassifierRole": {"DeleteQueue"},
                      "DeleterRole": set()}
 
 
-def test_cross_account_assume_role_only_for_lister_and_deleter(cfn):
-    assumers = {role for role in ("ListerRole", "ClassifierRole", "DeleterRole")
-                if any("sts:AssumeRole" in checks.as_list(s["Action"]) for s in checks.role_statements(cfn, role))}
-    assert assumers == {"ListerRole", "DeleterRole"}
+def test_the_lister_assumes_only_list_roles_and_the_deleter_only_delete_roles(cfn):
+    assumed = {role: [s["Resource"] for s in checks.role_statements(cfn, role)
+                      if "sts:AssumeRole" in checks.as_list(s["Action"])]
+               for role in ("ListerRole", "ClassifierRole", "DeleterRole")}
+    assert assumed == {"ListerRole": [{"Ref": "TargetListRoleArnPattern"}], "ClassifierRole": [],
+                       "DeleterRole": [{"Ref": "TargetDeleteRoleArnPattern"}]}
+    assert "TargetRoleArnPattern" not in cfn["Parameters"]
 
 
-def test_target_account_role_has_the_same_conditioned_policy():
-    target = checks.load_template(checks.TARGET_TEMPLATE)
+# ------------------------------------------------------------ target account
+
+
+def test_target_account_has_a_list_role_and_a_delete_role(target):
     assert checks.target_role_problems(target) == []
-    broken = copy.deepcopy(target)
-    _statement(broken, "TargetRole", "DeleteOnlyRefTaggedResources").pop("Condition")
-    del broken["Resources"]["TargetRole"]["Properties"]["AssumeRolePolicyDocument"]["Statement"][0]["Condition"]
+    assert checks.target_role_problems(target, SEVERAL_KEYS) == []
+    roles = checks.resources_of_type(target, "AWS::IAM::Role")
+    assert set(roles) == {"ListRole", "DeleteRole"}
+    trust = {r: roles[r]["Properties"]["AssumeRolePolicyDocument"]["Statement"] for r in roles}
+    assert [s["Principal"] for s in trust["ListRole"]] == [{"AWS": {"Ref": "ListerRoleArn"}}]
+    assert [s["Principal"] for s in trust["DeleteRole"]] == [{"AWS": {"Ref": "DeleterRoleArn"}}]
+    listing = checks.role_statements(target, "ListRole")
+    assert {a for s in listing for a in checks.as_list(s["Action"])} == checks.DESCRIBE_ACTIONS
+    assert set(target["Outputs"]) == {"ListRoleArn", "DeleteRoleArn"}
+
+
+def test_target_role_mistakes_are_caught(target):
+    broken = checks.with_resolved_policies(target)
+    broken["Resources"]["ListRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"][0]["Action"].append(
+        "ec2:TerminateInstances")
+    _statement(broken, "DeleteRole", "DeleteOnlyRefTaggedResources").pop("Condition")
+    delete_trust = broken["Resources"]["DeleteRole"]["Properties"]["AssumeRolePolicyDocument"]["Statement"][0]
+    delete_trust["Principal"] = {"AWS": [{"Ref": "DeleterRoleArn"}, {"Ref": "ListerRoleArn"}]}
+    del delete_trust["Condition"]
     problems = checks.target_role_problems(broken)
-    assert "TargetRole: trust statement without an sts:ExternalId condition" in problems
+    assert "ListRole: may ec2:TerminateInstances (statement DescribeTaggedResources); the list role only describes" \
+        in problems
+    assert 'DeleteRole: trusts {"AWS": [{"Ref": "DeleterRoleArn"}, {"Ref": "ListerRoleArn"}]}, not only ' \
+        'DeleterRoleArn' in problems
+    assert "DeleteRole: trust statement without an sts:ExternalId condition" in problems
     assert any("ec2:TerminateInstances (statement DeleteOnlyRefTaggedResources) is not limited" in p for p in problems)
 
 
-def test_sam_deleter_and_target_role_grant_identical_delete_statements(sam):
-    target = checks.load_template(checks.TARGET_TEMPLATE)
-    for sid in ("DeleteOnlyRefTaggedResources", "NeverTouchProtectedResources"):
-        assert _statement(sam, "DeleterRole", sid) == _statement(target, "TargetRole", sid)
+def test_target_delete_role_denies_every_configured_protect_key(target):
+    keys = ["orphan-cleanup-protect", "platform-keep"]
+    denies = _denies(checks.role_statements(target, "DeleteRole", {"ProtectTagKeys": ",".join(keys)}))
+    assert [d["Condition"] for d in denies] == [{"Null": {f"aws:ResourceTag/{k}": "false"}} for k in keys]
+    assert checks.role_statements(target, "ListRole") and not _denies(checks.role_statements(target, "ListRole"))
 
 
-def test_docs_cover_parameters_and_every_delete_action(sam):
+def test_sam_deleter_and_target_delete_role_grant_identical_delete_statements(sam, target):
+    for parameters in (None, SEVERAL_KEYS, {"TagKey": "ref", "ProtectTagKeys": "x,y,z"}):
+        ours = checks.with_resolved_policies(sam, parameters)["Resources"]["DeleterRole"]
+        theirs = checks.with_resolved_policies(target, parameters)["Resources"]["DeleteRole"]
+        delete = [next(p for p in r["Properties"]["Policies"] if p.get("PolicyName") == "delete")
+                  for r in (ours, theirs)]
+        assert delete[0]["PolicyDocument"] == delete[1]["PolicyDocument"]
+
+
+# ---------------------------------------------------------------- intrinsics
+
+
+def test_the_intrinsics_evaluator_handles_what_the_templates_use():
+    values = {"Keys": ["a", "b"], "Name": "x"}
+    assert checks.resolve({"Fn::Sub": "${Name}-${AWS::Partition}-${!Literal}"}, values) == "x-aws-${Literal}"
+    assert checks.resolve({"Fn::Sub": ["[${J}]", {"J": {"Fn::Join": ["|", {"Ref": "Keys"}]}}]}, values) == "[a|b]"
+    with pytest.raises(checks.Unresolved):
+        checks.resolve({"Fn::Sub": "${Role.Arn}"}, values)
+    with pytest.raises(checks.Unresolved):
+        checks.resolve({"Fn::Join": [",", [{"Fn::GetAtt": ["Q", "Arn"]}]]}, values)
+
+
+# --------------------------------------------------------------------- docs
+
+
+def test_docs_cover_parameters_and_every_delete_action(sam, target):
     readme = (checks.REPO / "infra" / "README.md").read_text()
     for name in list(sam["Parameters"]) + list(sam["Outputs"]):
         assert f"| `{name}` |" in readme, f"{name} is not in infra/README.md"
+    for name in list(target["Parameters"]) + list(target["Outputs"]):
+        assert f"`{name}`" in readme, f"target {name} is not in infra/README.md"
     deploy = (checks.REPO / "docs" / "DEPLOY.md").read_text()
     for action in checks.DELETE_ACTIONS:
         assert action in deploy
-    assert "aws lambda invoke" in deploy and "sam deploy --guided" in deploy and "terraform apply" in deploy
+    for text in ("aws lambda invoke", "sam validate --lint", "sam build", "sam deploy --guided", "terraform apply",
+                 "role_arn", "delete_role_arn", "ProtectTagKeys", "QueueKmsKeyArn", "pubsub_kms_key_name",
+                 "DATABASE.md", "python3 -m venv"):
+        assert text in deploy, text
+    for gone in ("BackendIds", "LanguageExtensions", "TargetRoleArnPattern", "CAPABILITY_AUTO_EXPAND"):
+        assert gone not in deploy, gone

@@ -4,10 +4,6 @@ documents keep EC2 writes behind the ref-tag condition."""
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-from pathlib import Path
-
 import pytest
 
 from infra import checks
@@ -155,8 +151,9 @@ data "aws_iam_policy_document" "d" {
     assert any("statement dynamic statement" in p for p in problems)
 
 
-def test_aws_queues_event_sources_and_schedules(modules):
+def test_aws_queues_event_sources_and_the_one_schedule(modules):
     aws = modules["aws"]
+    assert checks.aws_stack_problems(aws) == []
     resources = {(t, n): body for t, n, body in aws.labelled("resource")}
     main = resources[("aws_sqs_queue", "main")]
     assert main["visibility_timeout_seconds"] == "${6 * local.functions[each.value.consumer].timeout}"
@@ -164,39 +161,76 @@ def test_aws_queues_event_sources_and_schedules(modules):
     esm = resources[("aws_lambda_event_source_mapping", "queue")]
     assert esm["function_response_types"] == ['"ReportBatchItemFailures"']
     assert esm["scaling_config"][0]["maximum_concurrency"] == "${each.value.max_concurrency}"
-    schedule = resources[("aws_scheduler_schedule", "backend")]
-    assert schedule["for_each"] == "${var.backends}"
-    assert schedule["target"][0]["input"] == "${jsonencode({backend = each.key})}"
+    schedules = [n for t, n in resources if t == "aws_scheduler_schedule"]
+    assert schedules == ["tick"]
+    tick = resources[("aws_scheduler_schedule", "tick")]
+    assert "for_each" not in tick
+    assert tick["target"][0]["input"] == "${jsonencode({})}"
+    assert "backends" not in {n for n, _ in aws.blocks("variable")}
     fn = resources[("aws_lambda_function", "fn")]
     assert fn["architectures"] == ['"arm64"'] and fn["runtime"] == "${var.runtime}"
+    assert dict(aws.blocks("variable"))["runtime"]["default"] == '"python3.11"'
     assert fn["environment"][0]["variables"] == "${local.environment}"
     assert sorted(checks.terraform_literals(aws, "handler")) == sorted(checks.AWS_HANDLERS.values())
 
 
-def test_aws_stack_validates_with_terraform_when_the_provider_is_local(tmp_path):
-    """`terraform validate` needs the aws provider; this machine may carry a
-    plugin mirror in /opt/tf-plugins (the registry is not reachable)."""
-    plugins = Path("/opt/tf-plugins/registry.terraform.io/hashicorp/aws")
-    if not shutil.which("terraform") or not plugins.is_dir():
-        pytest.skip("terraform or a local aws provider mirror is not available")
-    work = tmp_path / "aws"
-    shutil.copytree(TF_DIRS["aws"], work, ignore=shutil.ignore_patterns(".terraform*", "*.tfstate*"))
-    env = {"PATH": "/usr/bin:/bin:/usr/local/bin", "HOME": str(tmp_path), "TF_IN_AUTOMATION": "1",
-           "CHECKPOINT_DISABLE": "1"}
-    init = subprocess.run(["terraform", "init", "-backend=false", "-input=false", "-no-color",
-                           "-plugin-dir=/opt/tf-plugins"], cwd=work, env=env, capture_output=True, text=True,
-                          timeout=120)
-    assert init.returncode == 0, init.stdout + init.stderr
-    validate = subprocess.run(["terraform", "validate", "-no-color"], cwd=work, env=env, capture_output=True,
-                              text=True, timeout=120)
-    assert validate.returncode == 0, validate.stdout + validate.stderr
+def test_aws_protect_keys_become_one_deny_each(modules):
+    deleter = checks.terraform_policy_documents(modules["aws"])["deleter"]
+    (deny,) = [s for s in deleter if s["Effect"] == "Deny"]
+    assert deny["ForEach"] == "${var.protect_tag_keys}"
+    assert deny["Condition"] == {"Null": {"aws:ResourceTag/${statement.value}": ["false"]}}
+    assert set(deny["Action"]) == checks.DELETE_ACTIONS and deny["Resource"] == ["*"]
+    variables = dict(modules["aws"].blocks("variable"))
+    assert variables["protect_tag_keys"]["default"] == ['"orphan-cleanup-protect"']
+    assert "protect_tag_key" not in variables and "target_role_arn_pattern" not in variables
+    assert {"target_list_role_arn_pattern", "target_delete_role_arn_pattern", "lister_max_concurrency",
+            "queue_kms_key_arn"} <= set(variables)
+
+
+@pytest.mark.parametrize("old, new, problem", [
+    ("input    = jsonencode({})", 'input    = jsonencode({ backend = "aws-prod" })',
+     """aws: the schedule's input is '${jsonencode({backend = "aws-prod"})}', expected {} (the tick)"""),
+    ('resource "aws_scheduler_schedule" "tick" {', 'resource "aws_scheduler_schedule" "tick" {\n  for_each = {}',
+     "aws: aws_scheduler_schedule.tick is repeated (for_each); expected one tick"),
+    ("      batch_size        = 1\n      max_concurrency   = var.lister_max_concurrency",
+     "      batch_size        = 10\n      max_concurrency   = var.lister_max_concurrency",
+     "aws: the jobs queue must feed the lister one job at a time, capped by lister_max_concurrency"),
+    ("    for_each = var.protect_tag_keys", '    for_each = ["orphan-cleanup-protect"]',
+     "aws: the deleter has no Deny of the deletes per entry of var.protect_tag_keys"),
+    ("values   = concat([aws_iam_role.fn[statement.value].arn]", 'values   = concat([aws_iam_role.fn["deleter"].arn]',
+     "aws: no queue policy Deny of sqs:SendMessage for principals other than the producer"),
+    ('      producer          = "classifier"', '      producer          = "deleter"',
+     "aws: local.queues.delete is not consumed by deleter and produced by classifier"),
+])
+def test_aws_shape_mistakes_are_caught(modules, old, new, problem):
+    files = {name: (TF_DIRS["aws"] / name).read_text() for name in modules["aws"].files}
+    (name,) = [n for n, text in files.items() if old in text]
+    files[name] = files[name].replace(old, new, 1)
+    assert checks.aws_stack_problems(checks.Module.from_text(files)) == [problem]
+
+
+def test_a_dynamic_allow_statement_is_still_unreadable():
+    dynamic_allow = checks.Module.from_text({"x.tf": """
+data "aws_iam_policy_document" "deleter" {
+  dynamic "statement" {
+    for_each = var.keys
+    content {
+      effect  = "Allow"
+      actions = ["ec2:TerminateInstances"]
+    }
+  }
+}
+"""})
+    assert checks.terraform_policy_documents(dynamic_allow)["deleter"] == [
+        {"Sid": "dynamic statement", "Effect": "Allow", "Action": "*"}]
 
 
 # --------------------------------------------------------------------- GCP
 
 
-def test_gcp_functions_topics_and_schedules(modules):
+def test_gcp_functions_topics_and_the_one_scheduler_job(modules):
     gcp = modules["gcp"]
+    assert checks.gcp_stack_problems(gcp) == []
     resources = {(t, n): body for t, n, body in gcp.labelled("resource")}
     assert sorted(checks.terraform_literals(gcp, "entry_point")) == sorted(checks.GCP_ENTRY_POINTS)
     service = resources[("google_cloudfunctions2_function", "fn")]["service_config"][0]
@@ -206,10 +240,46 @@ def test_gcp_functions_topics_and_schedules(modules):
     push = resources[("google_pubsub_subscription", "push")]
     assert push["dead_letter_policy"][0]["max_delivery_attempts"] == "${var.max_delivery_attempts}"
     assert "oidc_token" in push["push_config"][0]
-    job = resources[("google_cloud_scheduler_job", "backend")]
-    assert job["for_each"] == "${var.backends}"
-    assert job["http_target"][0]["body"] == "${base64encode(jsonencode({backend = each.key}))}"
+    assert push["ack_deadline_seconds"] >= 540  # the lister's timeout
+    assert [n for t, n in resources if t == "google_cloud_scheduler_job"] == ["tick"]
+    job = resources[("google_cloud_scheduler_job", "tick")]
+    assert "for_each" not in job
+    assert job["http_target"][0]["body"] == "${base64encode(jsonencode({}))}"
     assert "oidc_token" in job["http_target"][0]
+    assert resources[("google_pubsub_topic", "dead_letter")]["for_each"] == '${toset(["jobs", "listing", "delete"])}'
+    variables = dict(gcp.blocks("variable"))
+    assert "backends" not in variables
+    assert variables["runtime"]["default"] == '"python311"'
+    assert variables["pubsub_kms_key_name"]["default"] is None
+    assert resources[("google_pubsub_topic", "jobs")]["kms_key_name"] == "${local.pubsub_kms_key}"
+
+
+@pytest.mark.parametrize("file, old, new, problem", [
+    ("scheduler.tf", "body        = base64encode(jsonencode({}))",
+     'body        = base64encode(jsonencode({ backend = "gcp-prod" }))',
+     """gcp: the scheduler job posts '${base64encode(jsonencode({backend = "gcp-prod"}))}', expected {} (the tick)"""),
+    ("iam.tf", 'topic   = google_pubsub_topic.jobs.name\n  role    = "roles/pubsub.publisher"\n'
+     '  member  = google_service_account.fn["lister"].member',
+     'topic   = google_pubsub_topic.jobs.name\n  role    = "roles/pubsub.publisher"\n'
+     '  member  = google_service_account.push.member',
+     "gcp: publishers of topic jobs are ['${google_service_account.push.member}'], expected only the lister's account"),
+    ("iam.tf", 'name     = google_cloudfunctions2_function.fn["lister"].service_config[0].service\n'
+     '  role     = "roles/run.invoker"\n  member   = google_service_account.jobs_push.member',
+     'name     = google_cloudfunctions2_function.fn["deleter"].service_config[0].service\n'
+     '  role     = "roles/run.invoker"\n  member   = google_service_account.jobs_push.member',
+     "gcp: jobs_push must be run.invoker on the lister's service only"),
+    ("pubsub.tf", "      invoker  = google_service_account.jobs_push", "      invoker  = google_service_account.push",
+     "gcp: listing jobs are not pushed with the dedicated jobs_push account"),
+    ("pubsub.tf", "ack_deadline_seconds       = 600", "ack_deadline_seconds       = 300",
+     "gcp: push ack deadline 300 s < the lister's 540 s"),
+    ("main.tf", "      JOBS_TOPIC                      = google_pubsub_topic.jobs.id\n", "",
+     "gcp: the functions' environment lacks JOBS_TOPIC"),
+])
+def test_gcp_shape_mistakes_are_caught(modules, file, old, new, problem):
+    files = {name: (TF_DIRS["gcp"] / name).read_text() for name in modules["gcp"].files}
+    assert old in files[file]
+    files[file] = files[file].replace(old, new, 1)
+    assert checks.gcp_stack_problems(checks.Module.from_text(files)) == [problem]
 
 
 def test_gcp_custom_roles_are_minimal(modules):

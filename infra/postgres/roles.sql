@@ -1,0 +1,192 @@
+-- The ledger's two database roles (docs/DATABASE.md explains every grant).
+--
+--   owner    runs `orphan-cleanup migrate` and the operator commands (backend add, run,
+--            status ...): owns the product's tables, functions and triggers.
+--   runtime  the deployed functions: reads the platform's C1 tables (backends,
+--            provider_refs, instances) and the activity log, reads and writes the
+--            product's own tables, executes its functions; no DDL of any kind.
+--
+-- Run it with psql, as a superuser or the cloud's admin user (RDS master user, Cloud SQL
+-- `postgres`), connected to the ledger's database: once before the first
+-- `orphan-cleanup migrate`, and once after every migrate that ran migrations (it is
+-- idempotent; the run after migrate grants the tables migrate created and takes back
+-- what the default privileges gave the runtime role on the C1 tables and the log):
+--
+--   psql "$ADMIN_URL" -v ON_ERROR_STOP=1 -f infra/postgres/roles.sql
+--
+-- psql variables (-v name=value), all optional:
+--   owner_role        default orphan_cleanup_owner
+--   runtime_role      default orphan_cleanup_runtime
+--   owner_password    set (or reset) that login password; without it a new role has
+--   runtime_password  none: set it with psql's \password ROLE (it sends a hash only),
+--                     or a client certificate (docs/DATABASE.md)
+--   schema            default public: where migrate creates the tables
+--   platform_role     the role the platform writes its ledger with: the migrations'
+--                     triggers on the C1 tables insert into ledger_activity as that role
+--   c1_owner          the role owning C1 tables that the platform created before the
+--                     first migrate: the owner role becomes its member, as migrate indexes
+--                     and puts triggers on them, which PostgreSQL allows only to the owner
+--   revoke_public     on: revoke CREATE on the schema and TEMPORARY on the database from
+--                     PUBLIC (the schema part is PostgreSQL 15's default), for every role
+--                     that has no grant of its own
+
+\set ON_ERROR_STOP on
+\if :{?owner_role}
+\else
+\set owner_role orphan_cleanup_owner
+\endif
+\if :{?runtime_role}
+\else
+\set runtime_role orphan_cleanup_runtime
+\endif
+\if :{?schema}
+\else
+\set schema public
+\endif
+\if :{?revoke_public}
+\else
+\set revoke_public off
+\endif
+
+BEGIN;
+SET LOCAL client_min_messages = warning;  -- not the NOTICEs of grants that already exist
+
+SELECT current_database() AS dbname,
+       NOT EXISTS (SELECT FROM pg_roles WHERE rolname = :'owner_role') AS create_owner,
+       NOT EXISTS (SELECT FROM pg_roles WHERE rolname = :'runtime_role') AS create_runtime,
+       (SELECT rolsuper FROM pg_roles WHERE rolname = current_user) AS is_superuser
+\gset
+
+-- ---- the roles ---------------------------------------------------------------------
+\if :create_owner
+CREATE ROLE :"owner_role";
+\endif
+\if :create_runtime
+CREATE ROLE :"runtime_role";
+\endif
+ALTER ROLE :"owner_role" LOGIN INHERIT NOCREATEDB NOCREATEROLE;
+-- NOINHERIT: a role granted to the runtime by mistake lends it none of its privileges.
+ALTER ROLE :"runtime_role" LOGIN NOINHERIT NOCREATEDB NOCREATEROLE;
+\if :is_superuser
+ALTER ROLE :"owner_role" NOSUPERUSER NOREPLICATION NOBYPASSRLS;
+ALTER ROLE :"runtime_role" NOSUPERUSER NOREPLICATION NOBYPASSRLS;
+\else
+-- ALTER DEFAULT PRIVILEGES FOR ROLE needs a member of that role.
+GRANT :"owner_role" TO CURRENT_USER;
+\endif
+\if :{?owner_password}
+ALTER ROLE :"owner_role" PASSWORD :'owner_password';
+\endif
+\if :{?runtime_password}
+ALTER ROLE :"runtime_role" PASSWORD :'runtime_password';
+\endif
+
+-- ---- database and schema -----------------------------------------------------------
+REVOKE ALL ON DATABASE :"dbname" FROM :"runtime_role";
+GRANT CONNECT ON DATABASE :"dbname" TO :"owner_role", :"runtime_role";
+GRANT USAGE, CREATE ON SCHEMA :"schema" TO :"owner_role";
+REVOKE ALL ON SCHEMA :"schema" FROM :"runtime_role";
+GRANT USAGE ON SCHEMA :"schema" TO :"runtime_role";
+\if :revoke_public
+REVOKE CREATE ON SCHEMA :"schema" FROM PUBLIC;
+REVOKE TEMPORARY ON DATABASE :"dbname" FROM PUBLIC;
+\endif
+
+-- ---- C1 tables the platform created: the owner role must hold their owner's rights --
+\if :{?c1_owner}
+GRANT :"c1_owner" TO :"owner_role";
+\endif
+SELECT coalesce(bool_and(pg_has_role(:'owner_role', c.relowner, 'USAGE')), true) AS owner_may_migrate,
+       string_agg(DISTINCT pg_get_userbyid(c.relowner), ', ') AS c1_owners
+  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+ WHERE n.nspname = :'schema' AND c.relname IN ('backends', 'provider_refs', 'instances')
+   AND c.relkind IN ('r', 'p')
+\gset
+\if :owner_may_migrate
+\else
+\echo roles.sql: the C1 tables are owned by :c1_owners; migrate as :owner_role would fail (must be owner of table instances).
+\echo Rerun with -v c1_owner=ROLE, or ALTER TABLE ... OWNER TO :owner_role (see docs/DATABASE.md).
+DO $$ BEGIN RAISE EXCEPTION 'roles.sql: the owner role neither owns the C1 tables nor is a member of their owner'; END $$;
+\endif
+
+-- ---- tables, sequences and functions migrate will create --------------------------
+ALTER DEFAULT PRIVILEGES FOR ROLE :"owner_role" IN SCHEMA :"schema"
+    GRANT SELECT, INSERT, UPDATE, DELETE ON TABLES TO :"runtime_role";
+ALTER DEFAULT PRIVILEGES FOR ROLE :"owner_role" IN SCHEMA :"schema"
+    GRANT USAGE, SELECT ON SEQUENCES TO :"runtime_role";
+ALTER DEFAULT PRIVILEGES FOR ROLE :"owner_role" IN SCHEMA :"schema"
+    GRANT EXECUTE ON FUNCTIONS TO :"runtime_role";
+
+-- ---- tables, sequences and functions migrate created -------------------------------
+-- The product's tables: read and write. Read only: the C1 tables (the platform's),
+-- the activity log (written by the triggers; deleting from it could hide activity
+-- from STEP 1) and schema_migrations (migrate's).
+SELECT format('GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE %I.%I TO %I', n.nspname, c.relname, :'runtime_role')
+  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+ WHERE n.nspname = :'schema' AND c.relkind IN ('r', 'p')
+   AND c.relowner = (SELECT oid FROM pg_roles WHERE rolname = :'owner_role')
+   AND c.relname NOT IN ('backends', 'provider_refs', 'instances', 'ledger_activity', 'schema_migrations')
+\gexec
+SELECT format('REVOKE ALL ON TABLE %I.%I FROM %I', n.nspname, c.relname, :'runtime_role'),
+       format('GRANT SELECT ON TABLE %I.%I TO %I', n.nspname, c.relname, :'runtime_role')
+  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+ WHERE n.nspname = :'schema' AND c.relkind IN ('r', 'p')
+   AND c.relname IN ('backends', 'provider_refs', 'instances', 'ledger_activity', 'schema_migrations')
+\gexec
+SELECT format('GRANT USAGE, SELECT ON SEQUENCE %I.%I TO %I', n.nspname, c.relname, :'runtime_role')
+  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+ WHERE n.nspname = :'schema' AND c.relkind = 'S'
+   AND c.relowner = (SELECT oid FROM pg_roles WHERE rolname = :'owner_role')
+\gexec
+SELECT format('GRANT EXECUTE ON FUNCTION %s TO %I', p.oid::regprocedure, :'runtime_role')
+  FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+ WHERE n.nspname = :'schema' AND p.proowner = (SELECT oid FROM pg_roles WHERE rolname = :'owner_role')
+\gexec
+
+-- ---- the platform's writer ---------------------------------------------------------
+-- The triggers on the C1 tables run as whoever writes them and insert into
+-- ledger_activity; on C1 tables the owner role owns (migrate created them), the
+-- platform also needs its rights to write them.
+\if :{?platform_role}
+GRANT USAGE ON SCHEMA :"schema" TO :"platform_role";
+SELECT format('GRANT INSERT ON TABLE %I.%I TO %I', n.nspname, c.relname, :'platform_role'),
+       format('GRANT USAGE ON SEQUENCE %s TO %I', pg_get_serial_sequence(format('%I.%I', n.nspname, c.relname), 'id'),
+              :'platform_role')
+  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+ WHERE n.nspname = :'schema' AND c.relname = 'ledger_activity' AND c.relkind IN ('r', 'p')
+\gexec
+SELECT format('GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE %I.%I TO %I', n.nspname, c.relname, :'platform_role')
+  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+ WHERE n.nspname = :'schema' AND c.relkind IN ('r', 'p')
+   AND c.relname IN ('backends', 'provider_refs', 'instances')
+   AND c.relowner = (SELECT oid FROM pg_roles WHERE rolname = :'owner_role')
+\gexec
+SELECT format('GRANT EXECUTE ON FUNCTION %s TO %I', p.oid::regprocedure, :'platform_role')
+  FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+ WHERE n.nspname = :'schema' AND p.proname LIKE 'orphan\_cleanup\_%'
+   AND p.proowner = (SELECT oid FROM pg_roles WHERE rolname = :'owner_role')
+\gexec
+\endif
+
+-- ---- checks ------------------------------------------------------------------------
+SELECT has_schema_privilege(:'runtime_role', :'schema', 'CREATE')
+       OR has_database_privilege(:'runtime_role', :'dbname', 'CREATE') AS runtime_may_create,
+       has_database_privilege(:'runtime_role', :'dbname', 'TEMPORARY') AS runtime_may_create_temp,
+       to_regclass(format('%I.%I', :'schema', 'ledger_activity')) IS NULL AS before_migrate
+\gset
+\if :runtime_may_create
+\echo roles.sql: PUBLIC may CREATE in schema :schema or database :dbname (the default before PostgreSQL 15), so :runtime_role may too.
+\echo Rerun with -v revoke_public=on, or REVOKE CREATE ON SCHEMA :schema FROM PUBLIC yourself.
+DO $$ BEGIN RAISE EXCEPTION 'roles.sql: the runtime role would be allowed to create objects'; END $$;
+\endif
+\if :runtime_may_create_temp
+\echo roles.sql: note: PUBLIC holds TEMPORARY on :dbname, so :runtime_role may create temporary tables (it never needs to); -v revoke_public=on revokes it.
+\endif
+
+COMMIT;
+
+\if :before_migrate
+\echo roles.sql: done; run orphan-cleanup migrate as :owner_role, then this script again to grant the tables it creates.
+\else
+\echo roles.sql: done.
+\endif

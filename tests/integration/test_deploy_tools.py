@@ -1,0 +1,289 @@
+"""The deploy commands of docs/DEPLOY.md, run with the real tools on a copy of
+the repository's IaC in tmp_path (nothing is written to the repository):
+``sam validate --lint``, ``sam build``, ``sam package`` / ``sam deploy`` against
+a moto server, ``aws cloudformation deploy`` of the target-account roles against
+moto, ``terraform init`` + ``validate`` for infra/aws.
+
+Each test skips, saying why, when its tool is absent: sam from
+``ORPHAN_CLEANUP_SAM`` or PATH; aws from PATH; terraform from PATH with an hashicorp/aws
+provider mirror from ``ORPHAN_CLEANUP_TF_MIRROR`` or a few known folders (the
+registry is not reachable from CI).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import boto3
+import pytest
+
+from infra import checks
+
+REPO = checks.REPO
+SECRET_ARN = "arn:aws:secretsmanager:us-east-1:123456789012:secret:oc-db-AbCdEf"
+# Folders that may hold a filesystem mirror (<dir>/registry.terraform.io/hashicorp/aws).
+TF_MIRROR_ROOTS = ("/opt/tf-plugins", "/usr/local/share/terraform/plugins", "/usr/share/terraform/plugins",
+                   "~/.terraform.d/plugins", "~/.local/share/terraform/plugins")
+
+
+def _sam() -> str:
+    found = os.environ.get("ORPHAN_CLEANUP_SAM") or shutil.which("sam")
+    if not found or not os.access(found, os.X_OK):
+        pytest.skip("sam CLI not found: set ORPHAN_CLEANUP_SAM or put sam on PATH")
+    return found
+
+
+def _terraform_and_mirror() -> tuple[str, Path]:
+    terraform = shutil.which("terraform")
+    if not terraform:
+        pytest.skip("terraform not found on PATH")
+    candidates = [os.environ["ORPHAN_CLEANUP_TF_MIRROR"]] if os.environ.get("ORPHAN_CLEANUP_TF_MIRROR") else []
+    candidates += TF_MIRROR_ROOTS
+    for root in candidates:
+        path = Path(root).expanduser()
+        if (path / "registry.terraform.io" / "hashicorp" / "aws").is_dir():
+            return terraform, path
+    pytest.skip("no hashicorp/aws provider mirror: set ORPHAN_CLEANUP_TF_MIRROR to a folder holding "
+                f"registry.terraform.io/hashicorp/aws (searched {', '.join(TF_MIRROR_ROOTS)})")
+
+
+def _run(cmd: list[str], cwd: Path, env: dict[str, str], timeout: int = 60) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def _sam_env(tmp_path: Path, endpoint: str | None = None) -> dict[str, str]:
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path / "home"),
+           "SAM_CLI_TELEMETRY": "0", "AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1",
+           "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+           "AWS_CONFIG_FILE": os.devnull, "AWS_SHARED_CREDENTIALS_FILE": os.devnull, "LANG": "C.UTF-8"}
+    if endpoint:
+        env["AWS_ENDPOINT_URL"] = endpoint
+    return env
+
+
+def _lambda_zip(root: Path) -> None:
+    """root/build/aws/lambda.zip, laid out by infra/package.py (no third-party wheels: offline)."""
+    built = subprocess.run([sys.executable, str(REPO / "infra" / "package.py"), "--no-deps", "--target", "aws",
+                            "--out", str(root / "build")], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert built.returncode == 0, built.stdout + built.stderr
+
+
+@pytest.fixture()
+def stack(tmp_path: Path) -> Path:
+    """template.yaml and the Lambda zip as `python infra/package.py` lays them
+    out (without third-party wheels: offline, and the tools do not look inside)."""
+    work = tmp_path / "stack"
+    work.mkdir()
+    shutil.copy(REPO / "template.yaml", work / "template.yaml")
+    _lambda_zip(work)
+    assert (work / "build" / "aws" / "lambda.zip").is_file()
+    return work
+
+
+# ------------------------------------------------------------------- SAM CLI
+
+
+@pytest.mark.parametrize("template", ["template.yaml", "infra/aws-target-account/template.yaml"])
+def test_sam_validate_lint_passes_and_catches_a_broken_template(tmp_path, template):
+    sam = _sam()
+    work = tmp_path / "validate"
+    work.mkdir()
+    shutil.copy(REPO / template, work / "template.yaml")
+    ok = _run([sam, "validate", "--lint", "--template-file", "template.yaml"], work, _sam_env(tmp_path))
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "is a valid SAM Template" in ok.stdout + ok.stderr
+    # The same command fails on a template with a property its resource type lacks.
+    broken = checks.load_template(REPO / template)
+    role = next(r for r in broken["Resources"].values() if r["Type"] == "AWS::IAM::Role")
+    role["Properties"]["NotAProperty"] = True
+    (work / "template.yaml").write_text(json.dumps(broken))  # JSON is YAML
+    bad = _run([sam, "validate", "--lint", "--template-file", "template.yaml"], work, _sam_env(tmp_path))
+    assert bad.returncode != 0
+    assert "NotAProperty" in bad.stdout + bad.stderr
+
+
+def test_sam_build_copies_the_prebuilt_zip_and_points_every_function_at_it(tmp_path, stack):
+    sam = _sam()
+    result = _run([sam, "build"], stack, _sam_env(tmp_path))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Build Succeeded" in result.stdout + result.stderr
+    built = stack / ".aws-sam" / "build"
+    template = checks.load_template(built / "template.yaml")
+    functions = {k: r for k, r in template["Resources"].items() if r["Type"] == "AWS::Serverless::Function"}
+    assert set(functions) == {"ListerFunction", "ClassifierFunction", "DeleterFunction"}
+    for name, fn in functions.items():
+        # What sam package / sam deploy upload next: it must exist relative to the built template.
+        code = (built / fn["Properties"]["CodeUri"]).resolve()
+        assert code == (stack / "build" / "aws" / "lambda.zip").resolve(), name
+    assert "CodeUri" not in template.get("Globals", {}).get("Function", {})
+
+
+def test_sam_package_and_deploy_against_moto_up_to_the_change_set(tmp_path, stack, moto_reset):
+    """The documented sequence (package.py, sam build, sam deploy) against moto.
+    `sam package` uploads the zip and the template; `sam deploy` creates the
+    change set of the whole stack. Executing it is where moto stops: its IAM
+    Role model cannot read a Policies entry that is Fn::If ... AWS::NoValue
+    (TypeError in moto/iam/models.py), so the test ends at the change set
+    (--no-execute-changeset) and reads it back."""
+    sam = _sam()
+    # moto finds the bucket of a TemplateURL in the path only for a "localhost" host.
+    endpoint = moto_reset.replace("127.0.0.1", "localhost")
+    env = _sam_env(tmp_path, endpoint)
+    boto3.client("s3", endpoint_url=moto_reset).create_bucket(Bucket="oc-artifacts")
+    build = _run([sam, "build"], stack, env)
+    assert build.returncode == 0, build.stdout + build.stderr
+
+    package = _run([sam, "package", "--s3-bucket", "oc-artifacts", "--output-template-file", "packaged.yaml"],
+                   stack, env)
+    assert package.returncode == 0, package.stdout + package.stderr
+    packaged = checks.load_template(stack / "packaged.yaml")
+    uris = {r["Properties"]["CodeUri"] for r in packaged["Resources"].values()
+            if r["Type"] == "AWS::Serverless::Function"}
+    assert len(uris) == 1 and next(iter(uris)).startswith("s3://oc-artifacts/")
+    key = next(iter(uris)).removeprefix("s3://oc-artifacts/")
+    s3 = boto3.client("s3", endpoint_url=moto_reset)
+    assert s3.head_object(Bucket="oc-artifacts", Key=key)["ContentLength"] == \
+        (stack / "build" / "aws" / "lambda.zip").stat().st_size
+
+    deploy = _run([sam, "deploy", "--stack-name", "oc-test", "--s3-bucket", "oc-artifacts",
+                   "--capabilities", "CAPABILITY_IAM", "--no-execute-changeset", "--no-confirm-changeset",
+                   "--parameter-overrides", f"DatabaseUrlSecretArn={SECRET_ARN}"], stack, env)
+    out = deploy.stdout + deploy.stderr
+    assert deploy.returncode == 0, out
+    assert "Changeset created successfully" in out
+    cfn = boto3.client("cloudformation", endpoint_url=moto_reset)
+    (summary,) = cfn.list_change_sets(StackName="oc-test")["Summaries"]
+    changes = cfn.describe_change_set(StackName="oc-test", ChangeSetName=summary["ChangeSetId"])["Changes"]
+    added = {c["ResourceChange"]["LogicalResourceId"]: c["ResourceChange"]["ResourceType"] for c in changes
+             if c["ResourceChange"]["Action"] == "Add"}
+    assert [k for k, t in added.items() if t == "AWS::Scheduler::Schedule"] == ["TickSchedule"]
+    assert {"JobsQueue", "JobsDLQ", "ListingQueue", "DeleteQueue", "JobsQueuePolicy", "ListerFunction",
+            "DeleterRole", "JobsDLQAlarm"} <= set(added)
+
+
+def test_aws_cloudformation_deploy_of_the_target_account_roles_against_moto(tmp_path, moto_reset):
+    """DEPLOY.md section 7, step 2, with the AWS CLI: moto evaluates the JSON-string
+    delete policy (Fn::Sub, Fn::Join over ProtectTagKeys) as CloudFormation does."""
+    aws = shutil.which("aws")
+    if not aws:
+        pytest.skip("aws CLI not found on PATH")
+    lister, deleter = (f"arn:aws:iam::123456789012:role/oc-{n}" for n in ("lister", "deleter"))
+    deploy = _run([aws, "cloudformation", "deploy", "--template-file",
+                   str(REPO / "infra" / "aws-target-account" / "template.yaml"), "--stack-name", "oc-target",
+                   "--capabilities", "CAPABILITY_NAMED_IAM", "--parameter-overrides", f"ListerRoleArn={lister}",
+                   f"DeleterRoleArn={deleter}", "ExternalId=0123456789abcdef-external",
+                   "ProtectTagKeys=orphan-cleanup-protect,platform-keep"], tmp_path, _sam_env(tmp_path, moto_reset))
+    assert deploy.returncode == 0, deploy.stdout + deploy.stderr
+    cfn = boto3.client("cloudformation", endpoint_url=moto_reset)
+    # (moto leaves Outputs empty on a stack made through a change set, so the roles are read directly.)
+    assert cfn.describe_stacks(StackName="oc-target")["Stacks"][0]["StackStatus"] == "CREATE_COMPLETE"
+    iam = boto3.client("iam", endpoint_url=moto_reset)
+    trust = {r: iam.get_role(RoleName=r)["Role"]["AssumeRolePolicyDocument"]["Statement"]
+             for r in ("orphan-cleanup-list", "orphan-cleanup-delete")}
+    assert [s["Principal"]["AWS"] for s in trust["orphan-cleanup-list"]] == [lister]
+    assert [s["Principal"]["AWS"] for s in trust["orphan-cleanup-delete"]] == [deleter]
+    delete = iam.get_role_policy(RoleName="orphan-cleanup-delete", PolicyName="delete")["PolicyDocument"]
+    delete = json.loads(delete) if isinstance(delete, str) else delete
+    denies = [s for s in delete["Statement"] if s["Effect"] == "Deny"]
+    assert [d["Condition"] for d in denies] == [{"Null": {"aws:ResourceTag/orphan-cleanup-protect": "false"}},
+                                                {"Null": {"aws:ResourceTag/platform-keep": "false"}}]
+    assert all(set(d["Action"]) == checks.DELETE_ACTIONS for d in denies)
+    (allow,) = [s for s in delete["Statement"] if s["Effect"] == "Allow"]
+    assert allow["Condition"] == {"StringLike": {"aws:ResourceTag/provider_ref": "????????????"}}
+    assert all(r.startswith("arn:aws:ec2:*:123456789012:") for r in allow["Resource"])
+    assert iam.list_role_policies(RoleName="orphan-cleanup-list")["PolicyNames"] == ["describe"]
+
+
+# ----------------------------------------------------------------- Terraform
+
+
+def _terraform_work(tmp_path: Path, endpoint: str | None = None) -> tuple[str, Path, dict[str, str]]:
+    """infra/aws copied to tmp_path/infra/aws (so its default lambda_zip,
+    ../../build/aws/lambda.zip, is tmp_path/build/aws/lambda.zip), `terraform
+    init` done with the provider from the local mirror."""
+    terraform, mirror = _terraform_and_mirror()
+    work = tmp_path / "infra" / "aws"
+    shutil.copytree(REPO / "infra" / "aws", work, ignore=shutil.ignore_patterns(".terraform*", "*.tfstate*"))
+    rc = tmp_path / "terraform.rc"
+    rc.write_text(f'provider_installation {{\n  filesystem_mirror {{\n    path = "{mirror}"\n  }}\n}}\n')
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path), "TF_CLI_CONFIG_FILE": str(rc),
+           "TF_IN_AUTOMATION": "1", "CHECKPOINT_DISABLE": "1"}
+    if endpoint:
+        env |= {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                "AWS_REGION": "us-east-1", "AWS_CONFIG_FILE": os.devnull, "AWS_SHARED_CREDENTIALS_FILE": os.devnull}
+    init = _run([terraform, "init", "-backend=false", "-input=false", "-no-color"], work, env, timeout=120)
+    assert init.returncode == 0, init.stdout + init.stderr
+    assert "Terraform has been successfully initialized" in init.stdout
+    return terraform, work, env
+
+
+def test_terraform_init_and_validate_infra_aws(tmp_path):
+    terraform, work, env = _terraform_work(tmp_path)
+    validate = _run([terraform, "validate", "-no-color"], work, env)
+    assert validate.returncode == 0, validate.stdout + validate.stderr
+    assert "The configuration is valid" in validate.stdout
+    # Both stacks are formatted as `terraform fmt` writes them (no provider needed).
+    for stack in ("aws", "gcp"):
+        fmt = _run([terraform, "fmt", "-check", "-diff", "-no-color", str(REPO / "infra" / stack)], tmp_path, env)
+        assert fmt.returncode == 0, fmt.stdout + fmt.stderr
+    # validate does fail: an argument the resource type does not have.
+    (work / "broken.tf").write_text('resource "aws_sqs_queue" "broken" {\n  not_an_argument = 1\n}\n')
+    broken = _run([terraform, "validate", "-no-color"], work, env)
+    assert broken.returncode != 0
+    assert "not_an_argument" in broken.stdout + broken.stderr
+
+
+def test_terraform_plan_with_the_example_tfvars_against_moto(tmp_path, moto_reset):
+    """The documented `cp terraform.tfvars.example terraform.tfvars` + plan: every
+    variable the example sets exists, and the plan has one schedule, the tick."""
+    terraform, work, env = _terraform_work(tmp_path, moto_reset)
+    _lambda_zip(tmp_path)
+    shutil.copy(work / "terraform.tfvars.example", work / "terraform.tfvars")
+    plan = _run([terraform, "plan", "-input=false", "-no-color", "-out", "tf.plan"], work, env)
+    assert plan.returncode == 0, plan.stdout + plan.stderr
+    shown = _run([terraform, "show", "-json", "tf.plan"], work, env)
+    assert shown.returncode == 0, shown.stderr
+    changes = json.loads(shown.stdout)["resource_changes"]
+    schedules = [c["address"] for c in changes if c["type"] == "aws_scheduler_schedule"]
+    assert schedules == ["aws_scheduler_schedule.tick"]
+    (tick,) = [c for c in changes if c["address"] == "aws_scheduler_schedule.tick"]
+    assert json.loads(tick["change"]["after"]["target"][0]["input"]) == {}
+    queues = {c["index"] for c in changes if c["address"].startswith("aws_sqs_queue.main[")}
+    assert queues == {"jobs", "listing", "delete"}
+
+
+@pytest.mark.slow
+def test_terraform_apply_infra_aws_against_moto(tmp_path, moto_reset):
+    """`terraform apply` of infra/aws against moto (about 80 s: the provider waits
+    ~25 s for each queue's attributes), then the rendered IAM and queue policies."""
+    terraform, work, env = _terraform_work(tmp_path, moto_reset)
+    _lambda_zip(tmp_path)
+    apply = _run([terraform, "apply", "-auto-approve", "-input=false", "-no-color",
+                  f"-var=database_url_secret_arn={SECRET_ARN}",
+                  '-var=protect_tag_keys=["orphan-cleanup-protect", "platform-keep"]'], work, env, timeout=300)
+    assert apply.returncode == 0, apply.stdout[-3000:] + apply.stderr
+    iam = boto3.client("iam", endpoint_url=moto_reset)
+    deleter = iam.get_role_policy(RoleName="orphan-cleanup-deleter", PolicyName="deleter")["PolicyDocument"]
+    assert [s["Condition"] for s in deleter["Statement"] if s["Effect"] == "Deny"] == [
+        {"Null": {"aws:ResourceTag/orphan-cleanup-protect": "false"}},
+        {"Null": {"aws:ResourceTag/platform-keep": "false"}}]
+    sqs = boto3.client("sqs", endpoint_url=moto_reset)
+    for queue, producer in (("jobs", "lister"), ("listing", "lister"), ("delete", "classifier")):
+        url = sqs.get_queue_url(QueueName=f"orphan-cleanup-{queue}")["QueueUrl"]
+        policy = json.loads(sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["Policy"])["Attributes"]["Policy"])
+        (only,) = [s for s in policy["Statement"] if s.get("Sid") == "OnlyTheProducerSends"]
+        assert only["Condition"] == {"ArnNotLike": {
+            "aws:PrincipalArn": f"arn:aws:iam::123456789012:role/orphan-cleanup-{producer}"}}
+    lam = boto3.client("lambda", endpoint_url=moto_reset)
+    mappings = {m["EventSourceArn"].rsplit(":", 1)[1]: m
+                for m in lam.list_event_source_mappings()["EventSourceMappings"]}
+    assert mappings["orphan-cleanup-jobs"]["FunctionArn"].endswith(":orphan-cleanup-lister")
+    assert mappings["orphan-cleanup-jobs"]["BatchSize"] == 1
+    lister = lam.get_function_configuration(FunctionName="orphan-cleanup-lister")
+    assert lister["Runtime"] == "python3.11" and lister["Environment"]["Variables"]["JOBS_QUEUE_URL"].endswith(
+        "/orphan-cleanup-jobs")
