@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-BENCHES = ("classifier", "listing", "scale", "idle", "profile")
+BENCHES = ("classifier", "listing", "scale", "idle", "tick", "profile", "imports")
 DEFAULT_JSON = Path(__file__).resolve().parent / "results" / "latest.json"
 
 
@@ -98,10 +98,18 @@ def _run(name: str, quick: bool, pg: Any) -> list[Any]:
         from bench import idle
 
         return idle.run(pg())
+    if name == "tick":
+        from bench import tick
+
+        return tick.run(pg(), sizes=(1, 5, 20) if quick else (1, 5, 20, 50))
     if name == "profile":
         from bench import profile
 
         return profile.run(pg(), quick=quick)
+    if name == "imports":
+        from bench import imports
+
+        return imports.run(runs=3 if quick else 5)
     raise AssertionError(name)
 
 

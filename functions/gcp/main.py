@@ -1,4 +1,5 @@
-"""Cloud Functions (2nd gen) entry points: `lister` (HTTP, Cloud Scheduler),
+"""Cloud Functions (2nd gen) entry points: `lister` (HTTP: Cloud Scheduler's tick `{}`,
+the jobs topic's push subscription, or a manual `{"backend": ID}`),
 `classifier` and `deleter` (Pub/Sub CloudEvents; HTTP JSON also accepted by
 posting the same CloudEvent). A raised error makes Pub/Sub redeliver, and after
 the maximum attempts the message lands in the dead-letter topic."""
@@ -7,17 +8,16 @@ import functions_framework
 
 from orphan_cleanup.entrypoints import gcp
 from orphan_cleanup.errors import ConfigError
-from orphan_cleanup.messages import DeleteRequest, ListerEvent, ListingBatch
+from orphan_cleanup.messages import DeleteRequest, ListingBatch
 
 
 @functions_framework.http
 def lister(request):
     try:
-        event = gcp.parse(ListerEvent, request.get_data())
-        summary = gcp.pipeline().run_lister(event.backend, mode=event.mode, manual=event.mode is not None)
+        summary = gcp.run_lister(request.get_data())
     except ConfigError as e:
         return {"ok": False, "error": str(e)}, 400
-    return {"ok": True, **summary.model_dump()}, 200
+    return {"ok": True, **summary}, 200
 
 
 @functions_framework.cloud_event

@@ -15,9 +15,9 @@ from datetime import datetime, timedelta
 from orphan_cleanup import classify, delete_rules
 from orphan_cleanup.classify import Limits
 from orphan_cleanup.errors import BlastRadiusExceeded, LeaseLost
-from orphan_cleanup.ledger.records import Cycle, CycleRef, DeleteRequestRow
+from orphan_cleanup.ledger.records import Cycle, CycleRef, DeleteRequestRow, IdleSnapshot
 from orphan_cleanup.ledger.store import LedgerSession, LedgerStore
-from orphan_cleanup.ledger.unit import LockedCycle
+from orphan_cleanup.ledger.unit import GateHold, LockedCycle
 from orphan_cleanup.models import DeleteOutcome, DeleteResult, Mode, Outcome, RegionFailure, ResourceGroup
 
 
@@ -45,6 +45,16 @@ class DeleteDecision:
 
 # ---- STEP 1 and the lease ---------------------------------------------------------
 
+def scheduled_step1(seen: IdleSnapshot, mode: str, limits: Limits, now: datetime) -> tuple[bool, str]:
+    """STEP 1 and due selection for a scheduled run of a backend holding no lease,
+    from an unlocked snapshot: (list now?, why). The locked ``start_cycle`` applies
+    the same rules again before a cycle starts."""
+    if classify.not_due(seen.next_due_at, seen.retry_delay_seconds, limits, now):
+        return False, "not_due"
+    return classify.may_have_new_orphans(clean_at=seen.clean_at, clean_mode=seen.clean_mode, mode=mode,
+                                         activity_since_clean=seen.activity_since_clean)
+
+
 def quick_skip(session: LedgerSession, backend_id: str, mode: str, limits: Limits,
                now: datetime | None = None) -> str | None:
     """The idle path of a scheduled run, without a transaction or lock: one read
@@ -55,12 +65,9 @@ def quick_skip(session: LedgerSession, backend_id: str, mode: str, limits: Limit
     if seen is None or seen.leased:
         return None
     now = now or seen.now
-    if classify.not_due(seen.next_due_at, seen.retry_delay_seconds, limits, now):
-        return "not_due"
-    go, reason = classify.may_have_new_orphans(clean_at=seen.clean_at, clean_mode=seen.clean_mode, mode=mode,
-                                               activity_since_clean=seen.activity_since_clean)
-    if go:
-        return None
+    go, reason = scheduled_step1(seen, mode, limits, now)
+    if go or reason == "not_due":
+        return None if go else reason
     marked = session.mark_idle(backend_id, now=now, next_due=now + timedelta(seconds=limits.interval_seconds),
                                seen=seen, mode=mode)
     return reason if marked else None
@@ -90,6 +97,26 @@ def start_cycle(store: LedgerStore, backend_id: str, mode: Mode, limits: Limits,
                 return StartResult(None, reason)
         ref = lease.start(mode, now + timedelta(seconds=limits.cycle_deadline_seconds), manual=manual)
     return StartResult(ref, reason)
+
+
+def renew_lease(store: LedgerStore, cycle_id: str, seconds: int, *, gate: GateHold | None = None,
+                now: datetime | None = None) -> bool:
+    """A running cycle's heartbeat: its lease now ends ``seconds`` from now, and the
+    delete gate it holds (``gate``) is renewed with it. Fenced: False, and nothing
+    written, once the cycle lost its lease or finished."""
+    try:
+        with store.cycle(cycle_id, now) as cyc:
+            cyc.extend_lease(seconds, gate)
+            return True
+    except LeaseLost:
+        return False
+
+
+def record_region_groups(store: LedgerStore, cycle_id: str, counts: dict[str, int]) -> None:
+    """Store the cycle's believed per-region group counts (before its last batch goes
+    out, so a clean finish sees them). ``LeaseLost`` if fenced."""
+    with store.cycle(cycle_id) as cyc:
+        cyc.record_region_groups(counts)
 
 
 def set_listed_at(store: LedgerStore, cycle_id: str, listed_at: datetime | None = None) -> datetime:

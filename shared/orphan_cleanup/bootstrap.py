@@ -40,31 +40,38 @@ def load_settings() -> Settings:
 
 
 def build_pipeline(settings: Settings, *, listing_queue: Queue, delete_queue: Queue,
-                   reporter: Reporter | None = None, provider_for: ProviderFactory | None = None,
-                   db: Database | None = None) -> Pipeline:
+                   jobs_queue: Queue | None = None, reporter: Reporter | None = None,
+                   provider_for: ProviderFactory | None = None, db: Database | None = None) -> Pipeline:
     """The one place a ``Pipeline`` is assembled.
 
     Defaults: the database of ``open_database(settings)``, the real provider
     adapters of ``provider_factory(settings)``, and a reporter that logs and,
     with ``SENTRY_DSN``, sends to Sentry. The queues are the caller's: SQS or
-    Pub/Sub for the functions, in-process ones for the CLI and the demo."""
+    Pub/Sub for the functions, in-process ones for the CLI and the demo; the
+    jobs queue only where the tick runs (the deployed lister)."""
     return Pipeline(
         settings=settings,
         db=db if db is not None else open_database(settings),
         provider_for=provider_for or provider_factory(settings),
         listing_queue=listing_queue,
         delete_queue=delete_queue,
+        jobs_queue=jobs_queue,
         reporter=reporter or Reporter(sentry=sentry_sink(settings.sentry_dsn)),
     )
 
 
-def open_database(settings: Settings, *, run_migrations: bool = False) -> Database:
+def open_database(settings: Settings, *, run_migrations: bool = False, deployed: bool = False) -> Database:
     """DATABASE_URL when set; else the URL in the secret DATABASE_URL_SECRET_ARN
-    names (the deployed AWS functions); else the embedded Postgres in the data dir."""
+    names (the deployed AWS functions); else the embedded Postgres in the data dir.
+
+    ``deployed`` (the functions' wiring): a URL without ``sslmode`` means
+    ``verify-full`` (against the system trust store unless it names ``sslrootcert``)
+    instead of libpq's ``prefer``; the CLI and the embedded Postgres keep ``prefer``."""
+    default_sslmode = "verify-full" if deployed else "prefer"
     if settings.database_url:
-        db = Database.from_url(settings.database_url, keep_idle=True)
+        db = Database.from_url(settings.database_url, keep_idle=True, default_sslmode=default_sslmode)
     elif settings.database_url_secret_arn:
-        db = Database.from_url(_secret_url(settings), keep_idle=True)
+        db = Database.from_url(_secret_url(settings), keep_idle=True, default_sslmode=default_sslmode)
     else:
         info = start_embedded(Path(settings.data_dir), cleanup="stop")
         db = Database(ensure_database(info, EMBEDDED_DB_NAME), keep_idle=True)

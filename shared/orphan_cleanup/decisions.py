@@ -24,9 +24,13 @@ class GroupRow(NamedTuple):
     owner_type: str | None = None
     owner_id: str | None = None
     owner_name: str | None = None
+    # What the verdict was reached on (``evidence.record_of``, its ``d`` the C3 detail
+    # line): kept in cycle_groups.evidence; None for a row that is only logged.
+    evidence: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        """The row as ``oc_apply_batch`` and the reporter read it."""
+        """The row as ``oc_apply_batch`` and the reporter read it (``evidence`` apart:
+        ``ledger.store.apply_payload`` adds it to the cycle_groups rows only)."""
         g = self.group
         return {"group_key": g.key, "provider_ref": g.provider_ref, "region": g.region,
                 "primary_id": g.primary_id, "resources": [r.model_dump(mode="json") for r in g.resources],

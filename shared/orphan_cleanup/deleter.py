@@ -104,7 +104,8 @@ class Deleter:
             return why_not
         if why_not is not None or group is None:
             return why_not or DeleteOutcome.NOT_DISPATCHED
-        provider = self.provider_for(backend)
+        # The delete role when the backend has one (the listing role may only describe).
+        provider = self.provider_for(backend.for_deleting())
         try:
             provider.verify_identity()  # DESIGN §5 rule 11: before anything is deleted
         except ProviderError as exc:

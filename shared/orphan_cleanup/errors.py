@@ -15,6 +15,25 @@ class DatabaseError(OrphanCleanupError):
     """The ledger database could not be reached or answered with an error."""
 
 
+class SchemaNotMigrated(ConfigError):
+    """The database lacks this version's migrations (none at all, or older ones).
+
+    Commands that must not run DDL (``status``, ``backend list|show``, ``explain``, and
+    every command on a ``DATABASE_URL`` but ``migrate``) raise it instead of migrating."""
+
+    MESSAGE = "database is not migrated (or older than this version): run orphan-cleanup migrate"
+
+    def __init__(self) -> None:
+        super().__init__(self.MESSAGE)
+
+
+class BackendBusy(OrphanCleanupError):
+    """An operator's change that must not happen while a cycle of the backend runs
+    (a live lease): the CLI exits 3, as ``run`` does for a held backend."""
+
+    reason = "busy"
+
+
 class LeaseLost(OrphanCleanupError):
     """A cycle's fence no longer matches: another cycle owns the backend now.
 

@@ -11,6 +11,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from orphan_cleanup.models import BackendId, Frozen, Mode, RegionFailure, ResourceGroup
 
 MESSAGE_VERSION: Literal[1] = 1
+# Most backends one listing job feeds (a message stays far below the queue's size limit).
+MAX_JOB_BACKENDS = 500
 
 
 class ListingBatch(Frozen):
@@ -45,6 +47,21 @@ class DeleteRequest(Frozen):
     cycle_id: str = Field(min_length=1, max_length=64)
     backend: BackendId
     group: ResourceGroup
+
+
+class ListingJob(Frozen):
+    """One listing the tick asks for: backends it found due together that share one
+    listing (``Backend.listing_key``). A hint like every message: the lister re-reads
+    each backend, re-applies STEP 1 under its lease and regroups by the rows' keys."""
+
+    v: Literal[1] = MESSAGE_VERSION
+    backends: tuple[BackendId, ...] = Field(min_length=1, max_length=MAX_JOB_BACKENDS)
+
+    @model_validator(mode="after")
+    def _unique_backends(self) -> ListingJob:
+        if len(set(self.backends)) != len(self.backends):
+            raise ValueError("a backend is named twice")
+        return self
 
 
 class ListerEvent(BaseModel):

@@ -9,10 +9,15 @@ from __future__ import annotations
 
 import os
 import re
+import socket
+import ssl
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
+
+if TYPE_CHECKING:
+    from orphan_cleanup.plan import Plan, PlannedDelete
 
 COLORS = {"orphan": "31", "protected": "33", "skipped": "35", "tracked": "32", "ignored": "90",
           "clean": "32", "unsettled": "33", "failed": "31"}
@@ -63,6 +68,14 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[str]], stream: T
         print(f"{pad}(none)", file=stream)
 
 
+def print_fields(pairs: Sequence[tuple[str, str]], stream: TextIO | None = None, indent: int = 0) -> None:
+    """``name  value`` lines, the values aligned (one record, as ``backend show`` prints it)."""
+    stream = stream or sys.stdout
+    width = max((len(name) for name, _ in pairs), default=0)
+    for name, value in pairs:
+        print(f"{' ' * indent}{name.ljust(width)}  {value}".rstrip(), file=stream)
+
+
 def human_time(value: str | datetime | None, now: datetime | None = None, *, never: str = "never") -> str:
     """``2024-05-01 12:00:05Z (3m ago)`` / ``(in 14m)``: second precision and
     a relative hint; ``never`` for a missing value."""
@@ -82,3 +95,76 @@ def _span(seconds: int) -> str:
         if seconds >= size:
             return f"{seconds // size}{unit}"
     return f"{seconds}s"
+
+
+def ago(when: datetime | None, now: datetime | None = None) -> str:
+    """``3h ago`` (``in 2m`` for a time ahead), ``?`` when unknown."""
+    if when is None:
+        return "?"
+    delta = round(((now or datetime.now(UTC)) - when.astimezone(UTC)).total_seconds())
+    return f"{_span(delta)} ago" if delta >= 0 else f"in {_span(-delta)}"
+
+
+def print_plan(plan: Plan, stream: TextIO | None = None) -> None:
+    """A delete run's plan, before it is confirmed: each group with its resources,
+    owner, reason and the age of the evidence (the owner's last change, the creation)."""
+    stream = stream or sys.stdout
+    n = len(plan.deletes)
+    print(f"plan: delete {n} orphan group(s) of backend {plan.backend_id} (cycle {plan.cycle_id})", file=stream)
+
+    def owner(d: PlannedDelete) -> str:
+        if d.owner_id is None:
+            return "-"
+        return f"{d.owner_name} ({d.owner_id})" if d.owner_name else d.owner_id
+
+    def age(d: PlannedDelete) -> str:
+        return f"owner {d.owner_state} {ago(d.owner_since)}; created {ago(d.created_at)}"
+
+    print_table(["ref", "region", "resources", "owner", "reason", "age"],
+                [[d.group.provider_ref, d.group.region, ", ".join(f"{r.kind.value}:{r.id}" for r in d.group.resources),
+                  owner(d), d.reason, age(d)] for d in plan.deletes], stream=stream)
+
+
+# SQLSTATE classes a server answers while a connection is being set up: the role,
+# its password, the database name, too many clients, a server starting up.
+_CONNECT_STATES = ("08", "28", "3D", "53", "57P03")
+
+
+def database_error_line(exc: BaseException, where: str | None = None) -> str:
+    """One readable line for a database failure (a ``DatabaseError`` or a raw pg8000 error):
+    a server's answer as ``SQLSTATE <code> <message>``; a connection that could not be
+    made as refused / timed out / DNS failure; ``where`` names the database."""
+    at = f" at {where}" if where else ""
+    chain = list(_causes(exc))
+    server = next((e for e in chain if e.args and isinstance(e.args[0], dict)), None)
+    if server is not None:
+        fields = server.args[0]
+        code = str(fields.get("C", "?"))
+        text = _one_line(f"SQLSTATE {code} {fields.get('M', '')}")
+        return f"cannot connect to the database{at}: {text}" if code.startswith(_CONNECT_STATES) \
+            else f"database error: {text}"
+    for e in chain:
+        if isinstance(e, ssl.SSLError):
+            break  # the library's own message names the TLS problem
+        if isinstance(e, ConnectionRefusedError):
+            return f"cannot connect to the database{at}: connection refused (is Postgres listening there?)"
+        if isinstance(e, socket.gaierror):
+            return f"cannot connect to the database{at}: DNS failure (the host name does not resolve)"
+        if isinstance(e, TimeoutError):
+            return f"cannot connect to the database{at}: timed out (no answer from the server)"
+        if isinstance(e, OSError):
+            return f"database connection failed{at}: {_one_line(e.strerror or str(e))}"
+    return _one_line(str(exc))
+
+
+def _causes(exc: BaseException) -> Iterator[BaseException]:
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())

@@ -4,11 +4,12 @@ writes (``BatchApplication``). Pure."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
-from orphan_cleanup import classify
+from orphan_cleanup import classify, evidence
 from orphan_cleanup.decisions import BatchApplication, GroupRow, OrphanRow, ReportEvent
 from orphan_cleanup.messages import ListingBatch
-from orphan_cleanup.models import Action, LedgerRecord, VerdictKind
+from orphan_cleanup.models import Action, LedgerRecord, ResourceGroup, Verdict, VerdictKind
 
 
 def build_payload(batch: ListingBatch, records: Mapping[str, LedgerRecord], ctx: classify.ClassifyContext, *,
@@ -35,13 +36,15 @@ def build_payload(batch: ListingBatch, records: Mapping[str, LedgerRecord], ctx:
         if not (record_all or kind in recorded or verdict.log_error):
             continue
         action = classify.verdict_action(kind, mode)
+        keep = record_all or kind in recorded
         row = GroupRow(group=group, verdict=kind, reason=verdict.reason, action=action,
                        owner_type=record.owner_type if record else None,
                        owner_id=record.owner_id if record else None,
-                       owner_name=record.owner_name if record else None)
+                       owner_name=record.owner_name if record else None,
+                       evidence=_evidence(group, record, ctx, verdict) if keep else None)
         if verdict.log_error:
             errors.append((verdict.log_error, row))
-        if record_all or kind in recorded:
+        if keep:
             rows.append(row)
         if kind in (VerdictKind.ORPHAN, VerdictKind.PROTECTED):
             orphans.append(OrphanRow(row=row, state="open" if kind is VerdictKind.ORPHAN else "protected",
@@ -56,3 +59,13 @@ def build_payload(batch: ListingBatch, records: Mapping[str, LedgerRecord], ctx:
         failures=batch.failures, groups=len(batch.groups), skipped=VerdictKind.SKIPPED in by_kind,
         rows=tuple(rows), orphans=tuple(orphans), orphan_resources=tuple(orphan_res), events=tuple(events),
         to_report=tuple(to_report), errors=tuple(errors), counts={kind.value: n for kind, n in by_kind.items()})
+
+
+def _evidence(group: ResourceGroup, record: LedgerRecord | None, ctx: classify.ClassifyContext,
+              verdict: Verdict) -> dict[str, Any]:
+    """The facts of the verdict and, where they say something short, the C3 detail line (``d``)."""
+    ev = evidence.record_of(group, record, ctx, verdict)
+    line = evidence.detail(verdict.reason, ev, group, ctx.listed_at)
+    if line:
+        ev["d"] = line[:200]
+    return ev

@@ -33,6 +33,24 @@ class ListerResult(_Result):
     mode: Mode | None = None
 
 
+class TickResult(_Result):
+    """A tick: the listing jobs it queued, the backends each names with why they are
+    due, and why every other backend was left alone (off, not_enrolled, busy,
+    not_due, no_activity)."""
+
+    jobs: list[list[str]]
+    due: dict[str, str]
+    skipped: dict[str, str]
+
+
+class JobResult(_Result):
+    """A listing job: one lister result per backend it named, and how many
+    listings (provider passes) served them."""
+
+    listings: int
+    results: list[ListerResult]
+
+
 class BatchResult(_Result):
     """A classified batch: how its apply went (applied, duplicate, fenced,
     unknown_cycle) and, when applied, its groups per verdict."""

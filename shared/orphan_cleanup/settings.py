@@ -40,13 +40,23 @@ class Settings(BaseSettings):
     delete_queue_url: str | None = Field(default=None, alias="DELETE_QUEUE_URL")
     listing_topic: str | None = Field(default=None, alias="LISTING_TOPIC")
     delete_topic: str | None = Field(default=None, alias="DELETE_TOPIC")
+    # The tick's listing jobs: the lister consumes them (one listing per due backend group).
+    jobs_queue_url: str | None = Field(default=None, alias="JOBS_QUEUE_URL")
+    jobs_topic: str | None = Field(default=None, alias="JOBS_TOPIC")
     # Every provider call has a timeout (DESIGN §5 rule 5).
     provider_connect_timeout: float = Field(default=5.0, gt=0, alias="ORPHAN_CLEANUP_CONNECT_TIMEOUT")
     provider_read_timeout: float = Field(default=20.0, gt=0, alias="ORPHAN_CLEANUP_READ_TIMEOUT")
     # A cycle not finished by then is failed by the next lister run.
     cycle_deadline_seconds: int = Field(default=1800, ge=1, alias="ORPHAN_CLEANUP_CYCLE_DEADLINE_SECONDS")
+    # A manual run's (`orphan-cleanup run`) lease, its cycle deadline: renewed by the run's
+    # heartbeat every third of it, so a killed run frees its backend within this long.
+    lease_seconds: int = Field(default=60, ge=1, alias="ORPHAN_CLEANUP_LEASE_SECONDS")
     stuck_pending_seconds: int = Field(default=3600, ge=0, alias="ORPHAN_CLEANUP_STUCK_PENDING_SECONDS")
     max_backoff_seconds: int = Field(default=6 * 3600, ge=1, alias="ORPHAN_CLEANUP_MAX_BACKOFF_SECONDS")
+    # A region listing that lost more than this share of its last clean listing's groups
+    # (when that had at least the minimum) counts as not listed: an anomaly, not a fact.
+    region_shrink_share: float = Field(default=0.9, gt=0, le=1, alias="ORPHAN_CLEANUP_REGION_SHRINK_SHARE")
+    region_shrink_min_groups: int = Field(default=20, ge=1, alias="ORPHAN_CLEANUP_REGION_SHRINK_MIN_GROUPS")
 
     @classmethod
     def explicit(cls, **values: Any) -> Settings:

@@ -60,12 +60,14 @@ def check_c3(doc: Any) -> None:
         assert set(failure) == {"region", "error"} and all(isinstance(v, str) for v in failure.values())
     assert isinstance(doc["groups"], list)
     for g in doc["groups"]:
-        assert set(g) == GROUP_KEYS, sorted(g)
+        assert GROUP_KEYS <= set(g) <= GROUP_KEYS | {"detail"}, sorted(g)
         assert REF.match(g["provider_ref"]) and isinstance(g["region"], str)
         assert g["primary_id"] is None or g["primary_id"].startswith("i-")
         assert g["resources"] and all(set(r) == {"kind", "id"} and r["kind"] in KINDS and r["id"]
                                       for r in g["resources"])
         assert g["verdict"] in VERDICTS and g["action"] in ACTIONS and REASON.match(g["reason"])
+        if g["verdict"] == "orphan":  # the evidence's human line (C3 `detail`)
+            assert isinstance(g.get("detail"), str) and g["detail"], g
 
 
 def run_json(db: Database, *extra: str) -> tuple[int, dict[str, Any], str]:

@@ -208,6 +208,35 @@ def test_a_backend_whose_credentials_reach_another_account_fails_and_touches_not
     assert count_rows(db, "cycle_groups") == 0
 
 
+@pytest.mark.parametrize(("delete_account", "deleted"), [(OTHER_ACCOUNT, False), (ACCOUNT, True)],
+                         ids=["delete-role-reaches-another-account", "delete-role-of-the-account"])
+def test_the_deleter_assumes_the_delete_role_and_the_lister_the_listing_role(emptied_db, delete_account, deleted):
+    # given a backend whose listing role and delete role are separate roles (the
+    # target-account template's two roles); moto's AssumeRole reaches the role's account
+    db = emptied_db
+    add_backend(db, "aws-roles", settings={"role_arn": f"arn:aws:iam::{ACCOUNT}:role/orphan-cleanup-lister",
+                                           "delete_role_arn": f"arn:aws:iam::{delete_account}:role/deleter"})
+    platform = MotoPlatform(db, "aws-roles")
+    leak = platform.terminated_leak()
+
+    # when it runs in delete mode
+    code, doc, stderr = run_json(db, "aws-roles", "--mode", "delete")
+
+    # then the listing (listing role: the right account) found the orphan, and the deleter
+    # checked the identity of the delete role: a delete role of another account deletes nothing
+    [group] = [g for g in doc["groups"] if g["primary_id"] == leak.instance_id]
+    assert group["verdict"] == "orphan"
+    if deleted:
+        assert group["action"] == "deleted" and code == 0, doc
+        assert platform.instance_state(leak.instance_id) in ("shutting-down", "terminated")
+    else:
+        assert group["action"] == "delete_failed" and doc["outcome"] == "failed", doc
+        assert platform.instance_state(leak.instance_id) == "running"
+        with db.connection() as conn:
+            [[result]] = conn.run("SELECT result::text FROM delete_requests WHERE cycle_id = :c", c=doc["cycle_id"])
+        assert f"account_mismatch: credentials reach {OTHER_ACCOUNT}" in result
+
+
 # ---- off is final ----------------------------------------------------------------------------------
 
 OFF_CASES = [pytest.param("off", None, id="backend-off"), pytest.param(None, "off", id="global-off")]

@@ -56,7 +56,22 @@ def test_v0_build_payload_agrees_with_the_shipped_one():
         # when both versions shape the payload
         before = legacy.build_payload(batch, records, ctx)
         after = build_payload(batch, records, ctx, mode=batch.mode, record_all=batch.record_all)
-        # then they are equal (as shipped to oc_apply_batch and reported), verdict counts in the same order included
-        assert before == (apply_payload(after), [r.as_dict() for r in after.to_report],
+        # then they are equal (as shipped to oc_apply_batch and reported), verdict counts in the same order
+        # included; the shipped rows also carry the evidence that v0 did not compute (migration 0008)
+        shipped = apply_payload(after)
+        assert all(row["evidence"] for row in shipped["rows"])
+        shipped["rows"] = [{k: v for k, v in row.items() if k != "evidence"} for row in shipped["rows"]]
+        assert before == (shipped, [r.as_dict() for r in after.to_report],
                           [(m, r.as_dict()) for m, r in after.errors], after.counts)
         assert list(before[3]) == list(after.counts)
+
+
+def test_tick_bench_lists_a_shared_account_once(pg_server):
+    from bench import tick
+
+    [table] = tick.run(PgServer(pg_server), sizes=(1, 4))
+    rows = {(r["backends"], r["scheduler"].startswith("tick")): r for r in table.rows}
+    # one listing per backend before; the tick's shared listing costs the calls of one backend
+    assert rows[(4, False)]["list calls"] == 4 * rows[(1, False)]["list calls"]
+    assert rows[(4, True)]["list calls"] == rows[(1, True)]["list calls"] == rows[(1, False)]["list calls"]
+    assert rows[(4, True)]["identity checks"] == 1 and rows[(4, False)]["identity checks"] == 4

@@ -10,13 +10,13 @@ from datetime import datetime, timedelta
 
 import pytest
 
+from orphan_cleanup.bookkeeping import finish_if_complete, set_listed_at, start_cycle
 from orphan_cleanup.classify import ClassifyContext
 from orphan_cleanup.cli import main
-from orphan_cleanup.bookkeeping import finish_if_complete, set_listed_at, start_cycle
 from orphan_cleanup.ledger.migrate import available_migrations
 from orphan_cleanup.ledger.store import LedgerStore
-from orphan_cleanup.models import Outcome
 from orphan_cleanup.messages import ListingBatch
+from orphan_cleanup.models import Outcome
 from orphan_cleanup.pipeline import build_payload
 from tests.support.ledger_helpers import T0, add_ref, db_now, group, limits
 
@@ -167,12 +167,13 @@ def test_status_json_matches_c3(cli, db, monkeypatch):
     code, out, err = cli("status", "--json")
     assert code == 0
     rows = json.loads(out)
-    # then one object per backend, with exactly the C3 keys
+    # then one object per backend, with exactly the C3 keys and `running` (no cycle runs: null)
     assert isinstance(rows, list) and len(rows) == 2
-    assert all(set(r) == STATUS_KEYS for r in rows)
+    assert all(set(r) == STATUS_KEYS | {"running"} and r["running"] is None for r in rows)
     dev, prod = sorted(rows, key=lambda r: r["backend"])
     assert dev == {"backend": "aws-dev", "provider": "aws", "mode": "delete", "clean_at": None,
-                   "last_outcome": None, "last_processed_at": None, "next_due_at": None, "open_orphans": 0}
+                   "last_outcome": None, "last_processed_at": None, "next_due_at": None, "open_orphans": 0,
+                   "running": None}
     assert (prod["provider"], prod["mode"], prod["last_outcome"], prod["open_orphans"]) == (
         "aws", "report", "clean", 1)
     assert datetime.fromisoformat(prod["clean_at"]) == listed_at

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import threading
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
+import pytest
+
+from orphan_cleanup.errors import ConfigError, SchemaNotMigrated
 from orphan_cleanup.ledger.db import Database
-from orphan_cleanup.ledger.migrate import available_migrations, migrate
+from orphan_cleanup.ledger.migrate import available_migrations, migrate, pending_migrations, require_current_schema
 
 ALL = [name for _, name, _ in available_migrations()]
 
@@ -123,7 +126,7 @@ def test_c1_tables_and_columns_exist_as_documented(db):
             if (table, c) in NULLABLE:
                 assert found[c][2] == "YES", (table, c)
         # any extra column has a default, so contract-only INSERTs work
-        for c, (_, _, nullable, default) in found.items():
+        for c, (_, _, _nullable, default) in found.items():
             if c not in expected:
                 assert default is not None, f"{table}.{c} is an extra column without a default"
 
@@ -144,7 +147,7 @@ def test_c1_keys(db):
 
 def test_plain_insert_of_only_c1_columns_works(db):
     # given a platform writing the ledger with plain SQL, contract columns only
-    t = datetime(2024, 5, 1, 10, 0, tzinfo=timezone.utc)
+    t = datetime(2024, 5, 1, 10, 0, tzinfo=UTC)
     with db.transaction() as conn:
         conn.run("INSERT INTO backends (id, provider, account, regions, settings, mode)"
                  " VALUES ('aws-prod', 'aws', '123456789012', '{us-east-1,eu-west-1}', '{\"role_arn\": \"r\"}', NULL)")
@@ -168,3 +171,38 @@ def test_plain_insert_of_only_c1_columns_works(db):
                         " WHERE provider_ref = 'zyxwvu987654'") == [["instance", True]]
         assert conn.run("SELECT status, backend_id, primary_id, provisioned_at FROM instances WHERE id = 'inst-1'") \
             == [["busy", "aws-prod", "i-0abc", t]]
+
+
+def test_existing_c1_tables_missing_contract_columns_stop_migrate_before_anything(empty_db):
+    # given a platform's own provider_refs table, one contract column short, and no other table
+    with empty_db.transaction() as conn:
+        conn.run("CREATE TABLE provider_refs (provider_ref text PRIMARY KEY, owner_id text, owner_name text,"
+                 " issued_at timestamptz)")
+    # when migrated, then the missing column is named and nothing was created
+    with pytest.raises(ConfigError, match=r"^provider_refs\.owner_type missing: "):
+        migrate(empty_db)
+    with empty_db.connection() as conn:
+        assert conn.run("SELECT tablename FROM pg_tables WHERE schemaname = 'public'") == [["provider_refs"]]
+    # and once the column exists, migrate proceeds (the tables it lacks are created)
+    with empty_db.transaction() as conn:
+        conn.run("ALTER TABLE provider_refs ADD COLUMN owner_type text NOT NULL DEFAULT 'instance'")
+    assert migrate(empty_db) == ALL
+
+
+def test_the_read_only_schema_check(empty_db):
+    # nothing applied: every migration is pending, and the check refuses (without creating anything)
+    assert pending_migrations(empty_db) == ALL
+    with pytest.raises(SchemaNotMigrated):
+        require_current_schema(empty_db)
+    with empty_db.connection() as conn:
+        assert conn.run("SELECT count(*) FROM pg_tables WHERE schemaname = 'public'") == [[0]]
+    # all applied: nothing pending
+    migrate(empty_db)
+    assert pending_migrations(empty_db) == []
+    require_current_schema(empty_db)
+    # one missing (a database older than this version): refused again
+    with empty_db.connection() as conn:
+        conn.run("DELETE FROM schema_migrations WHERE name = :n", n=ALL[-1])
+    assert pending_migrations(empty_db) == [ALL[-1]]
+    with pytest.raises(SchemaNotMigrated):
+        require_current_schema(empty_db)

@@ -146,6 +146,63 @@ def test_region_failure_keeps_other_regions_and_leaves_clean_at(db, cloud, platf
     assert report.outcome == "unsettled" and clean_at(db) is None
 
 
+def test_a_cycle_in_which_no_region_could_be_listed_fails_and_backs_off(db, cloud, platform):
+    # given a backend whose every region fails to list (e.g. credentials without Describe*)
+    _, _, leaked = platform.terminated_leak(region="r1")
+    cloud.failing_regions.update({"r1", "r2"})
+
+    report = run_cycle(make_pipeline(db, cloud), "mem", mode="delete")
+
+    # then the cycle failed (not unsettled, not clean), says why per region, and backs off
+    assert report.outcome == "failed"
+    assert report.c3()["failures"] == [{"region": "r1", "error": "r1 failed"}, {"region": "r2", "error": "r2 failed"}]
+    assert cloud.exists(leaked) and clean_at(db) is None
+    with db.connection() as conn:
+        error, delay = conn.run("SELECT c.error, k.retry_delay_seconds FROM cycles c"
+                                " JOIN cleanup k ON k.backend_id = c.backend_id")[0]
+    assert error == "no region could be listed" and delay > 0
+
+
+def test_a_region_listing_that_suddenly_shrinks_counts_as_not_listed_until_a_listing_agrees(db, cloud, platform):
+    # given a clean cycle that listed 25 groups in r1 and 3 in r2
+    for _ in range(25):
+        platform.tracked(region="r1")
+    for _ in range(3):
+        platform.tracked(region="r2")
+    pipeline = make_pipeline(db, cloud)
+    assert run_cycle(pipeline, "mem").outcome == "clean"
+    first_clean = clean_at(db)
+
+    # when r1's answer comes back with 2 groups (a broken API answer, or a mass deletion)
+    keep = sorted({r.tags["provider_ref"] for r in cloud.resources.values() if r.region == "r1"})[:2]
+    for rid in [r.id for r in cloud.resources.values() if r.region == "r1" and r.tags["provider_ref"] not in keep]:
+        del cloud.resources[rid]
+    report = run_cycle(pipeline, "mem")
+
+    # then r1 counts as not listed: unsettled, the reason in failures, clean_at stays
+    [failure] = report.c3()["failures"]
+    assert failure["region"] == "r1" and failure["error"].startswith("anomaly: listed 2 groups, the last clean")
+    assert report.outcome == "unsettled" and clean_at(db) == first_clean
+    assert {g.region for g in report.groups} <= {"r2"}
+
+    # and the next listing that agrees is believed: clean again, the new size is the baseline
+    again = run_cycle(pipeline, "mem")
+    assert again.outcome == "clean" and again.c3()["failures"] == [] and clean_at(db) > first_clean
+    with db.connection() as conn:
+        assert conn.run("SELECT region, clean_groups, suspect_groups FROM region_listings ORDER BY region") == [
+            ["r1", 2, None], ["r2", 3, None]]
+
+
+def test_a_region_whose_clean_listing_was_small_may_empty_out(db, cloud, platform):
+    # a region whose clean listing had fewer than 20 groups may empty out freely
+    for _ in range(5):
+        platform.tracked(region="r1")
+    pipeline = make_pipeline(db, cloud)
+    assert run_cycle(pipeline, "mem").outcome == "clean"
+    cloud.resources.clear()
+    assert run_cycle(pipeline, "mem").outcome == "clean"
+
+
 def test_unavailable_region_during_delete_trips_the_region(db, cloud, platform):
     leaks = [platform.terminated_leak(region="r1")[2] for _ in range(3)]
     platform.tracked(region="r1")

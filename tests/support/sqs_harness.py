@@ -413,8 +413,8 @@ def lambda_record(body: str, source: str = f"arn:aws:sqs:{REGION}:{ACCOUNT}:q") 
 
 
 class DeployedQueues:
-    """The deployed functions' environment for handler tests: a listing and a delete
-    queue on moto, the test database, and the environment the Lambdas read
+    """The deployed functions' environment for handler tests: a listing, a delete and
+    a jobs queue on moto, the test database, and the environment the Lambdas read
     (margin 0, no global mode), set through ``monkeypatch``."""
 
     def __init__(self, db: Any, monkeypatch: Any, name: str) -> None:
@@ -424,7 +424,9 @@ class DeployedQueues:
         self.sqs = boto3.client("sqs", region_name="us-east-1")
         self.listing = self.sqs.create_queue(QueueName=f"{name}-listing")["QueueUrl"]
         self.deletes = self.sqs.create_queue(QueueName=f"{name}-delete")["QueueUrl"]
+        self.jobs = self.sqs.create_queue(QueueName=f"{name}-jobs")["QueueUrl"]
         for key, value in {"LISTING_QUEUE_URL": self.listing, "DELETE_QUEUE_URL": self.deletes,
+                           "JOBS_QUEUE_URL": self.jobs,
                            "DATABASE_URL": db.info.url(), "POWERTOOLS_METRICS_NAMESPACE": f"OrphanCleanup-{name}",
                            "POWERTOOLS_SERVICE_NAME": "orphan-cleanup", "ORPHAN_CLEANUP_MARGIN_SECONDS": "0"}.items():
             monkeypatch.setenv(key, value)

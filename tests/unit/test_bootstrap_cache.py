@@ -17,6 +17,8 @@ BASE = {
     "DELETE_QUEUE_URL": "http://127.0.0.1:9/123456789012/delete",
     "LISTING_TOPIC": "projects/p/topics/listing",
     "DELETE_TOPIC": "projects/p/topics/delete",
+    "JOBS_QUEUE_URL": "http://sqs/q/jobs",
+    "JOBS_TOPIC": "projects/p/topics/jobs",
 }
 # One changed value per setting (by environment variable): a new setting must be added here.
 CHANGED = {
@@ -35,17 +37,22 @@ CHANGED = {
     "DELETE_QUEUE_URL": "http://127.0.0.1:9/123456789012/delete-2",
     "LISTING_TOPIC": "projects/p/topics/listing-2",
     "DELETE_TOPIC": "projects/p/topics/delete-2",
+    "JOBS_QUEUE_URL": "http://sqs/q/jobs-2",
+    "JOBS_TOPIC": "projects/p/topics/jobs-2",
     "ORPHAN_CLEANUP_CONNECT_TIMEOUT": "1.5",
     "ORPHAN_CLEANUP_READ_TIMEOUT": "2.5",
     "ORPHAN_CLEANUP_CYCLE_DEADLINE_SECONDS": "600",
+    "ORPHAN_CLEANUP_LEASE_SECONDS": "30",
     "ORPHAN_CLEANUP_STUCK_PENDING_SECONDS": "60",
     "ORPHAN_CLEANUP_MAX_BACKOFF_SECONDS": "120",
+    "ORPHAN_CLEANUP_REGION_SHRINK_SHARE": "0.5",
+    "ORPHAN_CLEANUP_REGION_SHRINK_MIN_GROUPS": "5",
 }
 FIELD_OF = {f.alias: name for name, f in Settings.model_fields.items()}
 
 
-def in_process_queues(_settings: Settings) -> tuple[InProcessQueue, InProcessQueue]:
-    return InProcessQueue(), InProcessQueue()
+def in_process_queues(_settings: Settings) -> tuple[InProcessQueue, InProcessQueue, InProcessQueue]:
+    return InProcessQueue(), InProcessQueue(), InProcessQueue()
 
 
 @pytest.fixture

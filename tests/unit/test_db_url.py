@@ -29,8 +29,18 @@ GOOD = [
     ("encoded socket dir", "postgresql://u@/db?host=%2Ftmp%2Fpg", dict(unix_sock="/tmp/pg/.s.PGSQL.5432")),
     ("host as a query parameter", "postgresql://u@/db?host=pg.example.com&port=7000",
      dict(host="pg.example.com", port=7000, unix_sock=None)),
-    ("other options kept", "postgresql://u@h/db?application_name=x&sslmode=require",
-     dict(options={"application_name": "x"}, sslmode="require")),
+    ("application_name kept", "postgresql://u@h/db?application_name=x&sslmode=require",
+     dict(application_name="x", sslmode="require")),
+    ("TLS files", "postgresql://u@h/db?sslmode=verify-ca&sslrootcert=/ca.pem&sslcert=/c.pem&sslkey=/k.pem",
+     dict(sslmode="verify-ca", sslrootcert="/ca.pem", sslcert="/c.pem", sslkey="/k.pem")),
+    ("a CA and no sslmode means verify-full", "postgresql://u@h/db?sslrootcert=/var/task/ca.pem",
+     dict(sslmode="verify-full", sslrootcert="/var/task/ca.pem")),
+    ("the system store means verify-full", "postgresql://u@h/db?sslrootcert=system",
+     dict(sslmode="verify-full", sslrootcert="system")),
+    ("require with a CA (libpq: verifies the chain)", "postgresql://u@h/db?sslmode=require&sslrootcert=/ca.pem",
+     dict(sslmode="require", sslrootcert="/ca.pem")),
+    ("an empty value is not given", "postgresql://u@h/db?sslmode=&application_name=",
+     dict(sslmode="prefer", application_name=None)),
 ]
 
 
@@ -53,13 +63,36 @@ BAD = [
     ("port parameter not a number", "postgresql://u@/db?host=/tmp&port=abc"),
     ("another scheme", "mysql://u@h/db"),
     ("not a URL", "host=localhost dbname=x"),
+    ("unknown parameter (a typo of sslmode)", "postgresql://u@h/db?sslmod=require"),
+    ("unknown parameter (libpq's connect_timeout, not supported)", "postgresql://u@h/db?connect_timeout=5"),
+    ("a parameter without a value", "postgresql://u@h/db?sslmode"),
+    ("a CA with a mode that does not verify", "postgresql://u@h/db?sslmode=prefer&sslrootcert=/ca.pem"),
+    ("a client certificate with a mode that may fall back", "postgresql://u@h/db?sslmode=allow&sslcert=/c.pem"),
+    ("a key without its certificate", "postgresql://u@h/db?sslmode=require&sslkey=/k.pem"),
+    ("the system store without verify-full (as libpq 16)", "postgresql://u@h/db?sslmode=require&sslrootcert=system"),
 ]
 
 
 @pytest.mark.parametrize("url", [b[1] for b in BAD], ids=[b[0] for b in BAD])
 def test_bad_urls_are_config_errors(url):
-    with pytest.raises(ConfigError):
+    with pytest.raises(ConfigError) as err:
         parse_database_url(url)
+    assert "\n" not in str(err.value)
+
+
+def test_an_unknown_parameter_is_named_in_one_line():
+    with pytest.raises(ConfigError) as err:
+        parse_database_url("postgresql://u:secret@h/db?sslmod=require&sslmode=verify-full")
+    message = str(err.value)
+    assert "'sslmod'" in message and "\n" not in message
+    assert "secret" not in message  # never echo the URL: it holds the password
+
+
+def test_default_sslmode_applies_only_when_the_url_names_none():
+    assert parse_database_url("postgresql://u@h/db", default_sslmode="verify-full").sslmode == "verify-full"
+    assert parse_database_url("postgresql://u@h/db?sslmode=require", default_sslmode="verify-full").sslmode == \
+        "require"
+    assert parse_database_url("postgresql://u@h/db").sslmode == "prefer"
 
 
 @pytest.mark.parametrize("info", [
@@ -68,7 +101,9 @@ def test_bad_urls_are_config_errors(url):
     ConnInfo(user="svc@corp", password=None, host="localhost", port=5432, database="my db"),
     ConnInfo(user="postgres", host="::1", port=5433, database="db"),
     ConnInfo(user="postgres", host=None, port=5433, database="oc", unix_sock="/tmp/pg dir/.s.PGSQL.5433"),
-], ids=["tcp with special password", "special user and database", "IPv6 host", "unix socket"])
+    ConnInfo(user="u", host="db", sslmode="verify-full", sslrootcert="/certs/a&b ca.pem", sslcert="/c.pem",
+             sslkey="/k.pem", application_name="orphan cleanup"),
+], ids=["tcp with special password", "special user and database", "IPv6 host", "unix socket", "TLS files"])
 def test_url_round_trips(info):
     # ConnInfo.url() is what tests and tools hand to DATABASE_URL
     assert parse_database_url(info.url()) == info
@@ -77,13 +112,33 @@ def test_url_round_trips(info):
 def test_sslmode_maps_to_pg8000_semantics():
     # pg8000: False = no TLS at all; None = try TLS (unverified) and fall back to clear text;
     # a context = TLS required, verified as the context says.
-    assert ssl_context("disable") is False
-    assert ssl_context("allow") is None
-    assert ssl_context("prefer") is None
-    require = ssl_context("require")
+    assert ssl_context(ConnInfo(sslmode="disable")) is False
+    assert ssl_context(ConnInfo(sslmode="allow")) is None
+    assert ssl_context(ConnInfo(sslmode="prefer")) is None
+    require = ssl_context(ConnInfo(sslmode="require"))
     assert isinstance(require, ssl.SSLContext)
     assert (require.verify_mode, require.check_hostname) == (ssl.CERT_NONE, False)
-    verify_ca = ssl_context("verify-ca")
+    verify_ca = ssl_context(ConnInfo(sslmode="verify-ca"))
+    assert isinstance(verify_ca, ssl.SSLContext)
     assert (verify_ca.verify_mode, verify_ca.check_hostname) == (ssl.CERT_REQUIRED, False)
-    verify_full = ssl_context("verify-full")
+    verify_full = ssl_context(ConnInfo(sslmode="verify-full"))
+    assert isinstance(verify_full, ssl.SSLContext)
     assert (verify_full.verify_mode, verify_full.check_hostname) == (ssl.CERT_REQUIRED, True)
+    system = ssl_context(ConnInfo(sslmode="verify-full", sslrootcert="system"))
+    assert isinstance(system, ssl.SSLContext)
+    assert (system.verify_mode, system.check_hostname) == (ssl.CERT_REQUIRED, True)
+
+
+def test_a_local_socket_never_uses_tls():
+    # libpq: sslmode does not apply to a Unix-domain socket
+    assert ssl_context(ConnInfo(host=None, unix_sock="/run/pg/.s.PGSQL.5432", sslmode="verify-full")) is False
+
+
+@pytest.mark.parametrize("info", [
+    ConnInfo(sslmode="verify-full", sslrootcert="/nonexistent/ca.pem"),
+    ConnInfo(sslmode="require", sslcert="/nonexistent/client.pem", sslkey="/nonexistent/client.key"),
+], ids=["sslrootcert", "sslcert"])
+def test_a_missing_certificate_file_is_a_one_line_config_error(info):
+    with pytest.raises(ConfigError) as err:
+        ssl_context(info)
+    assert "/nonexistent/" in str(err.value) and "\n" not in str(err.value)

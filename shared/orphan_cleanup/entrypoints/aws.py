@@ -12,7 +12,7 @@ from pydantic import Json
 
 from orphan_cleanup.entrypoints import common
 from orphan_cleanup.errors import ConfigError
-from orphan_cleanup.messages import DeleteRequest, ListerEvent, ListingBatch
+from orphan_cleanup.messages import DeleteRequest, ListerEvent, ListingBatch, ListingJob
 from orphan_cleanup.pipeline import Pipeline
 from orphan_cleanup.queues.sqs import SqsQueue
 from orphan_cleanup.settings import Settings
@@ -29,13 +29,23 @@ class DeleteRequestRecord(SqsRecordModel):
     body: Json[DeleteRequest]  # type: ignore[assignment]
 
 
-def _sqs_queues(settings: Settings) -> tuple[SqsQueue, SqsQueue]:
+class ListingJobRecord(SqsRecordModel):
+    body: Json[ListingJob]  # type: ignore[assignment]
+
+
+def is_sqs_event(event: Any) -> bool:
+    """An SQS event-source invocation (the lister's jobs queue), not a direct invoke."""
+    return isinstance(event, dict) and isinstance(event.get("Records"), list)
+
+
+def _sqs_queues(settings: Settings) -> tuple[SqsQueue, SqsQueue, SqsQueue | None]:
     import boto3
 
     if not settings.listing_queue_url or not settings.delete_queue_url:
         raise ConfigError("LISTING_QUEUE_URL and DELETE_QUEUE_URL must be set")
     sqs = boto3.client("sqs", endpoint_url=settings.aws_endpoint_url)
-    return SqsQueue(sqs, settings.listing_queue_url), SqsQueue(sqs, settings.delete_queue_url)
+    jobs = SqsQueue(sqs, settings.jobs_queue_url) if settings.jobs_queue_url else None
+    return SqsQueue(sqs, settings.listing_queue_url), SqsQueue(sqs, settings.delete_queue_url), jobs
 
 
 @functools.cache  # one instance per process: it is part of the pipeline cache key
@@ -52,9 +62,12 @@ def pipeline() -> Pipeline:
 
 
 def run_lister(event: Any) -> dict[str, Any]:
-    """Validate ``{"backend": ID[, "mode": M]}`` and run STEP 1-2; bad input is an error result."""
+    """``{}`` is the tick; otherwise validate ``{"backend": ID[, "mode": M]}`` and run
+    STEP 1-2 for that backend. Bad input is an error result."""
     from pydantic import ValidationError
 
+    if event == {}:
+        return run_tick()
     try:
         request = ListerEvent.model_validate(event)
     except ValidationError as e:
@@ -72,6 +85,26 @@ def run_lister(event: Any) -> dict[str, Any]:
         metrics.add_metric(name="BatchesPublished", unit=MetricUnit.Count, value=summary.batches or 0)
     logger.info("lister done", extra={"summary": summary.model_dump()})
     return {"ok": True, **summary.model_dump()}
+
+
+def run_tick() -> dict[str, Any]:
+    """The schedule's tick: queue one listing job per group of due backends."""
+    try:
+        result = pipeline().run_tick()
+    except ConfigError as e:
+        logger.error(str(e))
+        return {"ok": False, "error": str(e)}
+    metrics.add_metric(name="ListingJobsQueued", unit=MetricUnit.Count, value=len(result.jobs))
+    logger.info("tick done", extra={"summary": result.model_dump()})
+    return {"ok": True, **result.model_dump()}
+
+
+def job_record(record: ListingJobRecord) -> None:
+    """One listing job from the jobs queue; an error fails the record (redelivered)."""
+    result = pipeline().run_job(record.body)
+    started = sum(1 for r in result.results if r.started)
+    metrics.add_metric(name="CyclesStarted", unit=MetricUnit.Count, value=started)
+    logger.info("listing job done", extra={"summary": result.model_dump()})
 
 
 def classify_record(record: ListingBatchRecord) -> None:

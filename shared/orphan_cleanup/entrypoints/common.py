@@ -14,7 +14,8 @@ from orphan_cleanup.queues.base import Queue
 from orphan_cleanup.reporting import Reporter, sentry_sink
 from orphan_cleanup.settings import Settings
 
-QueueFactory = Callable[[Settings], tuple[Queue, Queue]]
+# (listing, delete, jobs): the jobs queue is None where the tick is not wired.
+QueueFactory = Callable[[Settings], tuple[Queue, Queue, Queue | None]]
 
 
 def pipeline(queues: QueueFactory, integrations: tuple[Any, ...] = (), logger: Any = None) -> Pipeline:
@@ -28,7 +29,8 @@ def pipeline(queues: QueueFactory, integrations: tuple[Any, ...] = (), logger: A
 
 @lru_cache(maxsize=4)
 def _pipeline(settings: Settings, queues: QueueFactory, integrations: tuple[Any, ...], logger: Any) -> Pipeline:
-    db = bootstrap.open_database(settings)
-    listing, delete = queues(settings)
+    db = bootstrap.open_database(settings, deployed=True)
+    listing, delete, jobs = queues(settings)
     reporter = Reporter(logger=logger, sentry=sentry_sink(settings.sentry_dsn, list(integrations)))
-    return bootstrap.build_pipeline(settings, db=db, listing_queue=listing, delete_queue=delete, reporter=reporter)
+    return bootstrap.build_pipeline(settings, db=db, listing_queue=listing, delete_queue=delete, jobs_queue=jobs,
+                                    reporter=reporter)

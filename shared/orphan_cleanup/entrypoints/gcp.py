@@ -11,6 +11,7 @@ from pydantic import BaseModel, ValidationError
 
 from orphan_cleanup.entrypoints import common
 from orphan_cleanup.errors import ConfigError
+from orphan_cleanup.messages import ListerEvent, ListingJob
 from orphan_cleanup.pipeline import Pipeline
 from orphan_cleanup.queues.pubsub import PubSubQueue
 from orphan_cleanup.settings import Settings
@@ -20,13 +21,14 @@ class MalformedMessage(ConfigError):
     """A message that can never be processed: it fails (and lands in the dead-letter topic)."""
 
 
-def _pubsub_queues(settings: Settings) -> tuple[PubSubQueue, PubSubQueue]:
+def _pubsub_queues(settings: Settings) -> tuple[PubSubQueue, PubSubQueue, PubSubQueue | None]:
     from google.cloud import pubsub_v1  # type: ignore[attr-defined]  # a namespace package without stubs
 
     if not settings.listing_topic or not settings.delete_topic:
         raise ConfigError("LISTING_TOPIC and DELETE_TOPIC must be set")
     publisher = pubsub_v1.PublisherClient()
-    return PubSubQueue(publisher, settings.listing_topic), PubSubQueue(publisher, settings.delete_topic)
+    jobs = PubSubQueue(publisher, settings.jobs_topic) if settings.jobs_topic else None
+    return PubSubQueue(publisher, settings.listing_topic), PubSubQueue(publisher, settings.delete_topic), jobs
 
 
 @functools.cache  # one instance per process: it is part of the pipeline cache key
@@ -56,6 +58,20 @@ def decode_pubsub(data: Any) -> Any:
         except (ValueError, TypeError) as e:
             raise MalformedMessage("Pub/Sub message data is not base64 JSON") from e
     return data
+
+
+def run_lister(body: Any) -> dict[str, Any]:
+    """The lister's HTTP body: ``{}`` (Cloud Scheduler's tick), a listing job (a
+    Pub/Sub push of the jobs topic) or ``{"backend": ID[, "mode": M]}``. Bad input
+    raises ``MalformedMessage``; a job's unexpected error propagates (HTTP 500:
+    Pub/Sub redelivers it)."""
+    data = decode_pubsub(body)
+    if data == {}:
+        return pipeline().run_tick().model_dump()
+    if isinstance(data, dict) and "backends" in data:
+        return pipeline().run_job(parse(ListingJob, data)).model_dump()
+    event = parse(ListerEvent, data)
+    return pipeline().run_lister(event.backend, mode=event.mode, manual=event.mode is not None).model_dump()
 
 
 def parse(model: type[BaseModel], data: Any) -> Any:

@@ -4,9 +4,11 @@ the embedded server in ``embedded``."""
 
 from __future__ import annotations
 
+import ssl
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import lru_cache
 from typing import Any
 
 import pg8000.native
@@ -16,26 +18,67 @@ from pg8000.exceptions import InterfaceError as PgInterfaceError
 from orphan_cleanup.errors import DatabaseError
 from orphan_cleanup.ledger.url import ConnInfo, parse_database_url, ssl_context
 
-__all__ = ["ConnInfo", "Database", "connect", "parse_database_url", "sqlstate"]
+__all__ = ["ConnInfo", "Database", "connect", "describe", "parse_database_url", "sqlstate"]
 
 
 def connect(info: ConnInfo, *, timeout: float = 10.0, application_name: str = "orphan-cleanup",
             statement_timeout_ms: int = 60_000) -> pg8000.native.Connection:
-    """Open a connection with a socket timeout and a server-side statement timeout."""
+    """Open a connection with a socket timeout and a server-side statement timeout.
+
+    TLS follows ``info.sslmode`` (see ``url.ssl_context``); a server whose certificate
+    fails verification is a one-line ``DatabaseError``, never a clear-text retry.
+    The URL's ``application_name`` wins over the argument."""
     kwargs: dict[str, Any] = dict(user=info.user, password=info.password, database=info.database,
-                                  timeout=timeout, application_name=application_name)
+                                  timeout=timeout, application_name=info.application_name or application_name)
     if info.unix_sock:
         # No TLS on a local socket (as libpq); None would also build a CA-loaded context per connection.
         kwargs.update(unix_sock=info.unix_sock, ssl_context=False)
     else:
-        kwargs.update(host=info.host, port=info.port, ssl_context=ssl_context(info.sslmode))
+        kwargs.update(host=info.host, port=info.port, ssl_context=_ssl_context(info))
+    where = f"{info.unix_sock or f'{info.host}:{info.port}'}/{info.database}"
     try:
         conn = pg8000.native.Connection(**kwargs)
+    except ssl.SSLCertVerificationError as e:
+        ca = info.sslrootcert if info.sslrootcert not in (None, "system") else "the system trust store"
+        raise DatabaseError(f"cannot connect to the database at {where}: its TLS certificate failed verification"
+                            f" (sslmode={info.sslmode}, CA {ca}): {_one_line(e.verify_message or str(e))}") from e
+    except (PgInterfaceError, PgDatabaseError, OSError) as e:
+        raise DatabaseError(f"cannot connect to the database at {where}: {describe(e)}") from e
+    try:
         conn.run(f"SET statement_timeout = {int(statement_timeout_ms)}")
     except (PgInterfaceError, PgDatabaseError, OSError) as e:
-        where = info.unix_sock or f"{info.host}:{info.port}"
-        raise DatabaseError(f"cannot connect to the database at {where}/{info.database}: {e}") from e
+        _close(conn)
+        raise DatabaseError(f"cannot set up the connection to {where}: {describe(e)}") from e
     return conn
+
+
+def _ssl_context(info: ConnInfo) -> ssl.SSLContext | bool | None:
+    return _tls_context(info.sslmode, info.sslrootcert, info.sslcert, info.sslkey)
+
+
+# One context per TLS configuration: loading a CA bundle (the system store is ~150
+# certificates) for every connection would cost milliseconds each. Contexts are
+# safe to share between threads; a failed load (ConfigError) is not cached.
+@lru_cache(maxsize=16)
+def _tls_context(sslmode: str, sslrootcert: str | None, sslcert: str | None,
+                 sslkey: str | None) -> ssl.SSLContext | bool | None:
+    return ssl_context(ConnInfo(sslmode=sslmode, sslrootcert=sslrootcert, sslcert=sslcert, sslkey=sslkey))
+
+
+def describe(exc: BaseException) -> str:
+    """One line for a pg8000 or socket error: a server error's message and SQLSTATE,
+    else the error's text (with its cause, as pg8000 wraps socket errors)."""
+    if exc.args and isinstance(exc.args[0], dict):
+        fields = exc.args[0]
+        return _one_line(f"{fields.get('M', fields)} (SQLSTATE {fields.get('C', '?')})")
+    text = str(exc)
+    if exc.__cause__ is not None and str(exc.__cause__) not in text:
+        text = f"{text}: {exc.__cause__}"
+    return _one_line(text)
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
 
 
 class Database:
@@ -52,8 +95,9 @@ class Database:
         self._idle = threading.local()
 
     @classmethod
-    def from_url(cls, url: str, *, keep_idle: bool = False) -> Database:
-        return cls(parse_database_url(url), keep_idle=keep_idle)
+    def from_url(cls, url: str, *, keep_idle: bool = False, default_sslmode: str = "prefer") -> Database:
+        """``default_sslmode`` applies when the URL names none (see ``parse_database_url``)."""
+        return cls(parse_database_url(url, default_sslmode=default_sslmode), keep_idle=keep_idle)
 
     def connect(self) -> pg8000.native.Connection:
         return connect(self.info)
@@ -87,7 +131,7 @@ class Database:
             conn.run("BEGIN")
         except (PgInterfaceError, PgDatabaseError, OSError) as e:
             _close(conn)
-            raise DatabaseError(str(e)) from e
+            raise DatabaseError(describe(e)) from e
         return conn
 
     @contextmanager
@@ -102,7 +146,7 @@ class Database:
             healthy = True
         except (PgInterfaceError, PgDatabaseError) as e:
             _rollback(conn)
-            raise DatabaseError(str(e)) from e
+            raise DatabaseError(describe(e)) from e
         except BaseException:
             _rollback(conn)
             raise

@@ -1,13 +1,32 @@
-"""Versioned schema migrations, safe to run twice and from two processes at once."""
+"""Versioned schema migrations, safe to run twice and from two processes at once;
+and the read-only check that a database is migrated (``require_current_schema``)."""
 
 from __future__ import annotations
 
 from importlib import resources
 
+from orphan_cleanup.errors import ConfigError, SchemaNotMigrated
 from orphan_cleanup.ledger.db import Database
 
 # Any constant works: it names this product's migration lock among advisory locks.
 MIGRATION_LOCK_KEY = 0x6F7270686E  # "orphn"
+
+# DESIGN C1: the columns a platform's own ledger tables must have (extra ones are fine).
+C1_COLUMNS: dict[str, tuple[str, ...]] = {
+    "backends": ("id", "provider", "account", "regions", "settings", "mode"),
+    "provider_refs": ("provider_ref", "owner_type", "owner_id", "owner_name", "issued_at"),
+    "instances": ("id", "name", "provider_ref", "status", "backend_id", "primary_id", "region", "created_at",
+                  "provisioned_at", "terminated_at", "deleted_at"),
+}
+
+# The columns of the C1 tables that exist in the schema migrations create tables in
+# (``CREATE TABLE IF NOT EXISTS`` looks only there). pg_catalog, not
+# information_schema: the latter hides columns the current role has no privilege on.
+_EXISTING_C1 = (
+    "SELECT c.relname, a.attname FROM pg_class c"
+    " JOIN pg_namespace n ON n.oid = c.relnamespace AND n.nspname = current_schema()"
+    " LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped"
+    " WHERE c.relname = ANY(CAST(:t AS text[]))")
 
 
 def available_migrations() -> list[tuple[int, str, str]]:
@@ -21,12 +40,31 @@ def available_migrations() -> list[tuple[int, str, str]]:
     return sorted(found)
 
 
+def missing_c1_columns(found: dict[str, set[str]]) -> list[str]:
+    """``table.column`` of every C1 column missing from the C1 tables in ``found``
+    (table -> its columns; a table not in ``found`` does not exist yet: migrations create it)."""
+    return [f"{table}.{column}" for table, columns in C1_COLUMNS.items() if table in found
+            for column in columns if column not in found[table]]
+
+
 def migrate(db: Database) -> list[str]:
     """Apply the migrations not applied yet, each in its own transaction under an
-    advisory lock, and return the names applied by this call."""
+    advisory lock, and return the names applied by this call.
+
+    First, under the lock: C1 tables the platform created itself must have every
+    contract column, or nothing is applied and a ``ConfigError`` names each missing one
+    (a migration would otherwise fail half-way on the first one it touches)."""
     applied_now: list[str] = []
     with db.transaction() as conn:
         conn.run("SELECT pg_advisory_xact_lock(:k)", k=MIGRATION_LOCK_KEY)
+        found: dict[str, set[str]] = {}
+        for table, column in conn.run(_EXISTING_C1, t=list(C1_COLUMNS)):
+            found.setdefault(table, set()).update([column] if column else [])
+        missing = missing_c1_columns(found)
+        if missing:
+            raise ConfigError(f"{', '.join(missing)} missing: the existing ledger tables lack these contract columns"
+                              " (README, \"The ledger (contract C1)\"); add them, then migrate again."
+                              " Nothing was applied")
         conn.run(
             "CREATE TABLE IF NOT EXISTS schema_migrations ("
             " version integer PRIMARY KEY, name text NOT NULL,"
@@ -40,3 +78,23 @@ def migrate(db: Database) -> list[str]:
             conn.run("INSERT INTO schema_migrations (version, name) VALUES (:v, :n)", v=version, n=name)
             applied_now.append(name)
     return applied_now
+
+
+def pending_migrations(db: Database) -> list[str]:
+    """The packaged migrations this database lacks (all of them when it has none).
+    Read-only: two SELECTs in a read-only transaction, no DDL, no lock; works for a
+    role with only SELECT (its connection is kept for the command's next transaction)."""
+    with db.transaction() as conn:
+        conn.run("SET TRANSACTION READ ONLY")
+        if conn.run("SELECT to_regclass('schema_migrations') IS NULL")[0][0]:
+            done: set[int] = set()
+        else:
+            done = {row[0] for row in conn.run("SELECT version FROM schema_migrations")}
+    return [name for version, name, _ in available_migrations() if version not in done]
+
+
+def require_current_schema(db: Database) -> None:
+    """``SchemaNotMigrated`` unless every packaged migration is applied: the check of
+    every command that must not run DDL (``status``, ``backend list|show``, ``explain``)."""
+    if pending_migrations(db):
+        raise SchemaNotMigrated()

@@ -7,18 +7,26 @@ from collections.abc import Iterable
 from datetime import datetime
 
 import pg8000.native
-from pydantic import TypeAdapter
+from pydantic import TypeAdapter, ValidationError
 
+from orphan_cleanup.backend_rules import describe_validation
 from orphan_cleanup.errors import ConfigError
-from orphan_cleanup.models import Backend, BackendSettings, LedgerRecord, ResourceGroup, is_valid_ref
+from orphan_cleanup.models import Backend, LedgerRecord, ResourceGroup, is_valid_ref
 
 BACKEND_COLUMNS = "id, provider, account, regions, settings, mode"
 
 
 def backend_from_row(row: list) -> Backend:
+    """A ``backends`` row as a ``Backend``. A row the model refuses (plain SQL can write
+    anything) is a one-line ``ConfigError`` naming the backend and the field: only that
+    backend's work fails."""
     settings = row[4] if isinstance(row[4], dict) else json.loads(row[4] or "{}")
-    return Backend(id=row[0], provider=row[1], account=row[2], regions=row[3] or (),
-                   settings=BackendSettings.model_validate(settings), mode=row[5])
+    try:
+        return Backend.model_validate({"id": row[0], "provider": row[1], "account": row[2],
+                                       "regions": row[3] or (), "settings": settings, "mode": row[5]})
+    except ValidationError as e:
+        raise ConfigError(f"backend {row[0]!r} is misconfigured: {describe_validation(e)}"
+                          f" (fix it with `orphan-cleanup backend update {row[0]}`)") from e
 
 
 def get_backend(conn: pg8000.native.Connection, backend_id: str) -> Backend:
@@ -92,7 +100,8 @@ def load_records(conn: pg8000.native.Connection, backend_id: str,
     return {record.provider_ref: record for record in _RECORDS.validate_json(rows[0][0])}
 
 
-# STEP 1's question as an SQL expression over a backend ``:b`` and a time ``{since}``
+# STEP 1's question as an SQL expression over a backend id ``{backend}`` (``:b`` unless
+# given) and a time ``{since}``
 # (DESIGN §5 rule 9). A backend lists every owner's VMs in its account, so the
 # activity of every backend of the same provider and account counts; rows with a
 # NULL backend (a new ref, or an owner whose ``backend_id`` names no backend row:
@@ -101,11 +110,25 @@ def load_records(conn: pg8000.native.Connection, backend_id: str,
 ACTIVITY_EXISTS = (
     "(EXISTS (SELECT 1 FROM ledger_activity WHERE at > {since} AND backend_id = ANY(ARRAY("
     "    SELECT s.id FROM backends me JOIN backends s ON " + SCOPE_SQL.format(t="s") + " = "
-    + SCOPE_SQL.format(t="me") + " WHERE me.id = :b)))"
+    + SCOPE_SQL.format(t="me") + " WHERE me.id = {backend})))"
     " OR EXISTS (SELECT 1 FROM ledger_activity WHERE backend_id IS NULL AND at > {since}))")
 
 
 def activity_since(conn: pg8000.native.Connection, backend_id: str, since: datetime) -> bool:
     """STEP 1: any ledger change that may concern ``backend_id`` after ``since``. One indexed query."""
-    rows = conn.run("SELECT " + ACTIVITY_EXISTS.format(since=":t"), b=backend_id, t=since)
+    rows = conn.run("SELECT " + ACTIVITY_EXISTS.format(since=":t", backend=":b"), b=backend_id, t=since)
     return bool(rows[0][0])
+
+
+# The tick (DESIGN C5): enrollment, STEP 1's facts and due selection for every backend
+# in one statement. Rows the CTE inserts are not visible to the SELECT (one snapshot):
+# a backend enrolled by this very statement reads as never cleaned.
+TICK_SQL = (
+    "WITH enrolled AS (INSERT INTO cleanup (backend_id) SELECT b.id FROM backends b"
+    "  WHERE EXISTS (SELECT 1 FROM provider_refs) ON CONFLICT DO NOTHING RETURNING backend_id)"
+    " SELECT " + ", ".join(f"b.{c.strip()}" for c in BACKEND_COLUMNS.split(",")) + ","
+    " c.backend_id IS NOT NULL OR e.backend_id IS NOT NULL, c.clean_at, c.clean_mode,"
+    " c.lease_owner IS NOT NULL, c.lease_expires_at, coalesce(c.retry_delay_seconds, 0), c.next_due_at,"
+    " c.clean_at IS NOT NULL AND " + ACTIVITY_EXISTS.format(since="c.clean_at", backend="b.id") + ", oc_clock()"
+    " FROM backends b LEFT JOIN cleanup c ON c.backend_id = b.id"
+    " LEFT JOIN enrolled e ON e.backend_id = b.id ORDER BY b.id")

@@ -93,6 +93,16 @@ class IdleSnapshot:
 
 
 @dataclass(frozen=True)
+class TickRow:
+    """One backend as the tick sees it: its row and STEP 1's facts (``snapshot`` is
+    None when it is not enrolled: the ledger has issued no ref yet)."""
+
+    backend: Backend
+    snapshot: IdleSnapshot | None
+    lease_expires_at: datetime | None
+
+
+@dataclass(frozen=True)
 class CycleRef:
     id: str
     backend_id: str
@@ -147,6 +157,7 @@ class ReportGroup:
     verdict: str
     reason: str
     action: str
+    detail: str | None = None  # the evidence's one human line, when it has one
 
 
 @dataclass(frozen=True)
@@ -170,7 +181,8 @@ class CycleReport:
                 "failures": [{"region": f.region, "error": f.error} for f in self.failures],
                 "groups": [{"provider_ref": g.provider_ref, "region": g.region, "primary_id": g.primary_id,
                             "resources": [{"kind": r.kind, "id": r.id} for r in g.resources],
-                            "verdict": g.verdict, "reason": g.reason, "action": g.action} for g in self.groups]}
+                            "verdict": g.verdict, "reason": g.reason, "action": g.action,
+                            **({"detail": g.detail} if g.detail else {})} for g in self.groups]}
 
 
 @dataclass(frozen=True)

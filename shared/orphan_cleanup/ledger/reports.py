@@ -1,18 +1,141 @@
-"""The store's operator reads and writes: backends (``backend add``), status rows,
-the C3 cycle report, and the demo's staging of history."""
+"""The store's operator reads and writes: backends (``backend add|list|show|update|remove``),
+status rows, the C3 cycle report, and the demo's staging of history."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 import pg8000.native
 
-from orphan_cleanup.errors import ConfigError
+from orphan_cleanup.errors import BackendBusy, ConfigError
 from orphan_cleanup.ledger.db import sqlstate
+from orphan_cleanup.ledger.queries import BACKEND_COLUMNS, backend_from_row
 from orphan_cleanup.ledger.records import CycleReport, ReportGroup, ReportResource, StatusRow
-from orphan_cleanup.models import RegionFailure
+from orphan_cleanup.models import Backend, RegionFailure
+
+
+@dataclass(frozen=True)
+class BackendRow:
+    """A ``backends`` row as stored (``settings`` raw, the platform's own keys included),
+    with its parsed ``Backend``, or why the model refuses it (``error``)."""
+
+    id: str
+    provider: str
+    account: str
+    regions: tuple[str, ...]
+    settings: dict[str, Any]
+    mode: str | None
+    backend: Backend | None = field(default=None, compare=False)
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class RunningCycle:
+    """The cycle holding a backend's live lease (not expired by the database clock)."""
+
+    cycle_id: str
+    started_at: datetime | None
+    lease_expires_at: datetime | None
+
+
+@dataclass(frozen=True)
+class BackendStatus(StatusRow):
+    running: RunningCycle | None = None
+
+
+@dataclass(frozen=True)
+class Removal:
+    """What ``backend remove`` did: the cycle it fenced (``--force``), the history it
+    kept, and how many live owners still name the removed backend."""
+
+    backend_id: str
+    fenced_cycle: str | None
+    cycles_kept: int
+    orphans_kept: int
+    owners_naming_it: int
+
+
+def _backend_row(row: list[Any]) -> BackendRow:
+    settings = row[4] if isinstance(row[4], dict) else json.loads(row[4] or "{}")
+    fields = dict(id=row[0], provider=row[1], account=row[2], regions=tuple(row[3] or ()),
+                  settings=settings if isinstance(settings, dict) else {"(not an object)": settings}, mode=row[5])
+    try:
+        return BackendRow(**fields, backend=backend_from_row(row))
+    except ConfigError as e:
+        return BackendRow(**fields, error=str(e))
+
+
+def backend_rows(conn: pg8000.native.Connection) -> list[BackendRow]:
+    """Every backend, a misconfigured one included (with its ``error``)."""
+    return [_backend_row(r) for r in conn.run(f"SELECT {BACKEND_COLUMNS} FROM backends ORDER BY id")]
+
+
+def backend_row(conn: pg8000.native.Connection, backend_id: str, *, lock: bool = False) -> BackendRow:
+    """One backend as stored (``ConfigError`` when unknown); ``lock`` holds the row until
+    the transaction ends (not its key: owners and cleanup rows may still reference it)."""
+    rows = conn.run(f"SELECT {BACKEND_COLUMNS} FROM backends WHERE id = :i" + (" FOR NO KEY UPDATE" if lock else ""),
+                    i=backend_id)
+    if not rows:
+        raise ConfigError(f"unknown backend {backend_id!r} (see `orphan-cleanup backend list`)")
+    return _backend_row(rows[0])
+
+
+_LIVE_LEASE = "c.lease_owner IS NOT NULL AND (c.lease_expires_at IS NULL OR c.lease_expires_at > oc_clock())"
+
+
+def lock_running_cycle(conn: pg8000.native.Connection, backend_id: str) -> RunningCycle | None:
+    """Lock the backend's cleanup row (the lease's; first, as every writer of a cycle
+    does) and return the cycle holding a live lease, if any."""
+    rows = conn.run(f"SELECT c.lease_owner, cy.started_at, c.lease_expires_at, {_LIVE_LEASE} FROM cleanup c"
+                    " LEFT JOIN cycles cy ON cy.id = c.lease_owner WHERE c.backend_id = :b FOR UPDATE OF c",
+                    b=backend_id)
+    if not rows or not rows[0][3]:
+        return None
+    return RunningCycle(cycle_id=rows[0][0], started_at=rows[0][1], lease_expires_at=rows[0][2])
+
+
+def write_backend(conn: pg8000.native.Connection, row: BackendRow) -> None:
+    """Store ``row``'s account, regions, settings and mode (the trigger logs the edit as
+    activity: the backend's next scheduled run lists, DESIGN §5 rule 9)."""
+    conn.run("UPDATE backends SET account = :a, regions = CAST(:r AS text[]), settings = CAST(:s AS jsonb),"
+             " mode = :m WHERE id = :i", a=row.account, r=list(row.regions), s=json.dumps(row.settings),
+             m=row.mode, i=row.id)
+
+
+def remove_backend(conn: pg8000.native.Connection, backend_id: str, *, force: bool) -> Removal:
+    """Delete the backend row in one transaction: no future cycle. A live cycle refuses
+    (``BackendBusy``) unless ``force``: then its fence is bumped and its lease cleared
+    first, so nothing of it applies afterwards (DESIGN §5 rule 6), and every unfinished
+    cycle of the backend is marked failed. The cleanup row goes with the backend; cycles,
+    orphans and events stay (migration 0009), and an event records the removal."""
+    running = lock_running_cycle(conn, backend_id)
+    row = backend_row(conn, backend_id)
+    if running is not None and not force:
+        raise BackendBusy(f"backend {backend_id}: cycle {running.cycle_id} is running (lease until"
+                          f" {running.lease_expires_at}): wait for it to end, or --force to stop it")
+    conn.run("UPDATE cleanup SET fence = fence + 1, lease_owner = NULL, lease_expires_at = NULL"
+             " WHERE backend_id = :b", b=backend_id)
+    conn.run("UPDATE cycles SET outcome = 'failed', failed = true, finished_at = oc_clock(),"
+             " error = coalesce(error, :e) WHERE backend_id = :b AND outcome IS NULL",
+             e="the backend was removed (backend remove)", b=backend_id)
+    cycles, orphans, owners = conn.run(
+        "SELECT (SELECT count(*) FROM cycles WHERE backend_id = :b),"
+        " (SELECT count(*) FROM orphans WHERE backend_id = :b),"
+        " (SELECT count(*) FROM instances WHERE backend_id = :b AND deleted_at IS NULL"
+        "   AND status IS DISTINCT FROM 'terminated')", b=backend_id)[0]
+    fenced = running.cycle_id if running else None
+    conn.run("INSERT INTO events (backend_id, cycle_id, kind, message, details)"
+             " VALUES (:b, :c, 'backend_removed', :m, CAST(:d AS jsonb))", b=backend_id, c=fenced,
+             m=f"backend {backend_id} removed" + (f", its running cycle {fenced} fenced" if fenced else ""),
+             d=json.dumps({"provider": row.provider, "account": row.account, "regions": list(row.regions),
+                           "mode": row.mode, "settings_keys": sorted(row.settings), "forced": force}))
+    conn.run("DELETE FROM backends WHERE id = :b", b=backend_id)
+    return Removal(backend_id=backend_id, fenced_cycle=fenced, cycles_kept=int(cycles), orphans_kept=int(orphans),
+                   owners_naming_it=int(owners))
 
 
 def add_backend(conn: pg8000.native.Connection, *, backend_id: str, provider: str, account: str, regions: Sequence[str],
@@ -30,14 +153,20 @@ def add_backend(conn: pg8000.native.Connection, *, backend_id: str, provider: st
         raise
 
 
-def status_rows(conn: pg8000.native.Connection) -> list[StatusRow]:
+def status_rows(conn: pg8000.native.Connection, backend_id: str | None = None) -> list[BackendStatus]:
+    """Every backend's status (or one's), with the cycle holding its live lease."""
     rows = conn.run(
         "SELECT b.id, b.provider, b.mode, c.clean_at, c.last_outcome, c.last_processed_at, c.next_due_at,"
         " (SELECT count(*) FROM orphans o WHERE o.backend_id = b.id AND o.verdict = 'orphan'"
-        "   AND o.state IN ('open', 'deleting', 'delete_failed'))"
-        " FROM backends b LEFT JOIN cleanup c ON c.backend_id = b.id ORDER BY b.id")
-    return [StatusRow(backend=r[0], provider=r[1], mode=r[2], clean_at=r[3], last_outcome=r[4],
-                      last_processed_at=r[5], next_due_at=r[6], open_orphans=int(r[7])) for r in rows]
+        "   AND o.state IN ('open', 'deleting', 'delete_failed')),"
+        f" CASE WHEN {_LIVE_LEASE} THEN c.lease_owner END, cy.started_at, c.lease_expires_at"
+        " FROM backends b LEFT JOIN cleanup c ON c.backend_id = b.id LEFT JOIN cycles cy ON cy.id = c.lease_owner"
+        + (" WHERE b.id = :b" if backend_id is not None else "") + " ORDER BY b.id",
+        **({"b": backend_id} if backend_id is not None else {}))
+    return [BackendStatus(backend=r[0], provider=r[1], mode=r[2], clean_at=r[3], last_outcome=r[4],
+                          last_processed_at=r[5], next_due_at=r[6], open_orphans=int(r[7]),
+                          running=RunningCycle(cycle_id=r[8], started_at=r[9], lease_expires_at=r[10])
+                          if r[8] else None) for r in rows]
 
 
 # The report's groups as one JSON text built by Postgres, keeping only each
@@ -46,7 +175,7 @@ _GROUPS_SQL = (
     "SELECT coalesce(json_agg(json_build_object('provider_ref', g.provider_ref, 'region', g.region,"
     " 'primary_id', g.primary_id, 'resources', (SELECT coalesce(json_agg(json_build_object("
     "  'kind', x->>'kind', 'id', x->>'id')), '[]') FROM jsonb_array_elements(g.resources) AS x),"
-    " 'verdict', g.verdict, 'reason', g.reason, 'action', g.action)"
+    " 'verdict', g.verdict, 'reason', g.reason, 'action', g.action, 'detail', g.evidence->>'d')"
     " ORDER BY g.provider_ref, g.region, g.primary_id), '[]')::text"
     " FROM cycle_groups g WHERE g.cycle_id = :c")
 
@@ -64,7 +193,8 @@ def cycle_report(conn: pg8000.native.Connection, cycle_id: str) -> CycleReport:
         failures=tuple(RegionFailure(region=f["region"], error=f["error"]) for f in failures),
         groups=tuple(ReportGroup(provider_ref=g["provider_ref"], region=g["region"], primary_id=g["primary_id"],
                                  resources=tuple(ReportResource(kind=r["kind"], id=r["id"]) for r in g["resources"]),
-                                 verdict=g["verdict"], reason=g["reason"], action=g["action"]) for g in groups),
+                                 verdict=g["verdict"], reason=g["reason"], action=g["action"],
+                                 detail=g.get("detail")) for g in groups),
         blocked_reason=blocked_reason, error=error)
 
 

@@ -30,7 +30,8 @@ Contracts:
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Sequence
+import logging
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
@@ -38,23 +39,37 @@ from typing import Any
 import pg8000.native
 
 from orphan_cleanup.decisions import BatchApplication
+from orphan_cleanup.errors import ConfigError
 from orphan_cleanup.ledger import queries, reports
 from orphan_cleanup.ledger.db import Database
-from orphan_cleanup.ledger.records import ApplyResult, CycleContext, CycleReport, IdleSnapshot, StatusRow
+from orphan_cleanup.ledger.records import ApplyResult, CycleContext, CycleReport, IdleSnapshot, TickRow
 from orphan_cleanup.ledger.unit import LeaseUnit, LockedCycle
 from orphan_cleanup.models import Backend, BackendSettings, LedgerRecord, ResourceGroup
 
+_log = logging.getLogger(__name__)
+
 
 def apply_payload(app: BatchApplication) -> dict[str, Any]:
-    """The JSON document ``oc_apply_batch`` reads (see migrations/0003_apply.sql)."""
-    rows = [r.as_dict() for r in app.rows]
-    # Every orphan row is also a cycle_groups row: dump each once.
+    """The JSON document ``oc_apply_batch`` reads (migrations/0003_apply.sql; its
+    current version, which writes ``evidence`` into cycle_groups, is in 0008_evidence.sql)."""
+    rows = []
+    for r in app.rows:
+        d = r.as_dict()
+        if r.evidence:
+            d["evidence"] = r.evidence
+        rows.append(d)
+    # Every orphan row is also a cycle_groups row: dump each once. Only cycle_groups
+    # keeps the evidence: the orphans entries leave it out.
     by_id = dict(zip(map(id, app.rows), rows, strict=True))
+    orphans = []
+    for o in app.orphans:
+        entry = {**(by_id.get(id(o.row)) or o.row.as_dict()), "state": o.state, "reported": 1 if o.reported else 0}
+        entry.pop("evidence", None)
+        orphans.append(entry)
     return {"cycle_id": app.cycle_id, "seq": app.seq, "last": app.last, "batch_count": app.batch_count,
             "failures": [f.model_dump() for f in app.failures], "groups": app.groups, "skipped": app.skipped,
             "rows": rows,
-            "orphans": [{**(by_id.get(id(o.row)) or o.row.as_dict()), "state": o.state,
-                         "reported": 1 if o.reported else 0} for o in app.orphans],
+            "orphans": orphans,
             "orphan_resources": [{"provider_ref": ref, "resource_id": rid} for ref, rid in app.orphan_resources],
             "events": [{"kind": f"{e.row.verdict.value}_reported", "provider_ref": e.row.group.provider_ref,
                         "message": e.message, "owner_type": e.row.owner_type, "owner_id": e.row.owner_id,
@@ -102,7 +117,7 @@ class LedgerSession:
         cleanup row yet."""
         rows = self.conn.run(
             "SELECT c.clean_at, c.clean_mode, c.lease_owner IS NOT NULL, c.retry_delay_seconds, c.next_due_at,"
-            " c.clean_at IS NOT NULL AND " + queries.ACTIVITY_EXISTS.format(since="c.clean_at") +
+            " c.clean_at IS NOT NULL AND " + queries.ACTIVITY_EXISTS.format(since="c.clean_at", backend=":b") +
             ", oc_clock() FROM cleanup c WHERE c.backend_id = :b", b=backend_id)
         if not rows:
             return None
@@ -110,6 +125,58 @@ class LedgerSession:
         return IdleSnapshot(clean_at=clean_at, clean_mode=clean_mode, leased=bool(leased),
                             retry_delay_seconds=delay, next_due_at=next_due, activity_since_clean=bool(active),
                             now=clock)
+
+    def tick_rows(self) -> list[TickRow]:
+        """The tick's one statement: enroll every backend once the ledger has issued refs,
+        and read every backend with STEP 1's facts (activity of its whole account, DESIGN
+        §5 rule 9) and the database clock."""
+        rows = self.conn.run(queries.TICK_SQL)
+        out = []
+        for row in rows:
+            try:
+                backend = queries.backend_from_row(row[:6])
+            except ConfigError as e:  # a misconfigured row fails that backend alone, never the tick
+                _log.error("tick: backend %s skipped: %s", row[0], e)
+                continue
+            enrolled, clean_at, clean_mode, leased, expires, delay, next_due, active, clock = row[6:]
+            snapshot = IdleSnapshot(clean_at=clean_at, clean_mode=clean_mode, leased=bool(leased),
+                                    retry_delay_seconds=delay, next_due_at=next_due,
+                                    activity_since_clean=bool(active), now=clock) if enrolled else None
+            out.append(TickRow(backend=backend, snapshot=snapshot, lease_expires_at=expires))
+        return out
+
+    def mark_idle_many(self, idle: Sequence[tuple[str, IdleSnapshot, str, datetime]], now: datetime) -> set[str]:
+        """``mark_idle`` for many backends in one statement: (backend id, the snapshot
+        seen, the mode, next due). Returns the ids marked."""
+        if not idle:
+            return set()
+        payload = json.dumps([{"backend_id": b, "clean_at": seen.clean_at, "mode": mode, "next_due": due}
+                              for b, seen, mode, due in idle], default=str)
+        return {r[0] for r in self.conn.run(
+            "UPDATE cleanup c SET last_processed_at = :n, next_due_at = x.next_due"
+            " FROM jsonb_to_recordset(CAST(:p AS jsonb))"
+            "      AS x(backend_id text, clean_at timestamptz, mode text, next_due timestamptz)"
+            " WHERE c.backend_id = x.backend_id AND c.lease_owner IS NULL AND c.clean_at = x.clean_at"
+            " AND c.clean_mode = x.mode RETURNING c.backend_id", n=now, p=payload)}
+
+    def region_baselines(self, backend_ids: Sequence[str]) -> dict[str, dict[str, tuple[int | None, int | None]]]:
+        """Per backend and region: (groups of the last clean listing, groups of the
+        suspect listing since), in one statement."""
+        out: dict[str, dict[str, tuple[int | None, int | None]]] = {b: {} for b in backend_ids}
+        for b, region, clean, suspect in self.conn.run(
+                "SELECT backend_id, region, clean_groups, suspect_groups FROM region_listings"
+                " WHERE backend_id = ANY(CAST(:b AS text[]))", b=list(backend_ids)):
+            out[b][region] = (clean, suspect)
+        return out
+
+    def mark_suspect(self, backend_id: str, counts: dict[str, int]) -> None:
+        """Remember the group counts of region listings found anomalous (one statement)."""
+        self.conn.run(
+            "INSERT INTO region_listings AS l (backend_id, region, suspect_groups, suspect_at)"
+            " SELECT :b, r.key, r.value::integer, oc_clock() FROM jsonb_each_text(CAST(:c AS jsonb)) AS r"
+            " ON CONFLICT (backend_id, region) DO UPDATE"
+            " SET suspect_groups = excluded.suspect_groups, suspect_at = excluded.suspect_at",
+            b=backend_id, c=json.dumps(counts))
 
     def mark_idle(self, backend_id: str, *, now: datetime, next_due: datetime, seen: IdleSnapshot,
                   mode: str) -> bool:
@@ -182,6 +249,35 @@ class LedgerStore:
         with self.db.connection() as conn:
             return queries.list_backends(conn)
 
+    def backend_rows(self) -> list[reports.BackendRow]:
+        """Every backend as stored, a misconfigured one included (``BackendRow.error``)."""
+        with self.db.connection() as conn:
+            return reports.backend_rows(conn)
+
+    def backend_row(self, backend_id: str) -> reports.BackendRow:
+        """One backend as stored (``ConfigError`` when unknown)."""
+        with self.db.connection() as conn:
+            return reports.backend_row(conn, backend_id)
+
+    def update_backend(self, backend_id: str,
+                       edit: Callable[[reports.BackendRow, reports.RunningCycle | None], reports.BackendRow],
+                       ) -> reports.BackendRow:
+        """Replace a backend's account, regions, settings and mode with ``edit(current,
+        running)``'s, in one transaction holding its cleanup row and its row: ``edit`` sees
+        the row as stored and the cycle holding a live lease, and raises to change nothing.
+        Returns the row as stored afterwards."""
+        with self.db.transaction() as conn:
+            running = reports.lock_running_cycle(conn, backend_id)
+            reports.write_backend(conn, edit(reports.backend_row(conn, backend_id, lock=True), running))
+            return reports.backend_row(conn, backend_id)
+
+    def remove_backend(self, backend_id: str, *, force: bool = False) -> reports.Removal:
+        """Delete a backend (no future cycle), keeping its history; ``BackendBusy`` while a
+        cycle of it holds a live lease, unless ``force`` fences that cycle in the same
+        transaction (see ``reports.remove_backend``)."""
+        with self.db.transaction() as conn:
+            return reports.remove_backend(conn, backend_id, force=force)
+
     def add_backend(self, *, backend_id: str, provider: str, account: str, regions: Sequence[str],
                     settings: BackendSettings, mode: str | None = None) -> None:
         """Insert a backend (``ConfigError`` if its id exists); ``settings`` are stored as
@@ -191,9 +287,10 @@ class LedgerStore:
                                 regions=regions, settings=settings.model_dump(mode="json", exclude_unset=True),
                                 mode=mode)
 
-    def status(self) -> list[StatusRow]:
+    def status(self, backend_id: str | None = None) -> list[reports.BackendStatus]:
+        """Every backend's status (or one's), with the cycle holding its live lease."""
         with self.db.connection() as conn:
-            return reports.status_rows(conn)
+            return reports.status_rows(conn, backend_id)
 
     def cycle_report(self, cycle_id: str) -> CycleReport:
         with self.db.connection() as conn:

@@ -13,8 +13,8 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Sequence
-from datetime import datetime
-from typing import Any
+from datetime import datetime, timedelta
+from typing import Any, NamedTuple
 
 import pg8000.native
 
@@ -26,6 +26,15 @@ from orphan_cleanup.models import Mode, Outcome, RegionFailure, ResourceGroup
 
 _CLEANUP_COLUMNS = ("backend_id, clean_at, clean_mode, lease_owner, lease_expires_at, fence,"
                     " retry_delay_seconds, next_due_at")
+
+
+class GateHold(NamedTuple):
+    """A per-ref delete gate held by a deletion in progress (``LedgerStore.acquire_gate``)."""
+
+    scope: str
+    ref: str
+    holder: str
+    ttl_seconds: int
 
 
 def _cleanup(row: list[Any]) -> CleanupState:
@@ -116,6 +125,20 @@ class LockedCycle:
                              _id=self.state.id, **params)
         self.state = Cycle.from_row(rows[0])
 
+    def extend_lease(self, seconds: int, gate: GateHold | None = None) -> datetime:
+        """Move the lease's end (and the cycle's deadline) to ``seconds`` from now and
+        return it; renew ``gate`` too, only while its holder still holds it (a released
+        gate is never taken again here)."""
+        until = self.now + timedelta(seconds=seconds)
+        self.conn.run("UPDATE cleanup SET lease_expires_at = :d WHERE backend_id = :b", d=until,
+                      b=self.state.backend_id)
+        self._update("deadline = :d", d=until)
+        if gate is not None:
+            self.conn.run("UPDATE delete_gates SET expires_at = now() + make_interval(secs => :t)"
+                          " WHERE backend_id = :s AND provider_ref = :r AND holder = :h",
+                          t=gate.ttl_seconds, s=gate.scope, r=gate.ref, h=gate.holder)
+        return until
+
     def schedule_inputs(self) -> tuple[datetime | None, int]:
         """The backend's ``clean_at`` and current retry delay (read with the lock)."""
         return self._clean_at, self._retry_delay
@@ -125,6 +148,11 @@ class LockedCycle:
         self._update("listed_at = coalesce(CAST(:t AS timestamptz), oc_clock())", t=listed_at)
         assert self.state.listed_at is not None
         return self.state.listed_at
+
+    def record_region_groups(self, counts: dict[str, int]) -> None:
+        """The group count of each region this cycle listed and believed: the
+        backend's next baselines if the cycle finishes clean (migration 0010's trigger)."""
+        self._update("region_groups = CAST(:g AS jsonb)", g=json.dumps(counts))
 
     def fail(self, error: str, failures: Sequence[RegionFailure] | None = None) -> None:
         """The listing (or the identity check before it) failed; ``failures`` replace the cycle's."""

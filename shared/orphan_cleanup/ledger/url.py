@@ -1,21 +1,33 @@
 """DATABASE_URL parsing: ``postgresql://`` URLs to connection parameters and back,
-and the TLS context each ``sslmode`` asks for. No I/O."""
+and the TLS context each ``sslmode`` asks for.
+
+Parsing does no I/O; ``ssl_context`` reads the certificate files the URL names.
+docs/DATABASE.md is the user's side of this module."""
 
 from __future__ import annotations
 
 import ssl
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from pathlib import Path
-from urllib.parse import parse_qs, quote, unquote, urlsplit
+from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
 from orphan_cleanup.errors import ConfigError
 
 SSL_MODES = {"disable", "allow", "prefer", "require", "verify-ca", "verify-full"}
+VERIFYING_MODES = {"verify-ca", "verify-full"}
+# Modes where pg8000 gets a context, so TLS is required and never falls back to clear text.
+TLS_ONLY_MODES = {"require"} | VERIFYING_MODES
+SYSTEM_STORE = "system"
+"""``sslrootcert=system``: the system trust store (as libpq 16), and verify-full by default."""
+
+# Every query parameter we act on; any other one is a ConfigError, never silently ignored.
+PARAMETERS = ("host", "port", "sslmode", "sslrootcert", "sslcert", "sslkey", "application_name")
 
 
 @dataclass(frozen=True)
 class ConnInfo:
-    """Parsed connection parameters; ``unix_sock`` set for a socket connection."""
+    """Parsed connection parameters; ``unix_sock`` set for a socket connection (no TLS,
+    as libpq: ``sslmode`` does not apply to a local socket)."""
 
     user: str = "postgres"
     password: str | None = None
@@ -24,40 +36,57 @@ class ConnInfo:
     database: str = "postgres"
     unix_sock: str | None = None
     sslmode: str = "prefer"
-    options: dict[str, str] = field(default_factory=dict)
+    sslrootcert: str | None = None
+    sslcert: str | None = None
+    sslkey: str | None = None
+    application_name: str | None = None
 
     def with_database(self, database: str) -> ConnInfo:
-        return ConnInfo(self.user, self.password, self.host, self.port, database,
-                        self.unix_sock, self.sslmode, self.options)
+        return replace(self, database=database)
 
     def url(self) -> str:
         # Percent-encode: a password with '/', '#', '?' or '@' must survive parse_database_url.
         auth = quote(self.user, safe="") + (f":{quote(self.password, safe='')}" if self.password else "")
         database = quote(self.database, safe="")
+        extra = {k: v for k, v in (("sslrootcert", self.sslrootcert), ("sslcert", self.sslcert),
+                                   ("sslkey", self.sslkey), ("application_name", self.application_name)) if v}
         if self.unix_sock:
-            socket_dir = quote(str(Path(self.unix_sock).parent), safe="")
-            return f"postgresql://{auth}@/{database}?host={socket_dir}&port={self.port}"
+            query = {"host": str(Path(self.unix_sock).parent), "port": str(self.port), **extra}
+            return f"postgresql://{auth}@/{database}?{urlencode(query, quote_via=quote, safe='')}"
         host = f"[{self.host}]" if self.host and ":" in self.host else self.host
-        return f"postgresql://{auth}@{host}:{self.port}/{database}?sslmode={self.sslmode}"
+        query = {"sslmode": self.sslmode, **extra}
+        return f"postgresql://{auth}@{host}:{self.port}/{database}?{urlencode(query, quote_via=quote, safe='')}"
 
 
-def parse_database_url(url: str) -> ConnInfo:
-    """Parse ``postgresql://user:pass@host:port/db?sslmode=…`` (or ``?host=/socket/dir``)."""
+def parse_database_url(url: str, *, default_sslmode: str = "prefer") -> ConnInfo:
+    """Parse ``postgresql://user:pass@host:port/db?sslmode=…`` (or ``?host=/socket/dir``).
+
+    ``default_sslmode`` applies when the URL names no ``sslmode`` (``prefer`` as libpq;
+    the deployed functions pass ``verify-full``). A URL naming a CA (``sslrootcert``)
+    and no ``sslmode`` means ``verify-full`` whatever the default: a CA given is a CA
+    used. Bad or unknown parameters are a one-line ``ConfigError`` naming them."""
     try:
         parts = urlsplit(url)
         port = parts.port
+        pairs = parse_qsl(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query))
     except ValueError as e:
         raise ConfigError(f"DATABASE_URL is malformed: {e}") from e
     if parts.scheme not in ("postgresql", "postgres"):
         raise ConfigError("DATABASE_URL must start with postgresql://")
-    query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
-    sslmode = query.pop("sslmode", "prefer")
+    unknown = sorted({k for k, _ in pairs} - set(PARAMETERS))
+    if unknown:
+        raise ConfigError(f"DATABASE_URL parameter {', '.join(map(repr, unknown))} is not supported"
+                          f" (supported: {', '.join(PARAMETERS)})")
+    query = {k: v for k, v in pairs if v != ""}  # an empty value means "not given", as in libpq
+    sslrootcert = query.get("sslrootcert")
+    sslmode = query.get("sslmode") or ("verify-full" if sslrootcert else default_sslmode)
     if sslmode not in SSL_MODES:
         raise ConfigError(f"DATABASE_URL sslmode {sslmode!r} is not one of {sorted(SSL_MODES)}")
+    _check_tls_files(sslmode, sslrootcert, query.get("sslcert"), query.get("sslkey"))
     host = parts.hostname
-    socket_dir = query.pop("host", None)
+    socket_dir = query.get("host")
     try:
-        port = int(query.pop("port", port or 5432))
+        port = int(query.get("port", port or 5432))
     except ValueError as e:
         raise ConfigError(f"DATABASE_URL port is not a number: {e}") from e
     unix_sock = None
@@ -75,21 +104,65 @@ def parse_database_url(url: str) -> ConnInfo:
         database=database,
         unix_sock=unix_sock,
         sslmode=sslmode,
-        options=query,
+        sslrootcert=sslrootcert,
+        sslcert=query.get("sslcert"),
+        sslkey=query.get("sslkey"),
+        application_name=query.get("application_name"),
     )
 
 
-def ssl_context(mode: str) -> ssl.SSLContext | bool | None:
-    """What pg8000's ``ssl_context`` needs for ``mode``: False = no TLS; None = try
-    TLS unverified, fall back to clear text; else a context (verifying per mode)."""
-    if mode == "disable":
+def _check_tls_files(sslmode: str, rootcert: str | None, cert: str | None, key: str | None) -> None:
+    if sslmode not in TLS_ONLY_MODES:
+        given = [name for name, v in (("sslrootcert", rootcert), ("sslcert", cert), ("sslkey", key)) if v]
+        if given:
+            # pg8000 cannot both fall back to clear text and verify or present a certificate.
+            raise ConfigError(f"DATABASE_URL {given[0]} needs sslmode require, verify-ca or verify-full,"
+                              f" not {sslmode}")
+    if rootcert == SYSTEM_STORE and sslmode != "verify-full":
+        raise ConfigError(f"DATABASE_URL sslrootcert=system needs sslmode=verify-full, not {sslmode}")
+    if key and not cert:
+        raise ConfigError("DATABASE_URL sslkey needs sslcert")
+
+
+def ssl_context(info: ConnInfo) -> ssl.SSLContext | bool | None:
+    """What pg8000's ``ssl_context`` needs for ``info``: False = no TLS; None = try TLS
+    unverified, fall back to clear text (allow, prefer); else a context, and TLS is
+    required (require, verify-ca, verify-full).
+
+    ``verify-ca`` checks the chain, ``verify-full`` the chain and the host name; their
+    CAs are ``sslrootcert`` (a PEM bundle) or, without it or with ``system``, the
+    system trust store. ``require`` verifies nothing, unless ``sslrootcert`` names a
+    CA: then it checks the chain, as libpq does. A certificate file that cannot be
+    read is a ``ConfigError``."""
+    mode = info.sslmode
+    if info.unix_sock or mode == "disable":
         return False
-    if mode in ("allow", "prefer"):
+    if mode not in TLS_ONLY_MODES:
         return None
-    ctx = ssl.create_default_context()
-    if mode == "require":
+    cafile = info.sslrootcert if info.sslrootcert != SYSTEM_STORE else None
+    if mode == "require" and cafile is None:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
         ctx.check_hostname = False
         ctx.verify_mode = ssl.CERT_NONE
-    elif mode == "verify-ca":
-        ctx.check_hostname = False
+    else:
+        try:
+            ctx = ssl.create_default_context(cafile=cafile)  # no cafile: the system store
+        except (OSError, ssl.SSLError) as e:
+            raise ConfigError(f"DATABASE_URL sslrootcert {cafile!r} cannot be loaded: {_reason(e)}") from e
+        ctx.check_hostname = mode == "verify-full"
+    if info.sslcert:
+        try:
+            # An encrypted key would make OpenSSL prompt on the terminal: refuse it instead.
+            ctx.load_cert_chain(info.sslcert, info.sslkey, password=_no_passphrase)
+        except (OSError, ssl.SSLError) as e:
+            raise ConfigError(f"DATABASE_URL sslcert {info.sslcert!r} / sslkey {info.sslkey!r}"
+                              f" cannot be loaded: {_reason(e)}") from e
     return ctx
+
+
+def _no_passphrase() -> str:
+    raise ConfigError("DATABASE_URL sslkey is encrypted; pg8000 takes no key passphrase: decrypt it")
+
+
+def _reason(e: OSError | ssl.SSLError) -> str:
+    return " ".join(str(e.strerror or e).split())

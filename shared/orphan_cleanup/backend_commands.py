@@ -1,0 +1,200 @@
+"""``backend add|list|show|update|remove``: the bodies; ``cli.py`` parses, ``commands.dispatch``
+opens the database (read-only for list and show) and calls them."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from typing import Any
+
+from orphan_cleanup import cli_input
+from orphan_cleanup.errors import BackendBusy, ConfigError
+from orphan_cleanup.ledger.db import Database
+from orphan_cleanup.ledger.reports import BackendRow, RunningCycle
+from orphan_cleanup.ledger.store import LedgerStore
+from orphan_cleanup.models import BackendSettings
+from orphan_cleanup.output import human_time, print_fields, print_table, verdict_style
+
+EXIT_OK, EXIT_BAD_INPUT = 0, 2
+SECRET_SETTINGS = {"credentials_json"}
+HIDDEN = "(set, hidden)"
+
+
+def add(db: Database, args: argparse.Namespace, regions: list[str], settings: dict[str, Any]) -> int:
+    LedgerStore(db).add_backend(backend_id=args.id, provider=args.provider, account=args.account,
+                                regions=regions, settings=BackendSettings.from_input(settings), mode=args.mode)
+    print(f"added backend {args.id} ({args.provider} {args.account}, regions {', '.join(regions)})")
+    return EXIT_OK
+
+
+def _unused(settings: dict[str, Any]) -> dict[str, Any]:
+    """The keys a platform stored for itself: kept, never read by orphan-cleanup."""
+    return {k: v for k, v in settings.items() if k not in BackendSettings.model_fields}
+
+
+def _hide(settings: dict[str, Any]) -> dict[str, Any]:
+    return {k: HIDDEN if k in SECRET_SETTINGS and v is not None else v for k, v in settings.items()}
+
+
+def _row_json(row: BackendRow) -> dict[str, Any]:
+    if row.backend is not None:
+        return {**row.backend.model_dump(mode="json", exclude={"settings": SECRET_SETTINGS}), "error": None}
+    return {"id": row.id, "provider": row.provider, "account": row.account, "regions": list(row.regions),
+            "settings": {k: v for k, v in row.settings.items() if k not in SECRET_SETTINGS}, "mode": row.mode,
+            "error": row.error}
+
+
+def list_(db: Database, args: argparse.Namespace) -> int:
+    """Every backend; a misconfigured row is listed too, marked, and named on stderr."""
+    rows = LedgerStore(db).backend_rows()
+    for row in rows:
+        if row.error:
+            print(f"orphan-cleanup: warning: {row.error}", file=sys.stderr)
+    if args.json:
+        print(json.dumps([_row_json(r) for r in rows], indent=2))
+        return EXIT_OK
+    headers = ["backend", "provider", "account", "regions", "mode"]
+    bad = any(r.error for r in rows)
+    print_table(headers + (["config"] if bad else []),
+                [[r.id, r.provider, r.account, ",".join(r.regions), r.mode or "(global)"]
+                 + (["misconfigured" if r.error else "ok"] if bad else []) for r in rows])
+    return EXIT_OK
+
+
+def show(db: Database, args: argparse.Namespace, global_mode: str) -> int:
+    """One backend: its row, effective settings, the platform's own keys, status, running cycle."""
+    store = LedgerStore(db)
+    row = store.backend_row(args.id)
+    status = store.status(args.id)[0]
+    effective = row.backend.settings.model_dump(mode="json") if row.backend else None
+    doc = {"id": row.id, "provider": row.provider, "account": row.account, "regions": list(row.regions),
+           "mode": row.mode, "effective_mode": row.mode or global_mode,
+           "settings": _hide({k: v for k, v in row.settings.items() if k in BackendSettings.model_fields}),
+           "effective_settings": _hide(effective) if effective is not None else None,
+           "unused_settings": _unused(row.settings),
+           "status": {"clean_at": _iso(status.clean_at), "last_outcome": status.last_outcome,
+                      "last_processed_at": _iso(status.last_processed_at), "next_due_at": _iso(status.next_due_at),
+                      "open_orphans": status.open_orphans},
+           "running": running_json(status.running), "error": row.error}
+    if args.json:
+        print(json.dumps(doc, indent=2))
+    else:
+        _print_show(doc, row)
+    if row.error:
+        print(f"orphan-cleanup: error: {row.error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    return EXIT_OK
+
+
+def _print_show(doc: dict[str, Any], row: BackendRow) -> None:
+    own = "its own" if doc["mode"] else "ORPHAN_CLEANUP_MODE: the backend has none of its own"
+    print_fields([("backend", doc["id"]), ("provider", doc["provider"]), ("account", doc["account"]),
+                  ("regions", ", ".join(doc["regions"]) or "(none)"), ("mode", f"{doc['effective_mode']} ({own})")])
+    print("settings:")
+    if doc["effective_settings"] is None:  # the model refuses the row: the known keys as stored
+        print_fields([(k, json.dumps(v)) for k, v in doc["settings"].items()] or [("(none set)", "")], indent=2)
+    else:
+        print_fields([(k, ("-" if v is None else str(v)) + ("" if k in row.settings else " (default)"))
+                      for k, v in doc["effective_settings"].items()], indent=2)
+    if doc["unused_settings"]:
+        print("not used by orphan-cleanup (the platform's own keys, kept as stored):")
+        print_fields([(k, json.dumps(v)) for k, v in doc["unused_settings"].items()], indent=2)
+    s, run = doc["status"], doc["running"]
+    print("status:")
+    print_fields([("last outcome", verdict_style(s["last_outcome"] or "-")), ("clean_at", human_time(s["clean_at"])),
+                  ("next due", human_time(s["next_due_at"], never="-")), ("open orphans", str(s["open_orphans"])),
+                  ("running", _running_text(run) if run else "no cycle")], indent=2)
+    if row.error:
+        print(f"problem: {row.error}")
+
+
+def update(db: Database, args: argparse.Namespace) -> int:
+    """Change what is given, checked as a whole by the model; only ``--mode`` while a cycle runs."""
+    patch = cli_input.parse_settings(args.settings) if args.settings is not None else None
+    replacement = cli_input.parse_settings(args.settings_replace, "--settings-replace") \
+        if args.settings_replace is not None else None
+    if args.account is None and args.regions is None and args.mode is None and patch is None \
+            and replacement is None:
+        raise ConfigError("nothing to update: give --account, --regions, --mode, --settings or --settings-replace")
+    if args.regions is not None:
+        cli_input.known_aws_regions()  # botocore's data loads once, before the row is locked
+    before: list[BackendRow] = []
+
+    def edit(current: BackendRow, running: RunningCycle | None) -> BackendRow:
+        before.append(current)
+        provider = current.provider
+        account = current.account if args.account is None else cli_input.check_account(provider, args.account)
+        regions = current.regions if args.regions is None else tuple(cli_input.parse_regions(provider, args.regions))
+        mode = current.mode if args.mode is None else (None if args.mode == "none" else args.mode)
+        settings = replacement if replacement is not None else \
+            cli_input.merge_settings(current.settings, patch) if patch is not None else current.settings
+        cli_input.checked_backend(current.id, provider, account, regions, settings, mode)
+        if running is not None and (account, regions, settings) != (current.account, current.regions,
+                                                                    current.settings):
+            raise BackendBusy(f"backend {current.id}: cycle {running.cycle_id} is running (lease until"
+                              f" {human_time(running.lease_expires_at)}): only --mode may change now;"
+                              " retry when it ends")
+        return dataclasses.replace(current, account=account, regions=regions, settings=settings, mode=mode,
+                                   backend=None, error=None)
+
+    after = LedgerStore(db).update_backend(args.id, edit)
+    changes = _changes(before[0], after)
+    print(f"updated backend {args.id}: {'; '.join(changes)}" if changes else f"backend {args.id}: nothing changed")
+    dropped = sorted(set(_unused(before[0].settings)) - set(after.settings))
+    if dropped:
+        print(f"dropped keys not used by orphan-cleanup: {', '.join(dropped)}")
+    return EXIT_OK
+
+
+def _changes(old: BackendRow, new: BackendRow) -> list[str]:
+    out = []
+    if old.account != new.account:
+        out.append(f"account {old.account} -> {new.account}")
+    if old.regions != new.regions:
+        out.append(f"regions {','.join(old.regions)} -> {','.join(new.regions)}")
+    if old.mode != new.mode:
+        out.append(f"mode {old.mode or '(global)'} -> {new.mode or '(global)'}")
+    keys = sorted(set(old.settings) | set(new.settings))
+    edits = [("+" if k not in old.settings else "-" if k not in new.settings else "~") + k
+             for k in keys if old.settings.get(k, _MISSING) != new.settings.get(k, _MISSING)]
+    if edits:
+        out.append(f"settings {' '.join(edits)}")
+    return out
+
+
+_MISSING = object()
+
+
+def remove(db: Database, args: argparse.Namespace) -> int:
+    removal = LedgerStore(db).remove_backend(args.id, force=args.force)
+    print(f"removed backend {args.id}: no cycle of it runs any more"
+          + (f"; its running cycle {removal.fenced_cycle} was stopped (nothing of it applies now)"
+             if removal.fenced_cycle else ""))
+    print(f"kept for audit: {removal.cycles_kept} cycle(s), {removal.orphans_kept} orphan record(s), its events")
+    if removal.owners_naming_it:
+        print(f"note: {removal.owners_naming_it} live owner(s) in instances still name {args.id}: other backends"
+              " skip their resources (never delete them) until they name a known backend")
+    return EXIT_OK
+
+
+def running_json(run: RunningCycle | None) -> dict[str, Any] | None:
+    """``status --json``'s ``running``: the cycle holding the live lease, or null."""
+    if run is None:
+        return None
+    return {"cycle_id": run.cycle_id, "started_at": _iso(run.started_at),
+            "lease_expires_at": _iso(run.lease_expires_at)}
+
+
+def _running_text(run: dict[str, Any]) -> str:
+    return (f"cycle {run['cycle_id']} since {human_time(run['started_at'])},"
+            f" lease until {human_time(run['lease_expires_at'], never='-')}")
+
+
+def running_line(backend: str, run: dict[str, Any]) -> str:
+    return f"{backend}: {_running_text(run)}"
+
+
+def _iso(v: Any) -> str | None:
+    return v.isoformat() if v else None

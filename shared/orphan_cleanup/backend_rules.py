@@ -1,0 +1,51 @@
+"""What a backend's configuration must satisfy, whoever wrote it (the CLI or a
+platform's plain SQL): tag keys valid for the provider, IAM role ARNs, regions.
+
+Pure rules, no I/O: ``models.Backend`` / ``models.BackendSettings`` apply them on
+every parse of a row, the CLI before writing one. The CLI also checks AWS region
+names against botocore's own list (``cli_input.known_aws_regions``); a row only
+needs a non-empty region list, so a region newer than the installed botocore
+still works from SQL (its listing fails alone if the name is wrong)."""
+
+from __future__ import annotations
+
+import re
+
+from pydantic import ValidationError
+
+ROLE_ARN = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]{1,512}$")
+AWS_TAG_KEY_MAX = 128
+GCP_LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
+GCP_LOCATION = re.compile(r"^[a-z]+-[a-z]+\d+(-[a-z])?$")  # a region (us-central1) or a zone (us-central1-a)
+
+
+def role_arn_problem(value: str) -> str | None:
+    if ROLE_ARN.match(value):
+        return None
+    return f"{value!r} is not an IAM role ARN (arn:aws:iam::<12-digit account>:role/<name>)"
+
+
+def tag_key_problem(provider: str, key: str) -> str | None:
+    """Why ``key`` cannot be a tag key (AWS) or label key (GCP) on ``provider``; None if it can."""
+    if not key:
+        return "must not be empty"
+    if provider == "aws":
+        if len(key) > AWS_TAG_KEY_MAX:
+            return f"{key[:20]!r}... is longer than {AWS_TAG_KEY_MAX} characters (AWS tag keys)"
+        if key.lower().startswith("aws:"):
+            return f"{key!r} starts with 'aws:', a prefix AWS reserves"
+        return None
+    if not GCP_LABEL_KEY.match(key):
+        return f"{key!r} is not a GCP label key (lowercase letter first, then up to 62 of a-z 0-9 _ -)"
+    return None
+
+
+def describe_validation(error: ValidationError) -> str:
+    """Every problem of a pydantic error on one line: ``settings.tag_key: must not be empty``."""
+    problems = []
+    for e in error.errors():
+        where = ".".join(str(part) for part in e["loc"])
+        cause = e.get("ctx", {}).get("error")
+        message = str(cause) if e["type"] == "value_error" and cause is not None else e["msg"]
+        problems.append(f"{where}: {message}" if where else message)
+    return "; ".join(problems)

@@ -1,0 +1,248 @@
+"""The lister step (a base of ``Pipeline``): the tick selects the due backends and
+queues listing jobs; a job, or a direct run, takes each backend's lease (STEP 1) and
+lists once per group of backends sharing a listing (STEP 2), each cycle getting its
+own batches."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from orphan_cleanup import bookkeeping, listing_rules, policy
+from orphan_cleanup.classify import Limits
+from orphan_cleanup.deleter import Deleter, identity_failure
+from orphan_cleanup.errors import ConfigError, DatabaseError, LeaseLost, OrphanCleanupError, ProviderError
+from orphan_cleanup.ledger.records import CycleRef, IdleSnapshot
+from orphan_cleanup.messages import MAX_JOB_BACKENDS, ListingBatch, ListingJob
+from orphan_cleanup.models import Backend, Mode, RegionFailure, RegionListing, ResourceGroup
+from orphan_cleanup.providers.base import describe_error
+from orphan_cleanup.queues.base import Queue
+from orphan_cleanup.results import JobResult, ListerResult, TickResult
+from orphan_cleanup.settings import Settings
+
+
+@dataclass(frozen=True)
+class StartedCycle:
+    """A backend whose cycle started (STEP 1 passed, the lease taken)."""
+
+    backend: Backend
+    cycle: CycleRef
+    limits: Limits
+    reason: str
+    manual: bool
+
+    def result(self, reason: str, **kw: Any) -> ListerResult:
+        return ListerResult(backend=self.backend.id, started=True, cycle_id=self.cycle.id, reason=reason, **kw)
+
+
+class _Batcher:
+    """Cuts one cycle's listing into ``ListingBatch`` messages below the queue's size
+    limit, in listing order; the last batch carries the count and the region failures."""
+
+    def __init__(self, started: StartedCycle, listed_at: datetime, limit: int,
+                 baselines: dict[str, tuple[int | None, int | None]], settings: Settings) -> None:
+        self.started, self.listed_at, self.limit = started, listed_at, limit
+        self.baselines, self.settings = baselines, settings
+        self.counts: dict[str, int] = {}  # believed regions: their group counts
+        self.suspects: dict[str, int] = {}  # anomalous regions: what they listed
+        self.failures: list[RegionFailure] = []
+        self.pending: list[ResourceGroup] = []
+        self.size = 0
+        self.count = 0
+        self.regions_listed = 0
+
+    def _batch(self, last: bool) -> ListingBatch:
+        cycle, seq = self.started.cycle, self.count
+        batch = ListingBatch(cycle_id=cycle.id, backend=self.started.backend.id, seq=seq, listed_at=self.listed_at,
+                             mode=cycle.mode, record_all=self.started.manual, groups=tuple(self.pending), last=last,
+                             batch_count=seq + 1 if last else None, failures=tuple(self.failures) if last else ())
+        self.count += 1
+        self.pending, self.size = [], 0
+        return batch
+
+    def add(self, region: RegionListing) -> Iterator[ListingBatch]:
+        if region.failure is not None:
+            self.failures.append(RegionFailure(region=region.region, error=region.failure))
+            return
+        clean, suspect = self.baselines.get(region.region, (None, None))
+        anomaly = listing_rules.region_anomaly(len(region.groups), clean, suspect,
+                                               max_shrink=self.settings.region_shrink_share,
+                                               min_groups=self.settings.region_shrink_min_groups)
+        if anomaly is not None:
+            self.failures.append(RegionFailure(region=region.region, error=anomaly))
+            self.suspects[region.region] = len(region.groups)
+            return
+        self.regions_listed += 1
+        self.counts[region.region] = len(region.groups)
+        for group in region.groups:
+            gsize = len(group.model_dump_json()) + 1
+            if self.pending and self.size + gsize > self.limit:
+                yield self._batch(last=False)
+            self.pending.append(group)
+            self.size += gsize
+
+    def close(self) -> ListingBatch:
+        return self._batch(last=True)
+
+
+class Lister(Deleter):
+    listing_queue: Queue
+    jobs_queue: Queue | None
+
+    # ---- the tick: due selection for every backend ----------------------------------
+
+    def run_tick(self) -> TickResult:
+        """Select every due backend in one statement and queue one listing job per
+        group of due backends that share a listing (``Backend.listing_key``). Idle
+        backends are marked processed in one more statement. Needs ``jobs_queue``."""
+        if self.jobs_queue is None:
+            raise ConfigError("the tick needs a jobs queue (JOBS_QUEUE_URL on AWS, JOBS_TOPIC on GCP)")
+        with self.store.session() as session:
+            rows = session.tick_rows()
+            due: dict[str, str] = {}
+            skipped: dict[str, str] = {}
+            shared: dict[str, list[str]] = {}
+            idle: list[tuple[str, IdleSnapshot, str, datetime]] = []
+            for row in rows:
+                backend, seen = row.backend, row.snapshot
+                mode = policy.effective_mode(self.settings, backend)
+                if mode == "off" or seen is None:
+                    skipped[backend.id] = "off" if mode == "off" else "not_enrolled"
+                    continue
+                now = self._now() or seen.now
+                limits = self._limits(backend)
+                if seen.leased:
+                    go = row.lease_expires_at is None or row.lease_expires_at <= now
+                    reason = "lease_expired" if go else "busy"
+                else:
+                    go, reason = bookkeeping.scheduled_step1(seen, mode, limits, now)
+                    if not go and reason != "not_due":
+                        idle.append((backend.id, seen, mode, now + timedelta(seconds=limits.interval_seconds)))
+                if not go:
+                    skipped[backend.id] = reason
+                    continue
+                due[backend.id] = reason
+                shared.setdefault(backend.listing_key, []).append(backend.id)
+            if idle:
+                session.mark_idle_many(idle, self._now() or idle[0][1].now)
+        jobs = [ids[i:i + MAX_JOB_BACKENDS] for ids in shared.values() for i in range(0, len(ids), MAX_JOB_BACKENDS)]
+        for ids in jobs:
+            self.jobs_queue.publish(ListingJob(backends=tuple(ids)))
+        return TickResult(jobs=jobs, due=due, skipped=skipped)
+
+    def run_job(self, job: ListingJob) -> JobResult:
+        """A listing job: STEP 1 and the lease for each backend it names, then one
+        listing per group of started backends whose rows share a listing key (the
+        job's grouping is only a hint), feeding every cycle of the group."""
+        results: list[ListerResult] = []
+        started: dict[str, list[StartedCycle]] = {}
+        for backend_id in job.backends:
+            try:
+                start = self.start_cycle(backend_id, mode=None, manual=False)
+            except ConfigError as exc:  # e.g. the backend row was removed since the tick
+                self.reporter.error("listing job: backend not started", backend=backend_id, error=str(exc))
+                results.append(ListerResult(backend=backend_id, started=False, reason="unknown_backend"))
+                continue
+            if isinstance(start, ListerResult):
+                results.append(start)
+            else:
+                started.setdefault(start.backend.listing_key, []).append(start)
+        for group in started.values():
+            results += self.list_cycles(group)
+        return JobResult(listings=len(started), results=results)
+
+    # ---- lister: STEP 1-2 -------------------------------------------------
+
+    def run_lister(self, backend_id: str, *, mode: Mode | None = None, manual: bool = False) -> ListerResult:
+        """STEP 1, enroll, lease, list and publish batches. Returns a summary.
+        An idle scheduled run costs three statements on one connection."""
+        start = self.start_cycle(backend_id, mode=mode, manual=manual)
+        return start if isinstance(start, ListerResult) else self.list_cycles([start])[0]
+
+    def start_cycle(self, backend_id: str, *, mode: Mode | None, manual: bool) -> StartedCycle | ListerResult:
+        """STEP 1 and the lease of one backend: its started cycle, or why it did not start.
+        ``run_lister`` is this and ``list_cycles``; the manual runner calls them apart to
+        keep the lease alive (a heartbeat) from the moment it is taken."""
+        with self.store.session() as session:
+            backend = session.backend(backend_id)
+            effective = policy.effective_mode(self.settings, backend, mode)
+            if effective == "off":
+                return ListerResult(backend=backend_id, started=False, reason="off")
+            limits = self._limits(backend)
+            skip = None if manual else bookkeeping.quick_skip(session, backend_id, effective, limits, self._now())
+        if skip is not None:
+            return ListerResult(backend=backend_id, started=False, reason=skip)
+        self.store.enroll()
+        started = bookkeeping.start_cycle(self.store, backend_id, effective, limits, manual=manual, now=self._now())
+        if started.cycle is None:
+            return ListerResult(backend=backend_id, started=False, reason=started.reason)
+        return StartedCycle(backend=backend, cycle=started.cycle, limits=limits, reason=started.reason, manual=manual)
+
+    def _close(self, s: StartedCycle, batcher: _Batcher) -> ListerResult:
+        """End one cycle's listing: remember anomalous regions, fail a cycle that listed
+        no region, else record the believed region counts and publish the last batch."""
+        if batcher.suspects:
+            with self.store.session() as session:
+                session.mark_suspect(s.backend.id, batcher.suspects)
+        if not batcher.regions_listed:  # nothing was listed: never clean, never unsettled
+            error = "no region could be listed" if batcher.failures else "no region to list"
+            self.reporter.error("listing failed", backend=s.backend.id, cycle_id=s.cycle.id, error=error)
+            bookkeeping.fail_cycle(self.store, s.cycle.id, error, s.limits, self._now(), failures=batcher.failures)
+            return s.result("listing_failed")
+        try:
+            bookkeeping.record_region_groups(self.store, s.cycle.id, batcher.counts)
+        except LeaseLost:
+            return s.result("lease_lost")
+        self.listing_queue.publish(batcher.close())
+        return s.result(s.reason, batches=batcher.count, mode=s.cycle.mode)
+
+    def list_cycles(self, group: list[StartedCycle]) -> list[ListerResult]:
+        """One listing (identity check, then every region) feeding the cycles of
+        ``group``, backends with one listing key. Each cycle keeps its own batches,
+        failures and outcome. Returns one result per backend, in order."""
+        results: dict[str, ListerResult] = {}
+        live: list[tuple[StartedCycle, _Batcher]] = []
+        with self.store.session() as session:
+            baselines = session.region_baselines([s.backend.id for s in group])
+        for s in group:
+            try:
+                listed_at = bookkeeping.set_listed_at(self.store, s.cycle.id, self._now())
+            except LeaseLost:
+                results[s.cycle.id] = s.result("lease_lost")
+                continue
+            live.append((s, _Batcher(s, listed_at, self.listing_queue.max_message_bytes - 4096,
+                                     baselines[s.backend.id], self.settings)))
+
+        def fail_all(reason: str, error: str, failures: list[RegionFailure] | None = None) -> None:
+            for s, _ in live:
+                bookkeeping.fail_cycle(self.store, s.cycle.id, error, s.limits, self._now(), failures=failures)
+                results[s.cycle.id] = s.result(reason)
+
+        try:
+            provider = self.provider_for(live[0][0].backend) if live else None
+            if provider is not None:
+                try:
+                    provider.verify_identity()  # DESIGN §5 rule 11: before anything is listed
+                except ProviderError as exc:
+                    reason = identity_failure(exc)
+                    for s, _ in live:
+                        self.reporter.error("identity check failed", backend=s.backend.id, cycle_id=s.cycle.id,
+                                            error=reason)
+                    fail_all("identity_failed", reason, [RegionFailure(region="*", error=reason)])
+                    live, provider = [], None
+            for region in provider.iter_listing() if provider is not None else ():
+                for _, batcher in live:
+                    for batch in batcher.add(region):
+                        self.listing_queue.publish(batch)
+            for s, batcher in live:
+                results[s.cycle.id] = self._close(s, batcher)
+        except Exception as exc:  # the listing raised: the cycles fail (STEP 7), never orphans
+            for s, _ in live:
+                self.reporter.error("listing failed", backend=s.backend.id, cycle_id=s.cycle.id,
+                                    error=describe_error(exc))
+            fail_all("listing_failed", f"listing failed: {describe_error(exc)}")
+            if not isinstance(exc, (OrphanCleanupError, DatabaseError)):
+                raise
+        return [results[s.cycle.id] for s in group]
