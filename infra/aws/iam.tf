@@ -21,6 +21,15 @@ locals {
     "ec2:DescribeSecurityGroups",
     "ec2:DescribeAddresses",
   ]
+  # The deleter also reads termination protection, which no describe shows (DESIGN §5 rule 14).
+  ec2_deleter_read_actions = [
+    "ec2:DescribeInstances",
+    "ec2:DescribeVolumes",
+    "ec2:DescribeNetworkInterfaces",
+    "ec2:DescribeSecurityGroups",
+    "ec2:DescribeAddresses",
+    "ec2:DescribeInstanceAttribute",
+  ]
   ec2_arn = "arn:${local.partition}:ec2:*:${local.account_id}"
   step_policies = {
     lister     = data.aws_iam_policy_document.lister.json
@@ -167,7 +176,7 @@ data "aws_iam_policy_document" "deleter" {
 
   statement {
     sid       = "DescribeTaggedResources"
-    actions   = local.ec2_describe_actions
+    actions   = local.ec2_deleter_read_actions
     resources = ["*"]
   }
 

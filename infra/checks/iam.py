@@ -26,6 +26,8 @@ DESCRIBE_ACTIONS = frozenset({
     "ec2:DescribeInstances", "ec2:DescribeVolumes", "ec2:DescribeNetworkInterfaces",
     "ec2:DescribeSecurityGroups", "ec2:DescribeAddresses",
 })
+#: What the deleter reads besides: termination protection (DESIGN §5 rule 14).
+DELETER_READ_ACTIONS = frozenset({"ec2:DescribeInstanceAttribute"})
 READ_PREFIXES = ("Describe", "Get", "List", "Search")
 
 
@@ -171,6 +173,8 @@ def target_role_problems(template: dict, parameters: dict[str, str] | None = Non
                      f"{tag_key}" for g in grants if g.guard != "tag"]
         tagged = {g.action for g in grants if g.guard == "tag"}
         problems += [f"{role_id}: lacks {a} under the tag condition" for a in sorted(DELETE_ACTIONS - tagged)]
+        allowed = {a for s in statements if s.get("Effect") == "Allow" for a in as_list(s.get("Action", []))}
+        problems += [f"{role_id}: lacks {a}" for a in sorted(DELETER_READ_ACTIONS - allowed)]
         problems += protect_deny_problems(statements, values.get("ProtectTagKeys", []), role_id)
     return problems
 

@@ -40,6 +40,19 @@ def tag_key_problem(provider: str, key: str) -> str | None:
     return None
 
 
+def tag_key_list_problem(value: object) -> str | None:
+    """Why ``value`` cannot be a list of tag keys (``controller_tag_keys``): a list of
+    non-empty strings (an empty list is allowed: no controller is recognised by tag)."""
+    if not isinstance(value, (list, tuple)):
+        return f"must be a list of tag keys, got {type(value).__name__}"
+    for key in value:
+        if not isinstance(key, str) or not key.strip():
+            return f"{key!r} is not a non-empty tag key"
+        if len(key) > AWS_TAG_KEY_MAX:
+            return f"{key[:20]!r}... is longer than {AWS_TAG_KEY_MAX} characters (AWS tag keys)"
+    return None
+
+
 def describe_validation(error: ValidationError) -> str:
     """Every problem of a pydantic error on one line: ``settings.tag_key: must not be empty``."""
     problems = []

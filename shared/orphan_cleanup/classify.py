@@ -128,8 +128,19 @@ def _classify_live(group: ResourceGroup, record: LedgerRecord, ctx: ClassifyCont
 
 def _orphan_unless_recent(group: ResourceGroup, record: LedgerRecord, ctx: ClassifyContext,
                           reason: str) -> Verdict:
-    """STEP 5, then the protect tag: an orphan candidate whose owner changed (or
-    whose resources appeared) within the margin of the listing is skipped."""
+    """Rule 14, STEP 5, then the protect tag: an orphan candidate that another
+    controller would re-create, or that the provider protects, is protected; one
+    whose owner changed (or whose resources appeared) within the margin of the
+    listing is skipped."""
+    match protection_of(group, record):
+        case None:
+            pass
+        case "managed_by_controller":
+            return _v(VerdictKind.PROTECTED, "managed_by_controller")
+        case "deletion_protection":
+            return _v(VerdictKind.PROTECTED, "deletion_protection")
+        case _:
+            return _v(VerdictKind.PROTECTED, "termination_protection")
     horizon = ctx.listed_at - ctx.margin
     owner_times = (record.issued_at, record.created_at, record.provisioned_at,
                    record.terminated_at, record.deleted_at)
@@ -143,6 +154,28 @@ def _orphan_unless_recent(group: ResourceGroup, record: LedgerRecord, ctx: Class
     if problem is not None:
         return _v(VerdictKind.SKIPPED, "malformed_group", f"listed group {group.key} is malformed: {problem}")
     return _v(VerdictKind.ORPHAN, reason)
+
+
+def protection_of(group: ResourceGroup, record: LedgerRecord) -> str | None:
+    """DESIGN §5 rule 14 for an orphan candidate: ``managed_by_controller`` when a
+    resource names a controller (an ASG, fleet or managed instance group would
+    replace it: deleting it fights that controller), else the provider protection a
+    resource carries (seen by the listing) or an earlier delete found on its primary
+    (``record.protected_primaries``: AWS termination protection, which no listing
+    shows), else None. Checked before the margin: a controller's churn of fresh
+    instances is reported, never left skipped (unsettled) cycle after cycle.
+
+    Tracked, ignored and ledger-skipped groups never reach this: they are never
+    deleted anyway, and a platform that launches through its own ASG keeps its
+    tracked VMs tracked."""
+    if any(r.controller is not None for r in group.resources):
+        return "managed_by_controller"
+    for r in group.resources:
+        if r.protection is not None:
+            return r.protection
+    if group.primary_id is not None and group.primary_id in record.protected_primaries:
+        return record.protected_primaries[group.primary_id]
+    return None
 
 
 def malformed(group: ResourceGroup, tag_key: str) -> str | None:

@@ -80,7 +80,7 @@ class DeleteRecord:
 
     action: Action  # cycle_groups.action
     request_state: str  # delete_requests.state: done | deleting | skipped | failed
-    orphan_state: str  # orphans.state: deleted | deleting | open | delete_failed
+    orphan_state: str  # orphans.state: deleted | deleting | open | delete_failed | protected
     unsettled: bool  # the cycle cannot be clean
     failed: bool  # the cycle fails
     trip_region: bool  # the group's region is skipped for the rest of the cycle (rule 5)
@@ -88,3 +88,7 @@ class DeleteRecord:
     message: str  # the event's text
     result: DeleteResult | None = None
     skipped_reason: str | None = None
+    # A protection the delete found (DESIGN §5 rule 14): the group's verdict becomes
+    # ``protected`` with this reason and ``detail`` (cycle_groups and orphans).
+    protection: str | None = None
+    protection_detail: str | None = None

@@ -43,6 +43,16 @@ def delete_record(group: ResourceGroup, *, result: DeleteResult | None = None, e
     """How a deletion's end is recorded: the group's action, the request's and the
     orphan's states, and what it means for the cycle (a deletion in progress or
     left alone is unsettled; a failure fails the cycle unless its region tripped)."""
+    if result is not None and result.status is DeleteStatus.PROTECTED:
+        # A verdict, not a failure (rule 14): reported, the request done with, the orphan
+        # row protected (later cycles read it: ``LedgerRecord.protected_primaries``), and
+        # the cycle neither failed nor held unsettled by it.
+        return DeleteRecord(action=Action.REPORTED, request_state="skipped", orphan_state="protected",
+                            unsettled=False, failed=False, trip_region=False, error=None,
+                            message=f"left orphan group {group.key} in place: protected ({result.protection}:"
+                                    f" {result.protection_detail})",
+                            result=result, skipped_reason=result.protection, protection=result.protection,
+                            protection_detail=result.protection_detail)
     if result is not None:
         action = _RESULT_ACTION[result.status]
     elif skipped_reason is not None:

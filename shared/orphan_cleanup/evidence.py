@@ -52,6 +52,11 @@ RULES: dict[str, str] = {
     "recent_owner_change": "an orphan candidate whose owner changed within the margin of the listing: skipped",
     "recent_resource": "an orphan candidate with a resource created within the margin of the listing: skipped",
     "protect_tag": "an orphan candidate carrying the protect tag is reported, never deleted",
+    "managed_by_controller": "an orphan candidate that an Auto Scaling group, fleet or managed instance group would"
+                             " re-create is reported, never deleted: cleanup never fights another controller",
+    "termination_protection": "an orphan candidate with AWS termination protection is reported, never deleted"
+                              " (found by the delete's re-read, remembered for later cycles)",
+    "deletion_protection": "an orphan candidate with GCP deletion protection is reported, never deleted",
     "malformed_group": "a listed group that no adapter could have produced: skipped, fail closed",
 }
 
@@ -85,7 +90,9 @@ def record_of(group: ResourceGroup, record: LedgerRecord | None, ctx: ClassifyCo
       ``de``}: issued/created/provisioned/terminated/deleted at, as seconds before
       the cycle's ``listed_at`` (negative: after; exact to the microsecond, and
       what STEP 5 compares; ``owner_times`` gives the timestamps back);
-    - the group: ``pt`` ids carrying the protect tag, ``rr`` ids created within the
+    - the group: ``cn`` {id: controller} of resources a controller manages, ``pp``
+      {id: protection} of protected resources (as listed, or remembered from an
+      earlier delete), ``pt`` ids carrying the protect tag, ``rr`` ids created within the
       margin, ``ko`` how many of a VM-less group's resources earlier orphan groups
       held, ``mg`` why the group is malformed. The resources' own times and tags
       are in the row's ``resources``."""
@@ -125,6 +132,14 @@ def record_of(group: ResourceGroup, record: LedgerRecord | None, ctx: ClassifyCo
     recent = [r.id for r in group.resources if r.created_at is not None and r.created_at >= horizon]
     if protected:
         ev["pt"] = protected
+    controllers = {r.id: r.controller for r in group.resources if r.controller is not None}
+    if controllers:
+        ev["cn"] = controllers
+    protections: dict[str, str] = {r.id: r.protection for r in group.resources if r.protection is not None}
+    if record is not None and group.primary_id in record.protected_primaries:
+        protections.setdefault(group.primary_id, record.protected_primaries[group.primary_id])
+    if protections:
+        ev["pp"] = protections
     if recent:
         ev["rr"] = recent
     if verdict.reason == "malformed_group":
@@ -212,6 +227,13 @@ def detail(reason: str, ev: Mapping[str, Any], group: ResourceGroup, listed_at: 
         return f"{', '.join(ids)} {'carries' if len(ids) == 1 else 'carry'} {ev.get('pk', DEFAULT_PROTECT_KEY)}"
     if reason == "malformed_group":
         return str(ev.get("mg"))
+    if reason == "managed_by_controller":
+        return "; ".join(f"{i} is managed by {c}" for i, c in (ev.get("cn") or {}).items()) or None
+    if reason in ("termination_protection", "deletion_protection"):
+        ids = [i for i, p in (ev.get("pp") or {}).items() if p == reason]
+        what = "termination protection (DisableApiTermination)" if reason == "termination_protection" \
+            else "deletionProtection"
+        return f"{', '.join(ids) or 'the primary'} {'has' if len(ids) <= 1 else 'have'} {what}"
     if reason == "unknown_owner_backend":
         return f"live owner {o} names backend {ev.get('ob')!r}, which is no backends row"
     if reason == "owner_backend_conflict":

@@ -19,6 +19,10 @@ from orphan_cleanup import backend_rules
 REF_PATTERN = re.compile(r"^[a-z0-9]{12}$")
 DEFAULT_TAG_KEY = "provider_ref"
 DEFAULT_PROTECT_KEY = "orphan-cleanup-protect"
+#: AWS tags naming a controller that re-creates an instance it loses (DESIGN §5 rule 14):
+#: an Auto Scaling group, an EKS managed node group, an EC2 Fleet, a Spot Fleet.
+DEFAULT_CONTROLLER_TAG_KEYS: tuple[str, ...] = (
+    "aws:autoscaling:groupName", "eks:nodegroup-name", "aws:ec2:fleet-id", "aws:ec2spot:fleet-request-id")
 
 ProviderRef = Annotated[str, StringConstraints(pattern=r"^[a-z0-9]{12}$")]
 Provider = Literal["aws", "gcp"]
@@ -73,6 +77,13 @@ class Resource(Frozen):
     attached_to: str | None = None
     # Provider extras (name, zone, raw state, vpc id ...): informational only.
     details: dict[str, Any] = Field(default_factory=dict)
+    # The controller that would re-create this instance if it went ("asg:NAME",
+    # "mig:projects/P/zones/Z/instanceGroupManagers/NAME"), as the listing saw it
+    # (DESIGN §5 rule 14); an unreadable controller field is recorded too ("unknown:...").
+    controller: str | None = None
+    # A provider-side protection against deletion the listing can see (GCP
+    # ``deletionProtection``): the reason it gives (``deletion_protection``).
+    protection: Literal["deletion_protection", "termination_protection"] | None = None
 
 
 class ResourceGroup(Frozen):
@@ -160,6 +171,17 @@ class BackendSettings(BaseModel):
     max_deletes: int | None = Field(default=None, ge=0)
     max_delete_share: float | None = Field(default=None, ge=0, le=1)
     max_concurrency: int = Field(default=4, ge=1, le=64)
+    # AWS: tag keys naming a controller (ASG, node group, fleet) that would replace an
+    # instance; such an instance is never terminated (DESIGN §5 rule 14).
+    controller_tag_keys: tuple[str, ...] = DEFAULT_CONTROLLER_TAG_KEYS
+
+    @field_validator("controller_tag_keys", mode="before")
+    @classmethod
+    def _controller_tag_keys(cls, v: Any) -> Any:
+        problem = backend_rules.tag_key_list_problem(v)
+        if problem:
+            raise ValueError(problem)
+        return tuple(v)
 
     @field_validator("tag_key", "protect_tag_key")
     @classmethod
@@ -251,7 +273,8 @@ class Backend(BaseModel):
         cycles. Limits, mode and the platform's own settings keys do not matter."""
         s = self.settings
         return json.dumps([self.scope, sorted(set(self.regions)), s.tag_key, s.protect_tag_key, s.role_arn,
-                           s.external_id, s.credentials_secret, s.credentials_json, s.max_concurrency])
+                           s.external_id, s.credentials_secret, s.credentials_json, s.max_concurrency,
+                           list(s.controller_tag_keys)])
 
     def for_deleting(self) -> Backend:
         """This backend as the deleter acts for it: with ``delete_role_arn`` as the role
@@ -296,6 +319,9 @@ class LedgerRecord(Frozen):
     owner_backend_scope: str | None = None
     # Resource ids recorded in an orphan group of this ref by an earlier cycle.
     known_orphan_resource_ids: frozenset[str] = frozenset()
+    # Primary ids an earlier delete of this backend found protected in a way no listing
+    # shows (AWS termination protection), with the reason: protected up front (rule 14).
+    protected_primaries: dict[str, str] = Field(default_factory=dict)
 
 
 class VerdictKind(StrEnum):
@@ -331,6 +357,9 @@ class DeleteStatus(StrEnum):
     DELETED = "deleted"  # every resource of the group with our ref is gone
     DELETING = "deleting"  # the owner's termination is confirmed under way; dependents later
     SKIPPED = "skipped"  # nothing deleted: protect tag or changed ref found on re-read
+    # nothing deleted: the re-read (or the provider's refusal) shows a controller or a
+    # termination/deletion protection; ``DeleteResult.protection`` says which (rule 14)
+    PROTECTED = "protected"
 
 
 class DeleteOutcome(StrEnum):
@@ -339,6 +368,7 @@ class DeleteOutcome(StrEnum):
     DELETED = "deleted"  # the group is gone
     DELETING = "deleting"  # the owner is shutting down; its dependents go next cycle
     SKIPPED = "skipped"  # the owner or the resources changed since the listing: left alone
+    PROTECTED = "protected"  # a controller or a termination/deletion protection: a verdict, not a failure
     FAILED = "failed"  # a provider call failed (the cycle fails)
     REGION_TRIPPED = "region_tripped"  # the region timed out / is unavailable this cycle (rule 5)
     BACKEND_OFF = "backend_off"  # the backend was switched off since the cycle started
@@ -366,3 +396,13 @@ class DeleteResult(Frozen):
     deleted: tuple[str, ...] = ()
     skipped: tuple[SkippedResource, ...] = ()
     pending: tuple[str, ...] = ()
+    # With ``PROTECTED``: the reason (``managed_by_controller``, ``termination_protection``,
+    # ``deletion_protection``) and its evidence (the controller id, the attribute).
+    protection: str | None = None
+    protection_detail: str | None = None
+
+    @model_validator(mode="after")
+    def _protection_iff_protected(self) -> DeleteResult:
+        if (self.status is DeleteStatus.PROTECTED) != (self.protection is not None):
+            raise ValueError("a protected result names its protection, and only a protected one")
+        return self

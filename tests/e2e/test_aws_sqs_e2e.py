@@ -300,22 +300,63 @@ def test_a_failing_region_leaves_the_cycle_unsettled_and_the_others_are_processe
     assert stack.clean_at() is None
 
 
-def test_a_delete_the_provider_refuses_fails_the_cycle(stack, platform):
+def test_an_asg_member_orphan_is_protected_every_cycle_and_never_terminated(stack, platform, moto_reset):
+    # Given: a terminated owner whose instance a real Auto Scaling group launched (and would replace)
     stack.add_backend(mode="delete")
-    stuck = platform.terminated_leak(termination_protection=True)  # DisableApiTermination
+    asg = platform.asg_leak("web-asg")
+    leaked = platform.terminated_leak()
     platform.age_ledger()
     settle()
 
-    summary = stack.cycle()
+    with AwsRequestCounter(moto_reset) as counter:
+        stack.monkeypatch.setenv("AWS_ENDPOINT_URL", counter.url)
+        first = stack.cycle()
+        stack.wait_until_due()
+        second = stack.cycle(mode="delete")
 
-    row = stack.cycle_row(summary["cycle_id"])
-    assert row["outcome"] == "failed" and "OperationNotPermitted" in row["error"]
-    assert stack.groups(summary["cycle_id"])[stuck.instance_id][2] == "delete_failed"
-    assert platform.instance_state(stuck.instance_id) == "running"
+    # Then: the ASG member is protected (reported, its controller in detail), the other orphan deleted
+    for summary in (first, second):
+        assert stack.groups(summary["cycle_id"])[asg.instance_id] == ("protected", "managed_by_controller",
+                                                                      "reported")
+        [(detail,)] = stack.query("SELECT evidence->>'d' FROM cycle_groups WHERE cycle_id = :c AND primary_id = :p",
+                                  c=summary["cycle_id"], p=asg.instance_id)
+        assert detail == f"{asg.instance_id} is managed by asg:web-asg"
+    assert stack.groups(first["cycle_id"])[leaked.instance_id] == ("orphan", "owner_terminated", "deleted")
+    assert stack.cycle_row(first["cycle_id"])["outcome"] == "clean"
+    assert platform.instance_state(asg.instance_id) == "running"
+    assert counter.actions["TerminateInstances"] == 1  # the other orphan's, never the ASG member's
+    asked = stack.query("SELECT count(*) FROM delete_requests WHERE group_key LIKE :k", k=f"%/{asg.instance_id}")
+    assert asked[0][0] == 0
+
+
+def test_a_termination_protected_orphan_is_protected_not_failed_and_not_tried_again(stack, platform, moto_reset):
+    # Given: an orphan with DisableApiTermination, which no describe shows
+    stack.add_backend(mode="delete")
+    stuck = platform.terminated_leak(termination_protection=True)
+    platform.age_ledger()
+    settle()
+
+    with AwsRequestCounter(moto_reset) as counter:
+        stack.monkeypatch.setenv("AWS_ENDPOINT_URL", counter.url)
+        first = stack.cycle()
+        first_terminates = counter.actions["TerminateInstances"]
+        stack.wait_until_due()
+        second = stack.cycle(mode="delete")
+
+    # Then: the delete's re-read finds the protection: a verdict, the cycle is not failed
+    row = stack.cycle_row(first["cycle_id"])
+    assert row["outcome"] == "clean" and row["error"] is None
+    assert stack.groups(first["cycle_id"])[stuck.instance_id] == ("protected", "termination_protection", "reported")
+    assert counter.actions["DescribeInstanceAttribute"] == 1 and first_terminates == 0
     status = stack.status()
-    assert status["last_outcome"] == "failed" and status["clean_at"] is None
-    assert status["open_orphans"] == 1
-    assert stack.query("SELECT retry_delay_seconds FROM cleanup")[0][0] > 0  # backed off
+    assert status["last_outcome"] == "clean" and status["open_orphans"] == 0
+    assert stack.query("SELECT retry_delay_seconds FROM cleanup")[0][0] == 0  # no backoff
+    # and the next cycle classifies it protected up front: no delete request, no attribute read, no terminate
+    assert stack.groups(second["cycle_id"])[stuck.instance_id] == ("protected", "termination_protection", "reported")
+    assert stack.query("SELECT count(*) FROM delete_requests WHERE cycle_id = :c", c=second["cycle_id"])[0][0] == 0
+    assert counter.actions["TerminateInstances"] == 0 and counter.actions["DescribeInstanceAttribute"] == 1
+    assert stack.cycle_row(second["cycle_id"])["outcome"] == "clean"
+    assert platform.instance_state(stuck.instance_id) == "running"
 
 
 def test_a_lost_listing_queue_fails_the_cycle(stack, platform):

@@ -115,7 +115,7 @@ def test_report_run_prints_one_c3_document_and_exits_0(db, platform):
     assert platform.instance_state(leaked.instance_id) == "running"
 
 
-def test_delete_run_that_deletes_exits_0_and_one_that_fails_exits_1(db, platform):
+def test_delete_run_that_deletes_exits_0_and_a_protected_one_is_not_a_failure(db, platform):
     add_backend(db)
     leaked = platform.terminated_leak()
     settle(platform)
@@ -126,12 +126,14 @@ def test_delete_run_that_deletes_exits_0_and_one_that_fails_exits_1(db, platform
     assert by_primary(doc)[leaked.instance_id] == ("orphan", "owner_terminated", "deleted")
     assert platform.instance_state(leaked.instance_id) == "terminated"
 
-    stuck = platform.terminated_leak(termination_protection=True)  # the provider refuses to terminate it
+    stuck = platform.terminated_leak(termination_protection=True)  # DESIGN §5 rule 14: a verdict, not a failure
     settle(platform)
     code, doc, _ = run_json(db, "--mode", "delete")
 
-    assert code == 1 and doc["outcome"] == "failed"
-    assert by_primary(doc)[stuck.instance_id] == ("orphan", "owner_terminated", "delete_failed")
+    assert code == 0 and doc["outcome"] == "clean"
+    assert by_primary(doc)[stuck.instance_id] == ("protected", "termination_protection", "reported")
+    [group] = [g for g in doc["groups"] if g["primary_id"] == stuck.instance_id]
+    assert stuck.instance_id in group["detail"] and "disableApiTermination" in group["detail"]
     assert platform.instance_state(stuck.instance_id) == "running"
 
 

@@ -208,3 +208,40 @@ def test_a_malformed_cloudevent_is_an_error_and_deletes_nothing(deployment, db, 
     assert deployment.pubsub.messages(DELETE_TOPIC) == [] and gcp.count("DELETE") == 0
     assert deployment.query("SELECT applied_batches FROM cycles WHERE id = :c", c=summary["cycle_id"])[0][0] == 0
     assert deployment.outcome(summary["cycle_id"]) is None
+
+
+def test_a_mig_member_and_a_deletion_protected_orphan_survive_a_delete_cycle(deployment, db, gcp):
+    # Given: two orphans (terminated owners): one a managed instance group's member, one deletion-protected
+    deployment.add_backend(mode="delete")
+    ledger = LedgerClient(db)
+    made = {}
+    for name, kw in (("mig-vm", {"created_by": "web"}), ("guarded", {"deletion_protection": True}),
+                     ("plain", {})):
+        issued = ledger.issue_ref(owner_name=name)
+        made[name] = gcp.add_instance(name, zone=ZONE, labels=gcp_labels(issued.provider_ref), **kw)
+        ledger.mark_provisioning(issued.owner_id, backend_id=BACKEND, primary_id=made[name]["id"], region=REGION,
+                                 status=OwnerStatus.BUSY)
+        ledger.mark_terminated(issued.owner_id)
+    with db.transaction() as conn:
+        conn.run("UPDATE instances SET created_at = created_at - interval '1 hour',"
+                 " provisioned_at = provisioned_at - interval '1 hour',"
+                 " terminated_at = terminated_at - interval '1 hour'")
+        conn.run("UPDATE provider_refs SET issued_at = issued_at - interval '1 hour'")
+    time.sleep(MARGIN + 0.2)
+
+    # When: a delete-mode cycle runs through the functions
+    summary = deployment.list()
+    deployment.drain()
+
+    # Then: both are protected with their reasons (the MIG in detail), only the plain orphan is deleted
+    groups = deployment.groups(summary["cycle_id"])
+    assert groups[made["mig-vm"]["id"]] == ("protected", "managed_by_controller", "reported")
+    assert groups[made["guarded"]["id"]] == ("protected", "deletion_protection", "reported")
+    assert groups[made["plain"]["id"]] == ("orphan", "owner_terminated", "deleted")
+    [(detail,)] = deployment.query("SELECT evidence->>'d' FROM cycle_groups WHERE primary_id = :p",
+                                   p=made["mig-vm"]["id"])
+    assert detail.endswith(f"/zones/{ZONE}/instanceGroupManagers/web")
+    assert gcp.names("instances") == {"mig-vm", "guarded"}
+    assert gcp.count("DELETE") == 1 and gcp.count("DELETE", "/instances/plain") == 1
+    assert deployment.query("SELECT count(*) FROM delete_requests")[0][0] == 1  # protected up front, never sent
+    assert deployment.outcome(summary["cycle_id"]) == "clean"

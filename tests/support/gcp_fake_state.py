@@ -83,12 +83,27 @@ class FakeState:
     def add_instance(
         self, name: str, *, zone: str = "us-central1-a", labels: dict[str, str] | None = None,
         status: str = "RUNNING", project: str | None = None, stopping_gets: int | None = None,
-        ignore_delete: bool = False,
+        ignore_delete: bool = False, metadata: dict[str, str] | None = None, deletion_protection: bool = False,
+        created_by: str | None = None,
     ) -> dict[str, Any]:
-        """Create an instance; returns a copy of its JSON body (``["id"]``, ``["selfLink"]``)."""
+        """Create an instance; returns a copy of its JSON body (``["id"]``, ``["selfLink"]``).
+
+        ``metadata`` becomes ``metadata.items`` in the v1 wire shape
+        (``{"kind", "fingerprint", "items": [{"key", "value"}]}``); ``created_by`` names the
+        instance group manager (``NAME``, in this zone) that made it, as a MIG writes it
+        (``projects/NUMBER/zones/Z/instanceGroupManagers/NAME``); ``deletionProtection`` is
+        always shown, as the API does."""
         if status not in INSTANCE_STATUSES:
             raise ValueError(f"unknown instance status {status}")
-        body = {"kind": "compute#instance", "status": status, "disks": [],
+        items = dict(metadata or {})
+        if created_by is not None:
+            number = self._projects.get(project or self.project) or project_number(project or self.project)
+            items["created-by"] = f"projects/{number}/zones/{zone}/instanceGroupManagers/{created_by}"
+        meta: dict[str, Any] = {"kind": "compute#metadata", "fingerprint": _fingerprint(items)}
+        if items:
+            meta["items"] = [{"key": k, "value": v} for k, v in items.items()]
+        body = {"kind": "compute#instance", "status": status, "disks": [], "metadata": meta,
+                "deletionProtection": deletion_protection,
                 "machineType": f"{GOOGLE_BASE}/projects/{project or self.project}/zones/{zone}/machineTypes/e2-small"}
         return self._add("instances", name, zone, labels, body, project,
                          stopping_gets=stopping_gets, ignore_delete=ignore_delete)
@@ -145,6 +160,17 @@ class FakeState:
             stored = self._stored(collection, project, location, name)
             stored.body["labels"] = dict(labels)
             stored.body["labelFingerprint"] = _fingerprint(labels)
+
+    def set_field(self, collection: str, location: str, name: str, field: str, value: Any, *,
+                  project: str | None = None) -> None:
+        """Set one top-level field of the stored JSON body to ``value``, as is (no
+        checks: hostile shapes included); ``value`` ``...`` removes the field."""
+        with self._lock:
+            body = self._stored(collection, project, location, name).body
+            if value is ...:
+                body.pop(field, None)
+            else:
+                body[field] = value
 
     def set_status(self, collection: str, location: str, name: str, status: str, *,
                    project: str | None = None) -> None:

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 REGION = "us-east-1"
 ACCOUNT = "123456789012"
@@ -218,11 +218,13 @@ def _chunks(items: list[Any], n: int) -> Iterable[list[Any]]:
 class AwsRequestCounter:
     """A pass-through HTTP proxy to ``upstream`` that counts requests per AWS
     service (the service of the SigV4 ``Credential=.../region/SERVICE/aws4_request``
-    scope). Point ``AWS_ENDPOINT_URL`` at ``url`` to count what a component sends."""
+    scope), and the query-protocol actions (EC2's ``Action=TerminateInstances``) in
+    ``actions``. Point ``AWS_ENDPOINT_URL`` at ``url`` to count what a component sends."""
 
     def __init__(self, upstream: str) -> None:
         self.upstream = urlsplit(upstream)
         self.counts: Counter[str] = Counter()
+        self.actions: Counter[str] = Counter()
         self._lock = threading.Lock()
         handler = type("_Bound", (_ProxyHandler,), {"counter": self})
         self._http = ThreadingHTTPServer(("127.0.0.1", 0), handler)
@@ -243,7 +245,11 @@ class AwsRequestCounter:
         self._http.server_close()
         self._thread.join(timeout=5)
 
-    def record(self, authorization: str | None) -> None:
+    def record(self, authorization: str | None, body: bytes | None = None) -> None:
+        action = parse_qs((body or b"").decode("utf-8", "replace")).get("Action", [None])[0]
+        if action:
+            with self._lock:
+                self.actions[action] += 1
         service = "unsigned"
         if authorization and "Credential=" in authorization:
             scope = authorization.split("Credential=", 1)[1].split(",", 1)[0].split("/")
@@ -266,7 +272,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
     def _forward(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else None
-        self.counter.record(self.headers.get("Authorization"))
+        self.counter.record(self.headers.get("Authorization"), body)
         up = self.counter.upstream
         conn = http.client.HTTPConnection(up.hostname, up.port, timeout=60)
         try:
@@ -362,6 +368,30 @@ class MotoPlatform:
         launched = self.tracked(**kw)
         self.ledger.mark_terminated(launched.owner_id)
         return launched
+
+    def asg_leak(self, name: str = "web-asg") -> Launched:
+        """An orphan candidate an Auto Scaling group would replace: the ref's owner is
+        terminated, but its instance was launched by a real ASG (moto's autoscaling API,
+        from a launch template tagging the ref), which tags it ``aws:autoscaling:groupName``."""
+        issued = self.ledger.issue_ref(owner_name=name)
+        self.ec2.create_launch_template(LaunchTemplateName=f"{name}-lt", LaunchTemplateData={
+            "ImageId": AMI, "InstanceType": "t3.micro",
+            "TagSpecifications": [{"ResourceType": "instance",
+                                   "Tags": [{"Key": "provider_ref", "Value": issued.provider_ref}]}]})
+        import boto3
+
+        boto3.client("autoscaling", region_name=self.region).create_auto_scaling_group(
+            AutoScalingGroupName=name, LaunchTemplate={"LaunchTemplateName": f"{name}-lt"}, MinSize=1, MaxSize=1,
+            DesiredCapacity=1, AvailabilityZones=[f"{self.region}a"])
+        [iid] = [i["InstanceId"] for r in self.ec2.describe_instances(
+            Filters=[{"Name": "tag:provider_ref", "Values": [issued.provider_ref]}])["Reservations"]
+            for i in r["Instances"]]
+        from orphan_cleanup.models import OwnerStatus
+
+        self.ledger.mark_provisioning(issued.owner_id, backend_id=self.backend_id, primary_id=iid,
+                                      region=self.region, status=OwnerStatus.BUSY)
+        self.ledger.mark_terminated(issued.owner_id)
+        return Launched(issued.provider_ref, issued.owner_id, iid, self.volumes_of(issued.provider_ref))
 
     def placeholder_leak(self) -> Launched:
         """The provider call created an instance, then the failed placeholder row was hard-deleted."""

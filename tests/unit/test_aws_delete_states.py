@@ -53,6 +53,11 @@ def expect_instance(stub: Stubber, state: str, iid: str = PID) -> None:
     stub.add_response("describe_instances", instance_reply(state, iid), {"InstanceIds": [iid]})
 
 
+def expect_attribute(stub: Stubber, value: Any, iid: str = PID) -> None:
+    stub.add_response("describe_instance_attribute", {"InstanceId": iid, "DisableApiTermination": {"Value": value}},
+                      {"InstanceId": iid, "Attribute": "disableApiTermination"})
+
+
 def delete(client: Any, g: ResourceGroup):
     return GroupDeletion(client, g, tag_key="provider_ref", protect_key="orphan-cleanup-protect").run()
 
@@ -63,6 +68,7 @@ FULL = group(res(ResourceKind.INSTANCE, PID), res(ResourceKind.VOLUME, VOL), res
 def test_shutting_down_after_terminate_is_deleting_and_leaves_dependents_for_later(ec2):
     client, stub = ec2
     expect_instance(stub, "running")
+    expect_attribute(stub, False)
     stub.add_response("terminate_instances", {}, {"InstanceIds": [PID]})
     expect_instance(stub, "shutting-down")
 
@@ -85,6 +91,7 @@ def test_termination_that_does_not_take_is_an_error(ec2):
     # seed 002: a successful terminate call is not proof; the re-read must show it.
     client, stub = ec2
     expect_instance(stub, "running")
+    expect_attribute(stub, False)
     stub.add_response("terminate_instances", {}, {"InstanceIds": [PID]})
     expect_instance(stub, "running")
 
@@ -95,6 +102,7 @@ def test_termination_that_does_not_take_is_an_error(ec2):
 def test_terminated_owner_lets_dependents_go_in_the_same_call_and_in_use_is_pending(ec2):
     client, stub = ec2
     expect_instance(stub, "running")
+    expect_attribute(stub, False)
     stub.add_response("terminate_instances", {}, {"InstanceIds": [PID]})
     expect_instance(stub, "terminated")
     stub.add_response("describe_volumes", {"Volumes": [{"VolumeId": VOL, "State": "in-use", "Tags": TAGS,
@@ -169,3 +177,64 @@ def test_throttled_re_read_raises_our_type_with_the_region(ec2):
         delete(client, FULL)
 
     assert err.value.region == REGION
+
+
+# ---- DESIGN §5 rule 14: controllers and termination protection on the re-read ----------
+
+def test_termination_protection_read_first_is_protected_and_never_terminated(ec2):
+    client, stub = ec2
+    expect_instance(stub, "running")
+    expect_attribute(stub, True)  # no terminate_instances answer: a call would fail the test
+
+    result = delete(client, FULL)
+
+    assert result.status is DeleteStatus.PROTECTED and result.protection == "termination_protection"
+    assert result.deleted == () and {s.id for s in result.skipped} == {PID, VOL, SG}
+    assert PID in (result.protection_detail or "")
+
+
+def test_operation_not_permitted_on_terminate_is_protection_not_failure(ec2):
+    client, stub = ec2
+    expect_instance(stub, "running")
+    expect_attribute(stub, False)  # raced: protected after the attribute read
+    stub.add_client_error("terminate_instances", "OperationNotPermitted", "may not be terminated",
+                          expected_params={"InstanceIds": [PID]})
+
+    result = delete(client, FULL)
+
+    assert result.status is DeleteStatus.PROTECTED and result.protection == "termination_protection"
+    assert "OperationNotPermitted" in (result.protection_detail or "")
+
+
+def test_an_attribute_read_denied_falls_back_to_the_terminate_refusal(ec2):
+    client, stub = ec2
+    expect_instance(stub, "running")
+    stub.add_client_error("describe_instance_attribute", "UnauthorizedOperation", "not authorized")
+    stub.add_client_error("terminate_instances", "OperationNotPermitted", "may not be terminated")
+
+    result = delete(client, FULL)
+
+    assert result.status is DeleteStatus.PROTECTED and result.protection == "termination_protection"
+
+
+def test_a_controller_tag_on_the_re_read_is_protected_and_never_terminated(ec2):
+    client, stub = ec2
+    tags = [*TAGS, {"Key": "aws:autoscaling:groupName", "Value": "web-asg"}]
+    stub.add_response("describe_instances", instance_reply("running", tags=tags), {"InstanceIds": [PID]})
+
+    result = GroupDeletion(client, FULL, tag_key="provider_ref", protect_key="orphan-cleanup-protect",
+                           controller_keys=("aws:autoscaling:groupName",)).run()
+
+    assert result.status is DeleteStatus.PROTECTED and result.protection == "managed_by_controller"
+    assert "asg:web-asg" in (result.protection_detail or "")
+
+
+@pytest.mark.parametrize("reply", [{}, {"DisableApiTermination": {}}], ids=["no-attribute", "no-value"])
+def test_an_attribute_reply_that_does_not_say_false_is_protection(ec2, reply):
+    client, stub = ec2
+    expect_instance(stub, "running")
+    stub.add_response("describe_instance_attribute", reply, {"InstanceId": PID, "Attribute": "disableApiTermination"})
+
+    result = delete(client, FULL)
+
+    assert result.status is DeleteStatus.PROTECTED and result.protection == "termination_protection"

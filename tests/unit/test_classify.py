@@ -52,6 +52,18 @@ G1 = group(REF, "i-1", created_at=OLD)               # the owner's own primary
 G2 = group(REF, "i-2", created_at=OLD)               # another primary carrying the ref, made long ago
 LEFT = leftovers(REF, "vol-1", "vol-2", created_at=OLD)  # primary-less group
 
+
+def primary_with(grp: ResourceGroup, **fields) -> ResourceGroup:
+    """``grp`` with its primary's ``fields`` replaced (``controller``, ``protection``)."""
+    return grp.model_copy(update={"resources": tuple(r.model_copy(update=fields) if r.id == grp.primary_id else r
+                                                     for r in grp.resources)})
+
+
+ASG = primary_with(G1, controller="asg:web-asg")
+MIG = primary_with(G1, controller="mig:projects/p/zones/us-central1-a/instanceGroupManagers/web")
+DELETION_PROTECTED = primary_with(G1, protection="deletion_protection")
+REMEMBERED = {"i-1": "termination_protection"}
+
 RULES = [
     # id, group, record, verdict, reason, log_error expected
     ("no record", G1, None, I, "no_record", False),
@@ -123,6 +135,30 @@ RULES = [
     ("mismatched primary with unknown created_at", group(REF, "i-2", created_at=None), live(),
      P, "suspected_copy", False),
     ("mismatched primary without provisioned_at", G2, live(provisioned_at=None), P, "suspected_copy", False),
+    # DESIGN §5 rule 14: an orphan candidate another controller would re-create, or protected by the provider
+    ("ASG member of a terminated owner", ASG, terminated(), P, "managed_by_controller", False),
+    ("MIG member of a hard-deleted owner", MIG, gone(), P, "managed_by_controller", False),
+    ("controller member created within the margin: protected, not left unsettled",
+     primary_with(group(REF, "i-1", created_at=LISTED), controller="asg:web-asg"), gone(), P,
+     "managed_by_controller", False),
+    ("an unreadable controller field fails closed",
+     primary_with(G1, controller="unknown:metadata.items is not a list"), gone(), P, "managed_by_controller", False),
+    ("a controller on a dependent protects the group",
+     group(REF, "i-1", created_at=OLD, extra=[resource("vol-1", kind="volume", created_at=OLD, tags={
+         "provider_ref": REF}).model_copy(update={"controller": "asg:web-asg"})]), gone(), P,
+     "managed_by_controller", False),
+    ("a lost attempt in an ASG", primary_with(G2, controller="asg:web-asg"), live(), P, "managed_by_controller",
+     False),
+    ("tracked ASG member stays tracked", ASG, live(), T, "tracked", False),
+    ("foreign ASG member stays ignored", ASG, None, I, "no_record", False),
+    ("ASG member of a pending owner stays skipped", ASG, live(status="pending"), S, "owner_pending", True),
+    ("GCP deletion protection", DELETION_PROTECTED, terminated(), P, "deletion_protection", False),
+    ("termination protection an earlier delete found", G1, terminated(protected_primaries=REMEMBERED), P,
+     "termination_protection", False),
+    ("a remembered protection of another primary does not apply", G2,
+     live(primary_id="i-3", protected_primaries=REMEMBERED), O, "primary_mismatch", False),
+    ("tracked with a remembered protection stays tracked", G1, live(protected_primaries=REMEMBERED), T, "tracked",
+     False),
     ("mismatched primary not among the group's resources",
      ResourceGroup(provider_ref=REF, region="us-east-1", primary_id="i-2",
                    resources=(resource("vol-1", kind="volume", created_at=OLD),)), live(), P, "suspected_copy", False),

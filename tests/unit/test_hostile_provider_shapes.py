@@ -16,6 +16,7 @@ from datetime import datetime, timezone
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
@@ -146,3 +147,68 @@ def test_a_gcp_item_of_any_content_parses_or_fails_its_zone(spec: gcp_kinds.GcpK
     for group in group_resources(parsed, TAG):
         assert all(r.tags.get(TAG) == group.provider_ref for r in group.resources)
         assert all(isinstance(r.created_at, (datetime, type(None))) for r in group.resources)
+
+
+# ---- DESIGN §5 rule 14: controller and protection fields of any shape fail closed -------
+
+NS = SimpleNamespace
+MIG_LINK = "projects/p/zones/us-central1-a/instanceGroupManagers/web"
+
+
+def gcp_instance(**fields: Any) -> SimpleNamespace:
+    base = dict(id=4100000000000000001, name="vm", labels={TAG: "abcdefgh1234"}, status="RUNNING",
+                creation_timestamp="2026-01-01T00:00:00+00:00", self_link="projects/p/zones/z/instances/vm", users=[])
+    return SimpleNamespace(**{**base, **fields})
+
+
+def listed(item: SimpleNamespace) -> Any:
+    return gcp_kinds.to_resource(gcp_kinds.KINDS[0], "us-central1-a", item, {})
+
+
+@pytest.mark.parametrize("metadata", [
+    NS(items={"key": "created-by", "value": MIG_LINK}),  # items not a list
+    NS(items="created-by"),
+    NS(items=7),
+    NS(items=[NS(key="created-by", value=None)]),  # created-by not a string
+    NS(items=[NS(key="created-by", value=["x"])]),
+    NS(items=[NS(key=None, value=MIG_LINK)]),  # an item without a key: it may be created-by
+    NS(items=[NS(key="created-by", value="projects/p/zones/z/instanceTemplates/t")]),  # names no group
+    NS(items=[NS(key="ssh-keys", value="k"), NS(key="created-by", value=MIG_LINK)]),
+    NS(items=[NS(key="created-by", value=f"https://www.googleapis.com/compute/v1/{MIG_LINK}")]),
+], ids=["items-dict", "items-str", "items-int", "value-none", "value-list", "key-none", "not-a-mig", "mig",
+        "mig-url"])
+def test_a_created_by_of_any_shape_names_a_controller(metadata: Any) -> None:
+    res = listed(gcp_instance(metadata=metadata))
+    assert res.controller is not None  # protected / managed_by_controller, never an orphan
+
+
+@pytest.mark.parametrize("metadata", [None, NS(), NS(items=None), NS(items=[]),
+                                      NS(items=[NS(key="ssh-keys", value=None)])],
+                         ids=["none", "no-items", "items-none", "items-empty", "other-key"])
+def test_no_created_by_names_no_controller(metadata: Any) -> None:
+    assert listed(gcp_instance(metadata=metadata)).controller is None
+
+
+@pytest.mark.parametrize("value", [True, "yes", "false", 1, 0, [], {"x": 1}])
+def test_a_deletion_protection_that_is_not_false_protects(value: Any) -> None:
+    assert listed(gcp_instance(deletion_protection=value)).protection == "deletion_protection"
+
+
+@pytest.mark.parametrize("fields", [{}, {"deletion_protection": False}, {"deletion_protection": None}],
+                         ids=["missing", "false", "none"])
+def test_a_missing_or_false_deletion_protection_does_not(fields: dict[str, Any]) -> None:
+    assert listed(gcp_instance(**fields)).protection is None
+
+
+@pytest.mark.parametrize("value", ["web-asg", "", " "])
+def test_an_aws_controller_tag_of_any_value_names_a_controller(value: str) -> None:
+    item = {"InstanceId": "i-1", "State": {"Name": "running"},
+            "Tags": [{"Key": TAG, "Value": "abcdefgh1234"}, {"Key": "eks:nodegroup-name", "Value": value}]}
+    res = aws_kinds.to_resource(aws_kinds.INSTANCE, item, "us-east-1")
+    assert res.controller is not None and res.controller.startswith("eks-nodegroup:")
+
+
+def test_an_aws_controller_key_not_configured_is_not_a_controller() -> None:
+    item = {"InstanceId": "i-1", "Tags": [{"Key": "aws:autoscaling:groupName", "Value": "web"}]}
+    assert aws_kinds.to_resource(aws_kinds.INSTANCE, item, "us-east-1", controller_keys=()).controller is None
+    assert aws_kinds.to_resource(aws_kinds.INSTANCE, item, "us-east-1").controller == "asg:web"

@@ -48,7 +48,10 @@ SCOPE_SQL = ("{t}.provider || ':' || CASE WHEN {t}.provider = 'gcp'"
 # STEP 3 in one statement: every ref of the batch with its owner, including
 # soft-deleted owners and refs whose owner row is gone (LEFT JOIN), with the
 # account of the backend each owner names (DESIGN §5 rule 10). For refs
-# with leftover groups, the resource ids earlier cycles saw in orphan groups.
+# with leftover groups, the resource ids earlier cycles saw in orphan groups; for
+# every ref, the primaries an earlier delete found termination-protected (rule 14:
+# no listing shows that protection, the orphans row remembers it; an index probe
+# on orphans_ref_idx per ref).
 #
 # Shaped for speed (bench/classifier.py measures it against the row-per-ref form):
 # - the refs travel as one comma-joined text (refs match ^[a-z0-9]{12}$), not a
@@ -71,7 +74,11 @@ SELECT coalesce(json_agg(json_build_object(
            CASE WHEN r.provider_ref = ANY(string_to_array(:leftover, ',')) THEN
                (SELECT coalesce(json_agg(o.resource_id), '[]') FROM orphan_resources o
                  WHERE o.backend_id = :backend AND o.provider_ref = r.provider_ref)
-           ELSE '[]' END)), '[]')::text
+           ELSE '[]' END,
+           'protected_primaries',
+           (SELECT coalesce(json_object_agg(o.primary_id, o.reason), '{}') FROM orphans o
+             WHERE o.backend_id = :backend AND o.provider_ref = r.provider_ref AND o.state = 'protected'
+               AND o.reason = 'termination_protection' AND o.primary_id IS NOT NULL))), '[]')::text
   FROM provider_refs r
   LEFT JOIN instances i
          ON i.provider_ref = r.provider_ref AND i.provider_ref = ANY(string_to_array(:refs, ','))

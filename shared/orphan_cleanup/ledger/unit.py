@@ -211,6 +211,14 @@ class LockedCycle:
                       " WHERE cycle_id = :c AND group_key = :k", a=rec.action.value, e=rec.error, c=c.id, k=group.key)
         self.conn.run("UPDATE orphans SET state = :s, last_error = :e WHERE backend_id = :b AND group_key = :k",
                       s=rec.orphan_state, e=rec.error, b=c.backend_id, k=group.key)
+        if rec.protection is not None:
+            # The delete found a protection (rule 14): the group's verdict, as reported and remembered.
+            d = json.dumps((rec.protection_detail or rec.protection)[:200])
+            self.conn.run("UPDATE cycle_groups SET verdict = 'protected', reason = :r,"
+                          " evidence = jsonb_set(coalesce(evidence, '{}'::jsonb), '{d}', CAST(:d AS jsonb))"
+                          " WHERE cycle_id = :c AND group_key = :k", r=rec.protection, d=d, c=c.id, k=group.key)
+            self.conn.run("UPDATE orphans SET verdict = 'protected', reason = :r WHERE backend_id = :b"
+                          " AND group_key = :k", r=rec.protection, b=c.backend_id, k=group.key)
         # The event targets the owner by the id and name kept in provider_refs.
         self.conn.run("INSERT INTO events (backend_id, cycle_id, kind, message, provider_ref, owner_type, owner_id,"
                       " owner_name, details) SELECT :b, :c, :kind, :m, :ref, r.owner_type, r.owner_id, r.owner_name,"

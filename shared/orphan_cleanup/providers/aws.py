@@ -98,7 +98,8 @@ class AwsProvider(ResourceProvider):
                 f"group {group.key} is in {group.region}, not a region of backend {self.backend.id}",
                 region=group.region,
             )
-        deletion = GroupDeletion(self.ec2(group.region), group, tag_key=self.tag_key, protect_key=self.protect_key)
+        deletion = GroupDeletion(self.ec2(group.region), group, tag_key=self.tag_key, protect_key=self.protect_key,
+                                 controller_keys=self.backend.settings.controller_tag_keys)
         return not_yet_is_deleting(group, deletion.run)
 
     def _list_region(self, region: str) -> list[ResourceGroup]:
@@ -108,7 +109,8 @@ class AwsProvider(ResourceProvider):
             with translated(region, spec.describe):
                 raw[spec.kind] = list(self._describe_tagged(ec2, spec))
         try:
-            resources = [to_resource(spec, item, region) for spec in KINDS for item in raw[spec.kind]]
+            keys = self.backend.settings.controller_tag_keys
+            resources = [to_resource(spec, item, region, keys) for spec in KINDS for item in raw[spec.kind]]
             linked = link_resources(raw, resources, self.tag_key)
         except (KeyError, TypeError, ValueError) as exc:
             # An unexpected reply shape fails the region (fail closed), it never drops items silently.

@@ -10,6 +10,10 @@ Safety rules this module keeps (DESIGN §5 rules 1 and 3, seed 002):
 - if the owner instance is skipped, or terminating it would make AWS delete a
   protected volume/interface or one of another ref (``DeleteOnTermination``),
   nothing in the group is touched;
+- an owner that now names a controller (its tags, as the listing reads them) or has
+  termination protection (``DescribeInstanceAttribute disableApiTermination``, and
+  ``OperationNotPermitted`` from ``TerminateInstances`` as the fallback) is never
+  terminated: the result is ``PROTECTED`` with the reason (DESIGN §5 rule 14);
 - termination is confirmed by a re-read (shutting-down or terminated);
 - a dependent still in use by something alive is "not yet" (pending), never
   detached from a live instance; while anything of a kind it depends on is
@@ -19,12 +23,12 @@ Safety rules this module keeps (DESIGN §5 rules 1 and 3, seed 002):
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from botocore.exceptions import ClientError
 
-from orphan_cleanup.errors import DependencyNotReady, ProviderError
+from orphan_cleanup.errors import AccessDenied, DependencyNotReady, ProviderError
 from orphan_cleanup.models import (
     DeleteResult,
     DeleteStatus,
@@ -43,6 +47,7 @@ from orphan_cleanup.providers.aws_kinds import (
     NETWORK_INTERFACE,
     VOLUME,
     AwsKind,
+    controller_of,
     dig,
     tags_of,
 )
@@ -50,13 +55,22 @@ from orphan_cleanup.providers.aws_kinds import (
 Item = Mapping[str, Any]
 _ASSOCIATION_GONE = frozenset({"InvalidAssociationID.NotFound"})
 _ATTACHMENT_GONE = frozenset({"InvalidAttachmentID.NotFound"})
+#: ``TerminateInstances`` refusing an instance with termination protection.
+_TERMINATION_REFUSED = frozenset({"OperationNotPermitted"})
+
+
+class _Refused(Exception):
+    """A call answered with one of its ``refused`` codes (never leaves this module)."""
 
 
 class GroupDeletion:
     """One ``delete_resource_group`` call against one region's EC2 client."""
 
-    def __init__(self, ec2: Any, group: ResourceGroup, *, tag_key: str, protect_key: str) -> None:
+    def __init__(self, ec2: Any, group: ResourceGroup, *, tag_key: str, protect_key: str,
+                 controller_keys: Iterable[str] = ()) -> None:
         self.ec2 = ec2
+        self.controller_keys = tuple(controller_keys)
+        self.protection: tuple[str, str] | None = None
         self.group = group
         self.region = group.region
         self.tag_key = tag_key
@@ -96,7 +110,15 @@ class GroupDeletion:
         if reason is not None:
             return self._skip_group(primary, reason)
         if INSTANCE.state(item) is not ResourceState.TERMINATING:
-            self._call(INSTANCE.delete, INSTANCE.not_found, **INSTANCE.delete_params(pid))
+            protection = self._protection(pid, item)
+            if protection is not None:
+                return self._protect_group(primary, *protection)
+            try:
+                self._call(INSTANCE.delete, INSTANCE.not_found, refused=_TERMINATION_REFUSED,
+                           **INSTANCE.delete_params(pid))
+            except _Refused as refused:
+                return self._protect_group(primary, "termination_protection",
+                                           f"{pid}: TerminateInstances answered {refused}")
             item = self._read(INSTANCE, pid)  # seed 002: confirm, never assume
             if item is None:
                 return self._owner_gone(pid)
@@ -115,6 +137,33 @@ class GroupDeletion:
         self._gone_instances.add(pid)
         self.deleted.append(pid)
         return None
+
+    def _protection(self, pid: str, instance: Item) -> tuple[str, str] | None:
+        """Why the owner must not be terminated (DESIGN §5 rule 14): (reason, detail) or None.
+
+        Its controller tags as re-read now; then its ``disableApiTermination`` attribute,
+        which no describe shows. Any value but ``False`` is protection (fail closed). A
+        role without ``ec2:DescribeInstanceAttribute`` falls back to the terminate call's
+        own refusal (``OperationNotPermitted``), which AWS enforces anyway."""
+        controller = controller_of(tags_of(instance, INSTANCE), self.controller_keys)
+        if controller is not None:
+            return "managed_by_controller", f"{pid} is managed by {controller}"
+        try:
+            reply = self._call("describe_instance_attribute", INSTANCE.not_found, InstanceId=pid,
+                               Attribute="disableApiTermination")
+        except AccessDenied:
+            return None
+        if reply is None:
+            return None  # gone since the re-read: the terminate finds it gone too
+        if dig(reply, ("DisableApiTermination", "Value")) is not False:
+            return "termination_protection", f"{pid} has disableApiTermination" \
+                f" {dig(reply, ('DisableApiTermination', 'Value'))!r}"
+        return None
+
+    def _protect_group(self, primary: Resource, reason: str, detail: str) -> DeleteStatus:
+        self.protection = (reason, detail)
+        self._skip_group(primary, reason)
+        return DeleteStatus.PROTECTED
 
     def _cascade_blocker(self, instance: Item) -> str | None:
         """Would terminating take a volume/interface we must not delete with it?
@@ -230,7 +279,8 @@ class GroupDeletion:
 
     def _read(self, spec: AwsKind, resource_id: str) -> Item | None:
         """Re-read one resource by id; None when it is gone (or terminated/deleted)."""
-        reply = self._call(spec.describe, spec.not_found, **{spec.ids_param: [resource_id]})
+        params: dict[str, Any] = {spec.ids_param: [resource_id]}
+        reply = self._call(spec.describe, spec.not_found, **params)
         items = [it for it in spec.items(reply or {}) if spec.item_id(it) == resource_id]
         if len(items) > 1:
             raise ProviderError(f"{spec.describe} returned {resource_id} twice", region=self.region)
@@ -249,13 +299,17 @@ class GroupDeletion:
             return "ref_changed"
         return None
 
-    def _call(self, method: str, gone: frozenset[str], **params: Any) -> Mapping[str, Any] | None:
-        """One EC2 call; None when its error code says the target is already gone."""
+    def _call(self, method: str, gone: frozenset[str], *, refused: frozenset[str] = frozenset(),
+              **params: Any) -> Mapping[str, Any] | None:
+        """One EC2 call; None when its error code says the target is already gone,
+        ``_Refused`` (the code) when it is one of ``refused``."""
         try:
             return getattr(self.ec2, method)(**params)
         except SDK_ERRORS as exc:
             if isinstance(exc, ClientError) and error_code(exc) in gone:
                 return None
+            if isinstance(exc, ClientError) and error_code(exc) in refused:
+                raise _Refused(error_code(exc)) from exc
             raise translate_error(exc, region=self.region, operation=method) from exc
 
     # -- shape and result -----------------------------------------------------------------
@@ -290,9 +344,12 @@ class GroupDeletion:
                 status = DeleteStatus.SKIPPED
             else:
                 status = DeleteStatus.DELETED
+        protected = status is DeleteStatus.PROTECTED and self.protection is not None
         return DeleteResult(
             status=status,
             deleted=tuple(self.deleted),
             skipped=tuple(self.skipped),
             pending=tuple(self.pending),
+            protection=self.protection[0] if protected and self.protection else None,
+            protection_detail=self.protection[1] if protected and self.protection else None,
         )

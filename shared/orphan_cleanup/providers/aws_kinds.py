@@ -9,14 +9,14 @@ parameter, the kinds that must be gone first, the error codes that mean
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from graphlib import TopologicalSorter
 from types import MappingProxyType
 from typing import Any
 
-from orphan_cleanup.models import Resource, ResourceKind, ResourceState
+from orphan_cleanup.models import DEFAULT_CONTROLLER_TAG_KEYS, Resource, ResourceKind, ResourceState
 
 Path = tuple[str | int, ...]
 
@@ -218,22 +218,45 @@ DELETE_ORDER: tuple[AwsKind, ...] = tuple(
 )
 
 
-def to_resource(spec: AwsKind, item: Mapping[str, Any], region: str) -> Resource:
-    """One describe item as a ``Resource`` (``attached_to`` as the item says)."""
+#: How a controller tag key is named in ``Resource.controller`` (``asg:NAME``); a
+#: configured key not listed here is named by the key itself (``KEY:VALUE``).
+CONTROLLER_LABELS = _literal({
+    "aws:autoscaling:groupName": "asg",
+    "eks:nodegroup-name": "eks-nodegroup",
+    "aws:ec2:fleet-id": "ec2-fleet",
+    "aws:ec2spot:fleet-request-id": "spot-fleet",
+})
+
+
+def controller_of(tags: Mapping[str, str], controller_keys: Iterable[str]) -> str | None:
+    """The controller an instance's tags name (DESIGN §5 rule 14), or None. A key
+    present with an empty value still names one (fail closed)."""
+    for key in controller_keys:
+        if key in tags:
+            return f"{CONTROLLER_LABELS.get(key, key)}:{tags[key] or '?'}"
+    return None
+
+
+def to_resource(spec: AwsKind, item: Mapping[str, Any], region: str,
+                controller_keys: Iterable[str] = DEFAULT_CONTROLLER_TAG_KEYS) -> Resource:
+    """One describe item as a ``Resource`` (``attached_to`` as the item says; an
+    instance's ``controller`` from its ``controller_keys`` tags)."""
     details: dict[str, Any] = {"state": spec.raw_state(item)}
     for key in ("AvailabilityZone", "VpcId", "PublicIp", "GroupName"):
         if item.get(key):
             details[key] = item[key]
     attached = dig(item, spec.attached_path)
+    tags = tags_of(item, spec)
     return Resource(
         kind=spec.kind,
         id=spec.item_id(item),
         region=region,
         state=spec.state(item),
-        tags=tags_of(item, spec),
+        tags=tags,
         created_at=_utc(dig(item, spec.created_path)),
         attached_to=str(attached) if attached else None,
         details=details,
+        controller=controller_of(tags, controller_keys) if spec.kind is ResourceKind.INSTANCE else None,
     )
 
 

@@ -6,6 +6,10 @@ is never touched: skipped ``replaced``), still carry the group's ref and no
 protect label. A protect label anywhere in the group leaves the whole group
 alone, because deleting the instance can take auto-delete disks with it.
 
+An instance that now belongs to a managed instance group (metadata ``created-by``)
+or has ``deletionProtection`` is never deleted: the whole group is left alone and
+the result is ``PROTECTED`` with the reason (DESIGN §5 rule 14).
+
 Order: the instance first; it must then be gone or ``STOPPING``/``TERMINATED``
 (anything else after our delete is a ``ProviderError``: seed 002). While it
 is shutting down the result is ``DELETING`` and dependents wait for a later
@@ -33,7 +37,17 @@ from orphan_cleanup.models import (
     SkippedResource,
 )
 from orphan_cleanup.providers.gcp_calls import GcpCalls
-from orphan_cleanup.providers.gcp_kinds import AFTER_DELETE, KIND_BY_RESOURCE, ORDER, GcpKind
+from orphan_cleanup.providers.gcp_kinds import (
+    AFTER_DELETE,
+    KIND_BY_RESOURCE,
+    ORDER,
+    GcpKind,
+    controller_of,
+    protection_of,
+)
+
+#: Re-read findings that are a protection (rule 14), not a changed resource.
+PROTECTIONS = ("managed_by_controller", "deletion_protection")
 
 
 @dataclass
@@ -44,6 +58,7 @@ class _Target:
     location: str
     live: Any = None  # the re-read resource; None when gone
     skip: str | None = None
+    evidence: str | None = None  # what a protection skip found
 
     def skipped(self, reason: str | None = None) -> SkippedResource:
         return SkippedResource(kind=self.res.kind, id=self.res.id, reason=reason or self.skip or "skipped")
@@ -77,6 +92,10 @@ def _recheck(calls: GcpCalls, t: _Target, ref: str, tag_key: str, protect_key: s
         t.skip = "protected"
     elif labels.get(tag_key) != ref:
         t.skip = "ref_changed"
+    elif t.spec.primary and (controller := controller_of(t.live)) is not None:
+        t.skip, t.evidence = "managed_by_controller", f"{t.name} ({t.res.id}) is managed by {controller}"
+    elif t.spec.primary and protection_of(t.live) is not None:
+        t.skip, t.evidence = "deletion_protection", f"{t.name} ({t.res.id}) has deletionProtection"
 
 
 def _delete_instance(calls: GcpCalls, t: _Target) -> ResourceState | None:
@@ -119,6 +138,11 @@ def delete_group(calls: GcpCalls, group: ResourceGroup, *, tag_key: str, protect
     targets = [_target(r, ref, tag_key) for r in sorted(group.resources, key=lambda r: ORDER.get(r.kind, 99))]
     for t in targets:
         _recheck(calls, t, ref, tag_key, protect_key)
+    protected = next((t for t in targets if t.skip in PROTECTIONS), None)
+    if protected is not None:
+        return DeleteResult(status=DeleteStatus.PROTECTED, protection=protected.skip,
+                            protection_detail=protected.evidence,
+                            skipped=tuple(t.skipped(t.skip or "group_protected") for t in targets))
     if any(t.skip == "protected" for t in targets):
         return DeleteResult(status=DeleteStatus.SKIPPED,
                             skipped=tuple(t.skipped(t.skip or "group_protected") for t in targets))

@@ -8,6 +8,7 @@ and a ``selfLink``. Dependents name the instances using them in ``users``.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ import google.auth.exceptions as auth_exceptions
 import requests
 import urllib3.exceptions
 from google.api_core import exceptions as gexc
+from google.protobuf import json_format
 
 from orphan_cleanup.errors import (
     AccessDenied,
@@ -121,9 +123,50 @@ def parse_time(value: str) -> datetime | None:
         return None
 
 
+#: What a managed instance group writes in its members' ``metadata`` (``created-by``).
+CREATED_BY = "created-by"
+MIG = re.compile(r"(?:^|/)(projects/[^/]+/(?:zones|regions)/[^/]+/instanceGroupManagers/[^/]+)$")
+
+
+def controller_of(instance: Any) -> str | None:
+    """The managed instance group an instance belongs to (DESIGN §5 rule 14), from its
+    ``metadata.items`` entry ``created-by`` (``projects/P/zones/Z/instanceGroupManagers/N``,
+    or ``regions/R``): ``mig:projects/...``; None without that entry. A shape that cannot
+    be read (items not a list, an entry or value of another type, a ``created-by`` that
+    names no group) names an ``unknown:`` controller: fail closed, never an orphan."""
+    metadata = getattr(instance, "metadata", None)
+    if metadata is None:
+        return None
+    items = getattr(metadata, "items", None)
+    if items is None:
+        return None
+    if isinstance(items, (str, bytes, Mapping)) or not hasattr(items, "__iter__"):
+        return "unknown:metadata.items is not a list"
+    for entry in items:
+        key = getattr(entry, "key", None)
+        if not isinstance(key, str):
+            return "unknown:a metadata item without a string key"
+        if key != CREATED_BY:
+            continue
+        value = getattr(entry, "value", None)
+        if not isinstance(value, str):
+            return "unknown:created-by is not a string"
+        m = MIG.search(value)
+        return f"mig:{m.group(1)}" if m else f"unknown:created-by {value[:120]}"
+    return None
+
+
+def protection_of(instance: Any) -> Literal["deletion_protection"] | None:
+    """``deletion_protection`` unless the instance's ``deletionProtection`` is exactly
+    false (or absent: the API's default). Any other value protects (fail closed)."""
+    value = getattr(instance, "deletion_protection", False)
+    return None if value is False or value is None else "deletion_protection"
+
+
 def to_resource(spec: GcpKind, location: str, item: Any, instance_ids: Mapping[str, str]) -> Resource:
     """A listed item as a ``Resource``. ``attached_to`` is the numeric id of the
-    first user that is an instance of this listing (``None`` when it is not)."""
+    first user that is an instance of this listing (``None`` when it is not); an
+    instance's ``controller`` and ``protection`` as its metadata and fields say."""
     users = list(getattr(item, "users", ()) or ())
     attached = next((instance_ids[k] for k in map(link_key, users) if k in instance_ids), None)
     details: dict[str, Any] = {"name": item.name, spec.scope: location, "status": item.status,
@@ -134,6 +177,8 @@ def to_resource(spec: GcpKind, location: str, item: Any, instance_ids: Mapping[s
         kind=spec.kind, id=str(item.id), region=location, state=spec.state(item),
         tags=dict(item.labels), created_at=parse_time(item.creation_timestamp),
         attached_to=attached, details=details,
+        controller=controller_of(item) if spec.primary else None,
+        protection=protection_of(item) if spec.primary else None,
     )
 
 
@@ -153,6 +198,7 @@ ERROR_MAP: tuple[tuple[type[BaseException] | tuple[type[BaseException], ...], ty
 )
 TRANSLATED: tuple[type[BaseException], ...] = (
     gexc.GoogleAPIError, requests.exceptions.RequestException, auth_exceptions.GoogleAuthError,
+    json_format.Error,  # a reply whose JSON does not fit the API's types: a plain ProviderError, fail closed
 )
 
 
