@@ -12,6 +12,7 @@ locals {
     "ec2:ReleaseAddress",
     "ec2:DetachNetworkInterface",
     "ec2:DisassociateAddress",
+    "ec2:CancelSpotInstanceRequests",
   ]
   # Describe* support no resource-level permission: "*" is the only form.
   ec2_describe_actions = [
@@ -20,6 +21,7 @@ locals {
     "ec2:DescribeNetworkInterfaces",
     "ec2:DescribeSecurityGroups",
     "ec2:DescribeAddresses",
+    "ec2:DescribeSpotInstanceRequests",
   ]
   # The deleter also reads termination protection, which no describe shows (DESIGN §5 rule 14).
   ec2_deleter_read_actions = [
@@ -28,6 +30,7 @@ locals {
     "ec2:DescribeNetworkInterfaces",
     "ec2:DescribeSecurityGroups",
     "ec2:DescribeAddresses",
+    "ec2:DescribeSpotInstanceRequests",
     "ec2:DescribeInstanceAttribute",
   ]
   ec2_arn = "arn:${local.partition}:ec2:*:${local.account_id}"
@@ -192,6 +195,7 @@ data "aws_iam_policy_document" "deleter" {
       "${local.ec2_arn}:network-interface/*",
       "${local.ec2_arn}:security-group/*",
       "${local.ec2_arn}:elastic-ip/*",
+      "${local.ec2_arn}:spot-instances-request/*",
     ]
 
     condition {

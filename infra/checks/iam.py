@@ -14,7 +14,7 @@ from infra.checks.intrinsics import parameter_values, policy_document
 DELETE_ACTIONS = frozenset({
     "ec2:TerminateInstances", "ec2:DeleteVolume", "ec2:DeleteNetworkInterface",
     "ec2:DeleteSecurityGroup", "ec2:ReleaseAddress", "ec2:DetachNetworkInterface",
-    "ec2:DisassociateAddress",
+    "ec2:DisassociateAddress", "ec2:CancelSpotInstanceRequests",
 })
 # What Lambda itself does with a VPC function's execution role.
 LAMBDA_ENI_ACTIONS = frozenset({
@@ -24,7 +24,7 @@ LAMBDA_ENI_ACTIONS = frozenset({
 # The describes of the kinds we list (providers/aws_kinds.py), all on "*".
 DESCRIBE_ACTIONS = frozenset({
     "ec2:DescribeInstances", "ec2:DescribeVolumes", "ec2:DescribeNetworkInterfaces",
-    "ec2:DescribeSecurityGroups", "ec2:DescribeAddresses",
+    "ec2:DescribeSecurityGroups", "ec2:DescribeAddresses", "ec2:DescribeSpotInstanceRequests",
 })
 #: What the deleter reads besides: termination protection (DESIGN §5 rule 14).
 DELETER_READ_ACTIONS = frozenset({"ec2:DescribeInstanceAttribute"})

@@ -64,6 +64,8 @@ def delete_record(group: ResourceGroup, *, result: DeleteResult | None = None, e
                Action.DELETING: f"deleting {what}: owner termination confirmed, dependents follow",
                Action.REPORTED: f"left {what} in place: {skipped_reason or 'resources changed since listing'}",
                }.get(action, f"failed to delete {what}: {error}")
+    if result is not None and result.cancelled_requests:
+        message += f"; cancelled spot request {', '.join(result.cancelled_requests)} first"
     return DeleteRecord(action=action, request_state=_REQUEST_STATE[action], orphan_state=_ORPHAN_STATE[action],
                         unsettled=action in (Action.DELETING, Action.REPORTED),
                         failed=action is Action.DELETE_FAILED and not trip_region, trip_region=trip_region,

@@ -49,6 +49,7 @@ class ResourceKind(StrEnum):
     SECURITY_GROUP = "security-group"
     ADDRESS = "address"
     DISK = "disk"
+    SPOT_REQUEST = "spot-request"
 
 
 class ResourceState(StrEnum):
@@ -400,6 +401,9 @@ class DeleteResult(Frozen):
     # ``deletion_protection``) and its evidence (the controller id, the attribute).
     protection: str | None = None
     protection_detail: str | None = None
+    # Spot requests cancelled so that EC2 does not replace the instance (AWS, issue #15):
+    # named in the record even when the request is not a member of the group.
+    cancelled_requests: tuple[str, ...] = ()
 
     @model_validator(mode="after")
     def _protection_iff_protected(self) -> DeleteResult:

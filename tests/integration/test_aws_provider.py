@@ -42,6 +42,7 @@ DESCRIBES = {
     "DescribeNetworkInterfaces": "NetworkInterfaceIds",
     "DescribeSecurityGroups": "GroupIds",
     "DescribeAddresses": "AllocationIds",
+    "DescribeSpotInstanceRequests": "SpotInstanceRequestIds",
 }
 ACTIONS = {
     "TerminateInstances": "InstanceIds",
@@ -49,6 +50,7 @@ ACTIONS = {
     "DeleteNetworkInterface": "NetworkInterfaceId",
     "DeleteSecurityGroup": "GroupId",
     "ReleaseAddress": "AllocationId",
+    "CancelSpotInstanceRequests": "SpotInstanceRequestIds",
 }
 MUTATING = set(ACTIONS) | {"DetachNetworkInterface", "DisassociateAddress"}
 

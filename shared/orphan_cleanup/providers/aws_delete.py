@@ -14,6 +14,10 @@ Safety rules this module keeps (DESIGN §5 rules 1 and 3, seed 002):
   termination protection (``DescribeInstanceAttribute disableApiTermination``, and
   ``OperationNotPermitted`` from ``TerminateInstances`` as the fallback) is never
   terminated: the result is ``PROTECTED`` with the reason (DESIGN §5 rule 14);
+- a spot owner whose ``persistent`` request could launch a replacement has that request
+  cancelled (and the cancel confirmed by a re-read) before it is terminated; a request
+  that cannot be read as one-time or cancelled, or whose cancel fails, stops the group
+  (``aws_spot``); a protected request, or one of another ref, skips it;
 - termination is confirmed by a re-read (shutting-down or terminated);
 - a dependent still in use by something alive is "not yet" (pending), never
   detached from a live instance; while anything of a kind it depends on is
@@ -45,12 +49,14 @@ from orphan_cleanup.providers.aws_kinds import (
     DELETE_ORDER,
     INSTANCE,
     NETWORK_INTERFACE,
+    SPOT_REQUEST,
     VOLUME,
     AwsKind,
     controller_of,
     dig,
     tags_of,
 )
+from orphan_cleanup.providers.aws_spot import is_final, must_cancel, request_of
 
 Item = Mapping[str, Any]
 _ASSOCIATION_GONE = frozenset({"InvalidAssociationID.NotFound"})
@@ -78,6 +84,7 @@ class GroupDeletion:
         self.deleted: list[str] = []
         self.skipped: list[SkippedResource] = []
         self.pending: list[str] = []
+        self.cancelled: list[str] = []
         self._gone_instances: set[str] = set()
 
     def run(self) -> DeleteResult:
@@ -113,6 +120,9 @@ class GroupDeletion:
             protection = self._protection(pid, item)
             if protection is not None:
                 return self._protect_group(primary, *protection)
+            reason = self._stop_replacement(item)
+            if reason is not None:
+                return self._skip_group(primary, reason)
             try:
                 self._call(INSTANCE.delete, INSTANCE.not_found, refused=_TERMINATION_REFUSED,
                            **INSTANCE.delete_params(pid))
@@ -129,7 +139,7 @@ class GroupDeletion:
                     region=self.region,
                 )
         self.deleted.append(pid)
-        self.pending.extend(i for i in self.group.resource_ids() if i != pid)
+        self.pending.extend(i for i in self.group.resource_ids() if i != pid and i not in self.deleted)
         return DeleteStatus.DELETING
 
     def _owner_gone(self, pid: str) -> DeleteStatus | None:
@@ -159,6 +169,45 @@ class GroupDeletion:
             return "termination_protection", f"{pid} has disableApiTermination" \
                 f" {dig(reply, ('DisableApiTermination', 'Value'))!r}"
         return None
+
+    def _stop_replacement(self, instance: Item) -> str | None:
+        """Cancel the spot request that would replace the owner once terminated, and
+        confirm it; None to go on, or why the group is skipped (the request is protected
+        or carries another ref). ``ProviderError`` when the request cannot be read as
+        one-time or cancelled, or the cancel does not take: nothing is terminated."""
+        request_id = request_of(instance, region=self.region)
+        if request_id is None:
+            return None
+        request = self._read_request(request_id)
+        if request is None or not must_cancel(request, region=self.region):
+            return None
+        reason = self._foreign(SPOT_REQUEST, request)
+        if reason in ("protected", "ref_changed"):
+            if request_id in self.group.resource_ids():
+                self.skipped.append(SkippedResource(kind=SPOT_REQUEST.kind, id=request_id, reason=reason))
+            return f"spot_request_{reason}"
+        self._call(SPOT_REQUEST.delete, SPOT_REQUEST.not_found, **SPOT_REQUEST.delete_params(request_id))
+        if not is_final(self._read_request(request_id, confirming=True)):
+            raise ProviderError(f"spot request {request_id} is not cancelled after cancel_spot_instance_requests",
+                                region=self.region)
+        self.cancelled.append(request_id)
+        if request_id in self.group.resource_ids():
+            self.deleted.append(request_id)
+        return None
+
+    def _read_request(self, request_id: str, *, confirming: bool = False) -> Item | None:
+        """Re-read a spot request by id: None when EC2 says it is not found (or, after our
+        own cancel, returns nothing); any other reply but exactly that request is an error."""
+        reply = self._call(SPOT_REQUEST.describe, SPOT_REQUEST.not_found, SpotInstanceRequestIds=[request_id])
+        if reply is None:
+            return None
+        items = list(SPOT_REQUEST.items(reply))
+        if len(items) == 1 and items[0].get(SPOT_REQUEST.id_field) == request_id:
+            return items[0]
+        if not items and confirming:
+            return None
+        raise ProviderError(f"{SPOT_REQUEST.describe} for {request_id} returned"
+                            f" {[i.get(SPOT_REQUEST.id_field) for i in items]}", region=self.region)
 
     def _protect_group(self, primary: Resource, reason: str, detail: str) -> DeleteStatus:
         self.protection = (reason, detail)
@@ -217,6 +266,8 @@ class GroupDeletion:
             ready = self._prepare(spec, item)
             if ready:
                 self._call(spec.delete, spec.not_found, **spec.delete_params(res.id))
+                if spec is SPOT_REQUEST:
+                    self.cancelled.append(res.id)
         except DependencyNotReady:
             ready = False
         (self.deleted if ready else self.pending).append(res.id)
@@ -229,6 +280,9 @@ class GroupDeletion:
             return self._detach_interface(item)
         if spec is ADDRESS:
             return self._disassociate_address(item)
+        if spec is SPOT_REQUEST:  # never cancel the request of a live instance outside the group
+            instance_id = item.get("InstanceId")
+            return not instance_id or self._instance_gone(str(instance_id))
         return True
 
     def _detach_interface(self, eni: Item) -> bool:
@@ -281,7 +335,10 @@ class GroupDeletion:
         """Re-read one resource by id; None when it is gone (or terminated/deleted)."""
         params: dict[str, Any] = {spec.ids_param: [resource_id]}
         reply = self._call(spec.describe, spec.not_found, **params)
-        items = [it for it in spec.items(reply or {}) if spec.item_id(it) == resource_id]
+        try:
+            items = [it for it in spec.items(reply or {}) if spec.item_id(it) == resource_id]
+        except KeyError as exc:  # an item without its id: fail closed, never "gone"
+            raise ProviderError(f"{spec.describe} returned an item without {exc}", region=self.region) from exc
         if len(items) > 1:
             raise ProviderError(f"{spec.describe} returned {resource_id} twice", region=self.region)
         if not items or spec.state(items[0]) is ResourceState.TERMINATED:
@@ -352,4 +409,5 @@ class GroupDeletion:
             pending=tuple(self.pending),
             protection=self.protection[0] if protected and self.protection else None,
             protection_detail=self.protection[1] if protected and self.protection else None,
+            cancelled_requests=tuple(self.cancelled),
         )

@@ -210,8 +210,38 @@ SECURITY_GROUP = AwsKind(
     depends_on=(ResourceKind.INSTANCE, ResourceKind.NETWORK_INTERFACE),
 )
 
+#: ``cancelled``/``closed`` are final (no instance is launched again); ``open`` waits for
+#: capacity, ``active`` has its instance, ``disabled`` has it stopped; unknown -> ACTIVE.
+SPOT_REQUEST_STATES = _literal({
+    "open": ResourceState.AVAILABLE,
+    "active": ResourceState.ACTIVE,
+    "disabled": ResourceState.ACTIVE,
+    "failed": ResourceState.AVAILABLE,
+    "cancelled": ResourceState.TERMINATED,
+    "closed": ResourceState.TERMINATED,
+})
+SPOT_REQUEST = AwsKind(
+    kind=ResourceKind.SPOT_REQUEST,
+    describe="describe_spot_instance_requests",
+    items_path=("SpotInstanceRequests",),
+    id_field="SpotInstanceRequestId",
+    ids_param="SpotInstanceRequestIds",
+    id_filter="spot-instance-request-id",
+    created_path=("CreateTime",),
+    state_path=("State",),
+    states=SPOT_REQUEST_STATES,
+    delete="cancel_spot_instance_requests",
+    delete_param="SpotInstanceRequestIds",
+    delete_as_list=True,
+    not_found=frozenset({"InvalidSpotInstanceRequestID.NotFound"}),
+    # In the dependents' pass, after the (gone) instance like every kind; a request whose
+    # instance is in the group is cancelled *before* it is terminated (``aws_delete``'s owner step).
+    depends_on=(ResourceKind.INSTANCE,),
+    attached_path=("InstanceId",),
+)
+
 # Listing order: instances first, so the link pass can see who uses what.
-KINDS: tuple[AwsKind, ...] = (INSTANCE, VOLUME, NETWORK_INTERFACE, SECURITY_GROUP, ADDRESS)
+KINDS: tuple[AwsKind, ...] = (INSTANCE, VOLUME, NETWORK_INTERFACE, SECURITY_GROUP, ADDRESS, SPOT_REQUEST)
 BY_KIND: Mapping[ResourceKind, AwsKind] = _literal({k.kind: k for k in KINDS})
 DELETE_ORDER: tuple[AwsKind, ...] = tuple(
     BY_KIND[k] for k in TopologicalSorter({k.kind: k.depends_on for k in KINDS}).static_order()
@@ -242,7 +272,8 @@ def to_resource(spec: AwsKind, item: Mapping[str, Any], region: str,
     """One describe item as a ``Resource`` (``attached_to`` as the item says; an
     instance's ``controller`` from its ``controller_keys`` tags)."""
     details: dict[str, Any] = {"state": spec.raw_state(item)}
-    for key in ("AvailabilityZone", "VpcId", "PublicIp", "GroupName"):
+    for key in ("AvailabilityZone", "VpcId", "PublicIp", "GroupName", "Type", "InstanceLifecycle",
+                "SpotInstanceRequestId"):
         if item.get(key):
             details[key] = item[key]
     attached = dig(item, spec.attached_path)

@@ -1,0 +1,233 @@
+"""Spot instances and their requests on delete (issue #15 item 2), on a real botocore
+EC2 client with botocore's Stubber: every request is checked against the EC2 model, the
+calls must come in exactly the order given (the cancel before the terminate), and any
+call not listed fails the test. Shapes moto never returns (no ``Type``, an odd
+lifecycle, a request without its id) are played here."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import pytest
+from botocore.stub import Stubber
+
+from orphan_cleanup.delete_rules import delete_record
+from orphan_cleanup.errors import ProviderError
+from orphan_cleanup.models import DeleteStatus, Resource, ResourceGroup, ResourceKind
+from orphan_cleanup.providers.aws_delete import GroupDeletion
+
+REGION = "us-east-1"
+REF = "abcdefabcdef"
+TAGS = [{"Key": "provider_ref", "Value": REF}]
+PID = "i-0123456789abcdef0"
+OTHER = "i-0fedcba9876543210"
+SIR = "sir-0123456789abcdef"
+
+
+@pytest.fixture
+def ec2() -> Iterator[tuple[Any, Stubber]]:
+    client = boto3.client("ec2", region_name=REGION, aws_access_key_id="x", aws_secret_access_key="y",
+                          endpoint_url="http://ec2.stubbed.invalid")
+    with Stubber(client) as stub:
+        yield client, stub
+        stub.assert_no_pending_responses()
+
+
+def res(kind: ResourceKind, rid: str) -> Resource:
+    return Resource(kind=kind, id=rid, region=REGION, tags={"provider_ref": REF})
+
+
+OWNER = ResourceGroup(provider_ref=REF, region=REGION, primary_id=PID, resources=(
+    res(ResourceKind.INSTANCE, PID), res(ResourceKind.SPOT_REQUEST, SIR)))
+
+
+def delete(client: Any, group: ResourceGroup = OWNER):
+    return GroupDeletion(client, group, tag_key="provider_ref", protect_key="orphan-cleanup-protect").run()
+
+
+def expect_spot_instance(stub: Stubber, state: str = "running", **fields: Any) -> None:
+    spot = {"InstanceLifecycle": "spot", "SpotInstanceRequestId": SIR} | fields
+    item = {"InstanceId": PID, "State": {"Name": state, "Code": 16}, "Tags": TAGS, "BlockDeviceMappings": [],
+            "NetworkInterfaces": []} | {k: v for k, v in spot.items() if v is not None}
+    stub.add_response("describe_instances", {"Reservations": [{"Instances": [item]}]}, {"InstanceIds": [PID]})
+
+
+def expect_attribute(stub: Stubber) -> None:
+    stub.add_response("describe_instance_attribute", {"InstanceId": PID, "DisableApiTermination": {"Value": False}},
+                      {"InstanceId": PID, "Attribute": "disableApiTermination"})
+
+
+def expect_request(stub: Stubber, **fields: Any) -> None:
+    item = {"SpotInstanceRequestId": SIR, "Type": "persistent", "State": "active", "InstanceId": PID,
+            "Tags": TAGS} | fields
+    stub.add_response("describe_spot_instance_requests",
+                      {"SpotInstanceRequests": [{k: v for k, v in item.items() if v is not None}]},
+                      {"SpotInstanceRequestIds": [SIR]})
+
+
+def expect_cancel(stub: Stubber) -> None:
+    stub.add_response("cancel_spot_instance_requests", {"CancelledSpotInstanceRequests": [
+        {"SpotInstanceRequestId": SIR, "State": "cancelled"}]}, {"SpotInstanceRequestIds": [SIR]})
+
+
+def expect_terminate(stub: Stubber) -> None:
+    stub.add_response("terminate_instances", {}, {"InstanceIds": [PID]})
+    expect_spot_instance(stub, "shutting-down")
+
+
+def spot_owner_read(stub: Stubber, **request: Any) -> None:
+    expect_spot_instance(stub)
+    expect_attribute(stub)
+    expect_request(stub, **request)
+
+
+@pytest.mark.parametrize("state", ["active", "open", "disabled", "failed", "marked-for-stop"])
+def test_a_persistent_request_is_cancelled_and_confirmed_before_the_instance_is_terminated(ec2, state):
+    client, stub = ec2
+    spot_owner_read(stub, State=state)
+    expect_cancel(stub)
+    expect_request(stub, State="cancelled")  # the confirming re-read
+    expect_terminate(stub)  # the stubber answers only in this order: terminate after cancel
+
+    result = delete(client)
+
+    assert result.status is DeleteStatus.DELETING
+    assert result.cancelled_requests == (SIR,) and result.deleted == (SIR, PID) and result.pending == ()
+    assert f"cancelled spot request {SIR}" in delete_record(OWNER, result=result).message
+
+
+@pytest.mark.parametrize("request_fields", [{"Type": "one-time"}, {"State": "cancelled"}, {"State": "closed"},
+                                            {"Type": None, "State": "closed"}],
+                         ids=["one-time", "cancelled", "closed", "closed-without-type"])
+def test_a_request_that_cannot_launch_again_is_not_cancelled(ec2, request_fields):
+    client, stub = ec2
+    spot_owner_read(stub, **request_fields)
+    expect_terminate(stub)  # no cancel answer: a cancel call would fail the test
+
+    result = delete(client)
+
+    assert result.status is DeleteStatus.DELETING and result.cancelled_requests == ()
+
+
+def test_a_request_ec2_no_longer_knows_is_gone(ec2):
+    client, stub = ec2
+    expect_spot_instance(stub)
+    expect_attribute(stub)
+    stub.add_client_error("describe_spot_instance_requests", "InvalidSpotInstanceRequestID.NotFound",
+                          expected_params={"SpotInstanceRequestIds": [SIR]})
+    expect_terminate(stub)
+
+    assert delete(client).status is DeleteStatus.DELETING
+
+
+@pytest.mark.parametrize("request_fields", [
+    {"Type": None}, {"Type": "Persistent"}, {"Type": "", "State": "open"}, {"Type": None, "State": None},
+], ids=["no-type", "odd-type", "empty-type", "no-type-no-state"])
+def test_a_request_that_reads_as_neither_one_time_nor_cancelled_stops_the_group(ec2, request_fields):
+    client, stub = ec2
+    spot_owner_read(stub, **request_fields)  # no cancel, no terminate answer
+
+    with pytest.raises(ProviderError, match="neither one-time nor cancelled"):
+        delete(client)
+
+
+@pytest.mark.parametrize("instance_fields", [
+    {"SpotInstanceRequestId": None}, {"SpotInstanceRequestId": ""}, {"InstanceLifecycle": "odd"},
+    {"InstanceLifecycle": "scheduled"},  # a request id on an instance no request launched
+], ids=["spot-without-request-id", "empty-request-id", "odd-lifecycle", "scheduled-with-request-id"])
+def test_a_spot_instance_whose_request_cannot_be_named_is_not_terminated(ec2, instance_fields):
+    client, stub = ec2
+    expect_spot_instance(stub, **instance_fields)
+    expect_attribute(stub)
+
+    with pytest.raises(ProviderError, match="cannot tell whether a request would replace it"):
+        delete(client)
+
+
+@pytest.mark.parametrize("reply", [
+    {"SpotInstanceRequests": []},
+    {"SpotInstanceRequests": [{"Type": "one-time", "State": "active"}]},
+    {"SpotInstanceRequests": [{"SpotInstanceRequestId": "sir-0other000000000", "Type": "one-time"}]},
+], ids=["empty", "no-id", "another-id"])
+def test_a_request_reply_that_is_not_that_request_stops_the_group(ec2, reply):
+    client, stub = ec2
+    expect_spot_instance(stub)
+    expect_attribute(stub)
+    stub.add_response("describe_spot_instance_requests", reply, {"SpotInstanceRequestIds": [SIR]})
+
+    with pytest.raises(ProviderError, match="describe_spot_instance_requests"):
+        delete(client)
+
+
+def test_a_failed_cancel_leaves_the_instance_running(ec2):
+    client, stub = ec2
+    spot_owner_read(stub)
+    stub.add_client_error("cancel_spot_instance_requests", "UnauthorizedOperation", "not authorized",
+                          expected_params={"SpotInstanceRequestIds": [SIR]})
+
+    with pytest.raises(ProviderError):
+        delete(client)
+
+
+def test_a_cancel_that_does_not_take_leaves_the_instance_running(ec2):
+    client, stub = ec2
+    spot_owner_read(stub)
+    expect_cancel(stub)
+    expect_request(stub, State="open")
+
+    with pytest.raises(ProviderError, match="not cancelled after"):
+        delete(client)
+
+
+@pytest.mark.parametrize("tags, reason", [
+    ([*TAGS, {"Key": "orphan-cleanup-protect", "Value": ""}], "protected"),
+    ([{"Key": "provider_ref", "Value": "bbbbbbbbbbbb"}], "ref_changed"),
+])
+def test_a_persistent_request_not_ours_to_cancel_keeps_the_group(ec2, tags, reason):
+    client, stub = ec2
+    spot_owner_read(stub, Tags=tags)
+
+    result = delete(client)
+
+    assert result.status is DeleteStatus.SKIPPED and result.deleted == () and result.cancelled_requests == ()
+    assert (PID, f"spot_request_{reason}") in [(s.id, s.reason) for s in result.skipped]
+    assert (SIR, reason) in [(s.id, s.reason) for s in result.skipped]
+
+
+def test_an_on_demand_instance_reads_no_spot_request(ec2):
+    client, stub = ec2
+    expect_spot_instance(stub, InstanceLifecycle=None, SpotInstanceRequestId=None)
+    expect_attribute(stub)
+    expect_terminate(stub)
+
+    group = ResourceGroup(provider_ref=REF, region=REGION, primary_id=PID, resources=(res(ResourceKind.INSTANCE, PID),))
+    assert delete(client, group).status is DeleteStatus.DELETING
+
+
+# ---- a leftover request (its instance is gone) ------------------------------------------------------
+
+LEFTOVER = ResourceGroup(provider_ref=REF, region=REGION, primary_id=None,
+                         resources=(res(ResourceKind.SPOT_REQUEST, SIR),))
+
+
+def test_a_leftover_request_is_cancelled(ec2):
+    client, stub = ec2
+    expect_request(stub, State="open", InstanceId=None)
+    expect_cancel(stub)
+
+    result = delete(client, LEFTOVER)
+
+    assert result.status is DeleteStatus.DELETED and result.deleted == (SIR,) and result.cancelled_requests == (SIR,)
+
+
+def test_a_leftover_request_of_a_live_instance_outside_the_group_is_pending_not_cancelled(ec2):
+    client, stub = ec2
+    expect_request(stub, InstanceId=OTHER)
+    stub.add_response("describe_instances", {"Reservations": [{"Instances": [
+        {"InstanceId": OTHER, "State": {"Name": "running", "Code": 16}}]}]}, {"InstanceIds": [OTHER]})
+
+    result = delete(client, LEFTOVER)
+
+    assert result.status is DeleteStatus.DELETING and result.pending == (SIR,) and result.cancelled_requests == ()
