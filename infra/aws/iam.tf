@@ -13,6 +13,7 @@ locals {
     "ec2:DetachNetworkInterface",
     "ec2:DisassociateAddress",
     "ec2:CancelSpotInstanceRequests",
+    "ec2:DeleteSnapshot",
   ]
   # Describe* support no resource-level permission: "*" is the only form.
   ec2_describe_actions = [
@@ -22,6 +23,7 @@ locals {
     "ec2:DescribeSecurityGroups",
     "ec2:DescribeAddresses",
     "ec2:DescribeSpotInstanceRequests",
+    "ec2:DescribeSnapshots",
   ]
   # The deleter also reads termination protection, which no describe shows (DESIGN §5 rule 14).
   ec2_deleter_read_actions = [
@@ -31,9 +33,12 @@ locals {
     "ec2:DescribeSecurityGroups",
     "ec2:DescribeAddresses",
     "ec2:DescribeSpotInstanceRequests",
+    "ec2:DescribeSnapshots",
     "ec2:DescribeInstanceAttribute",
   ]
   ec2_arn = "arn:${local.partition}:ec2:*:${local.account_id}"
+  # Snapshot ARNs name no account.
+  snapshot_arn = "arn:${local.partition}:ec2:*::snapshot/*"
   step_policies = {
     lister     = data.aws_iam_policy_document.lister.json
     classifier = data.aws_iam_policy_document.classifier.json
@@ -196,11 +201,56 @@ data "aws_iam_policy_document" "deleter" {
       "${local.ec2_arn}:security-group/*",
       "${local.ec2_arn}:elastic-ip/*",
       "${local.ec2_arn}:spot-instances-request/*",
+      local.snapshot_arn,
     ]
 
     condition {
       test     = "StringLike"
       variable = "aws:ResourceTag/${var.tag_key}"
+      values   = ["????????????"]
+    }
+  }
+
+  # snapshot_before_delete: a snapshot of a ref-tagged volume, carrying the ref itself,
+  # and tags only on a snapshot being created (never a re-tag of an existing resource).
+  statement {
+    sid       = "SnapshotOnlyRefTaggedVolumes"
+    actions   = ["ec2:CreateSnapshot"]
+    resources = ["${local.ec2_arn}:volume/*"]
+
+    condition {
+      test     = "StringLike"
+      variable = "aws:ResourceTag/${var.tag_key}"
+      values   = ["????????????"]
+    }
+  }
+
+  statement {
+    sid       = "SnapshotsCarryTheRef"
+    actions   = ["ec2:CreateSnapshot"]
+    resources = [local.snapshot_arn]
+
+    condition {
+      test     = "StringLike"
+      variable = "aws:RequestTag/${var.tag_key}"
+      values   = ["????????????"]
+    }
+  }
+
+  statement {
+    sid       = "TagSnapshotsAsTheyAreCreated"
+    actions   = ["ec2:CreateTags"]
+    resources = [local.snapshot_arn]
+
+    condition {
+      test     = "StringEquals"
+      variable = "ec2:CreateAction"
+      values   = ["CreateSnapshot"]
+    }
+
+    condition {
+      test     = "StringLike"
+      variable = "aws:RequestTag/${var.tag_key}"
       values   = ["????????????"]
     }
   }

@@ -36,6 +36,7 @@ from infra.checks.iam import (
     DELETE_ACTIONS,
     DESCRIBE_ACTIONS,
     LAMBDA_ENI_ACTIONS,
+    SNAPSHOT_CREATE_ACTIONS,
     Grant,
     ec2_write_grants,
     if_branches,
@@ -78,6 +79,7 @@ from infra.checks.terraform_shape import aws_stack_problems, gcp_stack_problems
 __all__ = [
     "AWS_HANDLERS", "DELETE_ACTIONS", "DESCRIBE_ACTIONS", "GCP_ENTRY_POINTS", "LAMBDA_ENI_ACTIONS", "PROTECT_KEY",
     "REPO", "SAM_QUEUES", "SAMPLE_PARAMETERS", "SAMPLE_PROTECT_KEYS", "TAG_KEY", "TARGET_ROLES", "TARGET_TEMPLATE",
+    "SNAPSHOT_CREATE_ACTIONS",
     "TEMPLATE", "TERRAFORM_DIRS", "Grant", "Module", "Unresolved",
     "all_problems", "as_list", "aws_stack_problems", "cfn_lint", "code_text", "code_uris",
     "dead_letter_alarm_problems", "defined_names", "deleter_policy_problems", "ec2_write_grants",

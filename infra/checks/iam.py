@@ -14,8 +14,11 @@ from infra.checks.intrinsics import parameter_values, policy_document
 DELETE_ACTIONS = frozenset({
     "ec2:TerminateInstances", "ec2:DeleteVolume", "ec2:DeleteNetworkInterface",
     "ec2:DeleteSecurityGroup", "ec2:ReleaseAddress", "ec2:DetachNetworkInterface",
-    "ec2:DisassociateAddress", "ec2:CancelSpotInstanceRequests",
+    "ec2:DisassociateAddress", "ec2:CancelSpotInstanceRequests", "ec2:DeleteSnapshot",
 })
+#: What the deleter writes to keep a data volume (``snapshot_before_delete``): a snapshot of
+#: a ref-tagged volume that carries the ref itself, tagged only as it is created.
+SNAPSHOT_CREATE_ACTIONS = frozenset({"ec2:CreateSnapshot", "ec2:CreateTags"})
 # What Lambda itself does with a VPC function's execution role.
 LAMBDA_ENI_ACTIONS = frozenset({
     "ec2:CreateNetworkInterface", "ec2:DeleteNetworkInterface",
@@ -25,6 +28,7 @@ LAMBDA_ENI_ACTIONS = frozenset({
 DESCRIBE_ACTIONS = frozenset({
     "ec2:DescribeInstances", "ec2:DescribeVolumes", "ec2:DescribeNetworkInterfaces",
     "ec2:DescribeSecurityGroups", "ec2:DescribeAddresses", "ec2:DescribeSpotInstanceRequests",
+    "ec2:DescribeSnapshots",
 })
 #: What the deleter reads besides: termination protection (DESIGN §5 rule 14).
 DELETER_READ_ACTIONS = frozenset({"ec2:DescribeInstanceAttribute"})
@@ -72,7 +76,10 @@ def _statements_of(document: dict) -> list[dict]:
 @dataclass(frozen=True)
 class Grant:
     action: str
-    guard: str | None  # "tag", "lambda-managed", or None (unconditioned)
+    # "tag", "snapshot-create" (a SNAPSHOT_CREATE_ACTIONS under the ref tag of the volume or
+    # of the request; CreateTags only with ec2:CreateAction CreateSnapshot), "lambda-managed",
+    # or None (unconditioned)
+    guard: str | None
     sid: str
 
 
@@ -101,8 +108,20 @@ def ec2_write_grants(statements: Iterable[dict], tag_key: str = TAG_KEY) -> list
             action_guard = guard
             if guard == "lambda-managed" and action not in LAMBDA_ENI_ACTIONS:
                 action_guard = None
+            if action in SNAPSHOT_CREATE_ACTIONS:
+                # CreateTags under any other condition could re-tag a resource as ours.
+                ok = guard in ("tag", "request-tag") and (
+                    action != "ec2:CreateTags" or _creates_snapshot_only(st.get("Condition") or {}))
+                action_guard = "snapshot-create" if ok else None
+            elif guard == "request-tag":
+                action_guard = None  # a tag in the request limits nothing an existing resource has
             grants.append(Grant(action, action_guard, sid))
     return grants
+
+
+def _creates_snapshot_only(condition: dict) -> bool:
+    values = [str(v) for v in as_list((condition.get("StringEquals") or {}).get("ec2:CreateAction", []))]
+    return values == ["CreateSnapshot"]
 
 
 def _guard(condition: dict, tag_key: str) -> str | None:
@@ -110,6 +129,9 @@ def _guard(condition: dict, tag_key: str) -> str | None:
     for operator, clauses in condition.items():
         for key, value in (clauses or {}).items():
             values = [str(v) for v in as_list(value)]
+            if key == f"aws:RequestTag/{tag_key}" and operator in ("StringLike", "StringEquals") and values \
+                    and all(v and v.strip("*") for v in values):
+                return "request-tag"
             if key in keys:
                 if operator in ("StringLike", "StringEquals") and values and all(
                         v and v.strip("*") for v in values):
@@ -119,6 +141,12 @@ def _guard(condition: dict, tag_key: str) -> str | None:
             if key == "lambda:SourceFunctionArn" and operator == "Null" and values == ["true"]:
                 return "lambda-managed"
     return None
+
+
+def snapshot_create_problems(grants: Iterable[Grant], who: str) -> list[str]:
+    """The deleter can take a ref-tagged snapshot of a volume (``snapshot_before_delete``)."""
+    have = {g.action for g in grants if g.guard == "snapshot-create"}
+    return [f"{who}: lacks {a} under the tag condition" for a in sorted(SNAPSHOT_CREATE_ACTIONS - have)]
 
 
 def protect_deny_problems(statements: Iterable[dict], keys: Iterable[str], who: str) -> list[str]:
@@ -170,8 +198,9 @@ def target_role_problems(template: dict, parameters: dict[str, str] | None = Non
             problems += [f"ListRole: lacks {a}" for a in sorted(DESCRIBE_ACTIONS - allowed)]
             continue
         problems += [f"{role_id}: {g.action} (statement {g.sid}) is not limited to resources tagged "
-                     f"{tag_key}" for g in grants if g.guard != "tag"]
+                     f"{tag_key}" for g in grants if g.guard not in ("tag", "snapshot-create")]
         tagged = {g.action for g in grants if g.guard == "tag"}
+        problems += snapshot_create_problems(grants, role_id)
         problems += [f"{role_id}: lacks {a} under the tag condition" for a in sorted(DELETE_ACTIONS - tagged)]
         allowed = {a for s in statements if s.get("Effect") == "Allow" for a in as_list(s.get("Action", []))}
         problems += [f"{role_id}: lacks {a}" for a in sorted(DELETER_READ_ACTIONS - allowed)]

@@ -9,7 +9,13 @@ from pathlib import Path
 from typing import Any
 
 from infra.checks._common import AWS_HANDLERS, SAMPLE_PARAMETERS, TAG_KEY, TEMPLATE, resources_of_type
-from infra.checks.iam import DELETE_ACTIONS, ec2_write_grants, protect_deny_problems, role_statements
+from infra.checks.iam import (
+    DELETE_ACTIONS,
+    ec2_write_grants,
+    protect_deny_problems,
+    role_statements,
+    snapshot_create_problems,
+)
 from infra.checks.intrinsics import parameter_values
 
 
@@ -117,12 +123,13 @@ def deleter_policy_problems(cfn: dict, parameters: dict[str, str] | None = None)
             if g.guard is None:
                 problems.append(f"{name}: {g.action} (statement {g.sid}) is not limited to "
                                 f"resources tagged {tag_key}")
-            elif name != "deleter" and g.guard == "tag":
+            elif name != "deleter" and g.guard in ("tag", "snapshot-create"):
                 problems.append(f"{name}: may {g.action} (statement {g.sid}); only the deleter deletes")
         if name == "deleter":
             tagged = {g.action for g in grants if g.guard == "tag"}
             for missing in sorted(DELETE_ACTIONS - tagged):
                 problems.append(f"deleter: lacks {missing} under the tag condition")
+            problems += snapshot_create_problems(grants, "deleter")
             problems += protect_deny_problems(statements, values.get("ProtectTagKeys", []), "deleter")
     return problems
 

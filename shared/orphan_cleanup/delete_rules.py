@@ -66,6 +66,13 @@ def delete_record(group: ResourceGroup, *, result: DeleteResult | None = None, e
                }.get(action, f"failed to delete {what}: {error}")
     if result is not None and result.cancelled_requests:
         message += f"; cancelled spot request {', '.join(result.cancelled_requests)} first"
+    if result is not None and result.snapshots:
+        message += "; kept snapshot " + ", ".join(f"{sid} of {vid}" for vid, sid in result.snapshots)
+    if result is not None and result.snapshots_pending:
+        if group.primary_id is None or group.primary_id not in result.deleted:
+            message = f"deleting {what}"  # no owner was terminated: the snapshot is what is awaited
+        message += "; waiting for snapshot " + ", ".join(
+            f"{sid} of {vid}" for vid, sid in result.snapshots_pending) + " to complete before deleting the volume"
     return DeleteRecord(action=action, request_state=_REQUEST_STATE[action], orphan_state=_ORPHAN_STATE[action],
                         unsettled=action in (Action.DELETING, Action.REPORTED),
                         failed=action is Action.DELETE_FAILED and not trip_region, trip_region=trip_region,

@@ -19,6 +19,8 @@ from orphan_cleanup import backend_rules
 REF_PATTERN = re.compile(r"^[a-z0-9]{12}$")
 DEFAULT_TAG_KEY = "provider_ref"
 DEFAULT_PROTECT_KEY = "orphan-cleanup-protect"
+#: The tag on a snapshot the deleter takes, naming the volume it was taken of.
+SNAPSHOT_SOURCE_KEY = "orphan-cleanup-source"
 #: AWS tags naming a controller that re-creates an instance it loses (DESIGN §5 rule 14):
 #: an Auto Scaling group, an EKS managed node group, an EC2 Fleet, a Spot Fleet.
 DEFAULT_CONTROLLER_TAG_KEYS: tuple[str, ...] = (
@@ -50,6 +52,9 @@ class ResourceKind(StrEnum):
     ADDRESS = "address"
     DISK = "disk"
     SPOT_REQUEST = "spot-request"
+    # A snapshot the deleter took of a data volume before deleting it (issue #15 item 4):
+    # listed only once older than ``retain_snapshots_days``.
+    SNAPSHOT = "snapshot"
 
 
 class ResourceState(StrEnum):
@@ -175,6 +180,27 @@ class BackendSettings(BaseModel):
     # AWS: tag keys naming a controller (ASG, node group, fleet) that would replace an
     # instance; such an instance is never terminated (DESIGN §5 rule 14).
     controller_tag_keys: tuple[str, ...] = DEFAULT_CONTROLLER_TAG_KEYS
+    # AWS (issue #15 item 4): snapshot an orphan data volume (one that did not go with its
+    # instance) and delete it only once the snapshot completed; the snapshot carries the
+    # ref and ``SNAPSHOT_SOURCE_KEY``. ``retain_snapshots_days`` unset keeps them forever;
+    # set, a snapshot older than that is listed as a leftover of its ref and deleted.
+    snapshot_before_delete: bool = False
+    retain_snapshots_days: int | None = Field(default=None, ge=1)
+
+    @field_validator("snapshot_before_delete", mode="before")
+    @classmethod
+    def _strict_bool(cls, v: Any) -> Any:
+        # "false" or 0 from a platform's SQL must not silently read as a choice.
+        if not isinstance(v, bool):
+            raise ValueError(f"must be true or false, got {v!r}")
+        return v
+
+    @field_validator("retain_snapshots_days", mode="before")
+    @classmethod
+    def _whole_days(cls, v: Any) -> Any:
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
+            raise ValueError(f"must be a whole number of days, got {v!r}")
+        return v
 
     @field_validator("controller_tag_keys", mode="before")
     @classmethod
@@ -251,6 +277,11 @@ class Backend(BaseModel):
                 raise ValueError(f"settings.{name}: {problem}")
         if s.tag_key == s.protect_tag_key:
             raise ValueError(f"settings.protect_tag_key: {s.protect_tag_key!r} is also the tag_key")
+        if self.provider != "aws":
+            # Not implemented for GCP disks yet: refused, never silently deleting the data.
+            for name in ("snapshot_before_delete", "retain_snapshots_days"):
+                if getattr(s, name) not in (None, False):
+                    raise ValueError(f"settings.{name}: only AWS backends support it so far")
         return self
 
     @property
@@ -275,7 +306,7 @@ class Backend(BaseModel):
         s = self.settings
         return json.dumps([self.scope, sorted(set(self.regions)), s.tag_key, s.protect_tag_key, s.role_arn,
                            s.external_id, s.credentials_secret, s.credentials_json, s.max_concurrency,
-                           list(s.controller_tag_keys)])
+                           list(s.controller_tag_keys), s.retain_snapshots_days])
 
     def for_deleting(self) -> Backend:
         """This backend as the deleter acts for it: with ``delete_role_arn`` as the role
@@ -404,6 +435,10 @@ class DeleteResult(Frozen):
     # Spot requests cancelled so that EC2 does not replace the instance (AWS, issue #15):
     # named in the record even when the request is not a member of the group.
     cancelled_requests: tuple[str, ...] = ()
+    # Snapshots taken (or found completed) of data volumes before they were deleted, as
+    # ``(volume id, snapshot id)`` (issue #15 item 4); and those still being taken.
+    snapshots: tuple[tuple[str, str], ...] = ()
+    snapshots_pending: tuple[tuple[str, str], ...] = ()
 
     @model_validator(mode="after")
     def _protection_iff_protected(self) -> DeleteResult:

@@ -43,6 +43,7 @@ DESCRIBES = {
     "DescribeSecurityGroups": "GroupIds",
     "DescribeAddresses": "AllocationIds",
     "DescribeSpotInstanceRequests": "SpotInstanceRequestIds",
+    "DescribeSnapshots": "SnapshotIds",
 }
 ACTIONS = {
     "TerminateInstances": "InstanceIds",
@@ -51,6 +52,7 @@ ACTIONS = {
     "DeleteSecurityGroup": "GroupId",
     "ReleaseAddress": "AllocationId",
     "CancelSpotInstanceRequests": "SpotInstanceRequestIds",
+    "DeleteSnapshot": "SnapshotId",
 }
 MUTATING = set(ACTIONS) | {"DetachNetworkInterface", "DisassociateAddress"}
 
@@ -328,7 +330,7 @@ def test_listing_uses_only_each_services_describe_call(session, calls):
     assert fleet["instance"] in {g.primary_id for g in groups}
     assert elsewhere.calls == []
     assert {svc for svc, _, _ in calls.calls} == {"ec2"}
-    assert set(calls.ops()) == set(DESCRIBES)
+    assert set(calls.ops()) == set(DESCRIBES) - {"DescribeSnapshots"}  # listed only with retain_snapshots_days
     for _, op, params in calls.calls:
         assert {"Name": "tag-key", "Values": [TAG]} in params["Filters"], op
     assert "terminated" not in next(

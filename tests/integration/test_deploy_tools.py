@@ -193,9 +193,16 @@ def test_aws_cloudformation_deploy_of_the_target_account_roles_against_moto(tmp_
     assert [d["Condition"] for d in denies] == [{"Null": {"aws:ResourceTag/orphan-cleanup-protect": "false"}},
                                                 {"Null": {"aws:ResourceTag/platform-keep": "false"}}]
     assert all(set(d["Action"]) == checks.DELETE_ACTIONS for d in denies)
-    (allow,) = [s for s in delete["Statement"] if s["Effect"] == "Allow"]
+    allows = {s["Sid"]: s for s in delete["Statement"] if s["Effect"] == "Allow"}
+    assert set(allows) == {"DeleteOnlyRefTaggedResources", "SnapshotOnlyRefTaggedVolumes", "SnapshotsCarryTheRef",
+                           "TagSnapshotsAsTheyAreCreated"}
+    allow = allows["DeleteOnlyRefTaggedResources"]
     assert allow["Condition"] == {"StringLike": {"aws:ResourceTag/provider_ref": "????????????"}}
-    assert all(r.startswith("arn:aws:ec2:*:123456789012:") for r in allow["Resource"])
+    assert all(r.startswith("arn:aws:ec2:*:123456789012:") or r == "arn:aws:ec2:*::snapshot/*"
+               for r in allow["Resource"])
+    assert allows["TagSnapshotsAsTheyAreCreated"]["Condition"] == {
+        "StringEquals": {"ec2:CreateAction": "CreateSnapshot"},
+        "StringLike": {"aws:RequestTag/provider_ref": "????????????"}}
     assert iam.list_role_policies(RoleName="orphan-cleanup-list")["PolicyNames"] == ["describe"]
 
 

@@ -38,7 +38,8 @@ def instance(iid: str, *, state: str = "running", sgs: tuple[str, ...] = (), tag
 
 def test_every_kind_has_one_row_and_the_delete_order_respects_dependencies():
     assert set(BY_KIND) == {ResourceKind.INSTANCE, ResourceKind.VOLUME, ResourceKind.NETWORK_INTERFACE,
-                            ResourceKind.SECURITY_GROUP, ResourceKind.ADDRESS, ResourceKind.SPOT_REQUEST}
+                            ResourceKind.SECURITY_GROUP, ResourceKind.ADDRESS, ResourceKind.SPOT_REQUEST,
+                            ResourceKind.SNAPSHOT}
     order = [k.kind for k in DELETE_ORDER]
     for spec in KINDS:
         for dep in spec.depends_on:

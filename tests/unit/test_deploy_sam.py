@@ -295,6 +295,18 @@ def test_removing_the_tag_condition_from_the_deleter_is_caught(sam):
     assert len(unlimited) == len(checks.DELETE_ACTIONS)
 
 
+@pytest.mark.parametrize(("sid", "drop", "action"), [
+    ("TagSnapshotsAsTheyAreCreated", "StringEquals", "ec2:CreateTags"),  # could re-tag anything as ours
+    ("TagSnapshotsAsTheyAreCreated", "StringLike", "ec2:CreateTags"),
+    ("SnapshotsCarryTheRef", "StringLike", "ec2:CreateSnapshot"),
+])
+def test_snapshot_writes_without_their_conditions_are_caught(sam, sid, drop, action):
+    broken = checks.with_resolved_policies(sam)
+    del _statement(broken, "DeleterRole", sid)["Condition"][drop]
+    problems = checks.deleter_policy_problems(checks.sam_transform(broken))
+    assert f"deleter: {action} (statement {sid}) is not limited to resources tagged provider_ref" in problems
+
+
 def test_dropping_a_protect_deny_is_caught(sam):
     broken = checks.with_resolved_policies(sam)
     for policy in broken["Resources"]["DeleterRole"]["Properties"]["Policies"]:

@@ -1,5 +1,6 @@
 """The AWS adapter: EC2 instances and their volumes, interfaces, security
-groups and Elastic IPs, listed with each service's own describe call.
+groups, Elastic IPs, spot requests and (past their retention) our snapshots,
+listed with each service's own describe call.
 
 Wiring: ``build_aws_provider`` (the composition root's entry) builds real
 boto3 clients with timeouts, adaptive retries and an optional assumed role;
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator, Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 import boto3
@@ -23,7 +25,8 @@ from orphan_cleanup.errors import ConfigError, ProviderError
 from orphan_cleanup.models import Backend, DeleteResult, RegionListing, ResourceGroup, ResourceKind, ResourceState
 from orphan_cleanup.providers.aws_delete import GroupDeletion
 from orphan_cleanup.providers.aws_errors import translated
-from orphan_cleanup.providers.aws_kinds import KINDS, AwsKind, link_resources, to_resource
+from orphan_cleanup.providers.aws_kinds import SNAPSHOT, AwsKind, link_resources, to_resource
+from orphan_cleanup.providers.aws_snapshot import expired, listed_kinds
 from orphan_cleanup.providers.base import ResourceProvider, group_resources, not_yet_is_deleting, parallel_regions
 
 ClientFactory = Callable[[str, str], Any]
@@ -99,18 +102,24 @@ class AwsProvider(ResourceProvider):
                 region=group.region,
             )
         deletion = GroupDeletion(self.ec2(group.region), group, tag_key=self.tag_key, protect_key=self.protect_key,
-                                 controller_keys=self.backend.settings.controller_tag_keys)
+                                 controller_keys=self.backend.settings.controller_tag_keys,
+                                 snapshot_before_delete=self.backend.settings.snapshot_before_delete)
         return not_yet_is_deleting(group, deletion.run)
 
     def _list_region(self, region: str) -> list[ResourceGroup]:
         ec2 = self.ec2(region)
         raw: dict[ResourceKind, list[Mapping[str, Any]]] = {}
-        for spec in KINDS:
+        retain_days = self.backend.settings.retain_snapshots_days
+        kinds = listed_kinds(retain_days)
+        for spec in kinds:
             with translated(region, spec.describe):
                 raw[spec.kind] = list(self._describe_tagged(ec2, spec))
         try:
+            if retain_days is not None:  # a retained snapshot is not listed: no orphan, no unsettled cycle
+                now = datetime.now(UTC)
+                raw[SNAPSHOT.kind] = [s for s in raw[SNAPSHOT.kind] if expired(s, retain_days=retain_days, now=now)]
             keys = self.backend.settings.controller_tag_keys
-            resources = [to_resource(spec, item, region, keys) for spec in KINDS for item in raw[spec.kind]]
+            resources = [to_resource(spec, item, region, keys) for spec in kinds for item in raw[spec.kind]]
             linked = link_resources(raw, resources, self.tag_key)
         except (KeyError, TypeError, ValueError) as exc:
             # An unexpected reply shape fails the region (fail closed), it never drops items silently.
@@ -121,10 +130,10 @@ class AwsProvider(ResourceProvider):
     def _describe_tagged(self, ec2: Any, spec: AwsKind) -> Iterator[Mapping[str, Any]]:
         filters = [{"Name": "tag-key", "Values": [self.tag_key]}, *spec.list_filters]
         if ec2.can_paginate(spec.describe):
-            for page in ec2.get_paginator(spec.describe).paginate(Filters=filters):
+            for page in ec2.get_paginator(spec.describe).paginate(Filters=filters, **spec.list_params):
                 yield from spec.items(page)
         else:
-            yield from spec.items(getattr(ec2, spec.describe)(Filters=filters))
+            yield from spec.items(getattr(ec2, spec.describe)(Filters=filters, **spec.list_params))
 
 
 def client_config(*, connect_timeout: float, read_timeout: float, max_attempts: int = DEFAULT_MAX_ATTEMPTS,

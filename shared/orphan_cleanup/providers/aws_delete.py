@@ -19,6 +19,9 @@ Safety rules this module keeps (DESIGN §5 rules 1 and 3, seed 002):
   that cannot be read as one-time or cancelled, or whose cancel fails, stops the group
   (``aws_spot``); a protected request, or one of another ref, skips it;
 - termination is confirmed by a re-read (shutting-down or terminated);
+- with ``snapshot_before_delete`` a volume is deleted only once a snapshot of it, tagged
+  with the ref and its id, is ``completed`` (``aws_snapshot``): pending is "not yet",
+  ``error`` fails the group; a snapshot is deleted only after its group's volumes;
 - a dependent still in use by something alive is "not yet" (pending), never
   detached from a live instance; while anything of a kind it depends on is
   pending, a kind is not tried (an interface waits for the group's
@@ -56,6 +59,7 @@ from orphan_cleanup.providers.aws_kinds import (
     dig,
     tags_of,
 )
+from orphan_cleanup.providers.aws_snapshot import VolumeSnapshots
 from orphan_cleanup.providers.aws_spot import is_final, must_cancel, request_of
 
 Item = Mapping[str, Any]
@@ -73,8 +77,10 @@ class GroupDeletion:
     """One ``delete_resource_group`` call against one region's EC2 client."""
 
     def __init__(self, ec2: Any, group: ResourceGroup, *, tag_key: str, protect_key: str,
-                 controller_keys: Iterable[str] = ()) -> None:
+                 controller_keys: Iterable[str] = (), snapshot_before_delete: bool = False) -> None:
         self.ec2 = ec2
+        self.snapshots = VolumeSnapshots(self._call, tag_key=tag_key, ref=group.provider_ref, region=group.region) \
+            if snapshot_before_delete else None
         self.controller_keys = tuple(controller_keys)
         self.protection: tuple[str, str] | None = None
         self.group = group
@@ -274,8 +280,10 @@ class GroupDeletion:
 
     def _prepare(self, spec: AwsKind, item: Item) -> bool:
         """Make ``item`` deletable if that is safe; False means "not yet"."""
-        if spec is VOLUME:
-            return VOLUME.raw_state(item) == "available"  # never detach a volume
+        if spec is VOLUME:  # never detach a volume
+            if VOLUME.raw_state(item) != "available":
+                return False
+            return self.snapshots is None or self.snapshots.ready(VOLUME.item_id(item))
         if spec is NETWORK_INTERFACE:
             return self._detach_interface(item)
         if spec is ADDRESS:
@@ -410,4 +418,6 @@ class GroupDeletion:
             protection=self.protection[0] if protected and self.protection else None,
             protection_detail=self.protection[1] if protected and self.protection else None,
             cancelled_requests=tuple(self.cancelled),
+            snapshots=tuple(self.snapshots.completed) if self.snapshots else (),
+            snapshots_pending=tuple(self.snapshots.pending) if self.snapshots else (),
         )

@@ -39,6 +39,7 @@ class AwsKind:
     tags_field: str = "Tags"
     attached_path: Path | None = None  # the instance id it is attached to
     list_filters: tuple[Mapping[str, Any], ...] = field(default=())
+    list_params: Mapping[str, Any] = field(default_factory=dict)  # more describe parameters
     delete_as_list: bool = False  # terminate_instances takes a list of ids
 
     def items(self, page: Mapping[str, Any]) -> Iterator[Mapping[str, Any]]:
@@ -240,8 +241,36 @@ SPOT_REQUEST = AwsKind(
     attached_path=("InstanceId",),
 )
 
-# Listing order: instances first, so the link pass can see who uses what.
-KINDS: tuple[AwsKind, ...] = (INSTANCE, VOLUME, NETWORK_INTERFACE, SECURITY_GROUP, ADDRESS, SPOT_REQUEST)
+#: ``error`` snapshots exist (and may be deleted); ``pending`` ones are still being taken.
+SNAPSHOT_STATES = _literal({
+    "pending": ResourceState.ACTIVE,
+    "completed": ResourceState.AVAILABLE,
+    "error": ResourceState.AVAILABLE,
+    "recoverable": ResourceState.ACTIVE,
+    "recovering": ResourceState.ACTIVE,
+})
+SNAPSHOT = AwsKind(
+    kind=ResourceKind.SNAPSHOT,
+    describe="describe_snapshots",
+    items_path=("Snapshots",),
+    id_field="SnapshotId",
+    ids_param="SnapshotIds",
+    id_filter="snapshot-id",
+    created_path=("StartTime",),
+    state_path=("State",),
+    states=SNAPSHOT_STATES,
+    delete="delete_snapshot",
+    delete_param="SnapshotId",
+    not_found=frozenset({"InvalidSnapshot.NotFound"}),
+    # Never deleted while its volume, listed in the same group, is still there.
+    depends_on=(ResourceKind.INSTANCE, ResourceKind.VOLUME),
+    # Without it DescribeSnapshots also pages through every public snapshot.
+    list_params=_literal({"OwnerIds": ["self"]}),
+)
+
+# Listing order: instances first, so the link pass can see who uses what. Snapshots are
+# listed only with ``retain_snapshots_days`` set (``aws_snapshot.listed_kinds``).
+KINDS: tuple[AwsKind, ...] = (INSTANCE, VOLUME, NETWORK_INTERFACE, SECURITY_GROUP, ADDRESS, SPOT_REQUEST, SNAPSHOT)
 BY_KIND: Mapping[ResourceKind, AwsKind] = _literal({k.kind: k for k in KINDS})
 DELETE_ORDER: tuple[AwsKind, ...] = tuple(
     BY_KIND[k] for k in TopologicalSorter({k.kind: k.depends_on for k in KINDS}).static_order()

@@ -1,0 +1,186 @@
+"""A data volume is snapshotted before it is deleted (issue #15 item 4), on a real botocore
+EC2 client with botocore's Stubber: every request is checked against the EC2 model, the
+calls must come in exactly the order given, and any call not listed (a ``delete_volume``
+before the snapshot completed) fails the test. moto completes a snapshot at once, so the
+``pending`` and ``error`` states are played here."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import boto3
+import pytest
+from botocore.stub import ANY, Stubber
+from pydantic import ValidationError
+
+from orphan_cleanup.delete_rules import delete_record
+from orphan_cleanup.errors import ProviderError
+from orphan_cleanup.models import Action, Backend, BackendSettings, DeleteStatus, Resource, ResourceGroup, ResourceKind
+from orphan_cleanup.providers.aws_delete import GroupDeletion
+from orphan_cleanup.providers.aws_snapshot import expired
+
+REGION = "us-east-1"
+REF = "abcdefabcdef"
+TAGS = [{"Key": "provider_ref", "Value": REF}]
+VOL = "vol-0123456789abcdef0"
+SNAP = "snap-0123456789abcdef0"
+SOURCE_TAGS = [*TAGS, {"Key": "orphan-cleanup-source", "Value": VOL}]
+LEFTOVER = ResourceGroup(provider_ref=REF, region=REGION, resources=(
+    Resource(kind=ResourceKind.VOLUME, id=VOL, region=REGION, tags={"provider_ref": REF}),))
+
+
+@pytest.fixture
+def ec2() -> Iterator[tuple[Any, Stubber]]:
+    client = boto3.client("ec2", region_name=REGION, aws_access_key_id="x", aws_secret_access_key="y",
+                          endpoint_url="http://ec2.stubbed.invalid")
+    with Stubber(client) as stub:
+        yield client, stub
+        stub.assert_no_pending_responses()
+
+
+def delete(client: Any, *, snapshot_before_delete: bool = True):
+    return GroupDeletion(client, LEFTOVER, tag_key="provider_ref", protect_key="orphan-cleanup-protect",
+                         snapshot_before_delete=snapshot_before_delete).run()
+
+
+def expect_volume(stub: Stubber) -> None:
+    stub.add_response("describe_volumes", {"Volumes": [{"VolumeId": VOL, "State": "available", "Tags": TAGS}]},
+                      {"VolumeIds": [VOL]})
+
+
+def snapshot(state: str, sid: str = SNAP) -> dict[str, Any]:
+    return {"SnapshotId": sid, "VolumeId": VOL, "State": state, "Tags": SOURCE_TAGS}
+
+
+def expect_ours(stub: Stubber, *snapshots: dict[str, Any]) -> None:
+    stub.add_response("describe_snapshots", {"Snapshots": list(snapshots)}, {"OwnerIds": ["self"], "Filters": [
+        {"Name": "volume-id", "Values": [VOL]}, {"Name": "tag:orphan-cleanup-source", "Values": [VOL]},
+        {"Name": "tag:provider_ref", "Values": [REF]}]})
+
+
+def expect_create(stub: Stubber, state: str) -> None:
+    stub.add_response("create_snapshot", {"SnapshotId": SNAP, "VolumeId": VOL, "State": "pending"},
+                      {"VolumeId": VOL, "Description": ANY,
+                       "TagSpecifications": [{"ResourceType": "snapshot", "Tags": SOURCE_TAGS}]})
+    stub.add_response("describe_snapshots", {"Snapshots": [snapshot(state)]}, {"SnapshotIds": [SNAP]})
+
+
+def expect_delete_volume(stub: Stubber) -> None:
+    stub.add_response("delete_volume", {}, {"VolumeId": VOL})
+
+
+def test_a_pending_snapshot_keeps_the_volume_and_the_group_in_progress(ec2):
+    client, stub = ec2
+    expect_volume(stub)
+    expect_ours(stub)
+    expect_create(stub, "pending")  # no delete_volume answer: a delete would fail the test
+
+    result = delete(client)
+
+    assert result.status is DeleteStatus.DELETING and result.pending == (VOL,) and result.deleted == ()
+    assert result.snapshots_pending == ((VOL, SNAP),) and result.snapshots == ()
+    record = delete_record(LEFTOVER, result=result)
+    assert record.action is Action.DELETING and not record.failed and record.unsettled
+    assert record.message == (f"deleting orphan group {LEFTOVER.key} (1 resources); waiting for snapshot {SNAP}"
+                              f" of {VOL} to complete before deleting the volume")
+
+
+def test_the_next_cycle_waits_for_the_same_snapshot_without_taking_another(ec2):
+    client, stub = ec2
+    expect_volume(stub)
+    expect_ours(stub, snapshot("pending"))  # no create_snapshot answer: a second snapshot would fail
+
+    result = delete(client)
+
+    assert result.status is DeleteStatus.DELETING and result.snapshots_pending == ((VOL, SNAP),)
+
+
+def test_a_completed_snapshot_lets_the_volume_go_and_is_named(ec2):
+    client, stub = ec2
+    expect_volume(stub)
+    expect_ours(stub, snapshot("error", "snap-0fffffffffffffff0"), snapshot("completed"))
+    expect_delete_volume(stub)
+
+    result = delete(client)
+
+    assert result.status is DeleteStatus.DELETED and result.deleted == (VOL,)
+    assert result.snapshots == ((VOL, SNAP),)
+    assert f"kept snapshot {SNAP} of {VOL}" in delete_record(LEFTOVER, result=result).message
+
+
+def test_a_snapshot_taken_and_completed_at_once_lets_the_volume_go_in_the_same_call(ec2):
+    client, stub = ec2
+    expect_volume(stub)
+    expect_ours(stub)
+    expect_create(stub, "completed")
+    expect_delete_volume(stub)
+
+    assert delete(client).snapshots == ((VOL, SNAP),)
+
+
+@pytest.mark.parametrize("state", ["error", "recovering"])
+def test_a_failed_snapshot_fails_the_group_and_keeps_the_volume(ec2, state):
+    client, stub = ec2
+    expect_volume(stub)
+    expect_ours(stub, snapshot(state))
+
+    with pytest.raises(ProviderError, match=f"snapshot {SNAP} of volume {VOL} is '{state}'"):
+        delete(client)
+
+
+def test_a_snapshot_of_another_ref_does_not_count(ec2):
+    # The server filters on tags; the deleter checks them again (a reply it cannot trust).
+    client, stub = ec2
+    expect_volume(stub)
+    foreign = snapshot("completed") | {"Tags": [{"Key": "provider_ref", "Value": "bbbbbbbbbbbb"},
+                                                {"Key": "orphan-cleanup-source", "Value": VOL}]}
+    expect_ours(stub, foreign)
+    expect_create(stub, "pending")
+
+    assert delete(client).status is DeleteStatus.DELETING
+
+
+def test_without_the_setting_no_snapshot_is_read_or_taken(ec2):
+    client, stub = ec2
+    expect_volume(stub)
+    expect_delete_volume(stub)
+
+    result = delete(client, snapshot_before_delete=False)
+
+    assert result.status is DeleteStatus.DELETED and result.snapshots == () and result.snapshots_pending == ()
+
+
+NOW = datetime(2026, 12, 1, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(("started", "is_expired"), [
+    (NOW - timedelta(days=7), True), (NOW - timedelta(days=7) + timedelta(seconds=1), False),
+    (NOW, False), (None, False), ("2026-01-01", False), (datetime(2020, 1, 1), False)],
+    ids=["at-retention", "just-younger", "new", "no-start-time", "not-a-time", "naive-time"])
+def test_a_snapshot_expires_only_with_a_readable_start_older_than_the_retention(started, is_expired):
+    assert expired({"SnapshotId": SNAP, "StartTime": started}, retain_days=7, now=NOW) is is_expired
+
+
+@pytest.mark.parametrize("settings", [{"snapshot_before_delete": "false"}, {"snapshot_before_delete": 1},
+                                      {"retain_snapshots_days": 0}, {"retain_snapshots_days": 1.5},
+                                      {"retain_snapshots_days": True}, {"retain_snapshots_days": "7"}])
+def test_snapshot_settings_are_validated(settings):
+    with pytest.raises(ValidationError):
+        BackendSettings.model_validate(settings)
+
+
+def test_snapshot_settings_default_to_no_snapshot_and_keep_forever():
+    s = BackendSettings()
+    assert s.snapshot_before_delete is False and s.retain_snapshots_days is None
+    assert BackendSettings.from_input({"snapshot_before_delete": True, "retain_snapshots_days": 30}) \
+        .retain_snapshots_days == 30
+
+
+@pytest.mark.parametrize("settings", [{"snapshot_before_delete": True}, {"retain_snapshots_days": 7}])
+def test_a_gcp_backend_refuses_the_snapshot_settings_it_cannot_honour(settings):
+    with pytest.raises(ValidationError, match="only AWS backends support it"):
+        Backend(id="g", provider="gcp", account="p", regions=("us-central1",), settings=settings)
+    assert Backend(id="g", provider="gcp", account="p", regions=("us-central1",),
+                   settings={"snapshot_before_delete": False}).settings.snapshot_before_delete is False
