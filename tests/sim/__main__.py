@@ -30,7 +30,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.verbose or r.violations:
             mark = f"{len(r.violations)} VIOLATION(S) {sorted({v.invariant for v in r.violations})}" \
                 if r.violations else r.outcome
-            print(f"seed {r.seed}: {r.steps} steps, {r.cycles} cycles, {r.deleted} deleted, {mark}",
+            print(f"seed {r.seed}: {r.steps} steps, {r.cycles} cycles, {r.deleted} deleted,"
+                  f" {r.work['shared_listings']} shared listings, {mark}",
                   file=sys.stderr, flush=True)
 
     mutation = MUTATIONS[args.mutation] if args.mutation else None

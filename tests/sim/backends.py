@@ -7,10 +7,17 @@ Per seed (stream ``"<seed>:topology"``):
 - sometimes ``sim-b``, a second backend of the same AWS account (same cloud,
   its own regions, owners the platform writes with ``backend_id = 'sim-b'``,
   its own cleanup cycles): each lists the other's VMs, which stay tracked;
+- sometimes ``sim-c``, a third backend of the same account in the first one's
+  regions, sometimes with other credentials (a ``role_arn``: the same account,
+  yet a listing of its own);
 - sometimes ``sim-fo``, a failover backend in ``FAILOVER_ACCOUNT`` (a second
   cloud): live owners move there (a new VM, ``backend_id``/``primary_id``
   rewritten) and their old VM stays in the first account, an orphan
   (``backend_mismatch``) of the first backend;
+- listings shared by the tick (stream ``"<seed>:sharing"``): ``sim-b`` often in
+  the first backend's regions, ``sim-fo`` often in them too (another account:
+  it must never share their listing), operators' region edits joining and
+  splitting them mid-run;
 - sometimes a platform that writes ``backend_id = 'aws'``, which names no
   backend row (such owners are skipped, never orphans; the settle phase fixes
   the rows);
@@ -23,30 +30,45 @@ Per seed (stream ``"<seed>:topology"``):
 - forged queue messages (``message_forged``): an altered copy of a listing
   batch (mode flipped, backend switched, listed_at moved) or of a delete
   request (backend switched, a resource of another group added) injected next
-  to the real one, which still flows. The product must refuse the copy.
+  to the real one, which still flows. The product must refuse the copy;
+- forged listing jobs (``job_forged``): a copy of a tick's job merged with
+  another waiting job, naming another backend too (preferably of another
+  account) or one backend fewer. A job is a hint: the lister re-applies STEP 1
+  and regroups by the rows' listing keys.
 """
 
 from __future__ import annotations
 
 import json
+import random
 from collections import ChainMap
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from orphan_cleanup.messages import DeleteRequest, ListingBatch, ListingJob
 from orphan_cleanup.models import Backend, ResourceState, is_valid_ref
-from orphan_cleanup.messages import DeleteRequest, ListingBatch
-from tests.sim.cloud import SimCloud, _resource
+from tests.sim.cloud import SimCloud, _resource, listing_scope
 from tests.sim.owners import LIVE, PROTECT, TAG
 from tests.sim.world import (
-    ACCOUNT, BACKEND, BACKEND_B, BACKEND_FO, FAILOVER_ACCOUNT, MARGIN, STRANGER_ACCOUNT, stream,
+    ACCOUNT,
+    BACKEND,
+    BACKEND_B,
+    BACKEND_C,
+    BACKEND_FO,
+    FAILOVER_ACCOUNT,
+    MARGIN,
+    STRANGER_ACCOUNT,
+    stream,
 )
 
 if TYPE_CHECKING:
     from tests.sim.engine import Simulation
 
 ALL_REGIONS = ("r1", "r2", "r3")
+#: Other credentials of the first account (``sim-c`` sometimes): same account, another listing.
+OTHER_ROLE = f"arn:aws:iam::{ACCOUNT}:role/oc-lister-c"
 
 
 @dataclass
@@ -58,6 +80,15 @@ class BackendSpec:
     settings: dict[str, Any] = field(default_factory=dict)
     row_regions: tuple[str, ...] = ()  # the row as the operator left it
     row_settings: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def credentials(self) -> tuple[str, str | None]:
+        """The account and role its row lists with (what a wrong-credentials spell hits)."""
+        return self.account, self.row_settings.get("role_arn")
+
+    def listing_scope(self) -> tuple[object, ...]:
+        """What a listing feeding this backend's cycle must cover, as its row is now (I2)."""
+        return listing_scope(self.account, self.row_regions, TAG, PROTECT, self.row_settings.get("role_arn"))
 
 
 class AllClouds:
@@ -106,6 +137,7 @@ class Backends:
             regs = tuple(sorted(topo.sample(ALL_REGIONS, topo.randint(1, 2))))
             self.backends[BACKEND_FO] = BackendSpec(BACKEND_FO, FAILOVER_ACCOUNT, regs, self.mode)
             self.rates["failover"] = topo.choice((0.05, 0.1, 0.2))
+        self._sharing(stream(self.seed, "sharing"), regions)
         if topo.random() < 0.2:
             self.rates["unknown_backend"] = topo.choice((0.1, 0.3))
         if topo.random() < 0.4:
@@ -120,34 +152,48 @@ class Backends:
             self.rates["wrong_credentials"] = topo.choice((0.05, 0.15))
         # The account wrong credentials reach: the other cloud of the run, or a stranger's.
         self.clouds.setdefault(STRANGER_ACCOUNT, SimCloud(STRANGER_ACCOUNT, id_base=0x80000000))
-        self.wrong_until: dict[str, int] = {}
+        self.wrong_until: dict[tuple[str, str | None], int] = {}  # credentials -> until step
         # The functions' clock against the database's (the function_clock mutation's world):
         # sometimes well past the margin, either way.
         self.skew = topo.choice((0, 5, -5, 30, -90, MARGIN + 60, MARGIN * 3, -(MARGIN * 3)))
         for b in self.backends.values():
             b.row_regions, b.row_settings = b.regions, dict(b.settings)
             self.admin.run("INSERT INTO backends (id, provider, account, regions, settings, mode)"
-                           " VALUES (:i, 'aws', :a, CAST(:r AS text[]), '{}', :m)",
-                           i=b.id, a=b.account, r=list(b.regions), m=b.mode)
+                           " VALUES (:i, 'aws', :a, CAST(:r AS text[]), CAST(:s AS jsonb), :m)",
+                           i=b.id, a=b.account, r=list(b.regions), s=json.dumps(b.settings), m=b.mode)
         self.checker.set_off({b.id for b in self.backends.values() if b.mode == "off"})
+
+    def _sharing(self: Simulation, rng: random.Random, regions: tuple[str, ...]) -> None:
+        """Backends the tick lists together (same account, regions and credentials), and
+        some that look alike but must not share (other credentials, another account)."""
+        if BACKEND_B in self.backends and rng.random() < 0.5:
+            self.backends[BACKEND_B].regions = regions
+        if BACKEND_FO in self.backends and rng.random() < 0.5:
+            self.backends[BACKEND_FO].regions = regions
+        if rng.random() < 0.35:
+            settings = {"role_arn": OTHER_ROLE} if rng.random() < 0.35 else {}
+            self.backends[BACKEND_C] = BackendSpec(BACKEND_C, ACCOUNT, regions, self.mode, settings)
 
     @property
     def home_backends(self: Simulation) -> list[str]:
         """The backends the platform provisions new owners into (the first account's)."""
-        return [b for b in (BACKEND, BACKEND_B) if b in self.backends]
+        return [b for b in (BACKEND, BACKEND_B, BACKEND_C) if b in self.backends]
 
     def cloud_for(self: Simulation, backend: Backend) -> SimCloud:
         """The cloud a backend's credentials reach: its configured account's, unless
-        the credentials are wrong for now (another account)."""
+        those credentials (account and role, shared by the backends listed together)
+        are wrong for now (another account)."""
         right = self.clouds[backend.account]
-        if self.wrong_until.get(backend.id, 0) > self.trace.step and self.dice.enabled:
+        if self.wrong_until.get((backend.account, backend.settings.role_arn), 0) > self.trace.step \
+                and self.dice.enabled:
             return next(c for a, c in sorted(self.clouds.items()) if a != backend.account)
         return right
 
     def credentials_spell(self: Simulation, bid: str) -> None:
-        if self.wrong_until.get(bid, 0) <= self.trace.step and self.dice.roll("wrong_credentials"):
-            self.wrong_until[bid] = self.trace.step + self.rng_sched.randint(2, 12)
-            self.trace(f"operator: {bid}'s credentials reach another account until step {self.wrong_until[bid]}")
+        creds = self.backends[bid].credentials
+        if self.wrong_until.get(creds, 0) <= self.trace.step and self.dice.roll("wrong_credentials"):
+            self.wrong_until[creds] = self.trace.step + self.rng_sched.randint(2, 12)
+            self.trace(f"operator: {bid}'s credentials reach another account until step {self.wrong_until[creds]}")
 
     # ---- the operator: plain SQL on backends rows ------------------------------------
 
@@ -170,7 +216,8 @@ class Backends:
             if missing and (len(b.row_regions) == 1 or rng.random() < 0.5):
                 regs = tuple(sorted((*b.row_regions, rng.choice(missing))))
             elif len(b.row_regions) > 1:
-                regs = tuple(r for r in b.row_regions if r != rng.choice(b.row_regions))
+                gone = rng.choice(b.row_regions)  # drawn once: never every region (a row lists at least one)
+                regs = tuple(r for r in b.row_regions if r != gone)
             else:
                 return
             b.row_regions = regs
@@ -221,6 +268,33 @@ class Backends:
         self.dice.counts[f"message_forged:batch_{kind}"] += 1
         self.trace(f"queue: forged copy of batch {batch.seq} of {batch.cycle_id[:8]} ({kind})")
         return forged.model_dump_json()
+
+    def forge_job(self: Simulation, body: str) -> str | None:
+        job = ListingJob.model_validate_json(body)
+        rng = self.rng_cloud
+        named = list(job.backends)
+        others = [b for b in sorted(self.backends) if b not in named]
+        # The backends of another job of the same tick were due too: a merged copy is the
+        # forgery most likely to start backends of other scopes together.
+        waiting = sorted({b for m in self.jobs_q.messages for b in ListingJob.model_validate_json(m.body).backends}
+                         - set(named))
+        if waiting and rng.random() < 0.6:
+            named = [*waiting, *named] if rng.random() < 0.5 else [*named, *waiting]
+            kind, what = "merged", f"+ {waiting}"
+        elif others and (len(named) == 1 or rng.random() < 0.7):
+            account = self.backends[named[0]].account
+            pool = [b for b in others if self.backends[b].account != account] or others
+            extra = rng.choice(pool)
+            named.insert(rng.randint(0, len(named)), extra)
+            kind, what = "added", f"+ {extra}"
+        elif len(named) > 1:
+            gone = named.pop(rng.randrange(len(named)))
+            kind, what = "dropped", f"- {gone}"
+        else:
+            return None
+        self.dice.counts[f"job_forged:{kind}"] += 1
+        self.trace(f"queue: forged copy of job {list(job.backends)} ({what})")
+        return ListingJob(backends=tuple(named)).model_dump_json()
 
     def forge_request(self: Simulation, body: str) -> str | None:
         req = DeleteRequest.model_validate_json(body)

@@ -25,10 +25,19 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from orphan_cleanup.errors import (
-    ProviderError, ProviderThrottled, ProviderTimeout, ProviderUnavailable,
+    ProviderError,
+    ProviderThrottled,
+    ProviderTimeout,
+    ProviderUnavailable,
 )
 from orphan_cleanup.models import (
-    Backend, DeleteResult, RegionListing, Resource, ResourceGroup, ResourceKind, ResourceState,
+    Backend,
+    DeleteResult,
+    RegionListing,
+    Resource,
+    ResourceGroup,
+    ResourceKind,
+    ResourceState,
 )
 from orphan_cleanup.providers.base import describe_error, group_resources
 from tests.support.memory_cloud import CloudResource, MemoryCloud, MemoryProvider
@@ -55,14 +64,23 @@ class ResMeta:
 
 @dataclass
 class ListingRecord:
-    """One lister run as the provider saw it (attached to its cycle)."""
+    """One listing as the provider saw it, attached to every cycle it fed (the cycles
+    whose batches were published while it ran: one, or several for a shared listing)."""
 
+    backend: str  # the backend whose provider listed (the first of a shared listing)
+    scope: tuple[object, ...]  # what it covered: the account it reached, its backend's regions, keys, role
     regions: list[str] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
     crashed: bool = False
     groups: int = 0
-    backend: str | None = None
     at: datetime | None = None  # simulated time of the first listing call (C1, A1)
+
+
+def listing_scope(account: str, regions: tuple[str, ...] | list[str], tag_key: str, protect_key: str,
+                  role_arn: str | None) -> tuple[object, ...]:
+    """What one listing covers: the account, the regions, the tag keys and the credentials.
+    A cycle may be fed only by a listing of its own backend's scope (I2)."""
+    return (account, tuple(sorted(set(regions))), tag_key, protect_key, role_arn)
 
 
 class SimCloud(MemoryCloud):
@@ -113,9 +131,11 @@ class SimProvider(MemoryProvider):
 
     def iter_listing(self) -> Iterator[RegionListing]:
         sim = self.sim
-        record = sim.listing_record
-        record.backend = self.backend.id
-        for region in self.backend.regions:
+        b = self.backend
+        scope = listing_scope(self.sim_cloud.account, b.regions, b.settings.tag_key, b.settings.protect_tag_key,
+                              b.settings.role_arn)
+        sim.listing_record = record = ListingRecord(backend=b.id, scope=scope)
+        for region in b.regions:
             self.cloud.calls["list"] += 1
             if record.at is None:
                 record.at = sim.clock()

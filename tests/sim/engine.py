@@ -1,12 +1,15 @@
 """One seed of the simulation: a platform and the cleanup running together
 against the simulated provider, the real classifier, pipeline and Postgres.
 
-The run drives the deployed shape by hand: it calls ``Pipeline.run_lister`` as
-the scheduler would, and delivers queued messages to ``handle_batch`` and
+The run drives the deployed shape by hand: the scheduler fires the tick
+(``Pipeline.run_tick``: one listing job per group of due backends sharing a
+listing) in a seeded share of its runs and invokes ``Pipeline.run_lister`` for
+one backend in the others (a direct invoke, sometimes manual or with a one-off
+mode); it delivers queued messages to ``run_job``, ``handle_batch`` and
 ``handle_delete`` as the SQS/Pub-Sub event sources would, with duplicates,
-delays, losses, any order, and functions that crash before or after the
-handler. Each step advances the simulated clock, then does one thing: a
-platform or people action, a lister run, or one delivery.
+delays, losses, forgeries, any order, and functions that crash before or after
+the handler. Each step advances the simulated clock, then does one thing: a
+platform or people action, a scheduled run, or one delivery.
 
 After ``steps`` steps the faults stop and the platform drives its in-flight
 owners to final states (the settle phase); then the cleanup must converge (L1).
@@ -27,8 +30,8 @@ import pg8000.native
 
 from orphan_cleanup.messages import DeleteRequest
 from orphan_cleanup.pipeline import Pipeline
-from orphan_cleanup.results import ListerResult
 from orphan_cleanup.reporting import Reporter
+from orphan_cleanup.results import ListerResult, TickResult
 from orphan_cleanup.settings import Settings
 from tests.sim import db as simdb
 from tests.sim.backends import Backends
@@ -36,11 +39,22 @@ from tests.sim.cloud import ListingRecord, SimCloud, SimProvider
 from tests.sim.functions import Functions
 from tests.sim.invariants import Checker, Violation
 from tests.sim.platform import Platform
-from tests.sim.queues import SimQueue
+from tests.sim.queues import JOBS_MAX_RECEIVES, JOBS_VISIBILITY_TIMEOUT, SimQueue
 from tests.sim.settle import Settle
 from tests.sim.world import (
-    ACCOUNT, BACKEND, BASE_RATES, DEADLINE, EPOCH, INTENSITIES, MARGIN, MAX_BACKOFF, Dice, SimClock, Trace,
-    stream, swarm,
+    ACCOUNT,
+    BACKEND,
+    BASE_RATES,
+    DEADLINE,
+    EPOCH,
+    INTENSITIES,
+    MARGIN,
+    MAX_BACKOFF,
+    Dice,
+    SimClock,
+    Trace,
+    stream,
+    swarm,
 )
 
 PLATFORM_FAULTS = {"crash_after_ref", "error_after_create", "create_error", "crash_after_create",
@@ -94,6 +108,9 @@ class SeedResult:
     cycles: int = 0
     deleted: int = 0
     crashes: Counter = field(default_factory=Counter)
+    # Scheduled work: direct lister runs, ticks, listing jobs run, shared listings
+    # (a job's ``listings`` below its started backends) and the cycles they fed.
+    work: Counter = field(default_factory=Counter)
 
 
 class SimReporter(Reporter):
@@ -137,7 +154,12 @@ class Simulation(Functions, Settle, Backends):
         self.checker = Checker(self)
         self.cloud = SimCloud(ACCOUNT)
         self.cloud.terminate_lag = cfg.choice((0, 0, 1, 2))
-        self.listing_record = ListingRecord()
+        self.listing_record: ListingRecord | None = None  # the listing running now (set by SimProvider)
+        self.work: Counter = Counter()
+        self.job_reasons: dict[str, str] = {}  # backend -> why its first job run of a settle round went so
+        # The scheduler's share of runs that go through the tick (the rest: direct invokes).
+        self.rng_tick = stream(seed, "tick")
+        self.tick_share = self.rng_tick.choice((0.6, 0.75, 0.8))
         self.delete_ctx: list[DeleteRequest] = []
         self.in_delivery: set[int] = set()
         self.crashes: Counter = Counter()
@@ -155,6 +177,8 @@ class Simulation(Functions, Settle, Backends):
         size = cfg.choice((2048, 4096, 200 * 1024))  # small messages: cycles of several batches
         self.listing_q = SimQueue("listing", self.clock, self.dice, stream(seed, "lq"), self.trace, size)
         self.delete_q = SimQueue("delete", self.clock, self.dice, stream(seed, "dq"), self.trace, size)
+        self.jobs_q = SimQueue("jobs", self.clock, self.dice, stream(seed, "jq"), self.trace, 256 * 1024,
+                               max_receives=JOBS_MAX_RECEIVES, visibility_timeout=JOBS_VISIBILITY_TIMEOUT)
         settings = Settings(ORPHAN_CLEANUP_MARGIN_SECONDS=MARGIN, ORPHAN_CLEANUP_INTERVAL_SECONDS=60,
                             ORPHAN_CLEANUP_CYCLE_DEADLINE_SECONDS=DEADLINE,
                             ORPHAN_CLEANUP_MAX_DELETES=self.max_deletes,
@@ -162,6 +186,8 @@ class Simulation(Functions, Settle, Backends):
                             ORPHAN_CLEANUP_MAX_BACKOFF_SECONDS=MAX_BACKOFF)
         self.listing_q.forger = self.forge_batch
         self.delete_q.forger = self.forge_request
+        self.jobs_q.forger = self.forge_job
+        self.listing_q.on_publish = self.batch_published
         # The product's clock is the database's (oc_clock(), on simulated time: db.py). The
         # ``function_clock`` mutation brings back the function's own clock, skewed by this
         # seed's skew (the world that rule 13 guards against).
@@ -169,7 +195,7 @@ class Simulation(Functions, Settle, Backends):
         self.pipeline = Pipeline(settings=settings, db=simdb.SimDatabase(pool),
                                  provider_for=lambda b: provider_cls(b, self.cloud_for(b), self),
                                  listing_queue=self.listing_q, delete_queue=self.delete_q,
-                                 reporter=SimReporter(self), clock=clock)
+                                 jobs_queue=self.jobs_q, reporter=SimReporter(self), clock=clock)
         self.platform = Platform(self, env.platform_pool, BACKEND, regions)
         if blast:  # live owners only: the bug that marks them all terminated makes the blast
             self.platform.history(cfg.randint(4, 7), stories=("live",))
@@ -195,8 +221,10 @@ class Simulation(Functions, Settle, Backends):
     def _result(self, outcome: str) -> SeedResult:
         n_cycles = self.admin.run("SELECT count(*) FROM cycles")[0][0]
         deleted = sum(len(c.deleted) for c in self.clouds.values())
+        fed = Counter(id(record) for record in self.checker.listings.values())
+        self.work["cycles_fed_by_shared_listing"] += sum(n for n in fed.values() if n > 1)
         return SeedResult(self.seed, self.trace.step, self.dice.counts, self.checker.checks,
-                          self.checker.violations, outcome, n_cycles, deleted, self.crashes)
+                          self.checker.violations, outcome, n_cycles, deleted, self.crashes, self.work)
 
     def step(self) -> None:
         self.trace.step += 1
@@ -216,15 +244,19 @@ class Simulation(Functions, Settle, Backends):
             self.idle_until = self.trace.step + self.rng_sched.randint(5, 40)
             self.trace(f"platform: idle until step {self.idle_until} (recoveries only)")
         self.platform.idle = self.idle_until > self.trace.step
-        choices: list[tuple[float, Callable[[], None]]] = [(3.0, self.platform.step), (1.0, self.lister)]
+        choices: list[tuple[float, Callable[[], None]]] = [(3.0, self.platform.step), (1.0, self.scheduled)]
+        if self.jobs_q.ready():
+            choices.append((3.0, self.deliver_job))
         if self.listing_q.ready():
             choices.append((3.0, self.deliver_batch))
         if self.delete_q.ready():
             choices.append((3.0, self.deliver_delete))
         pick = self.rng_sched.uniform(0, sum(w for w, _ in choices))
-        for weight, action in choices:
+        action = choices[-1][1]
+        for weight, candidate in choices:
             pick -= weight
             if pick <= 0:
+                action = candidate
                 break
         action()
 
@@ -242,8 +274,46 @@ class Simulation(Functions, Settle, Backends):
         finally:
             self.checker.after_step(before)
 
+    def scheduled(self, *, nested: bool = False) -> None:
+        """The scheduler fires: the tick (this seed's share of runs), else a direct
+        invoke of the lister for one backend."""
+        if self.rng_tick.random() < self.tick_share:
+            self.tick(nested=nested)
+        else:
+            self.lister(nested=nested)
+
+    def tick(self, *, nested: bool = False) -> TickResult | None:
+        """One tick: every due backend in one statement, one listing job per shared listing."""
+        out: list[TickResult | None] = [None]
+
+        def work() -> None:
+            out[0] = self._run_tick()
+
+        if nested:
+            work()
+        else:
+            self._checked(work)
+        return out[0]
+
+    def _run_tick(self) -> TickResult | None:
+        for bid in sorted(self.backends):  # the tick may list any of them
+            self.credentials_spell(bid)
+        self.listing_record = None
+        try:
+            result = self.pipeline.run_tick()
+        except Exception as exc:  # noqa: BLE001 - the function crashed; the schedule ticks again later
+            self._crash("tick", exc)
+            return None
+        self.work["ticks"] += 1
+        for bid, reason in sorted(result.skipped.items()):
+            if reason == "no_activity":
+                self.checker.no_activity_skip(bid)
+        skipped = ", ".join(f"{b}:{r}" for b, r in sorted(result.skipped.items()))
+        self.trace(f"tick: jobs {result.jobs}" + (f", skipped {skipped}" if skipped else ""))
+        return result
+
     def lister(self, backend_id: str | None = None, *, nested: bool = False) -> ListerResult | None:
-        """One lister invocation for one backend (the scheduler's pick when not given)."""
+        """One direct lister invocation for one backend (the scheduler's pick when not given)."""
         out: list[ListerResult | None] = [None]
         bid = backend_id or (self.rng_sched.choice(sorted(self.backends)) if len(self.backends) > 1 else BACKEND)
 
@@ -257,12 +327,17 @@ class Simulation(Functions, Settle, Backends):
         return out[0]
 
     def _run_lister(self, bid: str) -> ListerResult | None:
-        manual = self.rng_sched.random() < 0.1 and self.dice.enabled
-        # An operator's one-off mode in the event (``{"backend": ..., "mode": ...}``): never runs an off backend.
-        mode = self.rng_sched.choice(("delete", "report")) if self.dice.roll("mode_override") else None
+        # Operators invoke the lister as often per scheduler firing as before the tick took
+        # most of the firings: manual runs and one-off modes are that much likelier per direct run.
+        direct = 1.0 / (1.0 - self.tick_share)
+        manual = self.rng_sched.random() < 0.1 * direct and self.dice.enabled
+        # An operator's one-off mode in the event (``{"backend": ..., "mode": ...}``): never runs an off backend,
+        # which is the backend an operator is most tempted to run once anyway.
+        mode = self.rng_sched.choice(("delete", "report")) if self.dice.roll("mode_override", direct) else None
+        if mode is not None and self.checker.off and self.rng_sched.random() < 0.8:
+            bid = self.rng_sched.choice(sorted(self.checker.off))
         self.credentials_spell(bid)
-        self.listing_record = record = ListingRecord(backend=bid)
-        self.checker.pending_listings.append(record)
+        self.listing_record = None
         summary = None
         try:
             summary = self.pipeline.run_lister(bid, manual=manual, mode=mode)
@@ -270,8 +345,7 @@ class Simulation(Functions, Settle, Backends):
                        f" {summary.reason} cycle={str(summary.cycle_id)[:8]} batches={summary.batches}")
         except Exception as exc:  # noqa: BLE001 - the function crashed; the scheduler tries again later
             self._crash("lister", exc)
-        if summary is not None and summary.cycle_id:
-            self.checker.listings[summary.cycle_id] = record
+        self.work["direct_lister_runs"] += 1
         if summary is not None and summary.reason == "no_activity":
             self.checker.no_activity_skip(bid)
         return summary

@@ -1,7 +1,8 @@
 """The functions as the queues drive them (a mixin of ``Simulation``): Lambda's
-SQS poller with batches of records and partial batch failures, crashes before
-or after a record, and the hooks ``SimProvider`` calls around each provider
-delete (attribution to a cycle, concurrent deleters and lister runs)."""
+SQS poller with batches of records and partial batch failures (one record per
+invocation for the lister's jobs, as template.yaml sets it), crashes before or
+after a record, and the hooks ``SimProvider`` calls around each provider delete
+(attribution to a cycle, concurrent deleters, lister runs and listing jobs)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ from collections.abc import Callable
 from typing import Any
 
 from orphan_cleanup.errors import ProviderError
+from orphan_cleanup.messages import DeleteRequest, ListingBatch, ListingJob
 from orphan_cleanup.models import DeleteResult, ResourceGroup
-from orphan_cleanup.messages import DeleteRequest, ListingBatch
 from orphan_cleanup.pipeline import GateBusy
 from tests.sim.queues import VISIBILITY_TIMEOUT, SimQueue
 
@@ -22,11 +23,14 @@ class Functions:
     def deliver_delete(self) -> None:
         self._checked(lambda: self._invoke(self.delete_q, self._handle_delete, "deleter"))
 
-    def _invoke(self, queue: SimQueue, handle: Callable[[Any], int | None], name: str) -> None:
+    def deliver_job(self) -> None:
+        self._checked(lambda: self._invoke(self.jobs_q, self._handle_job, "lister job", batch=1))
+
+    def _invoke(self, queue: SimQueue, handle: Callable[[Any], int | None], name: str, batch: int = 4) -> None:
         """One function invocation with a batch of records (SQS gives up to 10). A record
         that raises fails alone (``batchItemFailures``); a crash of the function itself
         returns every record of the batch to the queue, handled or not."""
-        records = queue.take_many(self.rng_sched.randint(1, 4))
+        records = queue.take_many(self.rng_sched.randint(1, batch) if batch > 1 else 1)
         for i, msg in enumerate(records):
             if self.dice.roll("crash_before_handler"):
                 self.trace(f"{name}: function crashed before record {i + 1}/{len(records)}")
@@ -55,6 +59,32 @@ class Functions:
         self.trace(f"classifier: batch {batch.seq}{' (last)' if batch.last else ''} of {batch.cycle_id[:8]}"
                    f" -> {result.status} {result.verdicts or ''}")
         return None
+
+    def _handle_job(self, msg: Any) -> int | None:
+        """The lister's job record handler: None when done, else seconds until redelivery."""
+        job = ListingJob.model_validate_json(msg.body)
+        self.listing_record = None
+        try:
+            result = self.pipeline.run_job(job)
+        except Exception as exc:  # noqa: BLE001 - the record fails and is redelivered
+            self._crash("lister job", exc)
+            return self.jobs_q.visibility_timeout
+        started = sum(1 for r in result.results if r.started)
+        self.work["listing_jobs"] += 1
+        if result.listings < started:
+            self.work["shared_listings"] += 1
+        for r in result.results:
+            self.job_reasons.setdefault(r.backend, r.reason)
+            if r.reason == "no_activity":
+                self.checker.no_activity_skip(r.backend)
+        self.trace(f"lister job {list(job.backends)}: {result.listings} listing(s) for {started} started; "
+                   + ", ".join(f"{r.backend}:{r.reason}" + (f" cycle={r.cycle_id[:8]}" if r.cycle_id else "")
+                               for r in result.results))
+        return None
+
+    def batch_published(self, batch: Any) -> None:
+        """A listing batch left the lister: the listing running now fed its cycle (I2)."""
+        self.checker.listing_fed(batch.cycle_id, batch.backend, self.listing_record)
 
     def _handle_delete(self, msg: Any, again: bool = False) -> int | None:
         """The deleter's record handler: None when done, else seconds until redelivery."""
@@ -134,5 +164,16 @@ class Functions:
                 else:
                     self.delete_q.nack(msg, delay=retry_in)
         if self.dice.roll("concurrent_lister"):
-            self.trace("concurrently: a lister run overlaps the delete")
-            self.lister(nested=True)
+            jobs = self.jobs_q.ready()
+            if jobs and self.rng_sched.random() < 0.5:
+                msg = self.rng_sched.choice(jobs)
+                msg.receives += 1
+                self.trace(f"concurrently: a listing job (message {msg.id}) overlaps the delete")
+                retry_in = self._handle_job(msg)
+                if retry_in is None:
+                    self.jobs_q.ack(msg)
+                else:
+                    self.jobs_q.nack(msg, delay=retry_in)
+            else:
+                self.trace("concurrently: a lister run overlaps the delete")
+                self.scheduled(nested=True)

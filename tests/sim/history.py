@@ -33,7 +33,8 @@ class History:
                 ("INSERT INTO instances (id, name, provider_ref, status, created_at)"
                  " VALUES (:o, :n, :r, 'pending', :t)", dict(r=o.ref, o=o.id, n=f"job-{o.id}", t=t0))]
 
-            def vm(at: datetime, attempt: int, tags: dict[str, str] | None = None, volume: bool = True) -> str:
+            def vm(at: datetime, attempt: int, tags: dict[str, str] | None = None, volume: bool = True, *,
+                   o: Owner = o, region: str = region) -> str:
                 meta = dict(origin="platform", owner_id=o.id, attempt=attempt, visible_at=at)
                 rid = cloud.add(ResourceKind.INSTANCE, region, tags or {TAG: o.ref}, now=at, meta=self._meta(**meta))
                 if volume:

@@ -14,6 +14,11 @@ Safety (any step):
       touched (rule 10: ownership is by account, not by backend id);
   I1  no provider call (listing or delete) is made in an account other than
       the backend's configured one (rule 11), counted per call and cloud;
+  I2  a cycle is fed by exactly one listing, and only by a listing of its own
+      backend's scope: the account the listing reached, and the regions, tag
+      keys and credentials of the backend's row (C5: only backends sharing all
+      of them share a listing; rule 10: a resource of account X never enters a
+      cycle of a backend of account Y), checked on every published batch;
   F1  a cycle that lost its lease writes nothing and reports nothing (rule 6);
   B1  no cycle touches more groups than the blast-radius cap allows (rule 8);
   T1  after a delete in region r timed out / was unavailable, the cycle makes
@@ -129,7 +134,6 @@ class Checker:
         self.in_flight: Counter = Counter()
         self.reported: list[str] = []
         self.attributed: set[str] = set()
-        self.pending_listings: list[Any] = []
         self.fresh = False  # whether ``cycles``/``clean_at`` reflect the database
         self.gates_held = False
         self.unshifted = 0
@@ -178,6 +182,25 @@ class Checker:
         self.checks["R2"] += 1
         if backend.id in self.off:
             self.fail("R2", f"backend {backend.id} is off, yet a provider call was made for it: {what}")
+
+    def listing_fed(self, cycle_id: str, backend_id: str, record: Any) -> None:
+        """A batch of ``cycle_id`` (of ``backend_id``, as the lister wrote it) was published
+        while the listing ``record`` ran (I2; R2 for every backend a shared listing feeds)."""
+        self.checks["I2"] += 1
+        first = self.listings.setdefault(cycle_id, record)
+        spec = self.sim.backends.get(backend_id)
+        if record is None:
+            self.fail("I2", f"cycle {cycle_id[:8]} of {backend_id} published a batch with no listing running")
+        elif first is not record:
+            self.fail("I2", f"cycle {cycle_id[:8]} of {backend_id} was fed by two listings (by {first.backend}"
+                            f" and by {record.backend})")
+        elif spec is None or record.scope != spec.listing_scope():
+            self.fail("I2", f"cycle {cycle_id[:8]} of {backend_id} was fed by {record.backend}'s listing of"
+                            f" {record.scope}, but its backend's row says"
+                            f" {spec.listing_scope() if spec else 'nothing (no such backend)'}")
+        self.checks["R2"] += 1
+        if backend_id in self.off:
+            self.fail("R2", f"backend {backend_id} is off, yet a listing fed its cycle {cycle_id[:8]}")
 
     # ---- hooks from the provider and the delivery loop ------------------------------
 
@@ -248,7 +271,6 @@ class Checker:
             self.fresh = True
         self.reported = []
         self.attributed = set()
-        self.pending_listings = []
         return self.sim.world.snapshot()
 
     def after_step(self, before: dict[str, tuple[ResourceState, tuple[tuple[str, str], ...]]]) -> None:
@@ -269,9 +291,6 @@ class Checker:
             if rid not in self.attributed:
                 self.fail("S2", f"{rid} changed state outside any provider delete call")
         after, clean_at = self.read_state()
-        for cid in after.keys() - self.cycles.keys():
-            if cid not in self.listings and self.pending_listings:
-                self.listings[cid] = self.pending_listings[-1]
         self._fencing(after)
         self._clean_at(after, clean_at)
         self._blast_radius()

@@ -20,8 +20,10 @@ from unittest import mock
 from orphan_cleanup import bookkeeping, classify, delete_rules, pipeline, policy
 from orphan_cleanup.ledger.store import LedgerSession, LedgerStore
 from orphan_cleanup.ledger.unit import LockedCycle
-from orphan_cleanup.models import DeleteOutcome, Outcome, ResourceState, Verdict, VerdictKind
+from orphan_cleanup.messages import ListingJob
+from orphan_cleanup.models import Backend, DeleteOutcome, Outcome, ResourceState, Verdict, VerdictKind
 from orphan_cleanup.providers.base import ResourceProvider
+from orphan_cleanup.results import JobResult
 from tests.sim.cloud import SimProvider
 from tests.sim.engine import SimEnv
 
@@ -192,6 +194,21 @@ def _ownership_by_backend_id(env: SimEnv, stack: ExitStack) -> None:
     _patch(stack, classify, "classify", mutated)
 
 
+def _listing_key_ignores_account(env: SimEnv, stack: ExitStack) -> None:
+    """The tick's sharing key leaves the account out: backends of different accounts in
+    the same regions share one listing, made with the first one's credentials, and
+    the others' cycles classify (and would delete) another account's resources."""
+
+    real = Backend.listing_key.fget
+    assert real is not None
+
+    def listing_key(self: Backend) -> str:  # the real key of this backend in an account-less scope
+        return real(self.model_copy(update={"account": "*",
+                                            "settings": self.settings.model_copy(update={"project": None})}))
+
+    _patch(stack, Backend, "listing_key", property(listing_key))
+
+
 # ---- rule 11: identity before action --------------------------------------------------------------------
 
 def _no_identity_check(env: SimEnv, stack: ExitStack) -> None:
@@ -242,6 +259,21 @@ def _trust_message_mode(env: SimEnv, stack: ExitStack) -> None:
     _patch(stack, pipeline.Pipeline, "handle_delete", around(real_delete))
 
 
+def _job_grouping_trusted(env: SimEnv, stack: ExitStack) -> None:
+    """The lister believes a listing job's grouping: every backend the job names that
+    starts is fed by one listing (the first one's), instead of regrouping by the rows'
+    listing keys. A stale job (a row edited since the tick) or a forged one feeds a cycle
+    another scope's listing."""
+    real = pipeline.Pipeline.run_job
+
+    def run_job(self: pipeline.Pipeline, job: ListingJob) -> JobResult:
+        # While the job runs, every row has the same key: the job's grouping decides.
+        with mock.patch.object(Backend, "listing_key", property(lambda backend: "the job's grouping")):
+            return real(self, job)
+
+    _patch(stack, pipeline.Pipeline, "run_job", run_job)
+
+
 def _off_overridable(env: SimEnv, stack: ExitStack) -> None:
     _patch(stack, policy, "effective_mode",
            lambda settings, backend, override=None: override or backend.mode or settings.mode)
@@ -280,9 +312,13 @@ MUTATIONS: dict[str, Mutation] = {m.name: m for m in (
              frozenset({"A1", "L1"}), _no_backend_activity),
     Mutation("ownership_by_backend_id", "10: ownership by provider account, not backend id",
              frozenset({"X1", "S1"}), _ownership_by_backend_id),
+    Mutation("listing_key_ignores_account", "10/C5: only backends of one account share a listing",
+             frozenset({"I2"}), _listing_key_ignores_account),
     Mutation("no_identity_check", "11: identity before action", frozenset({"I1"}), _no_identity_check),
     Mutation("trust_message_mode", "12: messages are hints, the database is the truth",
              frozenset({"R1", "R2", "S1", "S2", "S3", "X1"}), _trust_message_mode),
+    Mutation("job_grouping_trusted", "12/C5: a listing job's grouping is a hint, the rows decide",
+             frozenset({"I2"}), _job_grouping_trusted),
     Mutation("off_overridable", "12/C5: off is final", frozenset({"R2"}), _off_overridable),
     Mutation("function_clock", "13: one clock (the database's)", frozenset({"C1", "A1", "S1", "X1"}),
              _function_clock),

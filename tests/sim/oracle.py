@@ -33,7 +33,8 @@ class Oracle:
             return "S1", f"{rid} belongs to owner {owner.id}, which is {st}"
         if (st in LIVE and not owner.soft_deleted and meta is not None and meta.origin == "platform"
                 and meta.attempt == owner.tracked):
-            return "S1", f"{rid} is tracked by live owner {owner.id} (status {st}, primary {owner.vm_of(owner.tracked)})"
+            return "S1", (f"{rid} is tracked by live owner {owner.id} (status {st},"
+                          f" primary {owner.vm_of(owner.tracked)})")
         return None
 
     def _copy_predates(self, rid: str, owner: Any) -> bool:

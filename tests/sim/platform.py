@@ -32,7 +32,15 @@ from tests.sim.db import ConnectionPool, PooledConnection, set_sim_now
 from tests.sim.history import History
 from tests.sim.oracle import Oracle
 from tests.sim.owners import (
-    LISTING_LAG_MAX, LIVE, MAX_ACTIVE_OWNERS, RECOVERY_AFTER_STEPS, REF_ALPHABET, TAG, Attempt, OpenTx, Owner,
+    LISTING_LAG_MAX,
+    LIVE,
+    MAX_ACTIVE_OWNERS,
+    RECOVERY_AFTER_STEPS,
+    REF_ALPHABET,
+    TAG,
+    Attempt,
+    OpenTx,
+    Owner,
 )
 from tests.sim.people import People
 from tests.sim.world import BACKEND_FO, UNKNOWN_BACKEND
@@ -360,7 +368,8 @@ class Platform(History, People, Oracle):
                 o.committed, o.phase = "terminated", "terminated"
 
         self._write(None, f"BUG: marks {len(victims)} live owners terminated",
-                    [("UPDATE instances SET status = 'terminated', terminated_at = :t WHERE id = ANY(CAST(:ids AS text[]))",
+                    [("UPDATE instances SET status = 'terminated', terminated_at = :t"
+                      " WHERE id = ANY(CAST(:ids AS text[]))",
                       dict(t=t, ids=[o.id for o in victims]))], committed,
                     None if None in backends else frozenset(b for b in backends if b is not None))
 

@@ -4,11 +4,11 @@ Faults: a publish fails (the caller sees an error), a message is duplicated,
 delayed, lost (e.g. dead-lettered after a poison run), delivered in any
 order, or altered in flight: ``forger`` (set by the simulation) makes an
 altered copy that is injected next to the real message, which still flows
-(``message_forged``, ``request_forged``); the product must refuse the copy
-(DESIGN §5 rule 12).
+(``message_forged``, ``request_forged``, ``job_forged``); the product must refuse
+the copy, or for a listing job treat it as the hint it is (DESIGN §5 rule 12).
 A delivery that fails (the function raised or crashed) is redelivered
-after a visibility timeout; after ``MAX_RECEIVES`` it goes to the dead-letter
-queue, i.e. is dropped for the pipeline.
+after a visibility timeout; after ``max_receives`` (5; 3 for the jobs queue, as
+template.yaml sets it) it goes to the dead-letter queue, i.e. is dropped for the pipeline.
 """
 
 from __future__ import annotations
@@ -26,6 +26,9 @@ from tests.sim.world import Dice, SimClock, Trace
 
 MAX_RECEIVES = 5
 VISIBILITY_TIMEOUT = 30
+#: The jobs queue as template.yaml configures it (6 x the lister's timeout; 3 receives).
+JOBS_VISIBILITY_TIMEOUT, JOBS_MAX_RECEIVES = 1800, 3
+FORGE_KINDS = {"listing": "message_forged", "delete": "request_forged", "jobs": "job_forged"}
 
 
 class PublishFailed(RuntimeError):
@@ -43,19 +46,24 @@ class Message:
 
 class SimQueue(Queue):
     def __init__(self, name: str, clock: SimClock, dice: Dice, rng: random.Random, trace: Trace,
-                 max_message_bytes: int) -> None:
+                 max_message_bytes: int, max_receives: int = MAX_RECEIVES,
+                 visibility_timeout: int = VISIBILITY_TIMEOUT) -> None:
         self.name = name
         self.clock = clock
         self.dice = dice
         self.rng = rng
         self.trace = trace
         self.max_message_bytes = max_message_bytes
+        self.max_receives = max_receives
+        self.visibility_timeout = visibility_timeout
         self.messages: list[Message] = []
         self._ids = itertools.count(1)
         self.published = 0
         self.dead_lettered = 0
         self.forger: Callable[[str], str | None] | None = None
-        self.forge_kind = "message_forged" if name == "listing" else "request_forged"
+        self.forge_kind = FORGE_KINDS[name]
+        #: Called with every message the queue accepted (lost in flight or not).
+        self.on_publish: Callable[[BaseModel], None] | None = None
 
     def publish(self, message: BaseModel) -> None:
         body = message.model_dump_json()
@@ -65,6 +73,8 @@ class SimQueue(Queue):
             self.trace(f"{self.name}: publish failed")
             raise PublishFailed(f"{self.name}: publish failed (injected)")
         self.published += 1
+        if self.on_publish is not None:
+            self.on_publish(message)
         if self.dice.roll("queue_drop"):
             self.trace(f"{self.name}: message lost")
             return
@@ -95,14 +105,15 @@ class SimQueue(Queue):
     def ack(self, msg: Message) -> None:
         self.messages = [m for m in self.messages if m is not msg]
 
-    def nack(self, msg: Message, delay: int = VISIBILITY_TIMEOUT) -> None:
-        """The delivery failed: redelivered later, or dead-lettered."""
-        if msg.receives >= MAX_RECEIVES:
+    def nack(self, msg: Message, delay: int | None = None) -> None:
+        """The delivery failed: redelivered later (after the visibility timeout unless
+        ``delay`` says otherwise), or dead-lettered."""
+        if msg.receives >= self.max_receives:
             self.ack(msg)
             self.dead_lettered += 1
             self.trace(f"{self.name}: message {msg.id} dead-lettered after {msg.receives} receives")
             return
-        msg.ready_at = self.clock() + timedelta(seconds=delay)
+        msg.ready_at = self.clock() + timedelta(seconds=self.visibility_timeout if delay is None else delay)
 
     def __len__(self) -> int:
         return len(self.messages)

@@ -31,6 +31,7 @@ class Summary:
     violations: list[Violation] = field(default_factory=list)
     cycles: int = 0
     deleted: int = 0
+    work: Counter = field(default_factory=Counter)
     wall: float = 0.0
 
     def add(self, r: SeedResult) -> None:
@@ -43,6 +44,7 @@ class Summary:
         self.violations.extend(r.violations)
         self.cycles += r.cycles
         self.deleted += r.deleted
+        self.work.update(r.work)
 
 
 @contextmanager
@@ -98,6 +100,10 @@ def table(s: Summary) -> str:
         f"  steps                {s.steps}",
         f"  cycles started       {s.cycles}",
         f"  resources deleted    {s.deleted}",
+        f"  lister runs          {s.work['direct_lister_runs']} direct, {s.work['ticks']} ticks,"
+        f" {s.work['listing_jobs']} listing jobs",
+        f"  shared listings      {s.work['shared_listings']} (feeding {s.work['cycles_fed_by_shared_listing']}"
+        " cycles)",
         f"  wall time            {s.wall:.1f} s",
         "",
         f"  faults injected      {sum(s.faults.values())}",

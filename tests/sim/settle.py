@@ -33,11 +33,7 @@ class Settle:
                     quiet_at = self.clock()
                     settled_at = quiet_at + timedelta(seconds=max(DEADLINE, MARGIN + LISTING_LAG_MAX + 120))
                     self.trace("settle: the platform is quiet")
-            reasons = {}
-            for bid in sorted(self.backends):  # the scheduler runs each backend's lister
-                summary = self.lister(bid)
-                reasons[bid] = summary.reason if summary is not None else None
-                self.drain()
+            reasons = self._scheduled_round()
             if self.checker.violations:
                 return "violation"
             for bid, reason in reasons.items():
@@ -49,6 +45,23 @@ class Settle:
                 self._wait_until_due()
         self.checker.fail("L1", "the platform never became quiet")
         return "violation"
+
+    def _scheduled_round(self) -> dict[str, str | None]:
+        """One firing of the scheduler, everything it queued drained: the tick (this
+        seed's share of rounds) or each backend's lister invoked directly. Returns why
+        each backend's run listed or not."""
+        if self.rng_tick.random() < self.tick_share:
+            self.job_reasons = {}
+            tick = self.tick()
+            self.drain()
+            skipped = tick.skipped if tick is not None else {}
+            return {bid: skipped.get(bid, self.job_reasons.get(bid)) for bid in sorted(self.backends)}
+        reasons = {}
+        for bid in sorted(self.backends):
+            summary = self.lister(bid)
+            reasons[bid] = summary.reason if summary is not None else None
+            self.drain()
+        return reasons
 
     def _wait_until_due(self) -> None:
         """The scheduler fires every interval; skip the ticks before the backend is due."""
@@ -62,7 +75,9 @@ class Settle:
 
     def drain(self, limit: int = 500) -> None:
         for _ in range(limit):
-            if self.listing_q.ready():
+            if self.jobs_q.ready():
+                self.deliver_job()
+            elif self.listing_q.ready():
                 self.deliver_batch()
             elif self.delete_q.ready():
                 self.deliver_delete()
@@ -73,9 +88,10 @@ class Settle:
         """One orphan as the simulation and the product see it."""
         r, m = self.world.resources[rid], self.world.meta.get(rid)
         owner = self.platform.by_ref.get(r.tags.get("provider_ref", ""))
+        provisioned = (int((owner.provisioned_at - EPOCH).total_seconds())
+                       if owner is not None and owner.provisioned_at else None)
         who = (f"owner {owner.id} committed={owner.committed} tracked_attempt={owner.tracked}"
-               f" provisioned_at=+{int((owner.provisioned_at - EPOCH).total_seconds()) if owner.provisioned_at else None}s"
-               if owner else "no owner")
+               f" provisioned_at=+{provisioned}s" if owner else "no owner")
         verdicts = self.admin.run(
             "SELECT g.verdict, g.reason, g.action, c.outcome FROM cycle_groups g JOIN cycles c ON c.id = g.cycle_id"
             " WHERE g.resources::text LIKE :p ORDER BY c.started_at DESC LIMIT 1", p=f'%"{rid}"%')

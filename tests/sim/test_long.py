@@ -25,3 +25,4 @@ def test_a_long_simulation_keeps_every_invariant_under_every_fault(sim_db: ConnI
     missing = set(BASE_RATES) - set(summary.faults)
     assert not missing, f"fault kinds never injected: {sorted(missing)}\n{table(summary)}"
     assert summary.outcomes["converged"] > SEEDS // 2
+    assert summary.work["shared_listings"] > SEEDS // 4, table(summary)

@@ -6,13 +6,13 @@ Postgres, with the in-memory cloud behind the provider port.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from orphan_cleanup.ledger.db import Database
-from orphan_cleanup.models import DeleteResult, OwnerStatus, ResourceGroup
 from orphan_cleanup.messages import DeleteRequest, ListingBatch
+from orphan_cleanup.models import DeleteResult, OwnerStatus, ResourceGroup
 from orphan_cleanup.pipeline import GateBusy, Pipeline
 from orphan_cleanup.queues.memory import InProcessQueue
 from orphan_cleanup.settings import Settings
@@ -71,7 +71,7 @@ def test_an_owner_that_moved_on_after_classification_keeps_its_resources(db: Dat
     cloud = MemoryCloud()
     platform = Platform(db, cloud)
     ref, owner, tracked = platform.tracked()
-    long_ago = datetime.now(timezone.utc) - timedelta(hours=3)
+    long_ago = datetime.now(UTC) - timedelta(hours=3)
     leaked, _ = platform.create_vm(ref, created_at=long_ago)  # created before the owner's provisioning
     pipeline = _pipeline(db, lambda b: MemoryProvider(b, cloud))
     [request] = _classify_all(pipeline)
@@ -95,7 +95,7 @@ def test_an_orphan_that_is_still_an_orphan_is_deleted(db: Database) -> None:
     cloud = MemoryCloud()
     platform = Platform(db, cloud)
     ref, owner, tracked = platform.tracked()
-    leaked, _ = platform.create_vm(ref, created_at=datetime.now(timezone.utc) - timedelta(hours=3))
+    leaked, _ = platform.create_vm(ref, created_at=datetime.now(UTC) - timedelta(hours=3))
     pipeline = _pipeline(db, lambda b: MemoryProvider(b, cloud))
     [request] = _classify_all(pipeline)
 

@@ -13,9 +13,8 @@ import random
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
-UTC = timezone.utc
 #: The run's fixed settings: STEP 5 margin, cycle deadline (lease), the settle
 #: phase's scheduler tick and the runs it allows (L1), the cap on STEP 7 backoff.
 MARGIN = 120
@@ -24,10 +23,11 @@ SETTLE_INTERVAL = 30
 SETTLE_RUNS = 5
 MAX_BACKOFF = 1200
 BACKEND = "sim"
-#: The other backends a seed may have: one sharing the first one's AWS account
-#: (same SimCloud), a failover backend in another account (its own SimCloud),
-#: and the backend id a misconfigured platform writes that names no backend row.
-BACKEND_B, BACKEND_FO, UNKNOWN_BACKEND = "sim-b", "sim-fo", "aws"
+#: The other backends a seed may have: two sharing the first one's AWS account
+#: (same SimCloud; ``sim-c`` always in the first one's regions, sometimes with other
+#: credentials), a failover backend in another account (its own SimCloud), and the
+#: backend id a misconfigured platform writes that names no backend row.
+BACKEND_B, BACKEND_C, BACKEND_FO, UNKNOWN_BACKEND = "sim-b", "sim-c", "sim-fo", "aws"
 ACCOUNT, FAILOVER_ACCOUNT, STRANGER_ACCOUNT = "123456789012", "210987654321", "999999999999"
 
 #: Simulated time starts here (far from the wall clock, so a timestamp taken
@@ -118,6 +118,8 @@ BASE_RATES: dict[str, float] = {
     "backend_edit": 0.0,            # per platform action, set per seed: an operator edits a backends row
     "wrong_credentials": 0.0,       # per lister run, set per seed: the credentials reach another account
     "mode_override": 0.05,          # per lister run: an operator's one-off mode in the event
+    # the tick (one schedule per stack) and its listing jobs
+    "job_forged": 0.2,              # per listing job published: an altered copy (other backends) next to it
 }
 
 INTENSITIES = (0.0, 0.5, 1.0, 1.0, 2.0)
@@ -142,10 +144,12 @@ class Dice:
     counts: Counter = field(default_factory=Counter)
     enabled: bool = True
 
-    def roll(self, kind: str) -> bool:
+    def roll(self, kind: str, scale: float = 1.0) -> bool:
+        """Whether a ``kind`` fault happens at this opportunity (``scale``: opportunities
+        that stand for several of the rate's unit, capped at certain)."""
         if not self.enabled:
             return False
-        p = self.rates.get(kind, 0.0)
+        p = min(1.0, self.rates.get(kind, 0.0) * scale)
         if p > 0 and self.rng.random() < p:
             self.counts[kind] += 1
             return True
