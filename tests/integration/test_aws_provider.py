@@ -8,7 +8,6 @@ adapter are recorded with botocore event hooks on the session it was built with.
 from __future__ import annotations
 
 import socket
-import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -27,6 +26,7 @@ from orphan_cleanup.models import (
     ResourceState,
 )
 from orphan_cleanup.providers.aws import AwsProvider, build_aws_provider, client_config, session_client_factory
+from tests.support.aws_calls import CallLog
 from tests.support.listing import collect
 
 pytestmark = pytest.mark.usefixtures("moto_reset")
@@ -168,40 +168,6 @@ def exists(client: Any, kind: str, resource_id: str) -> bool:
 
 
 # -- the adapter under test, with its API calls recorded ----------------------------------------------
-
-
-class CallLog:
-    """Every API call a session's clients make: (service, operation, params)."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, str, dict[str, Any]]] = []
-        self._lock = threading.Lock()
-
-    def attach(self, session: boto3.Session) -> None:
-        session.events.register("before-parameter-build", self._record)
-
-    def _record(self, params: dict[str, Any], model: Any, **_: Any) -> None:
-        with self._lock:
-            self.calls.append((model.service_model.service_name, model.name, dict(params)))
-
-    def ops(self) -> list[str]:
-        return [op for _, op, _ in self.calls]
-
-    def clear(self) -> None:
-        with self._lock:
-            self.calls.clear()
-
-
-@pytest.fixture
-def calls() -> CallLog:
-    return CallLog()
-
-
-@pytest.fixture
-def session(calls: CallLog) -> boto3.Session:
-    s = boto3.Session()
-    calls.attach(s)
-    return s
 
 
 @pytest.fixture

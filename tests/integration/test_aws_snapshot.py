@@ -22,7 +22,6 @@ from tests.integration.test_aws_provider import (
     EAST,
     REF_A,
     TAG,
-    CallLog,
     create_volume,
     delete_until_done,
     ec2,
@@ -36,18 +35,6 @@ from tests.support.listing import collect
 
 pytestmark = pytest.mark.usefixtures("moto_reset")
 SOURCE = "orphan-cleanup-source"
-
-
-@pytest.fixture
-def calls() -> CallLog:
-    return CallLog()
-
-
-@pytest.fixture
-def session(calls: CallLog) -> boto3.Session:
-    s = boto3.Session()
-    calls.attach(s)
-    return s
 
 
 def snapshots_of(client: Any, volume_id: str) -> list[dict[str, Any]]:

@@ -25,7 +25,6 @@ from tests.integration.test_aws_provider import (
     EAST,
     REF_A,
     TAG,
-    CallLog,
     ec2,
     exists,
     group_map,
@@ -35,18 +34,6 @@ from tests.integration.test_aws_provider import (
 from tests.support.listing import collect
 
 pytestmark = pytest.mark.usefixtures("moto_reset")
-
-
-@pytest.fixture
-def calls() -> CallLog:
-    return CallLog()
-
-
-@pytest.fixture
-def session(calls: CallLog) -> boto3.Session:
-    s = boto3.Session()
-    calls.attach(s)
-    return s
 
 
 def request_spot(client: Any, kind: str, ref: str | None = REF_A) -> tuple[str, str]:

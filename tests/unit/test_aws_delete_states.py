@@ -5,10 +5,8 @@ not listed here fails the test (the stubber has no answer for it)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
-import boto3
 import pytest
 from botocore.stub import Stubber
 
@@ -24,15 +22,6 @@ VOL = "vol-0123456789abcdef0"
 ENI = "eni-0123456789abcdef0"
 SG = "sg-0123456789abcdef0"
 EIP = "eipalloc-0123456789abcdef0"
-
-
-@pytest.fixture
-def ec2() -> Iterator[tuple[Any, Stubber]]:
-    client = boto3.client("ec2", region_name=REGION, aws_access_key_id="x", aws_secret_access_key="y",
-                          endpoint_url="http://ec2.stubbed.invalid")
-    with Stubber(client) as stub:
-        yield client, stub
-        stub.assert_no_pending_responses()
 
 
 def res(kind: ResourceKind, rid: str) -> Resource:

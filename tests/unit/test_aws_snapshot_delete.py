@@ -6,11 +6,9 @@ before the snapshot completed) fails the test. moto completes a snapshot at once
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import boto3
 import pytest
 from botocore.stub import ANY, Stubber
 from pydantic import ValidationError
@@ -29,15 +27,6 @@ SNAP = "snap-0123456789abcdef0"
 SOURCE_TAGS = [*TAGS, {"Key": "orphan-cleanup-source", "Value": VOL}]
 LEFTOVER = ResourceGroup(provider_ref=REF, region=REGION, resources=(
     Resource(kind=ResourceKind.VOLUME, id=VOL, region=REGION, tags={"provider_ref": REF}),))
-
-
-@pytest.fixture
-def ec2() -> Iterator[tuple[Any, Stubber]]:
-    client = boto3.client("ec2", region_name=REGION, aws_access_key_id="x", aws_secret_access_key="y",
-                          endpoint_url="http://ec2.stubbed.invalid")
-    with Stubber(client) as stub:
-        yield client, stub
-        stub.assert_no_pending_responses()
 
 
 def delete(client: Any, *, snapshot_before_delete: bool = True):

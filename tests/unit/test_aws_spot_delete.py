@@ -6,17 +6,16 @@ lifecycle, a request without its id) are played here."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
-import boto3
 import pytest
 from botocore.stub import Stubber
 
 from orphan_cleanup.delete_rules import delete_record
 from orphan_cleanup.errors import ProviderError
-from orphan_cleanup.models import DeleteStatus, Resource, ResourceGroup, ResourceKind
+from orphan_cleanup.models import DeleteStatus, ResourceGroup, ResourceKind
 from orphan_cleanup.providers.aws_delete import GroupDeletion
+from tests.unit.test_aws_delete_states import res
 
 REGION = "us-east-1"
 REF = "abcdefabcdef"
@@ -24,19 +23,6 @@ TAGS = [{"Key": "provider_ref", "Value": REF}]
 PID = "i-0123456789abcdef0"
 OTHER = "i-0fedcba9876543210"
 SIR = "sir-0123456789abcdef"
-
-
-@pytest.fixture
-def ec2() -> Iterator[tuple[Any, Stubber]]:
-    client = boto3.client("ec2", region_name=REGION, aws_access_key_id="x", aws_secret_access_key="y",
-                          endpoint_url="http://ec2.stubbed.invalid")
-    with Stubber(client) as stub:
-        yield client, stub
-        stub.assert_no_pending_responses()
-
-
-def res(kind: ResourceKind, rid: str) -> Resource:
-    return Resource(kind=kind, id=rid, region=REGION, tags={"provider_ref": REF})
 
 
 OWNER = ResourceGroup(provider_ref=REF, region=REGION, primary_id=PID, resources=(
