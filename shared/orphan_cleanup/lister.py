@@ -140,7 +140,7 @@ class Lister(Deleter):
         started: dict[str, list[StartedCycle]] = {}
         for backend_id in job.backends:
             try:
-                start = self.start_cycle(backend_id, mode=None, manual=False, enroll=False)
+                start = self.start_cycle(backend_id, mode=None, manual=False)
             except ConfigError as exc:  # e.g. the backend row was removed since the tick
                 self.reporter.error("listing job: backend not started", backend=backend_id, error=str(exc))
                 results.append(ListerResult(backend=backend_id, started=False, reason="unknown_backend"))
@@ -161,12 +161,10 @@ class Lister(Deleter):
         start = self.start_cycle(backend_id, mode=mode, manual=manual)
         return start if isinstance(start, ListerResult) else self.list_cycles([start])[0]
 
-    def start_cycle(self, backend_id: str, *, mode: Mode | None, manual: bool,
-                    enroll: bool = True) -> StartedCycle | ListerResult:
+    def start_cycle(self, backend_id: str, *, mode: Mode | None, manual: bool) -> StartedCycle | ListerResult:
         """STEP 1 and the lease of one backend: its started cycle, or why it did not start.
         ``run_lister`` is this and ``list_cycles``; the manual runner calls them apart to
-        keep the lease alive (a heartbeat) from the moment it is taken. ``enroll=False``
-        where the tick's statement already enrolled every backend (a listing job)."""
+        keep the lease alive (a heartbeat) from the moment it is taken."""
         with self.store.session() as session:
             backend = session.backend(backend_id)
             effective = policy.effective_mode(self.settings, backend, mode)
@@ -176,8 +174,7 @@ class Lister(Deleter):
             skip = None if manual else bookkeeping.quick_skip(session, backend_id, effective, limits, self._now())
         if skip is not None:
             return ListerResult(backend=backend_id, started=False, reason=skip)
-        if enroll:
-            self.store.enroll()
+        self.store.enroll()
         started = bookkeeping.start_cycle(self.store, backend_id, effective, limits, manual=manual, now=self._now())
         if started.cycle is None:
             return ListerResult(backend=backend_id, started=False, reason=started.reason)
