@@ -18,6 +18,7 @@ only the listing is re-implemented, to apply lag and ghosts, on top of the real
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -60,6 +61,7 @@ class ResMeta:
     terminated_at: datetime | None = None
     ghost_for: int = 0  # seconds a terminated resource keeps showing in listings
     shutdown_for: int = 0  # seconds a terminating instance takes to terminate
+    replaced: bool = False  # a controller re-created this instance after it went (rule 14)
 
 
 @dataclass
@@ -74,6 +76,7 @@ class ListingRecord:
     crashed: bool = False
     groups: int = 0
     at: datetime | None = None  # simulated time of the first listing call (C1, A1)
+    order: int = 0  # when it started, in the checker's order of events (P2)
 
 
 def listing_scope(account: str, regions: tuple[str, ...] | list[str], tag_key: str, protect_key: str,
@@ -116,6 +119,16 @@ class SimCloud(MemoryCloud):
                             dep.attached_to, dep.state = None, ResourceState.AVAILABLE
             if res.state is ResourceState.TERMINATED and m.terminated_at is None:
                 m.terminated_at = now
+        for res in list(self.resources.values()):
+            m = self.meta.get(res.id)
+            if res.controller is not None and res.state in GONE and m is not None and not m.replaced:
+                # The controller replaces what it lost (an ASG's health check): the same
+                # launch template, so the same tags, under a new id, as fresh as can be.
+                m.replaced = True
+                new = self.add(res.kind, res.region, dict(res.tags), now=now, meta=dataclasses.replace(
+                    m, origin="controller", visible_at=now, terminating_since=None, terminated_at=None,
+                    replaced=False))
+                self.resources[new].controller = res.controller
 
     def snapshot(self) -> dict[str, tuple[ResourceState, tuple[tuple[str, str], ...]]]:
         return {rid: (r.state, tuple(sorted(r.tags.items()))) for rid, r in self.resources.items()}
@@ -134,7 +147,7 @@ class SimProvider(MemoryProvider):
         b = self.backend
         scope = listing_scope(self.sim_cloud.account, b.regions, b.settings.tag_key, b.settings.protect_tag_key,
                               b.settings.role_arn)
-        sim.listing_record = record = ListingRecord(backend=b.id, scope=scope)
+        sim.listing_record = record = ListingRecord(backend=b.id, scope=scope, order=next(sim.checker.order))
         for region in b.regions:
             self.cloud.calls["list"] += 1
             if record.at is None:
@@ -187,6 +200,7 @@ class SimProvider(MemoryProvider):
     def delete_resource_group(self, group: ResourceGroup) -> DeleteResult:
         sim = self.sim
         sim.checker.provider_call(self.backend, self.sim_cloud, f"delete {group.key}")
+        sim.checker.delete_attempt(sim._cycle(), self.backend.id, self.sim_cloud, group)
         sim.provider_call_started(group)
         try:
             dice = sim.dice
@@ -220,10 +234,11 @@ class SimProvider(MemoryProvider):
 
 def _resource(r: CloudResource) -> Resource:
     return Resource(kind=r.kind, id=r.id, region=r.region, state=r.state, tags=dict(r.tags),
-                    created_at=r.created_at, attached_to=r.attached_to)
+                    created_at=r.created_at, attached_to=r.attached_to, controller=r.controller,
+                    protection=r.protection)
 
 
 def _ghost(r: CloudResource) -> Resource:
     state = ResourceState.ACTIVE if r.kind is ResourceKind.INSTANCE else ResourceState.AVAILABLE
     return Resource(kind=r.kind, id=r.id, region=r.region, state=state, tags=dict(r.tags),
-                    created_at=r.created_at, attached_to=None)
+                    created_at=r.created_at, attached_to=None, controller=r.controller, protection=r.protection)

@@ -149,6 +149,12 @@ class Simulation(Functions, Settle, Backends):
         counts: Counter = Counter()
         self.dice = Dice(stream(seed, "faults"), self.rates, counts)
         self.behaviour = Dice(stream(seed, "behaviour"), self.rates, counts)
+        # Rule 14's world (``protections.py``) in a share of the seeds, from streams of its own.
+        self.rng_rule14 = stream(seed, "rule14")
+        self.rule14 = self.rng_rule14.random() < 0.4
+        if self.rule14:
+            self.rates["user_termination_protect"] = self.rng_rule14.choice((0.15, 0.3, 0.6))
+        self.rule14_dice = Dice(stream(seed, "rule14:faults"), self.rates, counts)
         self.rng_sched, self.rng_platform = stream(seed, "sched"), stream(seed, "platform")
         self.rng_cloud, self.rng_db = stream(seed, "cloud"), stream(seed, "db")
         self.checker = Checker(self)
@@ -201,6 +207,8 @@ class Simulation(Functions, Settle, Backends):
             self.platform.history(cfg.randint(4, 7), stories=("live",))
         else:
             self.platform.history(cfg.randint(4, 14))
+        if self.rule14:
+            self.platform.rule14_history()
 
     # ---- the run -------------------------------------------------------------
 

@@ -105,6 +105,7 @@ class Functions:
             if not again:
                 self.in_delivery.discard(msg.id)
         self.trace(f"deleter: {req.group.key} of {req.cycle_id[:8]} -> {status}")
+        self.checker.delete_done(req.cycle_id, req.group)
         if status == "region_tripped":
             self.checker.region_tripped(req.cycle_id, req.group.region)
         return None
@@ -139,6 +140,7 @@ class Functions:
         if cid is not None:
             answer = result.status.value if isinstance(result, DeleteResult) else type(result).__name__
             self.checker.results[cid][group.key] = answer
+        self.checker.provider_answered(cid, group, result.protection if isinstance(result, DeleteResult) else None)
 
     def concurrent_work(self, group: ResourceGroup) -> None:
         """While a provider delete is in flight, other pieces of the cleanup run."""

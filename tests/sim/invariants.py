@@ -34,6 +34,16 @@ Safety (any step):
       owner whose backend_id was or became it or was null, a new ref, an edit
       of its backends row) committed after the listing behind its clean_at
       (rule 9).
+  P1  no resource that another controller manages or that carries a
+      termination/deletion protection is touched (rule 14: the cloud records
+      every touch; the product learns a termination protection only from a
+      delete, which the simulated cloud refuses as AWS does);
+  P2  never loop on a protection (rule 14): a delete whose provider call answered
+      ``protected`` is not recorded as a failed deletion (the cycle is not failed
+      by it); once recorded, no cycle of that backend whose listing started
+      afterwards calls the provider to delete that primary again while the
+      protection holds and its orphans row is not closed (the product must
+      classify it protected up front).
 Liveness (end of run):
   L1  once faults stop and the platform is quiet, every orphan is deleted within
       5 scheduled runs (delete mode) or reported by the last clean cycle (report mode).
@@ -43,6 +53,7 @@ Liveness (end of run):
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections import Counter, defaultdict
 from dataclasses import dataclass
@@ -66,7 +77,8 @@ SELECT c.id, (c.outcome IS NOT NULL OR cl.lease_owner IS DISTINCT FROM c.id OR c
        (SELECT count(*) FROM cycle_groups g WHERE g.cycle_id = c.id) AS groups,
        (SELECT count(*) FROM cycle_groups g WHERE g.cycle_id = c.id AND g.verdict = 'skipped') AS skipped,
        (SELECT count(*) FROM delete_requests d WHERE d.cycle_id = c.id AND d.state <> 'queued') AS ended,
-       (SELECT count(*) FROM delete_requests d WHERE d.cycle_id = c.id AND d.state <> 'done') AS not_done,
+       (SELECT count(*) FROM delete_requests d WHERE d.cycle_id = c.id AND d.state <> 'done'
+           AND NOT (d.state = 'skipped' AND d.result->'result'->>'status' = 'protected')) AS not_done,
        c.backend_id
   FROM cycles c JOIN cleanup cl ON cl.backend_id = c.backend_id
 """
@@ -137,6 +149,12 @@ class Checker:
         self.fresh = False  # whether ``cycles``/``clean_at`` reflect the database
         self.gates_held = False
         self.unshifted = 0
+        # P2: the order of listings and recorded protections; (backend, primary) -> when
+        # a delete's protection was recorded; (cycle, group key) -> the protection the
+        # last provider delete of that group answered.
+        self.order = itertools.count(1)
+        self.protection_found: dict[tuple[str, str], int] = {}
+        self.protected_answers: dict[tuple[str, str], str] = {}
 
     def fail(self, invariant: str, message: str) -> None:
         if invariant in self.sim.ignore:
@@ -233,6 +251,46 @@ class Checker:
         elif row.backend in self.off:
             self.fail("R2", f"cycle {key[:8]} touched {touched} after backend {row.backend} was switched off")
 
+    def delete_attempt(self, cycle_id: str | None, backend_id: str, cloud: Any, group: ResourceGroup) -> None:
+        """P2: a provider delete of a primary whose protection a delete already found."""
+        pid = group.primary_id
+        found = self.protection_found.get((backend_id, pid)) if pid is not None else None
+        if found is None or cycle_id is None:
+            return
+        self.checks["P2"] += 1
+        listing = self.listings.get(cycle_id)
+        live = cloud.resources.get(pid)
+        if listing is not None and listing.order > found and live is not None and live.termination_protected:
+            self.fail("P2", f"cycle {cycle_id[:8]} of {backend_id} tried to delete {pid} again, after an earlier"
+                            " delete found it termination-protected and recorded that (loops on a protection)")
+
+    def provider_answered(self, cycle_id: str | None, group: ResourceGroup, protection: str | None) -> None:
+        """The last answer of a provider delete of ``group``: its protection, if protected."""
+        if cycle_id is None:
+            return
+        if protection is None:
+            self.protected_answers.pop((cycle_id, group.key), None)
+        else:
+            self.protected_answers[(cycle_id, group.key)] = protection
+
+    def delete_done(self, cycle_id: str, group: ResourceGroup) -> None:
+        """P2: a delete delivery returned; if its provider call answered protected, how was it recorded?"""
+        protection = self.protected_answers.pop((cycle_id, group.key), None)
+        if protection is None:
+            return
+        self.checks["P2"] += 1
+        rows = self.sim.admin.run("SELECT d.state, c.backend_id FROM delete_requests d JOIN cycles c"
+                                  " ON c.id = d.cycle_id WHERE d.cycle_id = :c AND d.group_key = :k",
+                                  c=cycle_id, k=group.key)
+        if not rows:
+            return
+        state, backend = rows[0]
+        if state == "failed":
+            self.fail("P2", f"cycle {cycle_id[:8]}: the delete of {group.key} found it protected ({protection}),"
+                            " yet was recorded as a failed deletion")
+        elif state == "skipped" and protection == "termination_protection" and group.primary_id is not None:
+            self.protection_found.setdefault((backend, group.primary_id), next(self.order))
+
     def region_tripped(self, cycle_id: str, region: str) -> None:
         self.tripped.add((cycle_id, region))
 
@@ -288,13 +346,33 @@ class Checker:
             why = sim.platform.untouchable(rid, dict(before[rid][1]))
             if why is not None:
                 self.fail(why[0], why[1])
+            self.checks["P1"] += 1
+            res = sim.world.resources[rid]
+            if res.controller is not None or res.protection is not None or res.termination_protected:
+                what = res.controller or res.protection or "termination protection"
+                self.fail("P1", f"{rid} is protected by rule 14 ({what}), yet was touched")
             if rid not in self.attributed:
                 self.fail("S2", f"{rid} changed state outside any provider delete call")
         after, clean_at = self.read_state()
+        if any(r.outcome is not None and (cid not in self.cycles or self.cycles[cid].outcome is None)
+               for cid, r in after.items()):
+            self._forgotten_protections()  # a finishing cycle closes the orphan rows it did not list
         self._fencing(after)
         self._clean_at(after, clean_at)
         self._blast_radius()
         self.cycles = after
+
+    def _forgotten_protections(self) -> None:
+        """P2 holds the product to a protection only while it remembers it: a complete
+        listing that no longer lists the group closes its orphans row (``gone``), as after
+        an operator removed its region from the backend; the next try is a new discovery."""
+        if not self.protection_found:
+            return
+        gone = self.sim.admin.run("SELECT backend_id, primary_id FROM orphans WHERE state = 'gone'"
+                                  " AND primary_id = ANY(CAST(:p AS text[]))",
+                                  p=sorted({pid for _b, pid in self.protection_found}))
+        for backend, pid in gone:
+            self.protection_found.pop((backend, pid), None)
 
     def _fencing(self, after: dict[str, CycleRow]) -> None:
         for cid, row in self.cycles.items():
@@ -368,7 +446,8 @@ class Checker:
             problems.append("deletes blocked by the blast-radius cap")
         # The last answer per group counts: an error whose recording crashed is retried, and
         # the retry's confirmed deletion is what the cycle records (at-least-once delivery).
-        bad = {g: a for g, a in self.results.get(row.id, {}).items() if a != "deleted"}
+        # A protection a delete found is the group's verdict, not a failure (rule 14).
+        bad = {g: a for g, a in self.results.get(row.id, {}).items() if a not in ("deleted", "protected")}
         if bad:
             problems.append(f"last provider answers {bad}")
         if problems:

@@ -21,11 +21,21 @@ from orphan_cleanup import bookkeeping, classify, delete_rules, pipeline, policy
 from orphan_cleanup.ledger.store import LedgerSession, LedgerStore
 from orphan_cleanup.ledger.unit import LockedCycle
 from orphan_cleanup.messages import ListingJob
-from orphan_cleanup.models import Backend, DeleteOutcome, Outcome, ResourceState, Verdict, VerdictKind
+from orphan_cleanup.models import (
+    Backend,
+    DeleteOutcome,
+    DeleteStatus,
+    Outcome,
+    ResourceGroup,
+    ResourceState,
+    Verdict,
+    VerdictKind,
+)
 from orphan_cleanup.providers.base import ResourceProvider
 from orphan_cleanup.results import JobResult
 from tests.sim.cloud import SimProvider
 from tests.sim.engine import SimEnv
+from tests.support.memory_cloud import MemoryProvider
 
 Applier = Callable[[SimEnv, ExitStack], dict[str, Any] | None]
 
@@ -287,6 +297,47 @@ def _function_clock(env: SimEnv, stack: ExitStack) -> dict[str, Any]:
     return {"function_clock": True}
 
 
+# ---- rule 14: never fight another controller, never loop on a protection -----------------------------
+
+def _controller_ignored(env: SimEnv, stack: ExitStack) -> None:
+    """What the product does without the rule: a controller-managed orphan candidate is an
+    orphan (the classifier's rule-14 check, and the deleter's re-classification under the
+    gate, ignore controllers), and the provider's re-read before terminating does too."""
+    real_of, real_reread = classify.protection_of, MemoryProvider._protection
+
+    def protection_of(group: ResourceGroup, record: Any) -> str | None:
+        why = real_of(group, record)
+        if why != "managed_by_controller":
+            return why
+        return real_of(group.model_copy(update={"resources": tuple(
+            r.model_copy(update={"controller": None}) for r in group.resources)}), record)
+
+    _patch(stack, classify, "protection_of", protection_of)
+    _patch(stack, MemoryProvider, "_protection",
+           lambda self, live: real_reread(self, dataclasses.replace(live, controller=None)))
+
+
+def _protection_forgotten(env: SimEnv, stack: ExitStack) -> None:
+    """The classifier ignores the primaries an earlier delete found termination-protected
+    (``LedgerRecord.protected_primaries``): every cycle dispatches the delete again."""
+    real = classify.protection_of
+    _patch(stack, classify, "protection_of", lambda group, record: real(
+        group, record.model_copy(update={"protected_primaries": {}})))
+
+
+def _protection_fails_cycle(env: SimEnv, stack: ExitStack) -> None:
+    """A delete that finds a protection is recorded as a failed deletion (the cycle fails,
+    the orphan row is ``delete_failed``, not ``protected``: nothing is learned)."""
+    real = delete_rules.delete_record
+
+    def delete_record(group, *, result=None, **kw):  # type: ignore[no-untyped-def]
+        if result is not None and result.status is DeleteStatus.PROTECTED:
+            return real(group, **{**kw, "error": f"protected: {result.protection} (mutant)"})
+        return real(group, result=result, **kw)
+
+    _patch(stack, delete_rules, "delete_record", delete_record)
+
+
 MUTATIONS: dict[str, Mutation] = {m.name: m for m in (
     Mutation("orphan_without_record", "1: never touch a resource without a ledger record",
              frozenset({"S2"}), _orphan_without_record),
@@ -322,4 +373,9 @@ MUTATIONS: dict[str, Mutation] = {m.name: m for m in (
     Mutation("off_overridable", "12/C5: off is final", frozenset({"R2"}), _off_overridable),
     Mutation("function_clock", "13: one clock (the database's)", frozenset({"C1", "A1", "S1", "X1"}),
              _function_clock),
+    Mutation("controller_ignored", "14: never fight another controller", frozenset({"P1"}), _controller_ignored),
+    Mutation("protection_forgotten", "14: never loop on a protection (learned protections ignored)",
+             frozenset({"P2"}), _protection_forgotten),
+    Mutation("protection_fails_cycle", "14: never loop on a protection (a protection counted as a failure)",
+             frozenset({"P2"}), _protection_fails_cycle),
 )}

@@ -45,10 +45,6 @@ class Oracle:
         return (r is not None and owner.provisioned_at is not None
                 and r.created_at <= owner.provisioned_at + timedelta(seconds=self.sim.margin))
 
-    def _group_protected(self, rid: str) -> bool:
-        """Whether a member of ``rid``'s listed group carries the protect tag."""
-        return any(PROTECT in r.tags for r in self._group_members(rid))
-
     def _group_members(self, rid: str) -> list[Any]:
         """The live members of ``rid``'s listed group, grouped as ``group_resources``
         does it: an instance with the dependents attached to it, else the
@@ -78,8 +74,11 @@ class Oracle:
         meta = cloud.meta.get(rid)
         if owner is None or owner.committed is None or PROTECT in r.tags or meta is None:
             return False
-        if self._group_protected(rid):
-            return False  # the product protects a whole group when one member is protected
+        if any(PROTECT in m.tags or m.controller is not None or m.protection is not None or m.termination_protected
+               for m in self._group_members(rid)):
+            # The product protects a whole group when one member is protected: the protect
+            # tag, or rule 14 (another controller's, or protected by the provider).
+            return False
         vm = cloud.resources.get(r.attached_to or "")
         if r.kind is not ResourceKind.INSTANCE and vm is not None and cloud.exists(vm.id):
             # In use by an instance: deletable only with it (a re-tagged instance keeps it forever).

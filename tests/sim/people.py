@@ -42,6 +42,8 @@ class People:
             rid = self.sim.cloud.add(ResourceKind.INSTANCE, rng.choice(self.regions), tags, now=now,
                             meta=self._meta(origin="foreign", owner_id=None, attempt=None, visible_at=now))
             self.sim.trace(f"other: {kind} resource {rid} tags={tags}")
+        if self.sim.rule14:
+            self.rule14_people()
 
     def _pick_target(self) -> str | None:
         cloud = self.sim.world

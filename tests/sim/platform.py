@@ -43,12 +43,13 @@ from tests.sim.owners import (
     Owner,
 )
 from tests.sim.people import People
+from tests.sim.protections import Protections
 from tests.sim.world import BACKEND_FO, UNKNOWN_BACKEND
 
 if TYPE_CHECKING:
     from tests.sim.engine import Simulation
 
-class Platform(History, People, Oracle):
+class Platform(History, People, Protections, Oracle):
     def __init__(self, sim: Simulation, pool: ConnectionPool, backend_id: str, regions: tuple[str, ...]) -> None:
         self.sim = sim
         self.pool = pool

@@ -12,7 +12,7 @@ from tests.sim.world import DEADLINE, EPOCH, MARGIN, SETTLE_INTERVAL, SETTLE_RUN
 
 class Settle:
     def settle(self) -> str:
-        self.dice.enabled = False
+        self.dice.enabled = self.rule14_dice.enabled = False
         self.platform.quiesce()
         self.trace("settle: faults stop, the platform finishes its in-flight work")
         self.restore_backends()  # rows back to their configuration, every backend in the final mode

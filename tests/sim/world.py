@@ -120,6 +120,9 @@ BASE_RATES: dict[str, float] = {
     "mode_override": 0.05,          # per lister run: an operator's one-off mode in the event
     # the tick (one schedule per stack) and its listing jobs
     "job_forged": 0.2,              # per listing job published: an altered copy (other backends) next to it
+    # rule 14 (seeds with other controllers and protections; drawn from the seed's own
+    # "rule14" streams, so the other kinds draw as before)
+    "user_termination_protect": 0.0,  # per people action, set per seed: termination protection enabled
 }
 
 INTENSITIES = (0.0, 0.5, 1.0, 1.0, 2.0)

@@ -1,7 +1,15 @@
 """An in-memory cloud behind the real provider port, for pipeline tests, the
 simulation and benchmarks. It keeps the port's contract (re-read by id before
 acting, confirm termination, dependents after the owner) so a change to the
-port breaks it like it breaks the real adapters."""
+port breaks it like it breaks the real adapters.
+
+DESIGN §5 rule 14 as the real adapters meet it: an instance a controller
+manages (``controller``, listed like the AWS adapter's controller tags) or that
+carries a deletion protection the listing shows (``protection``, GCP
+``deletionProtection``) or one it does not (``termination_protected``, AWS
+``disableApiTermination``) is never terminated: the delete re-reads the owner and
+answers ``PROTECTED`` with the reason, as ``aws_delete`` does after
+``DescribeInstanceAttribute`` or a refused ``TerminateInstances``."""
 
 from __future__ import annotations
 
@@ -10,12 +18,20 @@ import threading
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
+from typing import Literal
 
 from orphan_cleanup.errors import ProviderError, ProviderUnavailable
 from orphan_cleanup.models import (
-    Backend, DeleteResult, DeleteStatus, RegionListing, Resource, ResourceGroup, ResourceKind,
-    ResourceState, SkippedResource,
+    Backend,
+    DeleteResult,
+    DeleteStatus,
+    RegionListing,
+    Resource,
+    ResourceGroup,
+    ResourceKind,
+    ResourceState,
+    SkippedResource,
 )
 from orphan_cleanup.providers.base import ResourceProvider, group_resources
 
@@ -33,6 +49,9 @@ class CloudResource:
     state: ResourceState = ResourceState.ACTIVE
     attached_to: str | None = None
     terminating_reads: int = 0  # reads left while "shutting-down"
+    controller: str | None = None  # "asg:NAME": a controller re-creates the instance if it goes
+    protection: Literal["deletion_protection"] | None = None  # a protection the listing shows (GCP)
+    termination_protected: bool = False  # AWS termination protection: no listing shows it
 
 
 @dataclass
@@ -57,7 +76,7 @@ class MemoryCloud:
         rid = f"{prefix}-{next(self._ids):08x}"
         state = ResourceState.ACTIVE if kind is ResourceKind.INSTANCE or attached_to else ResourceState.AVAILABLE
         self.resources[rid] = CloudResource(kind, rid, region, dict(tags or {}),
-                                            created_at or datetime.now(timezone.utc), state, attached_to)
+                                            created_at or datetime.now(UTC), state, attached_to)
         return rid
 
     def exists(self, rid: str) -> bool:
@@ -105,6 +124,18 @@ class MemoryProvider(ResourceProvider):
             return live, "ref_changed" if self.tag_key in live.tags else "ref_missing"
         return live, None
 
+    def _protection(self, live: CloudResource) -> tuple[str, str] | None:
+        """Why the owner must not be terminated (rule 14): (reason, detail), or None. Its
+        controller and listed protection as re-read now, then the attribute no listing shows."""
+        if live.controller is not None:
+            return "managed_by_controller", f"{live.id} is managed by {live.controller}"
+        if live.protection is not None:
+            return live.protection, f"{live.id} has {live.protection}"
+        if live.termination_protected:
+            self.cloud.calls["describe_attribute"] += 1
+            return "termination_protection", f"{live.id} has disableApiTermination True"
+        return None
+
     def delete_resource_group(self, group: ResourceGroup) -> DeleteResult:
         self._check_region(group.region)
         skipped: list[SkippedResource] = []
@@ -117,6 +148,10 @@ class MemoryProvider(ResourceProvider):
                 if why:
                     return DeleteResult(status=DeleteStatus.SKIPPED,
                                         skipped=(SkippedResource(kind=primary.kind, id=primary.id, reason=why),))
+                protection = self._protection(live) if live is not None \
+                    and live.state is ResourceState.ACTIVE else None
+                if protection is not None:
+                    return _protected(group, *protection)
                 if live is not None:
                     if live.state is ResourceState.ACTIVE:
                         self.cloud.calls["terminate"] += 1
@@ -149,6 +184,18 @@ class MemoryProvider(ResourceProvider):
         return DeleteResult(status=status, deleted=tuple(deleted), skipped=tuple(skipped), pending=tuple(pending))
 
 
+def _protected(group: ResourceGroup, reason: str, detail: str) -> DeleteResult:
+    """Nothing deleted: the owner is protected, and so is the rest of its group."""
+    primary = group.primary
+    assert primary is not None
+    skipped = [SkippedResource(kind=primary.kind, id=primary.id, reason=reason)]
+    skipped += [SkippedResource(kind=r.kind, id=r.id, reason="owner_skipped")
+                for r in group.resources if r.id != primary.id]
+    return DeleteResult(status=DeleteStatus.PROTECTED, skipped=tuple(skipped), protection=reason,
+                        protection_detail=detail)
+
+
 def _snapshot(r: CloudResource) -> Resource:
     return Resource(kind=r.kind, id=r.id, region=r.region, state=r.state, tags=dict(r.tags),
-                    created_at=r.created_at, attached_to=r.attached_to)
+                    created_at=r.created_at, attached_to=r.attached_to, controller=r.controller,
+                    protection=r.protection)
