@@ -14,7 +14,7 @@ from orphan_cleanup.cli import EXIT_FAILED, EXIT_OK, validate_backend
 from orphan_cleanup.errors import ConfigError
 from orphan_cleanup.ledger.db import Database
 from orphan_cleanup.ledger.store import LedgerStore
-from orphan_cleanup.output import human_time, print_plan, print_table, verdict_style
+from orphan_cleanup.output import human_time, print_plan, print_table, verdict_style, write_json_document
 from orphan_cleanup.settings import Settings
 
 if TYPE_CHECKING:
@@ -153,7 +153,10 @@ def run(settings: Settings, db: Database, args: argparse.Namespace) -> int:
 
     confirm = _Confirmation(args.backend) if _asks(args) else None
     try:
-        cycle = run_cycle(pipeline, args.backend, mode=args.mode, progress=progress, confirm=confirm)
+        # --json streams the groups from the ledger as it prints them (flat memory at any size);
+        # the table needs every group for its column widths.
+        cycle = run_cycle(pipeline, args.backend, mode=args.mode, progress=progress, confirm=confirm,
+                          groups=not args.json)
     except KeyboardInterrupt as e:  # runner.RunInterrupted says what became of the cycle
         print(f"orphan-cleanup: {e or 'interrupted'}", file=sys.stderr, flush=True)
         _leave_calls_in_flight(EXIT_INTERRUPTED)
@@ -165,7 +168,8 @@ def run(settings: Settings, db: Database, args: argparse.Namespace) -> int:
         if f["region"] == "*":  # the whole cycle failed (identity, ownership): say why on stderr too
             print(f"orphan-cleanup: error: {f['error']}", file=sys.stderr)
     if args.json:
-        print(json.dumps(report, indent=2))
+        head = {k: v for k, v in report.items() if k != "groups"}
+        write_json_document(head, "groups", pipeline.store.report_groups(cycle.cycle_id))
     else:
         print_cycle(report, notes)
     return EXIT_FAILED if report["outcome"] == "failed" else EXIT_OK
@@ -225,9 +229,12 @@ def print_cycle(report: dict[str, Any], notes: dict[str, Any]) -> None:
         rest = [f"{r['kind']}:{r['id']}" for r in g["resources"] if r["id"] != g["primary_id"]]
         return ", ".join(rest) or "-"
 
-    print_table(["ref", "region", "primary", "other resources", "verdict", "reason", "action"],
+    # The C3 ``detail`` (a controller, a protection, a kept snapshot) gets a column when a group has one.
+    details = any(g.get("detail") for g in groups)
+    print_table(["ref", "region", "primary", "other resources", "verdict", "reason", "action"]
+                + (["detail"] if details else []),
                 [[_ref(g), g["region"], g["primary_id"] or "-", others(g), verdict_style(g["verdict"]),
-                  g["reason"], g["action"]] for g in groups])
+                  g["reason"], g["action"]] + ([g.get("detail") or "-"] if details else []) for g in groups])
     counts = Counter(g["verdict"] for g in groups)
     print(f"{len(groups)} group(s)" + (": " + ", ".join(f"{n} {v}" for v, n in sorted(counts.items()))
                                        if counts else ""))

@@ -7,14 +7,15 @@ turns it on even when piped. Streams default to the *current* ``sys.stdout``.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import socket
 import ssl
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:
     from orphan_cleanup.plan import Plan, PlannedDelete
@@ -39,6 +40,21 @@ def verdict_style(verdict: str, stream: TextIO | None = None) -> str:
     if verdict in COLORS and use_color(stream):
         return f"\033[{COLORS[verdict]}m{verdict}\033[0m"
     return verdict
+
+
+def write_json_document(head: Mapping[str, Any], key: str, items: Iterable[Any], stream: TextIO | None = None) -> None:
+    """Print ``{**head, key: [*items]}`` exactly as ``print(json.dumps(doc, indent=2))``
+    would, writing each item as it comes (``key`` is the document's last key): a
+    document of any length in flat memory (``run --json``)."""
+    stream = stream or sys.stdout
+    opening = json.dumps({**head, key: []}, indent=2)
+    assert opening.endswith("[]\n}"), "the streamed list must be the document's last key"
+    stream.write(opening[:-len("[]\n}")])
+    sep = "["
+    for item in items:
+        stream.write(sep + "\n    " + json.dumps(item, indent=2).replace("\n", "\n    "))
+        sep = ","
+    stream.write("\n  ]\n}\n" if sep == "," else "[]\n}\n")
 
 
 def _visible_len(s: str) -> int:

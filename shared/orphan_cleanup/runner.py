@@ -77,8 +77,9 @@ class RunInterrupted(KeyboardInterrupt):
 
 
 def run_cycle(pipeline: Pipeline, backend_id: str, *, mode: Mode | None = None, progress: Progress = _quiet,
-              confirm: Confirm | None = None) -> CycleReport:
-    """Run lister, classifier and deleter to completion; return the C3 report.
+              confirm: Confirm | None = None, groups: bool = True) -> CycleReport:
+    """Run lister, classifier and deleter to completion; return the C3 report
+    (without ``groups``: its header only; ``LedgerStore.report_groups`` streams them).
     The pipeline's queues must be in-process ones: this process drains them.
     ``confirm``: asked before a delete cycle deletes anything (module docstring).
     Raises ``BackendOff``, ``CycleNotStarted`` (busy) and ``RunInterrupted``."""
@@ -109,7 +110,7 @@ def run_cycle(pipeline: Pipeline, backend_id: str, *, mode: Mode | None = None, 
         except Exception as exc:  # the run cannot go on: its cycle fails now rather than at its lease's end
             run.fail(f"run failed: {describe_error(exc)}")
             raise
-    return pipeline.store.cycle_report(run.cycle_id)
+    return pipeline.store.cycle_report(run.cycle_id, groups=groups)
 
 
 class _Run:

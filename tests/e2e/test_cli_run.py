@@ -165,3 +165,22 @@ def test_bad_input_exits_2_with_one_line_on_stderr(db, args):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("orphan-cleanup: error:"), proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_the_table_shows_the_detail_of_a_group_that_has_one(db, platform):
+    # Given: an orphan that an Auto Scaling group launched (DESIGN §5 rule 14) and a plain orphan
+    add_backend(db)
+    asg = platform.asg_leak("web-asg")
+    leaked = platform.terminated_leak()
+    settle(platform)
+
+    # When: a report run prints its table
+    proc = cli(db, "run", "--backend", BACKEND)
+
+    # Then: the table has a detail column naming the controller
+    assert proc.returncode == 0, proc.stderr
+    header = next(line for line in proc.stdout.splitlines() if line.startswith("ref "))
+    assert header.split()[-1] == "detail"
+    [asg_row] = [line for line in proc.stdout.splitlines() if asg.instance_id in line]
+    assert "managed_by_controller" in asg_row and asg_row.endswith(f"{asg.instance_id} is managed by asg:web-asg")
+    assert any(leaked.instance_id in line for line in proc.stdout.splitlines())

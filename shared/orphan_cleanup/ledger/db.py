@@ -4,6 +4,7 @@ the embedded server in ``embedded``."""
 
 from __future__ import annotations
 
+import select
 import ssl
 import threading
 from collections.abc import Iterator
@@ -84,10 +85,18 @@ def _one_line(text: str) -> str:
 class Database:
     """A factory of connections to one database. Thread-safe: each caller gets its own.
 
-    With ``keep_idle``, ``transaction()`` keeps one idle connection per thread
-    for the next transaction (connecting costs round trips, and TLS over TCP);
-    a connection that saw any error is closed instead of kept, and one the
-    server closed while idle is replaced once, before anything ran on it."""
+    With ``keep_idle`` (the deployed functions and the CLI: ``bootstrap``), ``transaction()``
+    and ``connection()`` keep one idle connection per thread for the next use, so a warm
+    function makes one connection (and one TLS handshake) across its invocations:
+
+    - a connection that saw any error, or that is left inside a transaction, is closed
+      instead of kept;
+    - before reuse it is re-validated without a round trip: a server that closed it
+      while idle (``idle_session_timeout``, ``pg_terminate_backend``, a restart) has sent
+      its goodbye or EOF, so its socket reads ready (``_alive``), and it is dropped and
+      reopened once, before anything ran on it; ``transaction()``'s ``BEGIN`` also
+      catches a silent drop and reconnects once. A drop that only shows on a later
+      statement fails that one use (``DatabaseError``); the next use reconnects."""
 
     def __init__(self, info: ConnInfo, *, keep_idle: bool = False) -> None:
         self.info = info
@@ -111,15 +120,33 @@ class Database:
 
     @contextmanager
     def connection(self) -> Iterator[pg8000.native.Connection]:
-        conn = self.connect()
+        """One connection without a transaction (each statement commits on its own).
+        With ``keep_idle`` it is this thread's idle connection when one is alive."""
+        conn = self._take_idle() or self.connect()
+        healthy = False
         try:
             yield conn
+            healthy = True
         finally:
+            self._release(conn, healthy)
+
+    def _take_idle(self) -> pg8000.native.Connection | None:
+        conn = getattr(self._idle, "conn", None)
+        self._idle.conn = None
+        if conn is not None and not _alive(conn):
+            _close(conn)
+            return None
+        return conn
+
+    def _release(self, conn: pg8000.native.Connection, healthy: bool) -> None:
+        if (healthy and self.keep_idle and getattr(self._idle, "conn", None) is None
+                and _transaction_status(conn) == _IDLE):
+            self._idle.conn = conn
+        else:
             _close(conn)
 
     def _begin(self) -> pg8000.native.Connection:
-        conn = getattr(self._idle, "conn", None)
-        self._idle.conn = None
+        conn = self._take_idle()
         if conn is not None:
             try:
                 conn.run("BEGIN")
@@ -151,10 +178,30 @@ class Database:
             _rollback(conn)
             raise
         finally:
-            if healthy and self.keep_idle and getattr(self._idle, "conn", None) is None:
-                self._idle.conn = conn
-            else:
-                _close(conn)
+            self._release(conn, healthy)
+
+
+_IDLE = b"I"  # ReadyForQuery: not inside a transaction block
+
+
+def _transaction_status(conn: pg8000.native.Connection) -> bytes | None:
+    return getattr(conn, "_transaction_status", None)
+
+
+def _alive(conn: pg8000.native.Connection) -> bool:
+    """Whether an idle connection may be reused, without a round trip: the server sends
+    nothing unasked to an idle session of ours (no LISTEN), so a socket that reads ready
+    holds the server's goodbye (a FATAL error, EOF) or garbage; either way it is done."""
+    sock = getattr(conn, "_usock", None)
+    if sock is None:
+        return False
+    try:
+        if isinstance(sock, ssl.SSLSocket) and sock.pending():
+            return False
+        readable, _, _ = select.select([sock], [], [], 0)
+    except (OSError, ValueError):
+        return False
+    return not readable
 
 
 def _close(conn: pg8000.native.Connection) -> None:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from datetime import datetime
+from typing import Any
 
+import msgspec
 import pg8000.native
 from pydantic import TypeAdapter, ValidationError
 
@@ -89,6 +91,63 @@ SELECT coalesce(json_agg(json_build_object(
 _RECORDS = TypeAdapter(list[LedgerRecord])
 
 
+class _RecordRow(msgspec.Struct, forbid_unknown_fields=True):
+    """One element of JOIN_SQL's document, typed as ``LedgerRecord`` declares its fields
+    (in its order; every key required, none other allowed, as the frozen model forbids extras)."""
+
+    provider_ref: str
+    owner_type: str
+    owner_id: str | None
+    owner_name: str | None
+    issued_at: datetime | None
+    instance_found: bool
+    status: str | None
+    backend_id: str | None
+    primary_id: str | None
+    region: str | None
+    created_at: datetime | None
+    provisioned_at: datetime | None
+    terminated_at: datetime | None
+    deleted_at: datetime | None
+    owner_backend_scope: str | None
+    known_orphan_resource_ids: frozenset[str]
+    protected_primaries: dict[str, str]
+
+
+_RECORD_ROWS = msgspec.json.Decoder(list[_RecordRow])
+_RECORD_FIELDS = tuple(LedgerRecord.model_fields)
+assert _RECORD_FIELDS == _RecordRow.__struct_fields__, "_RecordRow must mirror LedgerRecord"
+_new, _set, _asdict = object.__new__, object.__setattr__, msgspec.structs.asdict
+
+
+def records_from_json(doc: str | bytes) -> list[LedgerRecord]:
+    """JOIN_SQL's document as ``LedgerRecord``s, equal (values, types, fields set) to
+    ``TypeAdapter(list[LedgerRecord]).validate_json(doc)`` (tests/unit/test_record_decode.py,
+    and bench/floors.py checks it on every measured batch).
+
+    msgspec parses and type-checks the document in C (timestamps included) against
+    ``_RecordRow``, which declares each field with the type pydantic would produce for it
+    from JSON (a status stays a ``str``, as pydantic's smart union keeps a JSON string);
+    the models are then built as ``model_construct`` builds them, without a pydantic
+    validation per row. Anything msgspec refuses (a null where a string is due, a
+    timestamp it cannot read, a missing or unknown key) goes to pydantic, which decides as
+    before: the same records or the same error."""
+    try:
+        rows = _RECORD_ROWS.decode(doc)
+    except msgspec.MsgspecError:
+        return _RECORDS.validate_json(doc)
+    fields = frozenset(_RECORD_FIELDS)
+    out = []
+    for row in rows:
+        record = _new(LedgerRecord)
+        _set(record, "__dict__", _asdict(row))  # the model's fields, in its order
+        _set(record, "__pydantic_fields_set__", set(fields))
+        _set(record, "__pydantic_extra__", None)
+        _set(record, "__pydantic_private__", None)
+        out.append(record)
+    return out
+
+
 def load_records(conn: pg8000.native.Connection, backend_id: str,
                  groups: Iterable[ResourceGroup]) -> dict[str, LedgerRecord]:
     """STEP 3: the ledger records of the groups' refs, keyed by ref, in one statement."""
@@ -104,7 +163,7 @@ def load_records(conn: pg8000.native.Connection, backend_id: str,
     # leaving it out changes no answer and keeps the comma-joined list unambiguous.
     rows = conn.run(JOIN_SQL, refs=",".join(sorted(r for r in refs if is_valid_ref(r))),
                     leftover=",".join(sorted(r for r in leftover if is_valid_ref(r))), backend=backend_id)
-    return {record.provider_ref: record for record in _RECORDS.validate_json(rows[0][0])}
+    return {record.provider_ref: record for record in records_from_json(rows[0][0])}
 
 
 # STEP 1's question as an SQL expression over a backend id ``{backend}`` (``:b`` unless
@@ -130,12 +189,56 @@ def activity_since(conn: pg8000.native.Connection, backend_id: str, since: datet
 # The tick (DESIGN C5): enrollment, STEP 1's facts and due selection for every backend
 # in one statement. Rows the CTE inserts are not visible to the SELECT (one snapshot):
 # a backend enrolled by this very statement reads as never cleaned.
+#
+# STEP 1's activity (``ACTIVITY_EXISTS``: any row after the clean of a backend of the
+# same account, or of no known backend) as the latest such row, so it scales with the
+# number of backends (bench/tick.py: 10,000): the newest activity of each backend is one
+# backward probe of the (backend_id, at) index, folded per account (``scope``), compared
+# with each backend's clean. ``EXISTS (at > since)`` is ``max(at) > since``; a NULL
+# (no row) is no activity. The per-backend ``ACTIVITY_EXISTS`` form ran the account
+# self-join for every backend: quadratic, more than 10 s at 10,000 backends.
 TICK_SQL = (
     "WITH enrolled AS (INSERT INTO cleanup (backend_id) SELECT b.id FROM backends b"
-    "  WHERE EXISTS (SELECT 1 FROM provider_refs) ON CONFLICT DO NOTHING RETURNING backend_id)"
-    " SELECT " + ", ".join(f"b.{c.strip()}" for c in BACKEND_COLUMNS.split(",")) + ","
+    "  WHERE EXISTS (SELECT 1 FROM provider_refs)"
+    "  AND NOT EXISTS (SELECT 1 FROM cleanup k WHERE k.backend_id = b.id)"  # an anti-join: no conflict per row
+    "  ON CONFLICT DO NOTHING RETURNING backend_id),"
+    " scoped AS (SELECT s.id, " + SCOPE_SQL.format(t="s") + " AS scope,"
+    "  (SELECT max(a.at) FROM ledger_activity a WHERE a.backend_id = s.id) AS last_at FROM backends s),"
+    " by_scope AS (SELECT scope, max(last_at) AS last_at FROM scoped GROUP BY scope),"
+    " unknown AS (SELECT max(at) AS last_at FROM ledger_activity WHERE backend_id IS NULL)"
+    " SELECT coalesce(json_agg(json_build_array("
+    + ", ".join(f"b.{c.strip()}" for c in BACKEND_COLUMNS.split(",")) + ","
     " c.backend_id IS NOT NULL OR e.backend_id IS NOT NULL, c.clean_at, c.clean_mode,"
     " c.lease_owner IS NOT NULL, c.lease_expires_at, coalesce(c.retry_delay_seconds, 0), c.next_due_at,"
-    " c.clean_at IS NOT NULL AND " + ACTIVITY_EXISTS.format(since="c.clean_at", backend="b.id") + ", oc_clock()"
+    " c.clean_at IS NOT NULL AND coalesce(bs.last_at > c.clean_at OR u.last_at > c.clean_at, false), oc_clock())"
+    " ORDER BY b.id), '[]')::text"
     " FROM backends b LEFT JOIN cleanup c ON c.backend_id = b.id"
-    " LEFT JOIN enrolled e ON e.backend_id = b.id ORDER BY b.id")
+    " LEFT JOIN enrolled e ON e.backend_id = b.id"
+    # LEFT: a backend whose scope is NULL (no account) keeps its row, with no account activity (as before)
+    " LEFT JOIN scoped sc ON sc.id = b.id LEFT JOIN by_scope bs ON bs.scope = sc.scope CROSS JOIN unknown u")
+
+# One element of TICK_SQL's document: the backend's columns (validated by
+# ``backend_from_row``), then STEP 1's facts, typed as the columns they come from.
+TickRowTuple = tuple[Any, Any, Any, Any, Any, Any, bool, datetime | None, str | None, bool, datetime | None, int,
+                     datetime | None, bool, datetime]
+_TICK_ROWS = msgspec.json.Decoder(list[TickRowTuple])
+
+
+def tick_rows_from_json(doc: str | bytes) -> list[list[Any]]:
+    """TICK_SQL's document as rows, in the layout ``conn.run`` gave when the statement
+    returned one row per backend (one JSON document: pg8000 decoding four timestamps per
+    backend in Python was most of the statement's time at 10,000 backends, bench/tick.py).
+    A timestamp msgspec cannot read (``infinity``, written by plain SQL) stays the text
+    pg8000 handed back for it."""
+    try:
+        return [list(row) for row in _TICK_ROWS.decode(doc)]
+    except msgspec.MsgspecError:
+        rows = json.loads(doc)
+        for row in rows:
+            for i in (7, 10, 12, 14):
+                if isinstance(row[i], str):
+                    try:
+                        row[i] = datetime.fromisoformat(row[i])
+                    except ValueError:
+                        pass
+        return rows

@@ -180,13 +180,15 @@ _GROUPS_SQL = (
     " FROM cycle_groups g WHERE g.cycle_id = :c")
 
 
-def cycle_report(conn: pg8000.native.Connection, cycle_id: str) -> CycleReport:
+def cycle_report(conn: pg8000.native.Connection, cycle_id: str, *, with_groups: bool = True) -> CycleReport:
+    """The cycle's C3 report; without ``with_groups``, its header only (``groups`` empty: see
+    ``LedgerStore.report_groups``, which streams them)."""
     rows = conn.run("SELECT backend_id, mode, listed_at, outcome, failures, blocked_reason, error"
                     " FROM cycles WHERE id = :c", c=cycle_id)
     if not rows:
         raise ConfigError(f"unknown cycle {cycle_id!r}")
     backend_id, mode, listed_at, outcome, failures, blocked_reason, error = rows[0]
-    groups = json.loads(conn.run(_GROUPS_SQL, c=cycle_id)[0][0])
+    groups = json.loads(conn.run(_GROUPS_SQL, c=cycle_id)[0][0]) if with_groups else []
     failures = failures if isinstance(failures, list) else json.loads(failures or "[]")
     return CycleReport(
         backend=backend_id, cycle_id=cycle_id, mode=mode, listed_at=listed_at, outcome=outcome or "unsettled",

@@ -48,6 +48,16 @@ from orphan_cleanup.models import Backend, BackendSettings, LedgerRecord, Resour
 
 _log = logging.getLogger(__name__)
 
+#: Groups per FETCH of ``report_groups``.
+REPORT_PAGE = 2_000
+# One C3 group per row, in the order (and with the values) of ``reports._GROUPS_SQL``.
+_REPORT_GROUP_SQL = (
+    "SELECT json_build_object('provider_ref', g.provider_ref, 'region', g.region,"
+    " 'primary_id', g.primary_id, 'resources', (SELECT coalesce(json_agg(json_build_object("
+    "  'kind', x->>'kind', 'id', x->>'id')), '[]') FROM jsonb_array_elements(g.resources) AS x),"
+    " 'verdict', g.verdict, 'reason', g.reason, 'action', g.action, 'detail', g.evidence->>'d')::text"
+    " FROM cycle_groups g WHERE g.cycle_id = :c ORDER BY g.provider_ref, g.region, g.primary_id")
+
 
 def apply_payload(app: BatchApplication) -> dict[str, Any]:
     """The JSON document ``oc_apply_batch`` reads (migrations/0003_apply.sql; its
@@ -130,7 +140,7 @@ class LedgerSession:
         """The tick's one statement: enroll every backend once the ledger has issued refs,
         and read every backend with STEP 1's facts (activity of its whole account, DESIGN
         §5 rule 9) and the database clock."""
-        rows = self.conn.run(queries.TICK_SQL)
+        rows = queries.tick_rows_from_json(self.conn.run(queries.TICK_SQL)[0][0])
         out = []
         for row in rows:
             try:
@@ -292,9 +302,25 @@ class LedgerStore:
         with self.db.connection() as conn:
             return reports.status_rows(conn, backend_id)
 
-    def cycle_report(self, cycle_id: str) -> CycleReport:
+    def cycle_report(self, cycle_id: str, *, groups: bool = True) -> CycleReport:
+        """The C3 report; ``groups=False``: its header only (stream the groups with ``report_groups``)."""
         with self.db.connection() as conn:
-            return reports.cycle_report(conn, cycle_id)
+            return reports.cycle_report(conn, cycle_id, with_groups=groups)
+
+    def report_groups(self, cycle_id: str, page: int = REPORT_PAGE) -> Iterator[dict[str, Any]]:
+        """The groups of the cycle's C3 report, as C3 dicts in report order, ``page`` at a
+        time through a server-side cursor (one read-only transaction): memory stays flat
+        whatever the cycle's size. Same order and values as ``cycle_report``'s groups."""
+        with self.db.transaction() as conn:
+            conn.run("SET TRANSACTION READ ONLY")
+            conn.run(f"DECLARE oc_report NO SCROLL CURSOR FOR {_REPORT_GROUP_SQL}", c=cycle_id)
+            while rows := conn.run(f"FETCH {int(page)} FROM oc_report"):
+                for (doc,) in rows:
+                    g = json.loads(doc)
+                    yield {"provider_ref": g["provider_ref"], "region": g["region"], "primary_id": g["primary_id"],
+                           "resources": g["resources"], "verdict": g["verdict"], "reason": g["reason"],
+                           "action": g["action"], **({"detail": g["detail"]} if g.get("detail") else {})}
+            conn.run("CLOSE oc_report")
 
     def backdate_owner(self, owner_id: str, seconds: int, *, provisioned_only: bool = False) -> None:
         with self.db.transaction() as conn:
