@@ -36,24 +36,35 @@ resource "google_service_account" "jobs_push" {
 
 locals {
   # aggregatedList per kind; projects.get for the identity check (DESIGN
-  # section 5 rule 11).
+  # section 5 rule 11); snapshots.list for retain_snapshots_days (issue #15).
   lister_permissions = [
     "compute.addresses.list",
     "compute.disks.list",
     "compute.instances.list",
     "compute.projects.get",
+    "compute.snapshots.list",
   ]
   # Re-read by name, check the numeric id and the label, delete, wait for the
   # operation, read again to confirm; projects.get for the identity check.
+  # snapshot_before_delete (issue #15): disks.createSnapshot makes a labelled
+  # snapshot (snapshots.create, setLabels), read back by name before the disk
+  # goes; retain_snapshots_days deletes expired ones (a global operation).
   deleter_permissions = [
     "compute.addresses.delete",
     "compute.addresses.get",
+    "compute.disks.createSnapshot",
     "compute.disks.delete",
     "compute.disks.get",
+    "compute.globalOperations.get",
     "compute.instances.delete",
     "compute.instances.get",
     "compute.projects.get",
     "compute.regionOperations.get",
+    "compute.snapshots.create",
+    "compute.snapshots.delete",
+    "compute.snapshots.get",
+    "compute.snapshots.list",
+    "compute.snapshots.setLabels",
     "compute.zoneOperations.get",
   ]
   role_prefix = replace(var.name_prefix, "-", "_")
@@ -65,7 +76,7 @@ resource "google_project_iam_custom_role" "lister" {
   project     = each.value
   role_id     = "${local.role_prefix}_lister"
   title       = "orphan-cleanup lister"
-  description = "List instances, disks and addresses (aggregatedList)."
+  description = "List instances, disks and addresses (aggregatedList) and snapshots."
   permissions = local.lister_permissions
 }
 
@@ -75,7 +86,7 @@ resource "google_project_iam_custom_role" "deleter" {
   project     = each.value
   role_id     = "${local.role_prefix}_deleter"
   title       = "orphan-cleanup deleter"
-  description = "Re-read, delete and confirm deletion of instances, disks and addresses."
+  description = "Re-read, delete and confirm deletion of instances, disks, addresses and snapshots; snapshot disks."
   permissions = local.deleter_permissions
 }
 

@@ -99,6 +99,9 @@ def provider_factory(settings: Settings, *, aws_session: AwsSessionFactory | Non
     settings) builds a new adapter."""
     cache: OrderedDict[str, ResourceProvider] = OrderedDict()
     lock = threading.Lock()
+    from orphan_cleanup.providers.ratelimit import process_limits, settings_budgets
+
+    limits = process_limits(settings_budgets(settings))  # one set of buckets per process
 
     def create(backend: Backend) -> ResourceProvider:
         if backend.provider == "aws":
@@ -107,10 +110,11 @@ def provider_factory(settings: Settings, *, aws_session: AwsSessionFactory | Non
             return build_aws_provider(backend, connect_timeout=settings.provider_connect_timeout,
                                       read_timeout=settings.provider_read_timeout,
                                       session=aws_session() if aws_session else None,
-                                      endpoint_url=settings.aws_endpoint_url)
+                                      endpoint_url=settings.aws_endpoint_url, limits=limits)
         from orphan_cleanup.providers.gcp import build_gcp_provider
 
-        return build_gcp_provider(backend, endpoint=settings.gcp_endpoint, timeout=settings.provider_read_timeout)
+        return build_gcp_provider(backend, endpoint=settings.gcp_endpoint, timeout=settings.provider_read_timeout,
+                                  limits=limits)
 
     def build(backend: Backend) -> ResourceProvider:
         key = backend.model_dump_json()

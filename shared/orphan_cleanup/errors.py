@@ -83,8 +83,10 @@ class ProviderTimeout(ProviderUnavailable):
     """A call exceeded its timeout: treated like unavailable (seed 004)."""
 
 
-class ProviderThrottled(ProviderError):
-    """Throttled past the SDK's own retries."""
+class ProviderThrottled(ProviderUnavailable):
+    """Throttled past the retry budget (the SDK's retries and our request budget): the
+    region is unavailable for this cycle, skipped and unsettled, never a failed cycle
+    (issue #17 item 2)."""
 
 
 class AccessDenied(ProviderError):

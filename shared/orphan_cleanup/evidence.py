@@ -9,7 +9,7 @@ explain`` renders the rest.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -252,6 +252,30 @@ def detail(reason: str, ev: Mapping[str, Any], group: ResourceGroup, listed_at: 
     if reason == "malformed_ref":
         return f"{ev.get('tk', DEFAULT_TAG_KEY)} value {group.provider_ref!r} is not a ref"
     return None
+
+
+def snapshot_pairs(value: Any) -> list[tuple[str, str]] | None:
+    """``[(volume or disk id, snapshot id), ...]`` from a recorded ``DeleteResult`` field
+    (a list of two-string lists); None when the record has another shape (fail closed:
+    nothing is named from a record that cannot be read)."""
+    if value is None:
+        return []
+    if not isinstance(value, (list, tuple)):
+        return None
+    pairs = []
+    for pair in value:
+        if not (isinstance(pair, (list, tuple)) and len(pair) == 2 and all(isinstance(x, str) and x for x in pair)):
+            return None
+        pairs.append((pair[0], pair[1]))
+    return pairs
+
+
+def snapshot_note(taken: Sequence[tuple[str, str]], pending: Sequence[tuple[str, str]] = ()) -> str | None:
+    """The snapshots a deletion kept (issue #15 item 4) in words, for the group's ``detail``
+    and ``explain``: ``snapshot snap-0abc of vol-123``; None when it kept none."""
+    words = [f"snapshot {sid} of {vid}" for vid, sid in taken]
+    words += [f"snapshot {sid} of {vid} (still being taken: {vid} kept)" for vid, sid in pending]
+    return "; ".join(words) or None
 
 
 def copy_gap(ev: Mapping[str, Any], group: ResourceGroup, listed_at: datetime) -> str:

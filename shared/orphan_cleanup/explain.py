@@ -129,6 +129,12 @@ def reread(g: ExplainedGroup, d: DeleteRow) -> str:
         has_vm = any(r.kind is ResourceKind.INSTANCE and r.id in deleted for r in g.group.resources)
         parts.append(("re-read by id: same ref, no protect tag; " if not skipped else "")
                      + f"deleted {', '.join(deleted)}" + (" (termination confirmed)" if has_vm else ""))
+    taken, waiting = ev_text.snapshot_pairs(result.get("snapshots")), ev_text.snapshot_pairs(
+        result.get("snapshots_pending"))
+    if taken is None or waiting is None:
+        parts.append("snapshots: the record cannot be read")
+    elif note := ev_text.snapshot_note(taken, waiting):
+        parts.append(f"kept {note}")
     if result.get("pending"):
         parts.append(f"pending until their VM is gone: {', '.join(result['pending'])} (next cycle)")
     if result.get("status") == "skipped" and not deleted:

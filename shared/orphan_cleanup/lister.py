@@ -13,7 +13,14 @@ from typing import Any
 from orphan_cleanup import bookkeeping, listing_rules, policy
 from orphan_cleanup.classify import Limits
 from orphan_cleanup.deleter import Deleter, identity_failure
-from orphan_cleanup.errors import ConfigError, DatabaseError, LeaseLost, OrphanCleanupError, ProviderError
+from orphan_cleanup.errors import (
+    ConfigError,
+    DatabaseError,
+    LeaseLost,
+    OrphanCleanupError,
+    ProviderError,
+    ProviderThrottled,
+)
 from orphan_cleanup.ledger.records import CycleRef, IdleSnapshot
 from orphan_cleanup.messages import MAX_JOB_BACKENDS, ListingBatch, ListingJob
 from orphan_cleanup.models import Backend, Mode, RegionFailure, RegionListing, ResourceGroup
@@ -52,6 +59,7 @@ class _Batcher:
         self.size = 0
         self.count = 0
         self.regions_listed = 0
+        self.regions_throttled = 0
 
     def _batch(self, last: bool) -> ListingBatch:
         cycle, seq = self.started.cycle, self.count
@@ -65,6 +73,7 @@ class _Batcher:
     def add(self, region: RegionListing) -> Iterator[ListingBatch]:
         if region.failure is not None:
             self.failures.append(RegionFailure(region=region.region, error=region.failure))
+            self.regions_throttled += region.throttled
             return
         clean, suspect = self.baselines.get(region.region, (None, None))
         anomaly = listing_rules.region_anomaly(len(region.groups), clean, suspect,
@@ -82,6 +91,10 @@ class _Batcher:
                 yield self._batch(last=False)
             self.pending.append(group)
             self.size += gsize
+
+    def add_failure(self, region: RegionListing) -> None:
+        for _ in self.add(region):  # a failure yields no batch
+            pass
 
     def close(self) -> ListingBatch:
         return self._batch(last=True)
@@ -182,11 +195,16 @@ class Lister(Deleter):
 
     def _close(self, s: StartedCycle, batcher: _Batcher) -> ListerResult:
         """End one cycle's listing: remember anomalous regions, fail a cycle that listed
-        no region, else record the believed region counts and publish the last batch."""
+        no region, else record the believed region counts and publish the last batch.
+
+        A cycle whose every region was throttled past its retry budget is not failed:
+        the regions are unavailable for this cycle, so it ends unsettled (issue #17:
+        throttling never fails a cycle; no failed-cycle backoff for a busy account)."""
         if batcher.suspects:
             with self.store.session() as session:
                 session.mark_suspect(s.backend.id, batcher.suspects)
-        if not batcher.regions_listed:  # nothing was listed: never clean, never unsettled
+        all_throttled = bool(batcher.failures) and batcher.regions_throttled == len(batcher.failures)
+        if not batcher.regions_listed and not all_throttled:  # nothing listed: never clean, never unsettled
             error = "no region could be listed" if batcher.failures else "no region to list"
             self.reporter.error("listing failed", backend=s.backend.id, cycle_id=s.cycle.id, error=error)
             bookkeeping.fail_cycle(self.store, s.cycle.id, error, s.limits, self._now(), failures=batcher.failures)
@@ -225,6 +243,13 @@ class Lister(Deleter):
             if provider is not None:
                 try:
                     provider.verify_identity()  # DESIGN §5 rule 11: before anything is listed
+                except ProviderThrottled as exc:
+                    # Not a mismatch, and not an answer: every region is unavailable this cycle.
+                    reason = identity_failure(exc)
+                    for _, batcher in live:
+                        for name in dict.fromkeys(batcher.started.backend.regions):
+                            batcher.add_failure(RegionListing(region=name, failure=reason, throttled=True))
+                    provider = None
                 except ProviderError as exc:
                     reason = identity_failure(exc)
                     for s, _ in live:

@@ -149,6 +149,9 @@ class RegionListing(Frozen):
     region: str
     groups: tuple[ResourceGroup, ...] = ()
     failure: str | None = None
+    # The failure is throttling past the retry budget: the region is unavailable this
+    # cycle (skipped, unsettled), and a cycle whose every region is so is unsettled, not failed.
+    throttled: bool = False
 
 
 class BackendSettings(BaseModel):
@@ -180,7 +183,7 @@ class BackendSettings(BaseModel):
     # AWS: tag keys naming a controller (ASG, node group, fleet) that would replace an
     # instance; such an instance is never terminated (DESIGN §5 rule 14).
     controller_tag_keys: tuple[str, ...] = DEFAULT_CONTROLLER_TAG_KEYS
-    # AWS (issue #15 item 4): snapshot an orphan data volume (one that did not go with its
+    # Issue #15 item 4: snapshot an orphan data volume / disk (one that did not go with its
     # instance) and delete it only once the snapshot completed; the snapshot carries the
     # ref and ``SNAPSHOT_SOURCE_KEY``. ``retain_snapshots_days`` unset keeps them forever;
     # set, a snapshot older than that is listed as a leftover of its ref and deleted.
@@ -277,11 +280,6 @@ class Backend(BaseModel):
                 raise ValueError(f"settings.{name}: {problem}")
         if s.tag_key == s.protect_tag_key:
             raise ValueError(f"settings.protect_tag_key: {s.protect_tag_key!r} is also the tag_key")
-        if self.provider != "aws":
-            # Not implemented for GCP disks yet: refused, never silently deleting the data.
-            for name in ("snapshot_before_delete", "retain_snapshots_days"):
-                if getattr(s, name) not in (None, False):
-                    raise ValueError(f"settings.{name}: only AWS backends support it so far")
         return self
 
     @property

@@ -57,6 +57,15 @@ class Settings(BaseSettings):
     # (when that had at least the minimum) counts as not listed: an anomaly, not a fact.
     region_shrink_share: float = Field(default=0.9, gt=0, le=1, alias="ORPHAN_CLEANUP_REGION_SHRINK_SHARE")
     region_shrink_min_groups: int = Field(default=20, ge=1, alias="ORPHAN_CLEANUP_REGION_SHRINK_MIN_GROUPS")
+    # Client-side request budgets per (account, region, API class), shared by every thread
+    # and client of the process (providers/ratelimit.py): a quarter of EC2's own buckets
+    # (non-mutating 20/s refill, 100 burst; TerminateInstances 5/s) by default.
+    describe_rate: float = Field(default=5.0, gt=0, alias="ORPHAN_CLEANUP_DESCRIBE_RATE")
+    describe_burst: int = Field(default=25, ge=1, alias="ORPHAN_CLEANUP_DESCRIBE_BURST")
+    mutate_rate: float = Field(default=1.25, gt=0, alias="ORPHAN_CLEANUP_MUTATE_RATE")
+    mutate_burst: int = Field(default=12, ge=1, alias="ORPHAN_CLEANUP_MUTATE_BURST")
+    terminate_rate: float = Field(default=1.25, gt=0, alias="ORPHAN_CLEANUP_TERMINATE_RATE")
+    terminate_burst: int = Field(default=25, ge=1, alias="ORPHAN_CLEANUP_TERMINATE_BURST")
 
     @classmethod
     def explicit(cls, **values: Any) -> Settings:

@@ -111,9 +111,9 @@ def arrived(gcp: FakeCompute, monkeypatch: pytest.MonkeyPatch) -> Callable[[str,
     seen: list[tuple[str, str]] = []
     handle = gcp.handle
 
-    def observed(method: str, path: str, query: dict[str, str]) -> Any:
+    def observed(method: str, path: str, query: dict[str, str], body: bytes = b"") -> Any:
         seen.append((method, path))
-        return handle(method, path, query)
+        return handle(method, path, query, body)
 
     monkeypatch.setattr(gcp, "handle", observed)
     return lambda method, part: any(m == method and part in p for m, p in list(seen))

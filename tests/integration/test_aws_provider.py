@@ -277,6 +277,10 @@ def test_listing_follows_pages_of_more_than_100_reservations(session):
     ids = {run_instance(client, REF_A)["InstanceId"] for _ in range(105)}
     pages: list[str] = []
     session.events.register("before-call.ec2.DescribeInstances", lambda **kw: pages.append("page"))
+    # EC2 may answer fewer items than MaxResults (the adapter asks for 1,000, issue #17):
+    # pages of 100 on the wire, so the adapter must follow NextToken.
+    session.events.register("before-parameter-build.ec2.DescribeInstances",
+                            lambda params, **kw: params.update(MaxResults=100))
 
     groups = collect(make_provider(session)).groups
 

@@ -10,14 +10,21 @@ its ``StartTime`` is now, so the expiry test ages it in moto's reply with a boto
 
 from __future__ import annotations
 
+import io
 from datetime import timedelta
 from typing import Any
 
 import boto3
 import pytest
 
+from orphan_cleanup import explain
 from orphan_cleanup.delete_rules import delete_record
 from orphan_cleanup.models import DeleteStatus, ResourceKind
+from orphan_cleanup.pipeline import Pipeline
+from orphan_cleanup.providers.aws import build_aws_provider
+from orphan_cleanup.queues.memory import InProcessQueue
+from orphan_cleanup.runner import run_cycle
+from orphan_cleanup.settings import Settings
 from tests.integration.test_aws_provider import (
     EAST,
     REF_A,
@@ -31,6 +38,7 @@ from tests.integration.test_aws_provider import (
     run_instance,
     set_tags,
 )
+from tests.support.ledger_helpers import add_backend, add_ref, db_now
 from tests.support.listing import collect
 
 pytestmark = pytest.mark.usefixtures("moto_reset")
@@ -156,3 +164,34 @@ def test_retained_snapshots_are_not_listed_and_expired_ones_are_leftovers_of_the
     assert result.status is DeleteStatus.DELETED and result.deleted == (sid,)
     assert [op for op in calls.ops() if op.startswith("Delete")] == ["DeleteSnapshot"]
     assert snapshots_of(client, vol) == [] and collect(provider).groups == ()
+
+
+# ---- the snapshot named in the group's C3 detail and in `explain` (issue #15 item 4) -----------
+
+def test_a_delete_cycle_names_the_kept_snapshot_in_the_detail_and_in_explain(session, emptied_db):
+    # Given: a data volume whose ref's owner row is gone (hard-deleted an hour ago), on moto
+    client = ec2(EAST)
+    ref = add_ref(emptied_db, issued_at=db_now(emptied_db) - timedelta(hours=1))
+    vol = create_volume(client, ref)
+    add_backend(emptied_db, "aws-snap", regions=(EAST,), mode="delete", settings={"snapshot_before_delete": True})
+    pipe = Pipeline(settings=Settings(ORPHAN_CLEANUP_MARGIN_SECONDS=0), db=emptied_db,
+                    provider_for=lambda b: build_aws_provider(b, connect_timeout=2, read_timeout=10, session=session),
+                    listing_queue=InProcessQueue(), delete_queue=InProcessQueue())
+
+    # When: one delete cycle runs
+    report = run_cycle(pipe, "aws-snap")
+
+    # Then: the volume is gone, its snapshot kept, and `run --json` and `explain` name it
+    [snap] = snapshots_of(client, vol)
+    sid = snap["SnapshotId"]
+    assert not exists(client, "volume", vol)
+    [group] = report.c3()["groups"]
+    assert (group["reason"], group["action"]) == ("owner_deleted", "deleted")
+    assert group["detail"].startswith("owner row of ") and group["detail"].endswith(f"; snapshot {sid} of {vol}")
+    [got] = explain.document("aws-snap", vol, explain.explain(emptied_db, "aws-snap", vol))["cycles"]
+    assert got["detail"] == group["detail"]
+    assert f"kept snapshot {sid} of {vol}" in got["delete"]["found"]
+    out = io.StringIO()
+    explain.print_explained("aws-snap", vol, explain.explain(emptied_db, "aws-snap", vol), stream=out)
+    [delete_line] = [line for line in out.getvalue().splitlines() if line.lstrip().startswith("delete ")]
+    assert f"deleted {vol}" in delete_line and f"kept snapshot {sid} of {vol}" in delete_line

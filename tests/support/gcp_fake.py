@@ -4,7 +4,9 @@ It speaks the real JSON wire format, so the real ``google-cloud-compute`` client
 (REST transport, ``url_scheme="http"``, anonymous credentials) talks to it
 unchanged. Covered: instances and disks (zonal), addresses (regional):
 aggregated list, zonal/regional list, get, delete; zonal and regional
-operations (get and ``/wait``); ``projects.get`` (``GET /compute/v1/projects/P``). Errors use Google's body format
+operations (get and ``/wait``); snapshots (``disks.createSnapshot``, global
+list/get/delete and operations: ``gcp_fake_snapshots``); ``projects.get``
+(``GET /compute/v1/projects/P``). Errors use Google's body format
 (``{"error": {"code", "message", "errors": [{"reason": ...}]}}``).
 
 Deliberate strictness: every list call must carry a ``filter`` naming at least
@@ -182,7 +184,7 @@ class FakeCompute(FakeApi):
 
     # --- request handling ----------------------------------------------------
 
-    def handle(self, method: str, path: str, query: dict[str, str]) -> tuple[int, dict[str, Any]]:
+    def handle(self, method: str, path: str, query: dict[str, str], body: bytes = b"") -> tuple[int, dict[str, Any]]:
         """Answer one request: ``(status, json body)``. Used by the HTTP handler."""
         delay, status, reason = 0.0, None, None
         with self._lock:
@@ -198,14 +200,14 @@ class FakeCompute(FakeApi):
             if status is not None:
                 raise WireError(status, f"Injected fault: {status}", reason)
             with self._lock:
-                code, body = 200, self.dispatch(method, path, query)
+                code, answer = 200, self.dispatch(method, path, query, body)
         except WireError as e:
-            code, body = e.status, error_body(e.status, str(e), e.reason)
+            code, answer = e.status, error_body(e.status, str(e), e.reason)
         except Exception as e:  # a bug in the fake: answer 500 rather than drop the connection
-            code, body = 500, error_body(500, f"fake bug: {type(e).__name__}: {e}", "backendError")
+            code, answer = 500, error_body(500, f"fake bug: {type(e).__name__}: {e}", "backendError")
         with self._lock:
             self._calls.append(Call(method, path, dict(query), code))
-        return code, body
+        return code, answer
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -215,11 +217,10 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _serve(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
-        if length:
-            self.rfile.read(length)
+        sent = self.rfile.read(length) if length else b""
         url = urlsplit(self.path)
         query = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
-        status, body = self.fake.handle(self.command, unquote(url.path), query)
+        status, body = self.fake.handle(self.command, unquote(url.path), query, sent)
         data = json.dumps(body).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json; charset=UTF-8")

@@ -7,7 +7,8 @@ import hashlib
 import re
 from typing import Any
 
-from tests.support.gcp_fake_state import COLLECTIONS, SINGULAR, FakeState, _copy, _now, _Stored
+from tests.support.gcp_fake_snapshots import FakeSnapshots
+from tests.support.gcp_fake_state import COLLECTIONS, SINGULAR, _copy, _now, _Stored
 from tests.support.gcp_fake_wire import (
     GOOGLE_BASE,
     WireError,
@@ -32,10 +33,12 @@ _ROUTES = [
 ]
 
 
-class FakeApi(FakeState):
+class FakeApi(FakeSnapshots):
     """``dispatch(method, path, query)`` -> JSON body, or ``WireError``. Call with the lock held."""
 
-    def dispatch(self, method: str, path: str, query: dict[str, str]) -> dict[str, Any]:
+    def dispatch(self, method: str, path: str, query: dict[str, str], body: bytes = b"") -> dict[str, Any]:
+        if (answer := self.dispatch_snapshots(method, path, query, body)) is not None:
+            return answer
         for kind, rx in _ROUTES:
             m = rx.match(path)
             if m is None:

@@ -168,8 +168,8 @@ def test_snapshot_settings_default_to_no_snapshot_and_keep_forever():
 
 
 @pytest.mark.parametrize("settings", [{"snapshot_before_delete": True}, {"retain_snapshots_days": 7}])
-def test_a_gcp_backend_refuses_the_snapshot_settings_it_cannot_honour(settings):
-    with pytest.raises(ValidationError, match="only AWS backends support it"):
-        Backend(id="g", provider="gcp", account="p", regions=("us-central1",), settings=settings)
-    assert Backend(id="g", provider="gcp", account="p", regions=("us-central1",),
-                   settings={"snapshot_before_delete": False}).settings.snapshot_before_delete is False
+def test_a_gcp_backend_takes_the_snapshot_settings(settings):
+    backend = Backend(id="g", provider="gcp", account="p", regions=("us-central1",), settings=settings)
+    assert backend.settings.model_dump(include=set(settings)) == settings
+    with pytest.raises(ValidationError):  # the values are still checked
+        Backend(id="g", provider="gcp", account="p", regions=("us-central1",), settings={k: "yes" for k in settings})

@@ -292,7 +292,10 @@ def test_gcp_custom_roles_are_minimal(modules):
                     perms[key] = {checks.unquote(p) for p in block[key]}
     kinds = ("instances", "disks", "addresses")
     identity = {"compute.projects.get"}  # DESIGN §5 rule 11, before listing and before deleting
-    assert perms["lister_permissions"] == {f"compute.{k}.list" for k in kinds} | identity
+    # issue #15 item 4: snapshots listed past retain_snapshots_days, taken with snapshot_before_delete
+    snapshots = {f"compute.snapshots.{v}" for v in ("create", "get", "list", "delete", "setLabels")}
+    assert perms["lister_permissions"] == {f"compute.{k}.list" for k in kinds} | identity | {"compute.snapshots.list"}
     assert perms["deleter_permissions"] == ({f"compute.{k}.{v}" for k in kinds for v in ("get", "delete")}
-                                            | {"compute.zoneOperations.get", "compute.regionOperations.get"}
-                                            | identity)
+                                            | {"compute.zoneOperations.get", "compute.regionOperations.get",
+                                               "compute.globalOperations.get", "compute.disks.createSnapshot"}
+                                            | snapshots | identity)

@@ -3,6 +3,7 @@ handling, composition (no sockets: clients are built, never called)."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -17,18 +18,23 @@ from orphan_cleanup.providers.gcp_kinds import (
     INSTANCE_STATES,
     KIND_BY_RESOURCE,
     KINDS,
+    SNAPSHOT_PROGRESS,
+    expired,
     link_key,
+    listed_kinds,
     region_of,
+    source_zone,
     to_resource,
 )
+from orphan_cleanup.providers.gcp_snapshot import snapshot_labels, snapshot_name
 
 LINK = "https://www.googleapis.com/compute/v1/projects/p/zones/us-central1-a/instances/vm"
 
 
-def test_kind_table_declares_instances_disks_addresses_in_delete_order() -> None:
-    assert [(k.kind, k.scope, k.primary) for k in KINDS] == [
-        (ResourceKind.INSTANCE, "zone", True), (ResourceKind.DISK, "zone", False),
-        (ResourceKind.ADDRESS, "region", False)]
+def test_kind_table_declares_instances_disks_addresses_snapshots_in_delete_order() -> None:
+    assert [(k.kind, k.scope, k.primary, k.retained) for k in KINDS] == [
+        (ResourceKind.INSTANCE, "zone", True, False), (ResourceKind.DISK, "zone", False, False),
+        (ResourceKind.ADDRESS, "region", False, False), (ResourceKind.SNAPSHOT, "global", False, True)]
 
 
 @pytest.mark.parametrize("status", sorted(INSTANCE_STATES))
@@ -121,7 +127,8 @@ def test_operation_not_found_means_already_gone() -> None:
 
 def test_endpoint_clients_all_target_the_endpoint_over_http() -> None:
     clients = build_gcp_clients(BackendSettings(), endpoint="http://127.0.0.1:8123")
-    assert set(clients) == {"instances", "disks", "addresses", "zone_operations", "region_operations", "projects"}
+    assert set(clients) == {"instances", "disks", "addresses", "zone_operations", "region_operations", "projects",
+                            "snapshots", "global_operations"}
     assert {c.transport._host for c in clients.values()} == {"http://127.0.0.1:8123"}
 
 
@@ -156,3 +163,79 @@ def test_project_defaults_to_account_and_settings_override() -> None:
     other = plain.model_copy(update={"settings": BackendSettings(project="proj")})
     assert GcpProvider(other, **clients).project == "proj"
     assert list(GcpProvider(plain, **clients).iter_listing()) == []
+
+
+# ---- snapshots (issue #15 item 4) ------------------------------------------------------
+
+SNAP = KIND_BY_RESOURCE[ResourceKind.SNAPSHOT]
+SOURCE_LINK = "https://www.googleapis.com/compute/v1/projects/p/zones/us-central1-a/disks/d"
+
+
+@pytest.mark.parametrize(("status", "state", "in_use"), [
+    ("READY", ResourceState.AVAILABLE, False), ("FAILED", ResourceState.AVAILABLE, False),
+    ("CREATING", ResourceState.ACTIVE, True), ("UPLOADING", ResourceState.ACTIVE, True),
+    ("DELETING", ResourceState.TERMINATING, True), ("SOMETHING_NEW", ResourceState.ACTIVE, True),
+    ("", ResourceState.ACTIVE, True)])
+def test_snapshot_states_unknown_ones_exist_and_may_be_in_use(status: str, state: ResourceState,
+                                                              in_use: bool) -> None:
+    snap = compute.Snapshot(id=1, name="s", status=status)
+    assert SNAP.state(snap) is state and SNAP.in_use(snap) is in_use
+
+
+def test_only_ready_lets_a_disk_go_and_only_creating_or_uploading_is_not_yet() -> None:
+    assert SNAPSHOT_PROGRESS == {"READY": "ready", "CREATING": "pending", "UPLOADING": "pending"}
+
+
+def test_snapshots_are_listed_only_when_they_can_expire() -> None:
+    assert SNAP not in listed_kinds(None) and SNAP in listed_kinds(7)
+    assert [k for k in listed_kinds(None)] == [k for k in KINDS if k is not SNAP]
+
+
+@pytest.mark.parametrize(("link", "zone"), [
+    (SOURCE_LINK, "us-central1-a"), ("projects/p/zones/europe-west1-b/disks/d", "europe-west1-b"),
+    ("projects/p/regions/us-central1/disks/d", None), ("", None), ("zones/us-central1-a", None),
+    ("https://x/projects/p/zones/us-central1-a/disks/d/extra", None)])
+def test_a_snapshot_is_placed_by_its_source_disks_zone(link: str, zone: str | None) -> None:
+    assert source_zone(compute.Snapshot(source_disk=link)) == zone
+
+
+NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(("created", "is_expired"), [
+    ((NOW - timedelta(days=7)).isoformat(), True),
+    ((NOW - timedelta(days=7) + timedelta(seconds=1)).isoformat(), False),
+    ("2026-11-01T00:00:00.000-07:00", True), ("", False), ("yesterday", False), ("2026-11-01T00:00:00", False)],
+    ids=["at-retention", "just-younger", "old-pacific", "none", "not-a-time", "naive"])
+def test_a_snapshot_expires_only_with_a_readable_creation_older_than_the_retention(created: str,
+                                                                                  is_expired: bool) -> None:
+    assert expired(compute.Snapshot(creation_timestamp=created), retain_days=7, now=NOW) is is_expired
+
+
+def test_snapshot_names_and_labels_are_valid_gcp_values() -> None:
+    name = snapshot_name("abcdefabcdef", "18446744073709551615")
+    assert name == "oc-abcdefabcdef-18446744073709551615" and len(name) <= 63
+    assert snapshot_labels("provider_ref", "abcdefabcdef", "123") == {
+        "provider_ref": "abcdefabcdef", "orphan-cleanup-source": "123"}
+    with pytest.raises(ProviderError):
+        snapshot_name("abcdefabcdef", "Not An Id")
+    with pytest.raises(ProviderError):
+        snapshot_labels("provider_ref", "abcdefabcdef", "UPPER")
+
+
+def test_a_listed_snapshot_is_addressed_globally_and_placed_in_its_zone() -> None:
+    snap = compute.Snapshot(id=42, name="s", status="READY", labels={"provider_ref": "abcdefabcdef"},
+                            source_disk=SOURCE_LINK, source_disk_id="7", creation_timestamp="2026-01-01T00:00:00+00:00")
+    res = to_resource(SNAP, "us-central1-a", snap, {})
+    assert res.kind is ResourceKind.SNAPSHOT and res.id == "42" and res.region == "us-central1-a"
+    assert res.details["global"] == "global" and res.details["zone"] == "us-central1-a"
+    assert res.state is ResourceState.AVAILABLE and res.attached_to is None
+
+
+def test_the_snapshot_settings_need_the_snapshot_clients() -> None:
+    clients = build_gcp_clients(BackendSettings(), endpoint="http://127.0.0.1:8123")
+    backend = Backend(id="g", provider="gcp", account="acct", regions=("us-central1",),
+                      settings={"snapshot_before_delete": True})
+    GcpProvider(backend, **clients)
+    with pytest.raises(ConfigError, match="snapshot"):
+        GcpProvider(backend, **{**clients, "snapshots": None})

@@ -12,7 +12,7 @@ outcomes, and a resource never joins a group whose ref it does not carry.
 from __future__ import annotations
 
 import string
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from types import SimpleNamespace
 from typing import Any
 
@@ -31,7 +31,7 @@ REFS = st.sampled_from(["abcdefgh1234", "zzzzzzzz9999", "", "ABCDEFGH1234", "sho
 IDS = st.one_of(st.sampled_from(["i-1", "i-2", "vol-1", "eni-1", "sg-1", "eipalloc-1"]), st.text(max_size=8),
                 st.integers(), st.none())
 SCALARS = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), st.text(max_size=12),
-                    st.datetimes(timezones=st.just(timezone.utc)), st.datetimes())
+                    st.datetimes(timezones=st.just(UTC)), st.datetimes())
 JSONISH = st.recursive(SCALARS, lambda c: st.one_of(st.lists(c, max_size=3),
                                                    st.dictionaries(st.text(max_size=6), c, max_size=3)),
                        max_leaves=8)
@@ -212,3 +212,22 @@ def test_an_aws_controller_key_not_configured_is_not_a_controller() -> None:
     item = {"InstanceId": "i-1", "Tags": [{"Key": "aws:autoscaling:groupName", "Value": "web"}]}
     assert aws_kinds.to_resource(aws_kinds.INSTANCE, item, "us-east-1", controller_keys=()).controller is None
     assert aws_kinds.to_resource(aws_kinds.INSTANCE, item, "us-east-1").controller == "asg:web"
+
+
+# ---- issue #15 item 4: a snapshot's placing and age, of any shape, fail closed -----------
+
+ODD = st.one_of(st.none(), st.integers(), st.text(max_size=60), st.lists(st.text(max_size=5), max_size=2),
+                st.dictionaries(st.text(max_size=3), st.text(max_size=3), max_size=2),
+                st.sampled_from(["projects/p/zones/us-central1-a/disks/d", "2020-01-01T00:00:00+00:00",
+                                 "2020-01-01T00:00:00"]))
+
+
+@settings(max_examples=200, deadline=None)
+@given(source=ODD, created=ODD)
+def test_a_snapshot_of_any_shape_is_placed_in_a_zone_or_kept(source: Any, created: Any) -> None:
+    item = SimpleNamespace(source_disk=source, creation_timestamp=created)
+    zone = gcp_kinds.source_zone(item)
+    assert zone is None or (isinstance(source, str) and f"/zones/{zone}/disks/" in f"/{source}")
+    old = gcp_kinds.expired(item, retain_days=1, now=datetime(2030, 1, 1, tzinfo=UTC))
+    assert old is (created == "2020-01-01T00:00:00+00:00")  # only a readable, aware, old time expires
+    assert gcp_kinds.expired(SimpleNamespace(), retain_days=1, now=datetime(2030, 1, 1, tzinfo=UTC)) is False

@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 
 import pg8000.native
 
+from orphan_cleanup import evidence
 from orphan_cleanup.decisions import DeleteRecord
 from orphan_cleanup.errors import BlastRadiusExceeded, LeaseLost
 from orphan_cleanup.ledger.queries import activity_since
@@ -211,6 +212,12 @@ class LockedCycle:
                       " WHERE cycle_id = :c AND group_key = :k", a=rec.action.value, e=rec.error, c=c.id, k=group.key)
         self.conn.run("UPDATE orphans SET state = :s, last_error = :e WHERE backend_id = :b AND group_key = :k",
                       s=rec.orphan_state, e=rec.error, b=c.backend_id, k=group.key)
+        note = evidence.snapshot_note(rec.result.snapshots, rec.result.snapshots_pending) if rec.result else None
+        if note is not None:
+            # The snapshots kept of the group's data (issue #15 item 4) join its C3 ``detail``.
+            self.conn.run("UPDATE cycle_groups SET evidence = jsonb_set(coalesce(evidence, '{}'::jsonb), '{d}',"
+                          " to_jsonb(concat_ws('; ', evidence->>'d', CAST(:n AS text))))"
+                          " WHERE cycle_id = :c AND group_key = :k", n=note, c=c.id, k=group.key)
         if rec.protection is not None:
             # The delete found a protection (rule 14): the group's verdict, as reported and remembered.
             d = json.dumps((rec.protection_detail or rec.protection)[:200])

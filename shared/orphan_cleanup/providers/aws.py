@@ -3,7 +3,9 @@ groups, Elastic IPs, spot requests and (past their retention) our snapshots,
 listed with each service's own describe call.
 
 Wiring: ``build_aws_provider`` (the composition root's entry) builds real
-boto3 clients with timeouts, adaptive retries and an optional assumed role;
+boto3 clients with timeouts, standard retries, the process's request budgets
+(``ratelimit``: every HTTP attempt takes a token of its account, region and API
+class) and an optional assumed role;
 ``AwsProvider`` itself only receives a client factory, so tests and other
 callers choose where clients point. Nothing here reads the environment:
 boto3 resolves credentials and ``AWS_ENDPOINT_URL`` itself.
@@ -24,10 +26,11 @@ from botocore.credentials import CredentialProvider, DeferredRefreshableCredenti
 from orphan_cleanup.errors import ConfigError, ProviderError
 from orphan_cleanup.models import Backend, DeleteResult, RegionListing, ResourceGroup, ResourceKind, ResourceState
 from orphan_cleanup.providers.aws_delete import GroupDeletion
-from orphan_cleanup.providers.aws_errors import translated
+from orphan_cleanup.providers.aws_errors import THROTTLING_CODES, translated
 from orphan_cleanup.providers.aws_kinds import SNAPSHOT, AwsKind, link_resources, to_resource
 from orphan_cleanup.providers.aws_snapshot import expired, listed_kinds
 from orphan_cleanup.providers.base import ResourceProvider, group_resources, not_yet_is_deleting, parallel_regions
+from orphan_cleanup.providers.ratelimit import DEFAULT_BUDGETS, RateLimits, attach_to_boto3_client, process_limits
 
 ClientFactory = Callable[[str, str], Any]
 """``(service, region) -> boto3 client``; must return clients usable from several threads."""
@@ -43,7 +46,9 @@ class AwsProvider(ResourceProvider):
     Implements the ``ResourceProvider`` contract (see its docstring). AWS specifics:
 
     - listing: per region, one describe call per kind (``aws_kinds.KINDS``),
-      server-side filtered on ``tag-key = settings.tag_key``, paginated; never
+      server-side filtered on ``tag-key = settings.tag_key`` (never an unfiltered
+      describe: it draws from EC2's smaller unfiltered bucket), paginated at each
+      API's largest page (``AwsKind.page_size``); never
       the Resource Groups Tagging API; instances in ``terminated`` are
       excluded by filter; regions run in parallel on
       ``settings.max_concurrency`` threads;
@@ -130,7 +135,10 @@ class AwsProvider(ResourceProvider):
     def _describe_tagged(self, ec2: Any, spec: AwsKind) -> Iterator[Mapping[str, Any]]:
         filters = [{"Name": "tag-key", "Values": [self.tag_key]}, *spec.list_filters]
         if ec2.can_paginate(spec.describe):
-            for page in ec2.get_paginator(spec.describe).paginate(Filters=filters, **spec.list_params):
+            paging = {"PageSize": spec.page_size} if spec.page_size else {}
+            pages = ec2.get_paginator(spec.describe).paginate(Filters=filters, PaginationConfig=paging,
+                                                             **spec.list_params)
+            for page in pages:
                 yield from spec.items(page)
         else:
             yield from spec.items(getattr(ec2, spec.describe)(Filters=filters, **spec.list_params))
@@ -138,24 +146,39 @@ class AwsProvider(ResourceProvider):
 
 def client_config(*, connect_timeout: float, read_timeout: float, max_attempts: int = DEFAULT_MAX_ATTEMPTS,
                   max_pool_connections: int = 10) -> Config:
-    """botocore config for every adapter call: bounded time, adaptive retries."""
+    """botocore config for every adapter call: bounded time, ``standard`` retries.
+
+    Not ``adaptive``: its client-side limiter is per client, so threads and clients of
+    one account and region would each think they have the whole budget; the shared
+    buckets of ``ratelimit`` do that job (``session_client_factory``). ``standard`` keeps
+    the backoff with jitter and the retry quota; ``max_attempts`` is botocore's: the
+    retries after the first try. A call still throttled then raises ``ProviderThrottled``
+    (its region is unavailable this cycle).
+    """
     return Config(
         connect_timeout=connect_timeout,
         read_timeout=read_timeout,
-        retries={"mode": "adaptive", "max_attempts": max_attempts},
+        retries={"mode": "standard", "max_attempts": max_attempts},
         max_pool_connections=max_pool_connections,
     )
 
 
 def session_client_factory(session: boto3.Session, config: Config, *,
-                           endpoint_url: str | None = None) -> ClientFactory:
+                           endpoint_url: str | None = None, limits: RateLimits | None = None,
+                           account: str = "") -> ClientFactory:
     """A thread-safe factory over one boto3 session (``Session.client`` is not);
-    ``endpoint_url``, when given, for every service (moto, a VPC endpoint)."""
+    ``endpoint_url``, when given, for every service (moto, a VPC endpoint). With
+    ``limits``, every HTTP attempt of every client takes a token of the bucket of
+    (``account``, its region, its service, the operation's API class)."""
     lock = threading.Lock()
 
     def make(service: str, region: str) -> Any:
         with lock:
-            return session.client(service, region_name=region, config=config, endpoint_url=endpoint_url)
+            client = session.client(service, region_name=region, config=config, endpoint_url=endpoint_url)
+        if limits is not None:
+            attach_to_boto3_client(client, limits, account=account, region=region,
+                                   throttling_codes=THROTTLING_CODES)
+        return client
 
     return make
 
@@ -174,12 +197,15 @@ class _AssumedRole(CredentialProvider):
 
 def assumed_role_session(
     base: boto3.Session, *, role_arn: str, external_id: str | None, config: Config, region: str | None,
-    endpoint_url: str | None = None,
+    endpoint_url: str | None = None, limits: RateLimits | None = None, account: str = "",
 ) -> boto3.Session:
     """A session whose credentials come from ``sts:AssumeRole`` on ``base``'s
     credentials (session name ``orphan-cleanup``), fetched on first use and
     refreshed before they expire. No network call happens here."""
     sts = base.client("sts", region_name=region, config=config, endpoint_url=endpoint_url)
+    if limits is not None:
+        attach_to_boto3_client(sts, limits, account=account, region=region or STS_FALLBACK_REGION,
+                               throttling_codes=THROTTLING_CODES)
     params = {"RoleArn": role_arn, "RoleSessionName": ROLE_SESSION_NAME}
     if external_id:
         params["ExternalId"] = external_id
@@ -207,6 +233,7 @@ def build_aws_provider(
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     session: boto3.Session | None = None,
     endpoint_url: str | None = None,
+    limits: RateLimits | None = None,
 ) -> AwsProvider:
     """Build the adapter with real boto3 clients (the composition root's call).
 
@@ -214,9 +241,12 @@ def build_aws_provider(
     credentials, ``AWS_ENDPOINT_URL`` honoured by boto3); ``endpoint_url``,
     when given, is where every call goes (the role's ``sts:AssumeRole`` too). When
     ``backend.settings.role_arn`` is set, every client uses credentials
-    assumed from that role (with ``external_id`` when given).
+    assumed from that role (with ``external_id`` when given). ``limits`` are the
+    request budgets (default: the process's buckets at the default rates).
     """
     settings = backend.settings
+    limits = limits if limits is not None else process_limits(DEFAULT_BUDGETS)
+    account = backend.scope_account
     config = client_config(
         connect_timeout=connect_timeout,
         read_timeout=read_timeout,
@@ -232,5 +262,8 @@ def build_aws_provider(
             config=config,
             region=backend.regions[0] if backend.regions else None,
             endpoint_url=endpoint_url,
+            limits=limits,
+            account=account,
         )
-    return AwsProvider(backend, session_client_factory(session, config, endpoint_url=endpoint_url))
+    factory = session_client_factory(session, config, endpoint_url=endpoint_url, limits=limits, account=account)
+    return AwsProvider(backend, factory)

@@ -132,7 +132,8 @@ def translate_error(
 ) -> ProviderError:
     """Map a botocore error to our type; the caller raises it ``from exc``.
 
-    Throttling past retries -> ``ProviderThrottled``; read/connect timeouts ->
+    Throttling past retries -> ``ProviderThrottled`` (a ``ProviderUnavailable``: the
+    region is skipped for this cycle, never a failed cycle); read/connect timeouts ->
     ``ProviderTimeout``; endpoint unreachable, 5xx, unparseable reply,
     ``ServiceUnavailable`` / ``InternalError`` -> ``ProviderUnavailable``; ``UnauthorizedOperation``,
     ``AccessDenied*``, missing credentials -> ``AccessDenied``; "still in use"

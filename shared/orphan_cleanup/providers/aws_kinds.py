@@ -40,6 +40,9 @@ class AwsKind:
     attached_path: Path | None = None  # the instance id it is attached to
     list_filters: tuple[Mapping[str, Any], ...] = field(default=())
     list_params: Mapping[str, Any] = field(default_factory=dict)  # more describe parameters
+    # ``MaxResults`` of each listing page: the API's documented maximum (issue #17: calls at
+    # the floor); ``None`` for a describe without paging (``DescribeAddresses``).
+    page_size: int | None = None
     delete_as_list: bool = False  # terminate_instances takes a list of ids
 
     def items(self, page: Mapping[str, Any]) -> Iterator[Mapping[str, Any]]:
@@ -142,6 +145,7 @@ INSTANCE = AwsKind(
             "Values": [s for s, v in INSTANCE_STATES.items() if v is not ResourceState.TERMINATED],
         },
     ),
+    page_size=1000,  # DescribeInstances: 5-1000
 )
 ADDRESS = AwsKind(
     kind=ResourceKind.ADDRESS,
@@ -178,6 +182,7 @@ NETWORK_INTERFACE = AwsKind(
     depends_on=(ResourceKind.INSTANCE, ResourceKind.ADDRESS),
     tags_field="TagSet",
     attached_path=("Attachment", "InstanceId"),
+    page_size=1000,  # DescribeNetworkInterfaces: 5-1000 (botocore's model)
 )
 VOLUME = AwsKind(
     kind=ResourceKind.VOLUME,
@@ -194,6 +199,7 @@ VOLUME = AwsKind(
     not_found=frozenset({"InvalidVolume.NotFound"}),
     depends_on=(ResourceKind.INSTANCE,),
     attached_path=("Attachments", 0, "InstanceId"),
+    page_size=500,  # DescribeVolumes: 5-500 (a larger value is answered with 500)
 )
 SECURITY_GROUP = AwsKind(
     kind=ResourceKind.SECURITY_GROUP,
@@ -209,6 +215,7 @@ SECURITY_GROUP = AwsKind(
     delete_param="GroupId",
     not_found=frozenset({"InvalidGroup.NotFound", "InvalidGroupId.NotFound"}),
     depends_on=(ResourceKind.INSTANCE, ResourceKind.NETWORK_INTERFACE),
+    page_size=1000,  # DescribeSecurityGroups: 5-1000 (botocore's model)
 )
 
 #: ``cancelled``/``closed`` are final (no instance is launched again); ``open`` waits for
@@ -239,6 +246,7 @@ SPOT_REQUEST = AwsKind(
     # instance is in the group is cancelled *before* it is terminated (``aws_delete``'s owner step).
     depends_on=(ResourceKind.INSTANCE,),
     attached_path=("InstanceId",),
+    page_size=1000,  # DescribeSpotInstanceRequests: 5-1000
 )
 
 #: ``error`` snapshots exist (and may be deleted); ``pending`` ones are still being taken.
@@ -266,6 +274,7 @@ SNAPSHOT = AwsKind(
     depends_on=(ResourceKind.INSTANCE, ResourceKind.VOLUME),
     # Without it DescribeSnapshots also pages through every public snapshot.
     list_params=_literal({"OwnerIds": ["self"]}),
+    page_size=1000,  # DescribeSnapshots: 5-1000
 )
 
 # Listing order: instances first, so the link pass can see who uses what. Snapshots are

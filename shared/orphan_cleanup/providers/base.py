@@ -11,7 +11,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 
-from orphan_cleanup.errors import DependencyNotReady, IdentityMismatch, OrphanCleanupError
+from orphan_cleanup.errors import DependencyNotReady, IdentityMismatch, OrphanCleanupError, ProviderThrottled
 from orphan_cleanup.models import (
     Backend,
     DeleteResult,
@@ -39,7 +39,7 @@ class ResourceProvider(ABC):
       - a region that fails (timeout, unavailable, throttled past retries,
         access denied, a warning such as "unreachable" from the API) yields a
         ``RegionListing`` with ``failure`` set and no groups; it never hides
-        the other regions.
+        the other regions; ``throttled`` says the failure was throttling.
 
     Identity contract (``verify_identity``, DESIGN §5 rule 11):
       - before anything is listed or deleted, the pipeline calls ``verify_identity``;
@@ -151,7 +151,8 @@ def parallel_regions(
                 try:
                     groups = fut.result()
                 except OrphanCleanupError as exc:
-                    yield RegionListing(region=region, failure=describe_error(exc))
+                    yield RegionListing(region=region, failure=describe_error(exc),
+                                        throttled=isinstance(exc, ProviderThrottled))
                 else:
                     yield RegionListing(region=region, groups=tuple(groups))
 

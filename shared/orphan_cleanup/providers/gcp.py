@@ -12,6 +12,11 @@ keeps the scopes matching the configured regions/zones. A failed call fails
 every configured region (it cannot be attributed); a scope reported with a
 warning (``UNREACHABLE``...) fails the configured region or zone it belongs
 to; a configured name the API does not list at all fails too (typo guard).
+
+With ``retain_snapshots_days`` set, our snapshots (``snapshots.list``, global, with the
+same label filter) older than that are listed too, each in the configured entry of its
+source disk's zone (``sourceDisk``); younger ones, and ones that name no disk of a
+configured zone or region or no readable creation time, are not listed (kept).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import re
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -33,7 +39,7 @@ from google.cloud import compute_v1
 from google.oauth2 import service_account
 from pydantic import ValidationError
 
-from orphan_cleanup.errors import AccessDenied, ConfigError, ProviderError
+from orphan_cleanup.errors import AccessDenied, ConfigError, ProviderError, ProviderThrottled
 from orphan_cleanup.models import (
     Backend,
     BackendSettings,
@@ -47,12 +53,15 @@ from orphan_cleanup.providers.gcp_calls import GcpCalls, read_retry
 from orphan_cleanup.providers.gcp_delete import delete_group
 from orphan_cleanup.providers.gcp_kinds import (
     BENIGN_WARNINGS,
-    KINDS,
     GcpKind,
+    expired,
     link_key,
+    listed_kinds,
     region_of,
+    source_zone,
     to_resource,
 )
+from orphan_cleanup.providers.ratelimit import DEFAULT_BUDGETS, RateLimits, process_limits
 
 __all__ = ["GcpProvider", "build_gcp_clients", "build_gcp_provider"]
 
@@ -69,6 +78,7 @@ class _Fetched:
     failed: dict[str, str] = field(default_factory=dict)
     seen: set[str] = field(default_factory=set)
     error: str | None = None
+    throttled: bool = False  # the error is throttling past the retry budget
 
 
 class GcpProvider(ResourceProvider):
@@ -92,11 +102,14 @@ class GcpProvider(ResourceProvider):
         zone_operations: Any,
         region_operations: Any,
         projects: Any,
+        snapshots: Any = None,
+        global_operations: Any = None,
         timeout: float = 30.0,
         operation_timeout: float = 120.0,
         page_size: int = 500,
         retry: Retry | None = _DEFAULT,
         poll_interval: float = 1.0,
+        limits: RateLimits | None = None,
     ) -> None:
         super().__init__(backend)
         if backend.provider != "gcp":
@@ -105,13 +118,20 @@ class GcpProvider(ResourceProvider):
             if not LABEL_KEY.fullmatch(key):
                 raise ConfigError(f"backend {backend.id}: {key!r} is not a valid GCP label key")
         self.project = backend.settings.project or backend.account
+        s = backend.settings
+        if (s.snapshot_before_delete or s.retain_snapshots_days is not None) and (
+                snapshots is None or global_operations is None):
+            raise ConfigError(f"backend {backend.id}: snapshot settings need the snapshots and global operations"
+                              " clients")
         self.calls = GcpCalls(
             self.project,
-            {"instances": instances, "disks": disks, "addresses": addresses, "projects": projects},
-            {"zone": zone_operations, "region": region_operations},
+            {"instances": instances, "disks": disks, "addresses": addresses, "projects": projects,
+             "snapshots": snapshots},
+            {"zone": zone_operations, "region": region_operations, "global": global_operations},
             timeout=timeout, operation_timeout=operation_timeout, page_size=page_size,
-            retry=read_retry(timeout) if retry is _DEFAULT else retry, poll_interval=poll_interval,
+            retry=None, poll_interval=poll_interval, limits=limits,
         )
+        self.calls.retry = read_retry(timeout, self.calls.on_throttle) if retry is _DEFAULT else retry
 
     def reached_account(self) -> str:
         return self.calls.project_name()
@@ -122,11 +142,14 @@ class GcpProvider(ResourceProvider):
         entries = tuple(dict.fromkeys(self.backend.regions))
         if not entries:
             return
-        with ThreadPoolExecutor(max_workers=len(KINDS), thread_name_prefix="gcp-list") as pool:
-            fetched = dict(zip(KINDS, pool.map(self._fetch, KINDS), strict=True))
+        kinds = listed_kinds(self.backend.settings.retain_snapshots_days)
+        with ThreadPoolExecutor(max_workers=len(kinds), thread_name_prefix="gcp-list") as pool:
+            fetched = dict(zip(kinds, pool.map(self._fetch, kinds), strict=True))
         yield from self._assemble(entries, fetched)
 
     def _fetch(self, spec: GcpKind) -> _Fetched:
+        if spec.scope == "global":
+            return self._fetch_snapshots(spec)
         out = _Fetched()
         try:
             for page in self.calls.pages(spec, f"labels.{self.tag_key}:*"):
@@ -141,10 +164,33 @@ class GcpProvider(ResourceProvider):
                     out.items.extend((loc, item) for item in getattr(scoped, spec.items_field))
         except ProviderError as e:
             out.error = f"{spec.client}: {describe_error(e)}"
+            out.throttled = isinstance(e, ProviderThrottled)
+        return out
+
+    def _fetch_snapshots(self, spec: GcpKind) -> _Fetched:
+        """Our expired snapshots, each placed in its source disk's zone. A retained (young)
+        snapshot is not listed: never an orphan, never holding a cycle unsettled."""
+        out, retain = _Fetched(), self.backend.settings.retain_snapshots_days
+        if retain is None:
+            return out
+        now = datetime.now(UTC)  # the retention is days: no margin of rule 13 is compared against it
+        try:
+            for page in self.calls.global_pages(spec, f"labels.{self.tag_key}:*"):
+                for item in page.items:
+                    zone = source_zone(item)
+                    if zone is not None and expired(item, retain_days=retain, now=now):
+                        out.items.append((zone, item))
+        except ProviderError as e:
+            out.error = f"{spec.client}: {describe_error(e)}"
+            out.throttled = isinstance(e, ProviderThrottled)
         return out
 
     def _assemble(self, entries: tuple[str, ...], fetched: dict[GcpKind, _Fetched]) -> Iterator[RegionListing]:
         failures: dict[str, str] = {}
+        # Entries whose only trouble is throttling (issue #17: unavailable this cycle, never failed).
+        other = {entry for got in fetched.values() if got.error and not got.throttled for entry in entries}
+        other |= {entry for got in fetched.values() for loc in got.failed for entry in _touched(entries, loc)}
+        throttled = {entry for got in fetched.values() if got.error and got.throttled for entry in entries} - other
         for got in fetched.values():
             for entry in entries if got.error else ():
                 failures.setdefault(entry, got.error or "")
@@ -157,10 +203,10 @@ class GcpProvider(ResourceProvider):
                 failures.setdefault(entry, f"{entry}: no such zone or region in project {self.project}")
 
         instance_ids = {link_key(item.self_link): str(item.id)
-                        for spec in KINDS if spec.primary for _, item in fetched[spec].items}
+                        for spec in fetched if spec.primary for _, item in fetched[spec].items}
         entry_of: dict[tuple[ResourceKind, str], str] = {}
         resources = []
-        for spec in KINDS:  # instances first, so dependents can follow their instance's entry
+        for spec in fetched:  # instances first (table order), so dependents can follow their instance's entry
             for loc, item in fetched[spec].items:
                 try:
                     res = to_resource(spec, loc, item, instance_ids)
@@ -179,7 +225,7 @@ class GcpProvider(ResourceProvider):
             groups[entry_of[(anchor.kind, anchor.id)]].append(group)
         for entry in entries:
             if entry in failures:
-                yield RegionListing(region=entry, failure=failures[entry])
+                yield RegionListing(region=entry, failure=failures[entry], throttled=entry in throttled)
             else:
                 yield RegionListing(region=entry, groups=tuple(groups[entry]))
 
@@ -187,7 +233,8 @@ class GcpProvider(ResourceProvider):
 
     def delete_resource_group(self, group: ResourceGroup) -> DeleteResult:
         return not_yet_is_deleting(
-            group, lambda: delete_group(self.calls, group, tag_key=self.tag_key, protect_key=self.protect_key))
+            group, lambda: delete_group(self.calls, group, tag_key=self.tag_key, protect_key=self.protect_key,
+                                        snapshot_before_delete=self.backend.settings.snapshot_before_delete))
 
 
 def _location(scope: str) -> str:
@@ -212,13 +259,16 @@ def _entry_for(entries: tuple[str, ...], location: str) -> str | None:
 # --- composition ---------------------------------------------------------------------
 
 
-def build_gcp_provider(backend: Backend, *, endpoint: str | None = None, timeout: float = 30.0) -> GcpProvider:
-    """Build a ``GcpProvider`` with real ``compute_v1`` clients (see ``build_gcp_clients``)."""
-    return GcpProvider(backend, **build_gcp_clients(backend.settings, endpoint=endpoint), timeout=timeout)
+def build_gcp_provider(backend: Backend, *, endpoint: str | None = None, timeout: float = 30.0,
+                       limits: RateLimits | None = None) -> GcpProvider:
+    """Build a ``GcpProvider`` with real ``compute_v1`` clients (see ``build_gcp_clients``);
+    ``limits``: the request budgets (default: the process's, at the default rates)."""
+    return GcpProvider(backend, **build_gcp_clients(backend.settings, endpoint=endpoint), timeout=timeout,
+                       limits=limits if limits is not None else process_limits(DEFAULT_BUDGETS))
 
 
 def build_gcp_clients(settings: BackendSettings, *, endpoint: str | None = None) -> dict[str, Any]:
-    """The six ``compute_v1`` clients ``GcpProvider`` takes, as keyword arguments (REST transport).
+    """The eight ``compute_v1`` clients ``GcpProvider`` takes, as keyword arguments (REST transport).
 
     ``endpoint`` (``http://host:port``, from ``ORPHAN_CLEANUP_GCP_ENDPOINT``) sends
     every call there with anonymous credentials, operation polling included (the
@@ -247,6 +297,8 @@ def build_gcp_clients(settings: BackendSettings, *, endpoint: str | None = None)
         "zone_operations": make(compute_v1.ZoneOperationsClient),
         "region_operations": make(compute_v1.RegionOperationsClient),
         "projects": make(compute_v1.ProjectsClient),
+        "snapshots": make(compute_v1.SnapshotsClient),
+        "global_operations": make(compute_v1.GlobalOperationsClient),
     }
 
 

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from google.api_core import exceptions as gexc
-from google.api_core.retry import Retry, if_exception_type
+from google.api_core.retry import Retry
 from google.cloud.compute_v1.types import compute
 
 from orphan_cleanup.errors import (
@@ -24,28 +24,42 @@ from orphan_cleanup.providers.gcp_kinds import (
     NOT_FOUND_OP_CODES,
     GcpKind,
     gcp_errors,
+    is_throttle,
     translate,
 )
+from orphan_cleanup.providers.ratelimit import DESCRIBE, MUTATE, RateLimits, TokenBucket
 
 DONE = compute.Operation.Status.DONE
 
 
-def read_retry(timeout: float) -> Retry:
-    """Reads retry on throttling only, within ``timeout`` in total. A 503 or a
-    timeout is not retried: the region is skipped for this cycle (seed 004)."""
-    return Retry(
-        predicate=if_exception_type(gexc.TooManyRequests),
-        initial=0.5, maximum=4.0, multiplier=2.0, timeout=timeout,
-    )
+def read_retry(timeout: float, on_throttle: Callable[[], None] | None = None) -> Retry:
+    """Reads retry on throttling only (429, or 403 ``rateLimitExceeded``), within
+    ``timeout`` in total. A 503 or a timeout is not retried: the region is skipped
+    for this cycle (seed 004). ``on_throttle`` runs before each retry (``GcpCalls``:
+    the bucket slows down and the retry takes a token)."""
+
+    def predicate(exc: Exception) -> bool:
+        if not is_throttle(exc):
+            return False
+        if on_throttle is not None:
+            on_throttle()
+        return True
+
+    return Retry(predicate=predicate, initial=0.5, maximum=4.0, multiplier=2.0, timeout=timeout)
 
 
 class GcpCalls:
     """Get, delete (and wait), aggregated list, for the kinds of ``gcp_kinds``;
     and the project read of the identity check.
 
-    ``clients`` maps ``GcpKind.client`` (``instances``/``disks``/``addresses``,
-    plus ``projects``) and ``operations`` maps ``GcpKind.scope`` (``zone``/``region``) to the SDK
+    ``clients`` maps ``GcpKind.client`` (``instances``/``disks``/``addresses``/``snapshots``,
+    plus ``projects``) and ``operations`` maps ``GcpKind.scope`` (``zone``/``region``/``global``) to the SDK
     clients. ``retry`` applies to reads (``None``: no retries).
+
+    With ``limits``, every request (each page, each retry, each operation wait) takes
+    a token of the project's bucket for its class (reads: ``describe``; deletes and
+    snapshots: ``mutate``); use ``read_retry(timeout, calls.on_throttle)`` as ``retry``
+    so that a throttled read slows the bucket down before it is retried.
     """
 
     def __init__(
@@ -61,8 +75,10 @@ class GcpCalls:
         poll_interval: float = 1.0,
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
+        limits: RateLimits | None = None,
     ) -> None:
         self.project = project
+        self._limits = limits
         self._clients = dict(clients)
         self._operations = dict(operations)
         self.timeout = timeout
@@ -73,7 +89,28 @@ class GcpCalls:
         self._sleep = sleep
         self._clock = clock
 
+    def _bucket(self, api_class: str) -> TokenBucket | None:
+        if self._limits is None:
+            return None
+        return self._limits.bucket(self.project, "global", "compute", api_class)
+
+    def _take(self, api_class: str = DESCRIBE) -> None:
+        """One token before a request (the project's quota counts every request)."""
+        bucket = self._bucket(api_class)
+        if bucket is not None:
+            bucket.acquire()
+
+    def on_throttle(self) -> None:
+        """A read was refused for its rate and is about to be retried: slow the
+        bucket down, and make the retry take a token like any request."""
+        bucket = self._bucket(DESCRIBE)
+        if bucket is not None:
+            bucket.throttled()
+            bucket.acquire()
+
     def _request(self, spec: GcpKind, location: str, name: str) -> dict[str, str]:
+        if spec.scope == "global":  # snapshots: no zone or region in the request
+            return {"project": self.project, spec.name_field: name}
         return {"project": self.project, spec.scope: location, spec.name_field: name}
 
     def project_name(self) -> str:
@@ -85,6 +122,7 @@ class GcpCalls:
         """
         what = f"projects.get {self.project}"
         try:
+            self._take()
             with gcp_errors(region=None):
                 project = self._clients["projects"].get(
                     request={"project": self.project}, timeout=self.timeout, retry=self.retry
@@ -104,14 +142,42 @@ class GcpCalls:
         Raises ``ProviderError`` (subclasses) on any failed page."""
         request = {"project": self.project, "filter": list_filter, "max_results": self.page_size}
         with gcp_errors(region=None):
+            self._take()
             pager = self._clients[spec.client].aggregated_list(
                 request=request, timeout=self.timeout, retry=self.retry
             )
-            yield from pager.pages
+            yield from self._paced(pager.pages)
+
+    def global_pages(self, spec: GcpKind, list_filter: str) -> Iterator[Any]:
+        """Every page of a global kind's ``list`` (snapshots) restricted by ``list_filter``."""
+        request = {"project": self.project, "filter": list_filter, "max_results": self.page_size}
+        with gcp_errors(region=None):
+            self._take()
+            pager = self._clients[spec.client].list(request=request, timeout=self.timeout, retry=self.retry)
+            yield from self._paced(pager.pages)
+
+    def create_snapshot(self, disk: GcpKind, zone: str, name: str, snapshot: Mapping[str, Any]) -> None:
+        """``disks.createSnapshot`` of the disk ``name`` and wait for its operation, at most
+        ``operation_timeout`` (the caller re-reads the snapshot: its status decides)."""
+        self._take(MUTATE)
+        with gcp_errors(zone):
+            op = self._clients[disk.client].create_snapshot_unary(
+                request={**self._request(disk, zone, name), "snapshot_resource": dict(snapshot)},
+                timeout=self.timeout, retry=None)
+        self._wait(disk, zone, op)
+
+    def _paced(self, pages: Iterator[Any]) -> Iterator[Any]:
+        """The pager's pages, a token taken before each page after the first (fetched
+        by the list call itself)."""
+        for page in pages:
+            yield page
+            if page.next_page_token:
+                self._take()
 
     def get(self, spec: GcpKind, location: str, name: str) -> Any | None:
         """The resource named ``name`` now, or ``None`` when it does not exist (404)."""
         try:
+            self._take()
             with gcp_errors(location):
                 return self._clients[spec.client].get(
                     request=self._request(spec, location, name), timeout=self.timeout, retry=self.retry
@@ -128,6 +194,7 @@ class GcpCalls:
         another ``ProviderError`` when the call or the operation failed.
         """
         try:
+            self._take(MUTATE)
             with gcp_errors(location):
                 op = self._clients[spec.client].delete_unary(
                     request=self._request(spec, location, name), timeout=self.timeout, retry=None
@@ -138,13 +205,16 @@ class GcpCalls:
 
     def _wait(self, spec: GcpKind, location: str, op: Any) -> None:
         ops = self._operations[spec.scope]
-        request = {"project": self.project, spec.scope: location, "operation": op.name}
+        request = {"project": self.project, "operation": op.name}
+        if spec.scope != "global":
+            request[spec.scope] = location
         deadline = self._clock() + self.operation_timeout
         while op.status != DONE:
             remaining = deadline - self._clock()
             if remaining <= 0:
                 return
             try:
+                self._take()
                 with gcp_errors(location):
                     op = ops.wait(request=request, timeout=min(self.timeout, remaining), retry=self.retry)
             except ProviderTimeout:

@@ -16,6 +16,12 @@ is shutting down the result is ``DELETING`` and dependents wait for a later
 call. Disks are deleted once no instance uses them, addresses once no longer
 ``IN_USE``; a dependent still in use is pending, never a failure.
 
+With ``snapshot_before_delete`` a disk is deleted only once its snapshot is ``READY``
+(``gcp_snapshot``): ``CREATING`` is "not yet", a failed or foreign snapshot fails the
+group and keeps the disk. A disk that is not ``READY`` itself is not snapshotted (pending).
+Snapshots (listed past ``retain_snapshots_days``) come last and are never deleted while a
+disk of their group is still there.
+
 Known residual race: Compute Engine deletes by *name*, so a resource deleted
 and re-created under the same name in the milliseconds between our re-read
 and our delete call would be hit. Platforms should not reuse names quickly.
@@ -45,6 +51,7 @@ from orphan_cleanup.providers.gcp_kinds import (
     controller_of,
     protection_of,
 )
+from orphan_cleanup.providers.gcp_snapshot import DiskSnapshots
 
 #: Re-read findings that are a protection (rule 14), not a changed resource.
 PROTECTIONS = ("managed_by_controller", "deletion_protection")
@@ -118,10 +125,13 @@ def _delete_instance(calls: GcpCalls, t: _Target) -> ResourceState | None:
     return state
 
 
-def _delete_dependent(calls: GcpCalls, t: _Target) -> bool:
-    """Delete a disk or address; ``True`` when confirmed gone, ``False`` when not yet."""
+def _delete_dependent(calls: GcpCalls, t: _Target, snapshots: DiskSnapshots | None = None) -> bool:
+    """Delete a disk, address or snapshot; ``True`` when confirmed gone, ``False`` when not yet."""
     if t.spec is None:
         return False
+    if snapshots is not None and t.res.kind is ResourceKind.DISK:
+        if t.live.status != "READY" or not snapshots.ready(t.live, t.location):
+            return False
     try:
         calls.delete(t.spec, t.location, t.name)
     except DependencyNotReady:
@@ -130,11 +140,13 @@ def _delete_dependent(calls: GcpCalls, t: _Target) -> bool:
     return after is None or str(after.id) != t.res.id
 
 
-def delete_group(calls: GcpCalls, group: ResourceGroup, *, tag_key: str, protect_key: str) -> DeleteResult:
+def delete_group(calls: GcpCalls, group: ResourceGroup, *, tag_key: str, protect_key: str,
+                 snapshot_before_delete: bool = False) -> DeleteResult:
     """Delete one group. ``deleted``: ids confirmed gone, plus the instance while
     confirmed terminating; ``pending``: ids not finished yet (the terminating
     instance, dependents in use or waiting for it)."""
     ref = group.provider_ref
+    snapshots = DiskSnapshots(calls, tag_key=tag_key, ref=ref) if snapshot_before_delete else None
     targets = [_target(r, ref, tag_key) for r in sorted(group.resources, key=lambda r: ORDER.get(r.kind, 99))]
     for t in targets:
         _recheck(calls, t, ref, tag_key, protect_key)
@@ -180,7 +192,10 @@ def delete_group(calls: GcpCalls, group: ResourceGroup, *, tag_key: str, protect
             deleted.append(t.res.id)
         elif t.spec is not None and t.spec.in_use(t.live):
             pending.append(t.res.id)
-        elif _delete_dependent(calls, t):
+        elif t.res.kind is ResourceKind.SNAPSHOT and any(
+                d.res.kind is ResourceKind.DISK and d.res.id not in deleted for d in dependents):
+            pending.append(t.res.id)  # a kept snapshot outlives the disks of its group
+        elif _delete_dependent(calls, t, snapshots):
             deleted.append(t.res.id)
         else:
             pending.append(t.res.id)
@@ -191,4 +206,6 @@ def delete_group(calls: GcpCalls, group: ResourceGroup, *, tag_key: str, protect
         status = DeleteStatus.SKIPPED
     else:
         status = DeleteStatus.DELETED
-    return DeleteResult(status=status, deleted=tuple(deleted), skipped=tuple(skipped), pending=tuple(pending))
+    return DeleteResult(status=status, deleted=tuple(deleted), skipped=tuple(skipped), pending=tuple(pending),
+                        snapshots=tuple(snapshots.completed) if snapshots else (),
+                        snapshots_pending=tuple(snapshots.pending) if snapshots else ())

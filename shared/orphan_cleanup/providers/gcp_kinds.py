@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 import google.auth.exceptions as auth_exceptions
@@ -59,12 +59,28 @@ AFTER_DELETE: dict[str, ResourceState] = {"STOPPING": TERMINATING, "TERMINATED":
 #: Address ``status`` -> state. ``IN_USE``: assigned to a VM or forwarding rule.
 ADDRESS_STATES: dict[str, ResourceState] = {"RESERVING": ACTIVE, "RESERVED": AVAILABLE, "IN_USE": ACTIVE}
 
+#: Snapshot ``status`` -> state as listed (issue #15 item 4). ``FAILED`` exists and may be
+#: deleted, like AWS ``error``; ``CREATING``/``UPLOADING`` are still being taken; unknown
+#: statuses are ``active`` (exists and may be in use).
+SNAPSHOT_STATES: dict[str, ResourceState] = {
+    "CREATING": ACTIVE, "UPLOADING": ACTIVE, "READY": AVAILABLE, "FAILED": AVAILABLE, "DELETING": TERMINATING,
+}
+
+#: Snapshot ``status`` -> what it means for the disk it was taken of: ``READY`` lets the disk
+#: be deleted, ``CREATING``/``UPLOADING`` is "not yet". Any other status (``FAILED``,
+#: ``DELETING``, unknown, missing) keeps the disk and fails its group (``gcp_snapshot``).
+SNAPSHOT_PROGRESS: dict[str, Literal["ready", "pending"]] = {
+    "READY": "ready", "CREATING": "pending", "UPLOADING": "pending",
+}
+
 #: Aggregated-list scope warnings that are not a failure of that scope.
 BENIGN_WARNINGS = frozenset({"NO_RESULTS_ON_PAGE"})
 
 #: Error ``reason`` values (REST body) and operation error ``code`` values that mean
 #: "still used by another resource / not ready yet": not yet, never failure.
 IN_USE_REASONS = frozenset({"resourceInUseByAnotherResource", "resourceNotReady"})
+#: The ``reason`` of a refusal for rate (HTTP 403 on Compute, or 429): throttling, not a denied permission.
+RATE_LIMIT_REASONS = frozenset({"rateLimitExceeded", "userRateLimitExceeded"})
 IN_USE_OP_CODES = frozenset({"RESOURCE_IN_USE_BY_ANOTHER_RESOURCE", "RESOURCE_NOT_READY"})
 NOT_FOUND_OP_CODES = frozenset({"RESOURCE_NOT_FOUND"})
 
@@ -81,16 +97,19 @@ class GcpKind:
     the request field naming it, its state, and when it is still in use."""
 
     kind: ResourceKind
-    client: Literal["instances", "disks", "addresses"]
-    scope: Literal["zone", "region"]
+    client: Literal["instances", "disks", "addresses", "snapshots"]
+    scope: Literal["zone", "region", "global"]
     name_field: str  # request field naming the resource in get/delete
     items_field: str  # field of the aggregated scoped list holding the items
     state: Callable[[Any], ResourceState]
     in_use: Callable[[Any], bool]
     primary: bool = False
+    # Listed only with ``retain_snapshots_days`` set, by a global ``list`` (no aggregated list).
+    retained: bool = False
 
 
-#: Deletion order is table order: the instance first, then what it used.
+#: Deletion order is table order: the instance first, then what it used; snapshots last
+#: (``gcp_delete`` never deletes one while a disk of its group is still there).
 KINDS: tuple[GcpKind, ...] = (
     GcpKind(ResourceKind.INSTANCE, "instances", "zone", "instance", "instances",
             state=lambda i: INSTANCE_STATES.get(i.status, ACTIVE), in_use=lambda i: False, primary=True),
@@ -99,8 +118,13 @@ KINDS: tuple[GcpKind, ...] = (
     GcpKind(ResourceKind.ADDRESS, "addresses", "region", "address", "addresses",
             state=lambda a: ADDRESS_STATES.get(a.status, ACTIVE),
             in_use=lambda a: a.status == "IN_USE" or bool(a.users)),
+    GcpKind(ResourceKind.SNAPSHOT, "snapshots", "global", "snapshot", "snapshots",
+            state=lambda s: SNAPSHOT_STATES.get(s.status, ACTIVE),
+            in_use=lambda s: s.status not in ("READY", "FAILED"), retained=True),
 )
 KIND_BY_RESOURCE: dict[ResourceKind, GcpKind] = {k.kind: k for k in KINDS}
+SNAPSHOT = KIND_BY_RESOURCE[ResourceKind.SNAPSHOT]
+DISK = KIND_BY_RESOURCE[ResourceKind.DISK]
 ORDER: dict[ResourceKind, int] = {k.kind: n for n, k in enumerate(KINDS)}
 
 
@@ -108,6 +132,32 @@ def region_of(location: str) -> str:
     """``us-central1-a`` -> ``us-central1``; a region is returned unchanged
     (regions are ``geo-nameN``, zones add one more ``-suffix``)."""
     return "-".join(location.split("-")[:2])
+
+
+def listed_kinds(retain_days: int | None) -> tuple[GcpKind, ...]:
+    """The kinds a listing reads: snapshots only when they can ever expire."""
+    return tuple(k for k in KINDS if not k.retained or retain_days is not None)
+
+
+#: ``.../projects/P/zones/Z/disks/N``: the zone of a snapshot's ``sourceDisk``.
+SOURCE_DISK = re.compile(r"(?:^|/)projects/[^/]+/zones/([a-z]+-[a-z]+\d+-[a-z])/disks/[^/]+$")
+
+
+def source_zone(snapshot: Any) -> str | None:
+    """The zone of the disk a snapshot was taken of, from its ``sourceDisk`` link; None
+    when it names no zonal disk (such a snapshot cannot be placed: it is never listed)."""
+    link = getattr(snapshot, "source_disk", None)
+    m = SOURCE_DISK.search(link) if isinstance(link, str) else None
+    return m.group(1) if m else None
+
+
+def expired(snapshot: Any, *, retain_days: int, now: datetime) -> bool:
+    """Is this snapshot older than the retention? One without a readable
+    ``creationTimestamp`` is kept (never listed, never deleted: fail closed)."""
+    created = parse_time(getattr(snapshot, "creation_timestamp", "") or "")
+    if created is None or created.tzinfo is None:
+        return False
+    return created <= now - timedelta(days=retain_days)
 
 
 def link_key(self_link: str) -> str:
@@ -119,7 +169,7 @@ def link_key(self_link: str) -> str:
 def parse_time(value: str) -> datetime | None:
     try:
         return datetime.fromisoformat(value) if value else None
-    except ValueError:
+    except (TypeError, ValueError):
         return None
 
 
@@ -171,6 +221,9 @@ def to_resource(spec: GcpKind, location: str, item: Any, instance_ids: Mapping[s
     attached = next((instance_ids[k] for k in map(link_key, users) if k in instance_ids), None)
     details: dict[str, Any] = {"name": item.name, spec.scope: location, "status": item.status,
                                "self_link": item.self_link}
+    if spec.scope == "global":  # placed by its source disk's zone, addressed globally
+        details.update({"global": "global", "zone": location,
+                        "source_disk_id": str(getattr(item, "source_disk_id", ""))})
     if users:
         details["users"] = users
     return Resource(
@@ -200,6 +253,13 @@ TRANSLATED: tuple[type[BaseException], ...] = (
     gexc.GoogleAPIError, requests.exceptions.RequestException, auth_exceptions.GoogleAuthError,
     json_format.Error,  # a reply whose JSON does not fit the API's types: a plain ProviderError, fail closed
 )
+
+
+def is_throttle(exc: BaseException) -> bool:
+    """Whether the API refused a call for its rate: a 429, or a 403 whose reason is a
+    rate limit (Compute's per-project per-minute quotas answer so)."""
+    return isinstance(exc, gexc.TooManyRequests) or (
+        isinstance(exc, gexc.Forbidden) and bool(error_reasons(exc) & RATE_LIMIT_REASONS))
 
 
 def error_reasons(exc: BaseException) -> set[str]:
@@ -237,6 +297,8 @@ def translate(exc: BaseException, *, region: str | None) -> ProviderError:
     text = f"{type(exc).__name__}: {exc}".strip()
     if isinstance(exc, gexc.ClientError) and error_reasons(exc) & IN_USE_REASONS:
         return DependencyNotReady(text, region=region)
+    if is_throttle(exc):
+        return ProviderThrottled(text, region=region)
     if isinstance(exc, requests.exceptions.RequestException) and _timed_out(exc):
         return ProviderTimeout(text, region=region)
     for sdk_types, ours in ERROR_MAP:
