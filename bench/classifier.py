@@ -26,19 +26,21 @@ import logging
 import random
 import time
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
-from bench import ledger_data as data
 from bench import floors, legacy
+from bench import ledger_data as data
 from bench.common import CountingDatabase, PgServer, StatementCounter, Table, median
 from orphan_cleanup import bookkeeping
 from orphan_cleanup.ledger import queries
-from orphan_cleanup.ledger.store import LedgerStore
 from orphan_cleanup.ledger.db import Database
+from orphan_cleanup.ledger.store import LedgerStore, apply_payload
 from orphan_cleanup.messages import ListingBatch
-from orphan_cleanup.pipeline import Pipeline, limits_for
+from orphan_cleanup.pipeline import Pipeline, build_payload, limits_for
 from orphan_cleanup.queues.base import MAX_MESSAGE_BYTES
 from orphan_cleanup.queues.memory import InProcessQueue
 from orphan_cleanup.reporting import Reporter
@@ -89,6 +91,8 @@ class Probe(CountingDatabase):
 
     def __init__(self, db: Database) -> None:
         super().__init__(db.info, StatementCounter())
+        # As the deployed functions open it (bootstrap): a warm function reuses its connection.
+        self.keep_idle = True
         self.times: dict[str, float] = defaultdict(float)
 
     def statement(self, sql: str, seconds: float) -> None:
@@ -150,11 +154,13 @@ class Bench:
                                  reporter=quiet_reporter())
         self.rng = random.Random(10)
         self.seq = 0
+        self.checked = 0  # groups whose records and payload both decoders agreed on
         self.conn = self.db.connect()
         data.add_backend(self.db)
 
     def close(self) -> None:
         self.conn.close()
+        self.probe.close()  # its idle connection, before the database is dropped
         self.server.drop(self.db)
 
     def start_cycle(self) -> tuple[str, datetime]:
@@ -166,7 +172,7 @@ class Bench:
         limits = limits_for(self.settings, backend)
         started = bookkeeping.start_cycle(LedgerStore(self.db), data.BACKEND, "report", limits, manual=False)
         assert started.cycle is not None, started.reason
-        listed_at = datetime.now(timezone.utc)
+        listed_at = datetime.now(UTC)
         bookkeeping.set_listed_at(LedgerStore(self.db), started.cycle.id, listed_at)
         return started.cycle.id, listed_at
 
@@ -179,12 +185,17 @@ class Bench:
         batch = ListingBatch.model_validate_json(raw)
         return batch, time.perf_counter() - start
 
-    def handle(self, batch: ListingBatch, *, before: bool) -> dict[str, Any]:
+    def handle(self, batch: ListingBatch, *, before: bool, pydantic: bool = False) -> dict[str, Any]:
+        """``before``: the code of caf2dda; ``pydantic``: the shipped code with the records
+        decoded by pydantic, as before msgspec (the reference, reachable from the bench only)."""
         self.probe.reset()
         gc.collect()  # see module docstring
         start = time.perf_counter()
         if before:
             with legacy.installed():
+                result = self.pipeline.handle_batch(batch)
+        elif pydantic:
+            with pydantic_records():
                 result = self.pipeline.handle_batch(batch)
         else:
             result = self.pipeline.handle_batch(batch)
@@ -197,6 +208,21 @@ class Bench:
                 "backend": t.get("backend", 0.0), "join": t.get("join", 0.0), "apply": t.get("apply", 0.0),
                 "python": total - sql, "verdicts": result.verdicts}
 
+    def check_decoders(self, batch: ListingBatch, listed_at: datetime) -> None:
+        """The shipped record decoder (msgspec) against the pydantic one it replaced, on
+        this batch's join: equal records, and so equal verdicts and an equal payload."""
+        refs, left = _split(list(batch.groups))
+        doc = floor_shipped(self.conn, list(batch.groups))[0][0]
+        fast = {r.provider_ref: r for r in queries.records_from_json(doc)}
+        slow = {r.provider_ref: r for r in floors._RECORDS.validate_json(doc)}
+        assert fast == slow and all(fast[k].model_fields_set == slow[k].model_fields_set for k in slow)
+        backend = queries.get_backend(self.conn, data.BACKEND)
+        ctx = self.pipeline._context(backend, listed_at, limits_for(self.settings, backend))
+        payloads = [apply_payload(build_payload(batch, recs, ctx, mode="report", record_all=False))
+                    for recs in (fast, slow)]
+        assert payloads[0] == payloads[1], "the msgspec records changed a verdict or the payload"
+        self.checked += len(batch.groups)
+
     def timed_floor(self, fn: Any, groups: list) -> float:
         gc.collect()
         start = time.perf_counter()
@@ -205,13 +231,14 @@ class Bench:
 
     def measure(self, n_refs: int, size: int, reps: int) -> dict[str, Any]:
         cycle_id, listed_at = self.start_cycle()
-        variants = ["after", "before"] if self.cfg.before else ["after"]
+        variants = ["after", "pydantic", "before"] if self.cfg.before else ["after", "pydantic"]
         samples: dict[str, list[dict[str, Any]]] = {v: [] for v in variants}
         floors: dict[str, list[float]] = {v: [] for v in variants}
         parse: list[float] = []
         for v in variants:  # warm-up: plans, caches, imports
             b, _ = self.batch(cycle_id, listed_at, n_refs, size)
-            self.handle(b, before=v == "before")
+            self.check_decoders(b, listed_at)  # before any timing
+            self.handle(b, before=v == "before", pydantic=v == "pydantic")
         for k in range(reps):
             order = variants if k % 2 == 0 else variants[::-1]
             for v in order:
@@ -220,9 +247,9 @@ class Bench:
                 fl = floor_before if v == "before" else floor_shipped
                 if k % 2:
                     floors[v].append(self.timed_floor(fl, list(b.groups)))
-                    samples[v].append(self.handle(b, before=v == "before"))
+                    samples[v].append(self.handle(b, before=v == "before", pydantic=v == "pydantic"))
                 else:
-                    samples[v].append(self.handle(b, before=v == "before"))
+                    samples[v].append(self.handle(b, before=v == "before", pydantic=v == "pydantic"))
                     floors[v].append(self.timed_floor(fl, list(b.groups)))
         out: dict[str, Any] = {"parse": median(parse), "verdicts": samples["after"][-1]["verdicts"]}
         for v in variants:
@@ -233,6 +260,17 @@ class Bench:
             out[v]["connections"] = max(x["connections"] for x in s)
             out[v]["floor"] = median(floors[v])
         return out
+
+
+@contextmanager
+def pydantic_records() -> Iterator[None]:
+    """The shipped join with its records validated by pydantic (the decoder msgspec replaced)."""
+    real = queries.records_from_json
+    queries.records_from_json = floors._RECORDS.validate_json  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        queries.records_from_json = real
 
 
 def _no_provider(_backend: Any) -> Any:
@@ -265,11 +303,11 @@ def run(server: PgServer, cfg: Config | None = None) -> list[Table]:
                 reps = cfg.reps.get(size, 15)
                 m = bench.measure(n_refs, size, reps)
                 v0_floor = m["before"]["floor"] if "before" in m else None
-                for code in ("after", "before"):
+                for code in ("after", "pydantic", "before"):
                     if code not in m:
                         continue
                     r = m[code]
-                    label = "shipped" if code == "after" else "v0 (caf2dda)"
+                    label = {"after": "shipped", "pydantic": "pydantic records", "before": "v0 (caf2dda)"}[code]
                     speedup = m["before"]["total"] / r["total"] if code == "after" and "before" in m else None
                     main.add(**{"ledger refs": n_refs, "batch groups": size, "code": label,
                                 "groups/s": size / r["total"], "ms/batch": r["total"] * 1000, "speed-up": speedup,
@@ -297,8 +335,11 @@ def run(server: PgServer, cfg: Config | None = None) -> list[Table]:
         f"batch mix: {dict(data.BATCH_MIX)}; the first batch size is the most the lister puts in one "
         f"queue message ({MAX_MESSAGE_BYTES // 1024} KiB).",
         "stmts = statements on the connection (get_backend, join, apply); conns = connections opened "
-        "(startup + SET statement_timeout).",
+        "(startup + SET statement_timeout): 0 once warm, the pipeline's Database keeps its idle connection "
+        "(keep_idle, as bootstrap opens it for the functions).",
         "ledger built with generate_series: " + "; ".join(build_notes),
+        f"records: msgspec (queries.records_from_json); checked equal to the pydantic decoder, with equal "
+        f"verdicts and apply payloads, on {bench.checked:,} groups of this run before timing.",
     ]
     parts.notes.append("parse msg = ListingBatch.model_validate_json of the queue body (before handle_batch, "
                        "not in ms/batch).")

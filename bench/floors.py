@@ -12,7 +12,7 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from pydantic import TypeAdapter
@@ -23,7 +23,7 @@ from bench.ledger_data import BACKEND, make_groups
 from orphan_cleanup.ledger import queries
 from orphan_cleanup.models import LedgerRecord, ResourceGroup
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _RECORDS = TypeAdapter(list[LedgerRecord])
 
 
@@ -102,11 +102,20 @@ def _json_records(rows: list[list[Any]]) -> dict[str, LedgerRecord]:
     return {r.provider_ref: r for r in _RECORDS.validate_json(rows[0][0])}
 
 
+def _types(record: LedgerRecord) -> dict[str, type]:
+    return {k: type(v) for k, v in record.__dict__.items()}
+
+
+def _msgspec_records(rows: list[list[Any]]) -> dict[str, LedgerRecord]:
+    return {r.provider_ref: r for r in queries.records_from_json(rows[0][0])}
+
+
 VARIANTS: dict[str, Variant] = {
     "v0 rows, timestamptz": Variant(_fetch_v0(legacy.JOIN_SQL), _v0_records),
     "v0 + ANY on both sides": Variant(_fetch_v0(V0_BOTH_SIDES), _v0_records),
     "rows, epoch float8": Variant(_fetch_text(EPOCH_ROWS), _epoch_records),
-    "shipped: one JSON document": Variant(_fetch_text(queries.JOIN_SQL), _json_records),
+    "one JSON document, pydantic records": Variant(_fetch_text(queries.JOIN_SQL), _json_records),
+    "shipped: JSON document, msgspec records": Variant(_fetch_text(queries.JOIN_SQL), _msgspec_records),
 }
 
 
@@ -130,4 +139,9 @@ def measure(conn: Any, n_refs: int, size: int, reps: int, rng: random.Random) ->
             same = {ref: r.model_copy(update={"owner_backend_scope": None}) for ref, r in records.items()}
             expected = expected or same
             assert same == expected, f"floor variant {name} disagrees"
+            if name.startswith("shipped"):  # and the shipped decoder is the pydantic one, field for field
+                reference = _json_records(rows)
+                assert records == reference and all(
+                    _types(r) == _types(reference[ref]) and r.model_fields_set == reference[ref].model_fields_set
+                    for ref, r in records.items())
     return {name: {k: median(v) for k, v in r.items()} for name, r in res.items()}

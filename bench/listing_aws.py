@@ -107,6 +107,37 @@ def aws_shipped(counter: _Counter) -> Callable[[], list[ResourceGroup]]:
     return lambda: list(collect(provider).groups)
 
 
+def aws_old_page_size(counter: _Counter) -> Callable[[], list[ResourceGroup]]:
+    """The shipped describes before issue #17: filtered, but no ``MaxResults`` (EC2's
+    default page, 100 on moto's DescribeInstances)."""
+    import boto3
+
+    from orphan_cleanup.providers import aws
+
+    class DefaultPages(aws.AwsProvider):
+        def _describe_tagged(self, ec2: Any, spec: Any) -> Iterator[Any]:
+            filters = [{"Name": "tag-key", "Values": [self.tag_key]}, *spec.list_filters]
+            if ec2.can_paginate(spec.describe):
+                for page in ec2.get_paginator(spec.describe).paginate(Filters=filters, **spec.list_params):
+                    yield from spec.items(page)
+            else:
+                yield from spec.items(getattr(ec2, spec.describe)(Filters=filters, **spec.list_params))
+
+    session = boto3.Session()
+    counter.attach(session)
+    config = aws.client_config(connect_timeout=5, read_timeout=60)
+    provider = DefaultPages(_aws_backend(), aws.session_client_factory(session, config))
+    return lambda: list(collect(provider).groups)
+
+
+def aws_floor() -> int:
+    """The fewest calls that can list the region: one describe per kind listed (every
+    kind's items fit one page at the API's maximum)."""
+    from orphan_cleanup.providers.aws_snapshot import listed_kinds
+
+    return len(listed_kinds(None))
+
+
 def aws_unfiltered(counter: _Counter) -> Callable[[], list[ResourceGroup]]:
     import boto3
 

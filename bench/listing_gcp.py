@@ -25,6 +25,17 @@ def build_gcp_fleet(fake: Any, n_ours: int, n_others: int) -> int:
     return 2 * n_ours
 
 
+def gcp_floor(n_ours: int) -> int:
+    """The fewest calls that can list ``build_gcp_fleet``'s fleet: per kind, its labelled
+    items over the largest ``maxResults`` (500), at least one page (an empty kind too)."""
+    import math
+
+    from orphan_cleanup.providers.gcp_kinds import listed_kinds
+
+    counts = {"instances": n_ours, "disks": n_ours}
+    return sum(max(1, math.ceil(counts.get(spec.client, 0) / 500)) for spec in listed_kinds(None))
+
+
 def _gcp_provider(fake: Any, *, filtered: bool) -> Any:
     from orphan_cleanup.providers.gcp import build_gcp_provider
 

@@ -6,11 +6,14 @@ hard-deleted owners, 5 % pending owners), against a ledger built with
 ``generate_series``. Each run is a subprocess on its own copy of the ledger
 database, so its peak RSS (``VmHWM``) is its own.
 
-Three ways to run one report cycle:
+Four ways to run one report cycle:
 
-- ``run_cycle``: ``runner.run_cycle`` as ``orphan-cleanup run`` does it: a
-  manual cycle (``record_all``), the lister publishes every batch to the
-  in-process queue, then ``drain`` classifies them, then the C3 report is read;
+- ``run --json, buffered (before)``: ``runner.run_cycle`` as ``orphan-cleanup run``
+  did it: a manual cycle (``record_all``), its batches classified as the lister
+  streams them, then the whole C3 report read and dumped as one JSON string;
+- ``run --json, streamed``: the same cycle, then the report as ``run --json`` writes
+  it now: its header, then the groups page by page from the ledger
+  (``LedgerStore.report_groups``, ``output.write_json_document``);
 - ``lister, then drain``: the same queue discipline for a scheduled cycle
   (no ``record_all``, no report): what the queue holds is what grows;
 - ``streaming (bench)``: a queue that hands each batch to the classifier as
@@ -26,7 +29,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +37,7 @@ from bench import ledger_data as data
 from bench.common import PgServer, Table, peak_rss_mb
 
 PER_REGION = 5_000
-VARIANTS = ("run_cycle", "lister, then drain", "streaming (bench)")
+VARIANTS = ("run --json, buffered (before)", "run --json, streamed", "lister, then drain", "streaming (bench)")
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -66,11 +69,11 @@ def make_provider(n_groups: int) -> Callable[[Any], Any]:
             return self.backend.scope_account
 
         def iter_listing(self) -> Iterator[RegionListing]:
-            created = datetime.now(timezone.utc) - timedelta(days=2)
+            created = datetime.now(UTC) - timedelta(days=2)
             it = account(n_groups)
             for region in self.backend.regions:
                 groups = tuple(data.group_for(kind, i, created, region)
-                               for _, (i, kind) in zip(range(PER_REGION), it))
+                               for _, (i, kind) in zip(range(PER_REGION), it, strict=False))
                 yield RegionListing(region=region, groups=groups)
 
         def delete_resource_group(self, group: Any) -> Any:
@@ -114,9 +117,19 @@ def child(args: dict[str, Any]) -> dict[str, Any]:
     queued_bytes = 0
     report_groups = None
     start = time.perf_counter()
-    if variant == "run_cycle":
+    if variant == "run --json, buffered (before)":  # what `run --json` did: the whole report, then one dumps
         report = run_cycle(pipeline, data.BACKEND, mode="report")
+        with open(os.devnull, "w") as out:
+            print(json.dumps(report.c3(), indent=2), file=out)
         report_groups = len(report.groups)
+    elif variant == "run --json, streamed":  # commands.run: the header, then the groups page by page
+        from orphan_cleanup.output import write_json_document
+
+        report = run_cycle(pipeline, data.BACKEND, mode="report", groups=False)
+        counted = _Counted(pipeline.store.report_groups(report.cycle_id))
+        with open(os.devnull, "w") as out:
+            write_json_document({k: v for k, v in report.c3().items() if k != "groups"}, "groups", counted, out)
+        report_groups = counted.n
     elif variant == "lister, then drain":
         pipeline.run_lister(data.BACKEND, mode="report", manual=False)
         queued_bytes = sum(len(b) for b in pipeline.listing_queue.items)
@@ -131,6 +144,18 @@ def child(args: dict[str, Any]) -> dict[str, Any]:
     return {"groups": n, "variant": variant, "wall": wall, "batches": batches, "listed": listed,
             "outcome": outcome, "rss_start": rss_start, "rss_peak": peak_rss_mb(),
             "queued_mb": queued_bytes / 2**20, "report_groups": report_groups}
+
+
+class _Counted:
+    """An iterator that counts what passes through it."""
+
+    def __init__(self, items: Iterator[Any]) -> None:
+        self.items, self.n = items, 0
+
+    def __iter__(self) -> Iterator[Any]:
+        for item in self.items:
+            self.n += 1
+            yield item
 
 
 def _spawn(url: str, n: int, variant: str) -> dict[str, Any]:
@@ -162,7 +187,7 @@ def run(server: PgServer, quick: bool = False, sizes: tuple[int, ...] | None = N
                     r = _spawn(db.info.url(), n, variant)
                 finally:
                     server.drop(db)
-                assert r["listed"] == n, r
+                assert r["listed"] == n and r["report_groups"] in (None, n), r
                 table.add(**{"groups": n, "how": variant, "batches": r["batches"], "wall s": r["wall"],
                              "groups/s": n / r["wall"], "RSS start MB": r["rss_start"],
                              "peak RSS MB": r["rss_peak"], "growth MB": r["rss_peak"] - r["rss_start"],

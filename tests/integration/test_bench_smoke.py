@@ -7,16 +7,21 @@ with the shipped one); timings are the benchmark's business, never a test's.
 from __future__ import annotations
 
 import random
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
-from bench import classifier, legacy
+import boto3
+import pytest
+
+from bench import classifier, legacy, peers
 from bench import ledger_data as data
 from bench.common import PgServer
+from bench.counting_proxy import counting_proxy
 from orphan_cleanup import classify
-from orphan_cleanup.models import LedgerRecord
-from orphan_cleanup.messages import ListingBatch
 from orphan_cleanup.ledger.store import apply_payload
+from orphan_cleanup.messages import ListingBatch
+from orphan_cleanup.models import LedgerRecord
 from orphan_cleanup.pipeline import build_payload
+from orphan_cleanup.providers.aws_snapshot import listed_kinds
 
 
 def test_quick_classifier_bench_produces_rows_within_three_statements_per_batch(pg_server):
@@ -24,20 +29,20 @@ def test_quick_classifier_bench_produces_rows_within_three_statements_per_batch(
     cfg = classifier.Config(ledgers=(1_000,), batch_sizes=(100,), reps={100: 2}, message_batch=False)
     # when the classifier benchmark runs (it also checks that every join shape returns equal records)
     main, parts, floors = classifier.run(PgServer(pg_server), cfg)
-    # then it measured the shipped and the v0 code, each with one connection and at most 3 statements a batch
-    assert {r["code"] for r in main.rows} == {"shipped", "v0 (caf2dda)"}
-    assert all(r["stmts/batch"] <= 3 and r["conns/batch"] == 1 for r in main.rows)
+    # then it measured the shipped and the v0 code, at most 3 statements a batch on the warm connection (none opened)
+    assert {r["code"] for r in main.rows} == {"shipped", "pydantic records", "v0 (caf2dda)"}
+    assert all(r["stmts/batch"] <= 3 and r["conns/batch"] == 0 for r in main.rows)
     assert all(r["groups/s"] > 0 for r in main.rows)
-    assert len(parts.rows) == 2 and len(floors.rows) == 4
+    assert len(parts.rows) == 3 and len(floors.rows) == 5
 
 
 def test_v0_build_payload_agrees_with_the_shipped_one():
     # given batches of every kind of group and ledger records of every status
     rng = random.Random(7)
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     old = now - timedelta(days=2)
-    ctx = classify.ClassifyContext(backend_id=data.BACKEND, scope="aws:123456789012", listed_at=now, margin=timedelta(minutes=5),
-                                   protect_key="orphan-cleanup-protect")
+    ctx = classify.ClassifyContext(backend_id=data.BACKEND, scope="aws:123456789012", listed_at=now,
+                                   margin=timedelta(minutes=5), protect_key="orphan-cleanup-protect")
     for _ in range(50):
         groups = data.make_groups(1_000, 40, rng)
         records = {g.provider_ref: LedgerRecord(
@@ -69,9 +74,82 @@ def test_v0_build_payload_agrees_with_the_shipped_one():
 def test_tick_bench_lists_a_shared_account_once(pg_server):
     from bench import tick
 
-    [table] = tick.run(PgServer(pg_server), sizes=(1, 4))
+    table, scale = tick.run(PgServer(pg_server), sizes=(1, 4), scale_backends=200)
+    # the tick at many backends: its one statement and one mark_idle_many for all of them
+    assert scale.rows[0]["statements"] == 2 and scale.rows[0]["idle marked"] == 200
     rows = {(r["backends"], r["scheduler"].startswith("tick")): r for r in table.rows}
     # one listing per backend before; the tick's shared listing costs the calls of one backend
     assert rows[(4, False)]["list calls"] == 4 * rows[(1, False)]["list calls"]
     assert rows[(4, True)]["list calls"] == rows[(1, True)]["list calls"] == rows[(1, False)]["list calls"]
     assert rows[(4, True)]["identity checks"] == 1 and rows[(4, False)]["identity checks"] == 4
+
+
+def test_peers_bench_product_listing_is_filtered_and_cheaper_than_the_naive_one(moto_reset, session, calls):
+    # given 110 instances, one per reservation (more than moto's 100-reservation page), 6 of them ours
+    fleet = peers.build_fleet(boto3.client("ec2", region_name=peers.REGION), 330, tagged_share=0.05,
+                              per_reservation=1)
+    assert (fleet.resources, fleet.ours, fleet.reservations) == (330, 18, 110)
+    with counting_proxy(moto_reset) as proxy:
+        listers = {"product": peers.product_lister(proxy.url, session), "naive": peers.naive_lister(proxy.url)}
+        # when the peers bench measures the product's listing and the naive one through its counting proxy
+        results = peers.measure(proxy, listers, reps=1)
+    product, naive = results["product"], results["naive"]
+    # then both list our 18 resources (instance, root volume, ENI of each of the 6)
+    assert len(product.ids) == 18 and product.ids == naive.ids
+    # the product's every describe carries the tag-key filter
+    describes = [(op, params) for _, op, params in calls.calls if op.startswith("Describe")]
+    assert describes and all({"Name": "tag-key", "Values": [peers.TAG]} in params.get("Filters", [])
+                             for _, params in describes)
+    # the naive one pays moto's page arithmetic: one call per kind, describe_instances paged by 100 reservations
+    kinds = len(listed_kinds(None))
+    assert naive.calls["DescribeInstances"] == peers.naive_instance_pages(fleet.reservations) == 2
+    assert naive.total_calls == kinds - 1 + 2
+    # and the product makes fewer calls (its filtered instances fit one page), with less reply data
+    assert product.calls["DescribeInstances"] == 1 and product.total_calls == kinds < naive.total_calls
+    assert product.reply_bytes < naive.reply_bytes / 3
+
+
+@pytest.mark.slow
+def test_peers_bench_custodian_lists_the_same_resources(moto_reset, tmp_path):
+    # given c7n in its cached virtualenv (built from PyPI on first use) and a small fleet, a fifth of it ours
+    try:
+        exe = peers.ensure_custodian()
+    except peers.PeerUnavailable as exc:
+        pytest.skip(str(exc))
+    fleet = peers.build_fleet(boto3.client("ec2", region_name=peers.REGION), 30)
+    with counting_proxy(moto_reset) as proxy:
+        listers = {"product": peers.product_lister(proxy.url),
+                   "custodian": peers.custodian_lister(exe, proxy.url, tmp_path)}
+        # when custodian runs its tag-filtered policies against the same proxy
+        results = peers.measure(proxy, listers, reps=1)
+    # then it lists exactly our instances, volumes and ENIs, with calls counted at the proxy
+    assert len(results["custodian"].ids) == fleet.ours == 6
+    assert results["custodian"].ids == results["product"].ids
+    assert results["custodian"].calls["DescribeInstances"] >= 1
+
+
+def test_throttling_bench_counts_refusals_and_keeps_every_region(pg_server, moto_reset):
+    from bench import throttling
+    from orphan_cleanup.providers.ratelimit import DESCRIBE, MUTATE, TERMINATE, Budget
+
+    # given a tiny two-region fleet and budgets high enough that the buckets barely wait
+    fast = {DESCRIBE: Budget(50.0, 50), MUTATE: Budget(50.0, 50), TERMINATE: Budget(50.0, 50)}
+    # when the throttling bench runs its report and delete cycles at 0% and 30% refusals
+    [table] = throttling.run(PgServer(pg_server), per_region=2, orphans=1, shares=(0.0, 0.3),
+                             delete_shares=(0.0, 0.3), budgets=fast, moto_url=moto_reset)
+    rows = {(r["cycle"].split()[0], r["refused share"]): r for r in table.rows}
+    assert sorted(rows) == [("delete", "0%"), ("delete", "30%"), ("report", "0%"), ("report", "30%")]
+    # then the baselines are clean and unrefused, the leak deleted without throttling
+    assert rows[("report", "0%")]["outcome"] == rows[("delete", "0%")]["outcome"] == "clean"
+    assert rows[("report", "0%")]["refused"] == rows[("delete", "0%")]["refused"] == 0
+    assert rows[("delete", "0%")]["deleted"] == 1
+    # a delete cycle calls more than a report cycle (the terminate and its confirmation)
+    assert rows[("delete", "0%")]["calls"] > rows[("report", "0%")]["calls"]
+    for kind in ("report", "delete"):
+        row = rows[(kind, "30%")]
+        # and at 30% refused the cycle finished with no region failed or skipped (the retries absorbed it),
+        assert row["outcome"] in ("clean", "unsettled")
+        assert row["regions failed"] == row["regions unavailable"] == 0
+        # each refusal cost one extra call at most twice over, and the proxy's share held
+        assert row["refused"] == int(row["calls"] * 0.3) >= 1
+        assert 0 < row["extra calls"] <= 2 * row["refused"]
