@@ -16,6 +16,7 @@ from orphan_cleanup import bookkeeping, policy
 from orphan_cleanup.classify import Limits
 from orphan_cleanup.deleter import GateBusy
 from orphan_cleanup.errors import LeaseLost, MessageRefused
+from orphan_cleanup.gcpause import gc_paused
 from orphan_cleanup.ledger.db import Database
 from orphan_cleanup.ledger.records import CycleContext
 from orphan_cleanup.lister import Lister
@@ -53,6 +54,7 @@ class Pipeline(Lister):
 
     # ---- classifier: STEP 3-6 ---------------------------------------------
 
+    @gc_paused  # its objects are acyclic and short-lived: see gcpause
     def handle_batch(self, batch: ListingBatch) -> BatchResult:
         """Join, classify and apply one batch (fenced, idempotent). Returns the
         apply status (applied, duplicate, fenced, unknown_cycle) and verdict counts.

@@ -34,6 +34,7 @@ from pydantic import TypeAdapter
 from orphan_cleanup import bookkeeping, delete_rules
 from orphan_cleanup.classify import Limits
 from orphan_cleanup.errors import ConfigError, DatabaseError, LeaseLost, OrphanCleanupError
+from orphan_cleanup.gcpause import paused_gc
 from orphan_cleanup.heartbeat import Heartbeat
 from orphan_cleanup.ledger.records import CycleReport
 from orphan_cleanup.ledger.store import LedgerStore
@@ -133,8 +134,9 @@ class _Run:
         counts = [0, 0]  # batches, groups
 
         def classify_now(body: str) -> None:
-            batch = _batch.validate_json(body)
-            self.pipeline.handle_batch(batch)
+            with paused_gc():
+                batch = _batch.validate_json(body)
+                self.pipeline.handle_batch(batch)
             counts[0] += 1
             counts[1] += len(batch.groups)
             self.progress(f"classified batch {counts[0]} ({counts[1]} groups so far)")
@@ -247,7 +249,8 @@ def drain(pipeline: Pipeline, progress: Progress = _quiet) -> None:
     n_batches = 0
     while len(lq) or len(dq):
         while (body := lq.pop()) is not None:
-            pipeline.handle_batch(_batch.validate_json(body))
+            with paused_gc():
+                pipeline.handle_batch(_batch.validate_json(body))
             n_batches += 1
             progress(f"classified batch {n_batches}")
         for _ in delete_all(pipeline, _take_all(dq), progress):
