@@ -82,9 +82,10 @@ def test_the_ticks_document_decodes_to_the_rows_pg8000_decodes(db):
         rows = queries.tick_rows_from_json(conn.run(queries.TICK_SQL)[0][0])
         # the same select, one row per backend (the statement's form before it returned one document)
         row_sql = queries.TICK_SQL.replace(" SELECT coalesce(json_agg(json_build_array(", " SELECT ").replace(
-            ", oc_clock()) ORDER BY b.id), '[]')::text", ", oc_clock()") + " ORDER BY b.id"
+            ", clk.now) ORDER BY b.id), '[]')::text", ", clk.now") + " ORDER BY b.id"
         plain = conn.run(row_sql)
     assert len(rows) == len(plain) == 20
     assert [r[:-1] for r in rows] == [list(r[:-1]) for r in plain]  # the clock differs between statements
+    assert len({r[-1] for r in rows}) == 1  # one clock reading for every backend of a tick
     assert [[type(v) for v in r] for r in rows] == [[type(v) for v in r] for r in plain]
     assert sum(1 for r in rows if r[13]) == 2  # activity in account ...00: its two backends

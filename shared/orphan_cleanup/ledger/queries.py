@@ -205,17 +205,18 @@ TICK_SQL = (
     " scoped AS (SELECT s.id, " + SCOPE_SQL.format(t="s") + " AS scope,"
     "  (SELECT max(a.at) FROM ledger_activity a WHERE a.backend_id = s.id) AS last_at FROM backends s),"
     " by_scope AS (SELECT scope, max(last_at) AS last_at FROM scoped GROUP BY scope),"
-    " unknown AS (SELECT max(at) AS last_at FROM ledger_activity WHERE backend_id IS NULL)"
+    " unknown AS (SELECT max(at) AS last_at FROM ledger_activity WHERE backend_id IS NULL),"
+    " clk AS (SELECT oc_clock() AS now)"  # once per statement: one clock reading for every backend
     " SELECT coalesce(json_agg(json_build_array("
     + ", ".join(f"b.{c.strip()}" for c in BACKEND_COLUMNS.split(",")) + ","
     " c.backend_id IS NOT NULL OR e.backend_id IS NOT NULL, c.clean_at, c.clean_mode,"
     " c.lease_owner IS NOT NULL, c.lease_expires_at, coalesce(c.retry_delay_seconds, 0), c.next_due_at,"
-    " c.clean_at IS NOT NULL AND coalesce(bs.last_at > c.clean_at OR u.last_at > c.clean_at, false), oc_clock())"
+    " c.clean_at IS NOT NULL AND coalesce(bs.last_at > c.clean_at OR u.last_at > c.clean_at, false), clk.now)"
     " ORDER BY b.id), '[]')::text"
     " FROM backends b LEFT JOIN cleanup c ON c.backend_id = b.id"
     " LEFT JOIN enrolled e ON e.backend_id = b.id"
     # LEFT: a backend whose scope is NULL (no account) keeps its row, with no account activity (as before)
-    " LEFT JOIN scoped sc ON sc.id = b.id LEFT JOIN by_scope bs ON bs.scope = sc.scope CROSS JOIN unknown u")
+    " LEFT JOIN scoped sc ON sc.id = b.id LEFT JOIN by_scope bs ON bs.scope = sc.scope CROSS JOIN unknown u CROSS JOIN clk")
 
 # One element of TICK_SQL's document: the backend's columns (validated by
 # ``backend_from_row``), then STEP 1's facts, typed as the columns they come from.
