@@ -216,7 +216,8 @@ TICK_SQL = (
     " FROM backends b LEFT JOIN cleanup c ON c.backend_id = b.id"
     " LEFT JOIN enrolled e ON e.backend_id = b.id"
     # LEFT: a backend whose scope is NULL (no account) keeps its row, with no account activity (as before)
-    " LEFT JOIN scoped sc ON sc.id = b.id LEFT JOIN by_scope bs ON bs.scope = sc.scope CROSS JOIN unknown u CROSS JOIN clk")
+    " LEFT JOIN scoped sc ON sc.id = b.id LEFT JOIN by_scope bs ON bs.scope = sc.scope"
+    " CROSS JOIN unknown u CROSS JOIN clk")
 
 # One element of TICK_SQL's document: the backend's columns (validated by
 # ``backend_from_row``), then STEP 1's facts, typed as the columns they come from.
