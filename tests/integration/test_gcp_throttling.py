@@ -31,22 +31,25 @@ def backend(gcp: FakeCompute, *regions: str) -> Backend:
 
 
 def test_listing_600_instances_costs_two_aggregated_pages_of_500(gcp: FakeCompute) -> None:
-    # given 600 labelled instances, a disk and an address
+    # given 600 labelled instances, a disk and an address, in a project of this test alone (the
+    # session's fake server may still answer a straggling call of an earlier test's project)
+    project = "floor-project"
     for n in range(600):
-        gcp.add_instance(f"vm-{n}", zone="us-central1-a", labels={"provider_ref": REF})
-    gcp.add_disk("d", zone="us-central1-a", labels={"provider_ref": REF})
-    gcp.add_address("ip", region="us-central1", labels={"provider_ref": REF})
+        gcp.add_instance(f"vm-{n}", zone="us-central1-a", labels={"provider_ref": REF}, project=project)
+    gcp.add_disk("d", zone="us-central1-a", labels={"provider_ref": REF}, project=project)
+    gcp.add_address("ip", region="us-central1", labels={"provider_ref": REF}, project=project)
 
     # when the region is listed
-    listing = collect(build_gcp_provider(backend(gcp, "us-central1"), endpoint=gcp.url, timeout=30,
-                                         limits=RateLimits(FAST)))
+    floor = Backend(id="gcp-floor", provider="gcp", account=project, regions=("us-central1",))
+    listing = collect(build_gcp_provider(floor, endpoint=gcp.url, timeout=30, limits=RateLimits(FAST)))
 
     # then every item is there, in ceil(600 / 500) instance pages and one page per other kind
     assert not listing.failures
     assert sum(len(g.resources) for g in listing.groups) == 602
-    lists = [c for c in gcp.calls if AGGREGATED in c.path]
-    assert gcp.count("GET", "/aggregated/instances") == 2
-    assert gcp.count("GET", "/aggregated/disks") == gcp.count("GET", "/aggregated/addresses") == 1
+    mine = f"/projects/{project}/aggregated/"
+    lists = [c for c in gcp.calls if mine in c.path]
+    assert gcp.count("GET", mine + "instances") == 2
+    assert gcp.count("GET", mine + "disks") == gcp.count("GET", mine + "addresses") == 1
     # each at the API's largest page, always label-filtered
     assert {c.query.get("maxResults") for c in lists} == {"500"}
     assert all(c.query.get("filter", "").startswith("labels.provider_ref") for c in lists)
