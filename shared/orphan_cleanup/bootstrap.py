@@ -18,6 +18,7 @@ from orphan_cleanup.ledger.migrate import migrate
 from orphan_cleanup.models import Backend
 from orphan_cleanup.pipeline import Pipeline, ProviderFactory
 from orphan_cleanup.providers.base import ResourceProvider
+from orphan_cleanup.providers.ratelimit import process_limits, settings_budgets
 from orphan_cleanup.queues.base import Queue
 from orphan_cleanup.reporting import Reporter, sentry_sink
 from orphan_cleanup.settings import Settings
@@ -99,8 +100,6 @@ def provider_factory(settings: Settings, *, aws_session: AwsSessionFactory | Non
     settings) builds a new adapter."""
     cache: OrderedDict[str, ResourceProvider] = OrderedDict()
     lock = threading.Lock()
-    from orphan_cleanup.providers.ratelimit import process_limits, settings_budgets
-
     limits = process_limits(settings_budgets(settings))  # one set of buckets per process
 
     def create(backend: Backend) -> ResourceProvider:

@@ -169,15 +169,20 @@ def status_rows(conn: pg8000.native.Connection, backend_id: str | None = None) -
                           if r[8] else None) for r in rows]
 
 
-# The report's groups as one JSON text built by Postgres, keeping only each
-# resource's kind and id: decoding full rows of a 100k-group run cost ~400 MB.
-_GROUPS_SQL = (
-    "SELECT coalesce(json_agg(json_build_object('provider_ref', g.provider_ref, 'region', g.region,"
+# One C3 group as JSON built by Postgres, keeping only each resource's kind and id:
+# decoding full rows of a 100k-group run cost ~400 MB.
+_GROUP_JSON = (
+    "json_build_object('provider_ref', g.provider_ref, 'region', g.region,"
     " 'primary_id', g.primary_id, 'resources', (SELECT coalesce(json_agg(json_build_object("
     "  'kind', x->>'kind', 'id', x->>'id')), '[]') FROM jsonb_array_elements(g.resources) AS x),"
-    " 'verdict', g.verdict, 'reason', g.reason, 'action', g.action, 'detail', g.evidence->>'d')"
-    " ORDER BY g.provider_ref, g.region, g.primary_id), '[]')::text"
-    " FROM cycle_groups g WHERE g.cycle_id = :c")
+    " 'verdict', g.verdict, 'reason', g.reason, 'action', g.action, 'detail', g.evidence->>'d')")
+_GROUP_ORDER = "g.provider_ref, g.region, g.primary_id"
+# The report's groups as one JSON text (``cycle_report``) ...
+_GROUPS_SQL = (f"SELECT coalesce(json_agg({_GROUP_JSON} ORDER BY {_GROUP_ORDER}), '[]')::text"
+               " FROM cycle_groups g WHERE g.cycle_id = :c")
+# ... or one group per row, in the same order (``LedgerStore.report_groups`` streams them).
+GROUP_ROWS_SQL = (f"SELECT {_GROUP_JSON}::text FROM cycle_groups g WHERE g.cycle_id = :c"
+                  f" ORDER BY {_GROUP_ORDER}")
 
 
 def cycle_report(conn: pg8000.native.Connection, cycle_id: str, *, with_groups: bool = True) -> CycleReport:

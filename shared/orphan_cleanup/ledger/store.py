@@ -50,13 +50,6 @@ _log = logging.getLogger(__name__)
 
 #: Groups per FETCH of ``report_groups``.
 REPORT_PAGE = 2_000
-# One C3 group per row, in the order (and with the values) of ``reports._GROUPS_SQL``.
-_REPORT_GROUP_SQL = (
-    "SELECT json_build_object('provider_ref', g.provider_ref, 'region', g.region,"
-    " 'primary_id', g.primary_id, 'resources', (SELECT coalesce(json_agg(json_build_object("
-    "  'kind', x->>'kind', 'id', x->>'id')), '[]') FROM jsonb_array_elements(g.resources) AS x),"
-    " 'verdict', g.verdict, 'reason', g.reason, 'action', g.action, 'detail', g.evidence->>'d')::text"
-    " FROM cycle_groups g WHERE g.cycle_id = :c ORDER BY g.provider_ref, g.region, g.primary_id")
 
 
 def apply_payload(app: BatchApplication) -> dict[str, Any]:
@@ -313,7 +306,7 @@ class LedgerStore:
         whatever the cycle's size. Same order and values as ``cycle_report``'s groups."""
         with self.db.transaction() as conn:
             conn.run("SET TRANSACTION READ ONLY")
-            conn.run(f"DECLARE oc_report NO SCROLL CURSOR FOR {_REPORT_GROUP_SQL}", c=cycle_id)
+            conn.run(f"DECLARE oc_report NO SCROLL CURSOR FOR {reports.GROUP_ROWS_SQL}", c=cycle_id)
             while rows := conn.run(f"FETCH {int(page)} FROM oc_report"):
                 for (doc,) in rows:
                     g = json.loads(doc)

@@ -17,12 +17,13 @@ stays, the group's delete fails) until an operator deletes that snapshot.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from orphan_cleanup.errors import ProviderError
 from orphan_cleanup.models import SNAPSHOT_SOURCE_KEY
 from orphan_cleanup.providers.aws_kinds import KINDS, SNAPSHOT, AwsKind, dig, tags_of
+from orphan_cleanup.providers.base import older_than_days
 
 Item = Mapping[str, Any]
 Call = Callable[..., Mapping[str, Any] | None]
@@ -37,10 +38,7 @@ def expired(snapshot: Item, *, retain_days: int, now: datetime) -> bool:
     """Is this snapshot older than the retention? One without a readable ``StartTime``
     is kept (never listed, never deleted: fail closed). The function's clock is enough
     here: the retention is days, no margin of rule 13 is compared against it."""
-    started = dig(snapshot, SNAPSHOT.created_path)
-    if not isinstance(started, datetime) or started.tzinfo is None:
-        return False
-    return started <= now - timedelta(days=retain_days)
+    return older_than_days(dig(snapshot, SNAPSHOT.created_path), retain_days, now)
 
 
 def snapshot_tags(tag_key: str, ref: str, volume_id: str) -> list[dict[str, str]]:

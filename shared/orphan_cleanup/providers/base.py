@@ -10,6 +10,7 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from datetime import datetime, timedelta
 
 from orphan_cleanup.errors import DependencyNotReady, IdentityMismatch, OrphanCleanupError, ProviderThrottled
 from orphan_cleanup.models import (
@@ -185,3 +186,9 @@ def group_resources(resources: Iterable[Resource], tag_key: str) -> list[Resourc
                       malformed_ref=not is_valid_ref(ref))
         for (ref, region, primary), items in groups.items()
     ]
+
+
+def older_than_days(created: object, days: int, now: datetime) -> bool:
+    """Whether a creation time is ``days`` old or more (a snapshot past its retention).
+    An unreadable or naive time is not: what cannot be dated is kept (fail closed)."""
+    return isinstance(created, datetime) and created.tzinfo is not None and created <= now - timedelta(days=days)

@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, Literal
 
 import google.auth.exceptions as auth_exceptions
@@ -31,6 +31,7 @@ from orphan_cleanup.errors import (
     ResourceNotFound,
 )
 from orphan_cleanup.models import Resource, ResourceKind, ResourceState
+from orphan_cleanup.providers.base import older_than_days
 
 ACTIVE, AVAILABLE, TERMINATING = ResourceState.ACTIVE, ResourceState.AVAILABLE, ResourceState.TERMINATING
 
@@ -154,10 +155,7 @@ def source_zone(snapshot: Any) -> str | None:
 def expired(snapshot: Any, *, retain_days: int, now: datetime) -> bool:
     """Is this snapshot older than the retention? One without a readable
     ``creationTimestamp`` is kept (never listed, never deleted: fail closed)."""
-    created = parse_time(getattr(snapshot, "creation_timestamp", "") or "")
-    if created is None or created.tzinfo is None:
-        return False
-    return created <= now - timedelta(days=retain_days)
+    return older_than_days(parse_time(getattr(snapshot, "creation_timestamp", "") or ""), retain_days, now)
 
 
 def link_key(self_link: str) -> str:
