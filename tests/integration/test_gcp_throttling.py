@@ -26,13 +26,10 @@ FAST = {DESCRIBE: Budget(50.0, 50), MUTATE: Budget(50.0, 50), TERMINATE: Budget(
 AGGREGATED = "/aggregated/"
 
 
-def backend(gcp: FakeCompute, *regions: str) -> Backend:
-    return Backend(id="gcp-floor", provider="gcp", account=gcp.project, regions=regions)
-
-
 def test_listing_600_instances_costs_two_aggregated_pages_of_500(gcp: FakeCompute) -> None:
-    # given 600 labelled instances, a disk and an address, in a project of this test alone (the
-    # session's fake server may still answer a straggling call of an earlier test's project)
+    # given 600 labelled instances, a disk and an address, in a project of this test alone: the
+    # session's fake server is shared, and a listing an earlier test abandoned (a timed-out
+    # region) may still be calling it
     project = "floor-project"
     for n in range(600):
         gcp.add_instance(f"vm-{n}", zone="us-central1-a", labels={"provider_ref": REF}, project=project)
@@ -58,22 +55,25 @@ def test_listing_600_instances_costs_two_aggregated_pages_of_500(gcp: FakeComput
 @pytest.mark.parametrize(("status", "reason"), [(403, "rateLimitExceeded"), (429, None)])
 def test_refused_reads_are_retried_within_the_budget_and_the_listing_completes(
         gcp: FakeCompute, status: int, reason: str | None) -> None:
-    # given a listing whose first two aggregated calls are refused for their rate
-    gcp.add_instance("vm", zone="us-central1-a", labels={"provider_ref": REF})
+    # given a listing whose first two aggregated calls are refused for their rate, in a project
+    # of this test alone (calls are counted by project: see the test above)
+    project = f"refused-{status}"
+    gcp.add_instance("vm", zone="us-central1-a", labels={"provider_ref": REF}, project=project)
     gcp.add_fault(path_contains=AGGREGATED, status=status, reason=reason, times=2)
     limits = RateLimits(FAST)
 
     # when the region is listed
-    listing = collect(build_gcp_provider(backend(gcp, "us-central1"), endpoint=gcp.url, timeout=30,
-                                         limits=limits))
+    mine = Backend(id="gcp-refused", provider="gcp", account=project, regions=("us-central1",))
+    listing = collect(build_gcp_provider(mine, endpoint=gcp.url, timeout=30, limits=limits))
 
     # then it is complete; the extra calls are the two retries, and the bucket slowed down twice
     assert not listing.failures and len(listing.groups) == 1
-    refused = [c for c in gcp.calls if c.status == status]
+    calls = [c for c in gcp.calls if f"/projects/{project}" in c.path]
+    refused = [c for c in calls if c.status == status]
     assert len(refused) == 2
-    assert gcp.count("GET", AGGREGATED) == 3 + len(refused)
+    assert sum(1 for c in calls if c.method == "GET" and AGGREGATED in c.path) == 3 + len(refused)
     assert sum(b.throttles for b in limits.buckets().values()) == 2
-    assert sum(b.acquired for b in limits.buckets().values()) == len(gcp.calls)  # every request took a token
+    assert sum(b.acquired for b in limits.buckets().values()) == len(calls)  # every request took a token
 
 
 def test_a_project_refusing_every_list_leaves_the_cycle_unsettled_and_deletes_nothing(
