@@ -18,16 +18,19 @@ from orphan_cleanup.errors import BlastRadiusExceeded
 from orphan_cleanup.models import (
     DEFAULT_TAG_KEY,
     Action,
-    LedgerRecord,
     Outcome,
     OwnerStatus,
+    Record,
     ResourceGroup,
     ResourceKind,
     Verdict,
     VerdictKind,
 )
 
-LIVE = {OwnerStatus.PROVISIONING.value, OwnerStatus.IDLE.value, OwnerStatus.BUSY.value}
+LIVE = frozenset({OwnerStatus.PROVISIONING.value, OwnerStatus.IDLE.value, OwnerStatus.BUSY.value})
+# Read once: an enum member's ``.value`` is a property, and ``classify`` runs per listed group.
+_PENDING, _TERMINATING, _TERMINATED = (OwnerStatus.PENDING.value, OwnerStatus.TERMINATING.value,
+                                       OwnerStatus.TERMINATED.value)
 
 
 @dataclass(frozen=True)
@@ -61,7 +64,10 @@ def _v(kind: VerdictKind, reason: str, log_error: str | None = None) -> Verdict:
     return Verdict(kind=kind, reason=reason, log_error=log_error)
 
 
-def classify(group: ResourceGroup, record: LedgerRecord | None, ctx: ClassifyContext) -> Verdict:
+_TRACKED = _v(VerdictKind.TRACKED, "tracked")  # most groups of a healthy account
+
+
+def classify(group: ResourceGroup, record: Record | None, ctx: ClassifyContext) -> Verdict:
     """STEP 4-5 for one group. ``record`` is ``None`` when the ref is not in the ledger."""
     if group.malformed_ref:
         return _v(VerdictKind.IGNORED, "malformed_ref")
@@ -76,14 +82,16 @@ def classify(group: ResourceGroup, record: LedgerRecord | None, ctx: ClassifyCon
         return _orphan_unless_recent(group, record, ctx, "owner_deleted")
     if record.deleted_at is not None:
         return _orphan_unless_recent(group, record, ctx, "owner_soft_deleted")
-    status = str(record.status.value if isinstance(record.status, OwnerStatus) else record.status)
-    if status == OwnerStatus.PENDING.value:
+    status = record.status
+    if type(status) is not str:  # an OwnerStatus, or not a status at all
+        status = str(status.value if isinstance(status, OwnerStatus) else status)
+    if status == _PENDING:
         stuck = record.created_at is not None and ctx.listed_at - record.created_at > ctx.stuck_after
         return _v(VerdictKind.SKIPPED, "owner_pending",
                   "pending owner's resources look stuck" if stuck else None)
-    if status == OwnerStatus.TERMINATING.value:
+    if status == _TERMINATING:
         return _v(VerdictKind.SKIPPED, "owner_terminating")
-    if status == OwnerStatus.TERMINATED.value:
+    if status == _TERMINATED:
         if record.terminated_at is None:
             return _v(VerdictKind.SKIPPED, "terminated_at_missing",
                       "terminated owner has no terminated_at: cannot apply the margin")
@@ -93,7 +101,7 @@ def classify(group: ResourceGroup, record: LedgerRecord | None, ctx: ClassifyCon
     return _classify_live(group, record, ctx)
 
 
-def _classify_live(group: ResourceGroup, record: LedgerRecord, ctx: ClassifyContext) -> Verdict:
+def _classify_live(group: ResourceGroup, record: Record, ctx: ClassifyContext) -> Verdict:
     if record.backend_id is None or record.primary_id is None:
         return _v(VerdictKind.IGNORED, "no_provisioning_data",
                   "live owner has no provisioning data (backend_id, primary_id)")
@@ -114,7 +122,7 @@ def _classify_live(group: ResourceGroup, record: LedgerRecord, ctx: ClassifyCont
             return _orphan_unless_recent(group, record, ctx, "leftover_of_orphan")
         return _v(VerdictKind.PROTECTED, "unattached_of_live_owner")
     if record.primary_id == group.primary_id:
-        return _v(VerdictKind.TRACKED, "tracked")
+        return _TRACKED
     # Another primary with this ref: a leaked attempt (a retry's first VM) was
     # created before the owner's provisioning; a copy ("launch more like this")
     # was created after it.
@@ -126,7 +134,7 @@ def _classify_live(group: ResourceGroup, record: LedgerRecord, ctx: ClassifyCont
     return _orphan_unless_recent(group, record, ctx, "primary_mismatch" if same_account else "backend_mismatch")
 
 
-def _orphan_unless_recent(group: ResourceGroup, record: LedgerRecord, ctx: ClassifyContext,
+def _orphan_unless_recent(group: ResourceGroup, record: Record, ctx: ClassifyContext,
                           reason: str) -> Verdict:
     """Rule 14, STEP 5, then the protect tag: an orphan candidate that another
     controller would re-create, or that the provider protects, is protected; one
@@ -156,7 +164,7 @@ def _orphan_unless_recent(group: ResourceGroup, record: LedgerRecord, ctx: Class
     return _v(VerdictKind.ORPHAN, reason)
 
 
-def protection_of(group: ResourceGroup, record: LedgerRecord) -> str | None:
+def protection_of(group: ResourceGroup, record: Record) -> str | None:
     """DESIGN §5 rule 14 for an orphan candidate: ``managed_by_controller`` when a
     resource names a controller (an ASG, fleet or managed instance group would
     replace it: deleting it fights that controller), else the provider protection a

@@ -17,8 +17,8 @@ from orphan_cleanup.classify import ClassifyContext, malformed
 from orphan_cleanup.models import (
     DEFAULT_PROTECT_KEY,
     DEFAULT_TAG_KEY,
-    LedgerRecord,
     OwnerStatus,
+    Record,
     ResourceGroup,
     Verdict,
 )
@@ -72,7 +72,7 @@ OWNER_TIMES = (("is", "issued_at"), ("cr", "created_at"), ("pr", "provisioned_at
 
 # ---- the record -------------------------------------------------------------------
 
-def record_of(group: ResourceGroup, record: LedgerRecord | None, ctx: ClassifyContext,
+def record_of(group: ResourceGroup, record: Record | None, ctx: ClassifyContext,
               verdict: Verdict) -> dict[str, Any]:
     """The facts ``classify.classify`` read to reach ``verdict`` (from the same
     inputs), as the compact record each cycle_groups row keeps (``evidence``).

@@ -21,6 +21,7 @@ from orphan_cleanup.errors import (
     ProviderError,
     ProviderThrottled,
 )
+from orphan_cleanup.gcpause import gc_paused
 from orphan_cleanup.ledger.records import CycleRef, IdleSnapshot
 from orphan_cleanup.messages import MAX_JOB_BACKENDS, ListingBatch, ListingJob
 from orphan_cleanup.models import Backend, Mode, RegionFailure, RegionListing, ResourceGroup
@@ -103,17 +104,24 @@ class _Batcher:
 class Lister(Deleter):
     listing_queue: Queue
     jobs_queue: Queue | None
+    # The backends the last tick validated, by their row's JSON (``LedgerSession.tick_rows``):
+    # a warm function does not validate 10,000 unchanged rows again every minute.
+    _tick_backends: dict[bytes, Backend] | None = None
 
     # ---- the tick: due selection for every backend ----------------------------------
 
+    @gc_paused  # 10,000 rows of acyclic, short-lived objects: see gcpause
     def run_tick(self) -> TickResult:
         """Select every due backend in one statement and queue one listing job per
         group of due backends that share a listing (``Backend.listing_key``). Idle
         backends are marked processed in one more statement. Needs ``jobs_queue``."""
         if self.jobs_queue is None:
             raise ConfigError("the tick needs a jobs queue (JOBS_QUEUE_URL on AWS, JOBS_TOPIC on GCP)")
+        if self._tick_backends is None:
+            self._tick_backends = {}
         with self.store.session() as session:
-            rows = session.tick_rows()
+            # An injected clock is not the statement's: then every row comes with its facts.
+            rows = session.tick_rows(self._tick_backends, horizon=self.clock is None)
             due: dict[str, str] = {}
             skipped: dict[str, str] = {}
             shared: dict[str, list[str]] = {}
@@ -122,7 +130,7 @@ class Lister(Deleter):
                 backend, seen = row.backend, row.snapshot
                 mode = policy.effective_mode(self.settings, backend)
                 if mode == "off" or seen is None:
-                    skipped[backend.id] = "off" if mode == "off" else "not_enrolled"
+                    skipped[backend.id] = "off" if mode == "off" else "not_due" if row.due_later else "not_enrolled"
                     continue
                 now = self._now() or seen.now
                 limits = self._limits(backend)

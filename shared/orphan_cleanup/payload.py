@@ -9,10 +9,10 @@ from typing import Any
 from orphan_cleanup import classify, evidence
 from orphan_cleanup.decisions import BatchApplication, GroupRow, OrphanRow, ReportEvent
 from orphan_cleanup.messages import ListingBatch
-from orphan_cleanup.models import Action, LedgerRecord, ResourceGroup, Verdict, VerdictKind
+from orphan_cleanup.models import Action, Record, ResourceGroup, Verdict, VerdictKind
 
 
-def build_payload(batch: ListingBatch, records: Mapping[str, LedgerRecord], ctx: classify.ClassifyContext, *,
+def build_payload(batch: ListingBatch, records: Mapping[str, Record], ctx: classify.ClassifyContext, *,
                   mode: str, record_all: bool) -> BatchApplication:
     """Classify a batch and shape what the fenced apply writes. ``mode`` and
     ``record_all`` are the cycle's (from its row, never from the message).
@@ -61,7 +61,7 @@ def build_payload(batch: ListingBatch, records: Mapping[str, LedgerRecord], ctx:
         to_report=tuple(to_report), errors=tuple(errors), counts={kind.value: n for kind, n in by_kind.items()})
 
 
-def _evidence(group: ResourceGroup, record: LedgerRecord | None, ctx: classify.ClassifyContext,
+def _evidence(group: ResourceGroup, record: Record | None, ctx: classify.ClassifyContext,
               verdict: Verdict) -> dict[str, Any]:
     """The facts of the verdict and, where they say something short, the C3 detail line (``d``)."""
     ev = evidence.record_of(group, record, ctx, verdict)

@@ -9,7 +9,7 @@ from datetime import datetime
 
 from orphan_cleanup.ledger.store import LedgerStore
 from orphan_cleanup.messages import DeleteRequest
-from orphan_cleanup.models import LedgerRecord, ResourceGroup
+from orphan_cleanup.models import Record, ResourceGroup
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ def build_plan(store: LedgerStore, cycle_id: str, requests: list[DeleteRequest])
     return Plan(backend_id=report.backend, cycle_id=cycle_id, deletes=tuple(deletes))
 
 
-def _owner(record: LedgerRecord | None) -> tuple[str, datetime | None]:
+def _owner(record: Record | None) -> tuple[str, datetime | None]:
     """What the owner's latest timestamp says (rendered as ``owner <state> <age>``)."""
     if record is None:
         return "unknown (no ledger record)", None

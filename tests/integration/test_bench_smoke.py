@@ -76,7 +76,8 @@ def test_tick_bench_lists_a_shared_account_once(pg_server):
 
     table, scale = tick.run(PgServer(pg_server), sizes=(1, 4), scale_backends=200)
     # the tick at many backends: its one statement and one mark_idle_many for all of them
-    assert scale.rows[0]["statements"] == 2 and scale.rows[0]["idle marked"] == 200
+    worst = [r for r in scale.rows if r["scenario"].startswith("worst")]
+    assert len(worst) == 2 and all(r["statements"] == 2 and r["idle marked"] == 200 for r in worst)
     rows = {(r["backends"], r["scheduler"].startswith("tick")): r for r in table.rows}
     # one listing per backend before; the tick's shared listing costs the calls of one backend
     assert rows[(4, False)]["list calls"] == 4 * rows[(1, False)]["list calls"]

@@ -73,19 +73,28 @@ def test_activity_in_an_account_makes_its_backends_due_and_only_those(db, statem
 
 
 def test_the_ticks_document_decodes_to_the_rows_pg8000_decodes(db):
+    import json
+
     from orphan_cleanup.ledger import queries
 
     enroll(db, 20, active_accounts=1)
     with db.connection() as conn:
         conn.run("UPDATE cleanup SET lease_owner = 'c', lease_expires_at = now() + interval '1 minute',"
                  " retry_delay_seconds = 60, clean_at = NULL WHERE backend_id = 'proj-00003'")
-        rows = queries.tick_rows_from_json(conn.run(queries.TICK_SQL)[0][0])
-        # the same select, one row per backend (the statement's form before it returned one document)
-        row_sql = queries.TICK_SQL.replace(" SELECT coalesce(json_agg(json_build_array(", " SELECT ").replace(
-            ", clk.now) ORDER BY b.id), '[]')::text", ", clk.now") + " ORDER BY b.id"
-        plain = conn.run(row_sql)
+        conn.run("UPDATE cleanup SET next_due_at = now() + interval '1 hour' WHERE backend_id = 'proj-00004'")
+        now, rows = queries.tick_rows_from_json(
+            conn.run(queries.TICK_SQL, horizon=queries.TICK_HORIZON_SECONDS)[0][0])
+        # the same columns, one row per backend, as pg8000 decodes them
+        plain = conn.run(f"SELECT {queries.BACKEND_COLUMNS}, c.clean_at, c.clean_mode, c.lease_owner IS NOT NULL,"
+                         " c.lease_expires_at, coalesce(c.retry_delay_seconds, 0), c.next_due_at, oc_clock()"
+                         " FROM backends b JOIN cleanup c ON c.backend_id = b.id ORDER BY b.id")
     assert len(rows) == len(plain) == 20
-    assert [r[:-1] for r in rows] == [list(r[:-1]) for r in plain]  # the clock differs between statements
-    assert len({r[-1] for r in rows}) == 1  # one clock reading for every backend of a tick
-    assert [[type(v) for v in r] for r in rows] == [[type(v) for v in r] for r in plain]
-    assert sum(1 for r in rows if r[13]) == 2  # activity in account ...00: its two backends
+    assert [json.loads(bytes(raw)) for raw, _ in rows] == [list(r[:6]) for r in plain]
+    facts = {r[0]: f for (_, f), r in zip(rows, plain, strict=True)}
+    assert facts["proj-00004"] is None  # due in an hour: no facts
+    sent = [(f, r) for (_, f), r in zip(rows, plain, strict=True) if f is not None]
+    assert len(sent) == 19 and all(f[0] for f, _ in sent)  # enrolled
+    assert [f[1:7] for f, _ in sent] == [list(r[6:12]) for _, r in sent]
+    assert [[type(v) for v in f[1:7]] for f, _ in sent] == [[type(v) for v in r[6:12]] for _, r in sent]
+    assert type(now) is type(plain[0][12]) and now <= plain[0][12]  # one clock reading, the database's
+    assert sum(1 for f, _ in sent if f[7]) == 2  # activity in account ...00: its two backends

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 from unittest import mock
 
+import msgspec
+
 from orphan_cleanup import bookkeeping, classify, delete_rules, pipeline, policy
 from orphan_cleanup.ledger.store import LedgerSession, LedgerStore
 from orphan_cleanup.ledger.unit import LockedCycle
@@ -25,6 +27,7 @@ from orphan_cleanup.models import (
     Backend,
     DeleteOutcome,
     DeleteStatus,
+    LedgerRow,
     Outcome,
     ResourceGroup,
     ResourceState,
@@ -189,6 +192,13 @@ def _no_backend_activity(env: SimEnv, stack: ExitStack) -> None:
 
 # ---- rule 10: ownership by provider account -----------------------------------------------------------
 
+def _with(record: Any, **changes: Any) -> Any:
+    """A ledger record (the ``LedgerRow`` the join decodes, or a ``LedgerRecord``) with ``changes``."""
+    if isinstance(record, LedgerRow):
+        return msgspec.structs.replace(record, **changes)
+    return record.model_copy(update=changes)
+
+
 def _ownership_by_backend_id(env: SimEnv, stack: ExitStack) -> None:
     """The old rule: only an owner of this very backend id keeps its VM tracked; an owner
     of any other backend makes a listed VM a backend_mismatch (after the copy and margin checks)."""
@@ -197,8 +207,8 @@ def _ownership_by_backend_id(env: SimEnv, stack: ExitStack) -> None:
     def mutated(group, record, ctx):  # type: ignore[no-untyped-def]
         if (record is not None and record.backend_id is not None and record.backend_id != ctx.backend_id
                 and record.owner_backend_scope is not None and str(record.status) in classify.LIVE):
-            record = record.model_copy(update={"owner_backend_scope": "mutant:elsewhere",
-                                               "primary_id": f"mutant-not-{group.primary_id}"})
+            record = _with(record, owner_backend_scope="mutant:elsewhere",
+                           primary_id=f"mutant-not-{group.primary_id}")
         return real(group, record, ctx)
 
     _patch(stack, classify, "classify", mutated)
@@ -322,7 +332,7 @@ def _protection_forgotten(env: SimEnv, stack: ExitStack) -> None:
     (``LedgerRecord.protected_primaries``): every cycle dispatches the delete again."""
     real = classify.protection_of
     _patch(stack, classify, "protection_of", lambda group, record: real(
-        group, record.model_copy(update={"protected_primaries": {}})))
+        group, _with(record, protected_primaries={})))
 
 
 def _protection_fails_cycle(env: SimEnv, stack: ExitStack) -> None:

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from pydantic import TypeAdapter, ValidationError
 
 from orphan_cleanup.ledger.queries import records_from_json
-from orphan_cleanup.models import LedgerRecord
+from orphan_cleanup.models import LedgerRecord, LedgerRow
 
 REFERENCE = TypeAdapter(list[LedgerRecord])  # the pydantic path the join used before
 
@@ -44,6 +44,10 @@ def tampered(draw_row: dict, key: str, value: object, drop: bool) -> dict:
     return out
 
 
+def fields(record: object) -> dict[str, object]:
+    return {name: getattr(record, name) for name in LedgerRecord.model_fields}
+
+
 def assert_same(doc: str) -> None:
     try:
         expected = REFERENCE.validate_json(doc)
@@ -53,12 +57,23 @@ def assert_same(doc: str) -> None:
         assert got.value.errors() == e.errors()
         return
     records = records_from_json(doc)
-    assert records == expected
+    assert len(records) == len(expected)
     for fast, slow in zip(records, expected, strict=True):
-        assert list(fast.__dict__) == list(slow.__dict__)
-        assert {k: type(v) for k, v in fast.__dict__.items()} == {k: type(v) for k, v in slow.__dict__.items()}
-        assert fast.model_fields_set == slow.model_fields_set
-        assert fast.model_dump_json() == slow.model_dump_json()
+        if isinstance(fast, LedgerRow):  # the fast path: every field was in the document
+            assert slow.model_fields_set == set(LedgerRecord.model_fields)
+        else:  # pydantic's own answer (a document msgspec refused)
+            assert fast == slow and fast.model_fields_set == slow.model_fields_set
+        assert fields(fast) == fields(slow)
+        assert {k: type(v) for k, v in fields(fast).items()} == {k: type(v) for k, v in fields(slow).items()}
+
+
+def test_a_join_document_decodes_to_rows_without_a_model_per_ref():
+    doc = json.dumps([{**{k: None for k in LedgerRecord.model_fields}, "provider_ref": "abc", "owner_type": "instance",
+                       "instance_found": False, "known_orphan_resource_ids": ["vol-1"], "protected_primaries": {}}])
+    [record] = records_from_json(doc)
+    assert type(record) is LedgerRow and record.known_orphan_resource_ids == frozenset({"vol-1"})
+    with pytest.raises(AttributeError):  # frozen, as the model is
+        record.status = "idle"  # type: ignore[misc]
 
 
 @given(st.lists(row, max_size=4))

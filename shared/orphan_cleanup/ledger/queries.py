@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -13,7 +13,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from orphan_cleanup.backend_rules import describe_validation
 from orphan_cleanup.errors import ConfigError
-from orphan_cleanup.models import Backend, LedgerRecord, ResourceGroup, is_valid_ref
+from orphan_cleanup.models import Backend, LedgerRecord, LedgerRow, Record, ResourceGroup, is_valid_ref
 
 BACKEND_COLUMNS = "id, provider, account, regions, settings, mode"
 
@@ -91,65 +91,29 @@ SELECT coalesce(json_agg(json_build_object(
 _RECORDS = TypeAdapter(list[LedgerRecord])
 
 
-class _RecordRow(msgspec.Struct, forbid_unknown_fields=True):
-    """One element of JOIN_SQL's document, typed as ``LedgerRecord`` declares its fields
-    (in its order; every key required, none other allowed, as the frozen model forbids extras)."""
-
-    provider_ref: str
-    owner_type: str
-    owner_id: str | None
-    owner_name: str | None
-    issued_at: datetime | None
-    instance_found: bool
-    status: str | None
-    backend_id: str | None
-    primary_id: str | None
-    region: str | None
-    created_at: datetime | None
-    provisioned_at: datetime | None
-    terminated_at: datetime | None
-    deleted_at: datetime | None
-    owner_backend_scope: str | None
-    known_orphan_resource_ids: frozenset[str]
-    protected_primaries: dict[str, str]
+_RECORD_ROWS = msgspec.json.Decoder(list[LedgerRow])
 
 
-_RECORD_ROWS = msgspec.json.Decoder(list[_RecordRow])
-_RECORD_FIELDS = tuple(LedgerRecord.model_fields)
-assert _RECORD_FIELDS == _RecordRow.__struct_fields__, "_RecordRow must mirror LedgerRecord"
-_new, _set, _asdict = object.__new__, object.__setattr__, msgspec.structs.asdict
+def records_from_json(doc: str | bytes) -> Sequence[Record]:
+    """JOIN_SQL's document as records: ``LedgerRow``s, whose fields equal (values and
+    types) those of ``TypeAdapter(list[LedgerRecord]).validate_json(doc)``
+    (tests/unit/test_record_decode.py, and bench/floors.py checks it on every measured
+    batch).
 
-
-def records_from_json(doc: str | bytes) -> list[LedgerRecord]:
-    """JOIN_SQL's document as ``LedgerRecord``s, equal (values, types, fields set) to
-    ``TypeAdapter(list[LedgerRecord]).validate_json(doc)`` (tests/unit/test_record_decode.py,
-    and bench/floors.py checks it on every measured batch).
-
-    msgspec parses and type-checks the document in C (timestamps included) against
-    ``_RecordRow``, which declares each field with the type pydantic would produce for it
-    from JSON (a status stays a ``str``, as pydantic's smart union keeps a JSON string);
-    the models are then built as ``model_construct`` builds them, without a pydantic
-    validation per row. Anything msgspec refuses (a null where a string is due, a
-    timestamp it cannot read, a missing or unknown key) goes to pydantic, which decides as
-    before: the same records or the same error."""
+    msgspec parses and type-checks the document in C, timestamps included, and builds
+    no pydantic model per ref (those were most of this step's time, and their scattered
+    dicts slowed the classifier reading them). Anything msgspec refuses (a null where a
+    string is due, a timestamp it cannot read, a missing or unknown key) goes to
+    pydantic, which decides as before: ``LedgerRecord``s or the same error."""
     try:
-        rows = _RECORD_ROWS.decode(doc)
+        rows: list[LedgerRow] = _RECORD_ROWS.decode(doc)
+        return rows
     except msgspec.MsgspecError:
         return _RECORDS.validate_json(doc)
-    fields = frozenset(_RECORD_FIELDS)
-    out = []
-    for row in rows:
-        record = _new(LedgerRecord)
-        _set(record, "__dict__", _asdict(row))  # the model's fields, in its order
-        _set(record, "__pydantic_fields_set__", set(fields))
-        _set(record, "__pydantic_extra__", None)
-        _set(record, "__pydantic_private__", None)
-        out.append(record)
-    return out
 
 
 def load_records(conn: pg8000.native.Connection, backend_id: str,
-                 groups: Iterable[ResourceGroup]) -> dict[str, LedgerRecord]:
+                 groups: Iterable[ResourceGroup]) -> dict[str, Record]:
     """STEP 3: the ledger records of the groups' refs, keyed by ref, in one statement."""
     refs: set[str] = set()
     leftover: set[str] = set()
@@ -161,8 +125,9 @@ def load_records(conn: pg8000.native.Connection, backend_id: str,
         return {}
     # A value that is not a valid ref cannot be in provider_refs (CHECK constraint):
     # leaving it out changes no answer and keeps the comma-joined list unambiguous.
-    rows = conn.run(JOIN_SQL, refs=",".join(sorted(r for r in refs if is_valid_ref(r))),
-                    leftover=",".join(sorted(r for r in leftover if is_valid_ref(r))), backend=backend_id)
+    # (In no particular order: the join reads them as a set.)
+    rows = conn.run(JOIN_SQL, refs=",".join(r for r in refs if is_valid_ref(r)),
+                    leftover=",".join(r for r in leftover if is_valid_ref(r)), backend=backend_id)
     return {record.provider_ref: record for record in records_from_json(rows[0][0])}
 
 
@@ -185,18 +150,35 @@ def activity_since(conn: pg8000.native.Connection, backend_id: str, since: datet
     rows = conn.run("SELECT " + ACTIVITY_EXISTS.format(since=":t", backend=":b"), b=backend_id, t=since)
     return bool(rows[0][0])
 
-
 # The tick (DESIGN C5): enrollment, STEP 1's facts and due selection for every backend
 # in one statement. Rows the CTE inserts are not visible to the SELECT (one snapshot):
 # a backend enrolled by this very statement reads as never cleaned.
 #
+# Most backends are not due at a given tick (an interval of an hour, a tick a minute).
+# A backend holding no lease whose ``next_due_at`` is later than the clock plus
+# ``:horizon`` seconds is not due whatever its limits (``classify.not_due``: the
+# tolerance is at most ``TICK_HORIZON_SECONDS``, none during a backoff); such a row
+# carries its backend's columns only (facts NULL). Every other row (a lease, no cleanup
+# row, a NULL ``next_due_at``, due within the horizon) carries STEP 1's facts, and
+# Python decides. A NULL ``:horizon`` (a caller on a clock of its own) sends the facts
+# of every row. The facts left out are most of the document (bench/tick.py: 0.7 MB
+# instead of 2 MB at 10,000 backends).
+#
 # STEP 1's activity (``ACTIVITY_EXISTS``: any row after the clean of a backend of the
 # same account, or of no known backend) as the latest such row, so it scales with the
 # number of backends (bench/tick.py: 10,000): the newest activity of each backend is one
-# backward probe of the (backend_id, at) index, folded per account (``scope``), compared
-# with each backend's clean. ``EXISTS (at > since)`` is ``max(at) > since``; a NULL
-# (no row) is no activity. The per-backend ``ACTIVITY_EXISTS`` form ran the account
-# self-join for every backend: quadratic, more than 10 s at 10,000 backends.
+# backward probe of the (backend_id, at) index, folded per account (``scope``: every
+# backend of the account, due or not), compared with each backend's clean. ``EXISTS
+# (at > since)`` is ``max(at) > since``; a NULL (no row) is no activity. The per-backend
+# ``ACTIVITY_EXISTS`` form ran the account self-join for every backend: quadratic, more
+# than 10 s at 10,000 backends. (Probing only the accounts of rows within the horizon
+# saved nothing measurable: with due times spread over the hour, nearly every account
+# has one.)
+#
+# The document: ``[clock, [[backend columns, facts or null], ...]]``, in backend id
+# order, the clock read once for the statement (DESIGN §5 rule 13).
+TICK_HORIZON_SECONDS = 60  # the largest tolerance classify.due_tolerance gives (tests/integration/test_tick_horizon.py)
+
 TICK_SQL = (
     "WITH enrolled AS (INSERT INTO cleanup (backend_id) SELECT b.id FROM backends b"
     "  WHERE EXISTS (SELECT 1 FROM provider_refs)"
@@ -207,40 +189,53 @@ TICK_SQL = (
     " by_scope AS (SELECT scope, max(last_at) AS last_at FROM scoped GROUP BY scope),"
     " unknown AS (SELECT max(at) AS last_at FROM ledger_activity WHERE backend_id IS NULL),"
     " clk AS (SELECT oc_clock() AS now)"  # once per statement: one clock reading for every backend
-    " SELECT coalesce(json_agg(json_build_array("
-    + ", ".join(f"b.{c.strip()}" for c in BACKEND_COLUMNS.split(",")) + ","
-    " c.backend_id IS NOT NULL OR e.backend_id IS NOT NULL, c.clean_at, c.clean_mode,"
-    " c.lease_owner IS NOT NULL, c.lease_expires_at, coalesce(c.retry_delay_seconds, 0), c.next_due_at,"
-    " c.clean_at IS NOT NULL AND coalesce(bs.last_at > c.clean_at OR u.last_at > c.clean_at, false), clk.now)"
-    " ORDER BY b.id), '[]')::text"
+    " SELECT json_build_array((SELECT now FROM clk), coalesce(json_agg(json_build_array(json_build_array("
+    + ", ".join(f"b.{c.strip()}" for c in BACKEND_COLUMNS.split(",")) + "),"
+    "  CASE WHEN NOT coalesce(c.lease_owner IS NULL"
+    "   AND c.next_due_at > clk.now + make_interval(secs => CAST(:horizon AS integer)), false)"
+    "  THEN json_build_array(c.backend_id IS NOT NULL OR e.backend_id IS NOT NULL, c.clean_at, c.clean_mode,"
+    "   c.lease_owner IS NOT NULL, c.lease_expires_at, coalesce(c.retry_delay_seconds, 0), c.next_due_at,"
+    "   c.clean_at IS NOT NULL AND coalesce(bs.last_at > c.clean_at OR u.last_at > c.clean_at, false)) END)"
+    " ORDER BY b.id), '[]'))::text"
     " FROM backends b LEFT JOIN cleanup c ON c.backend_id = b.id"
     " LEFT JOIN enrolled e ON e.backend_id = b.id"
     # LEFT: a backend whose scope is NULL (no account) keeps its row, with no account activity (as before)
     " LEFT JOIN scoped sc ON sc.id = b.id LEFT JOIN by_scope bs ON bs.scope = sc.scope"
     " CROSS JOIN unknown u CROSS JOIN clk")
 
-# One element of TICK_SQL's document: the backend's columns (validated by
-# ``backend_from_row``), then STEP 1's facts, typed as the columns they come from.
-TickRowTuple = tuple[Any, Any, Any, Any, Any, Any, bool, datetime | None, str | None, bool, datetime | None, int,
-                     datetime | None, bool, datetime]
-_TICK_ROWS = msgspec.json.Decoder(list[TickRowTuple])
+# STEP 1's facts of one row of TICK_SQL's document, typed as the columns they come from:
+# enrolled, clean_at, clean_mode, leased, lease_expires_at, retry delay, next_due_at, activity.
+TickFacts = tuple[bool, datetime | None, str | None, bool, datetime | None, int, datetime | None, bool]
+# A row: the backend's columns, undecoded (``backend_from_row`` reads them; their bytes
+# are the key under which the tick keeps the backend it validated), and its facts.
+TickDocRow = tuple[msgspec.Raw, TickFacts | None]
+_TICK_DOC = msgspec.json.Decoder(tuple[datetime, list[TickDocRow]])
+_TICK_DOC_TEXT = msgspec.json.Decoder(tuple[Any, list[tuple[msgspec.Raw, list[Any] | None]]])
 
 
-def tick_rows_from_json(doc: str | bytes) -> list[list[Any]]:
-    """TICK_SQL's document as rows, in the layout ``conn.run`` gave when the statement
-    returned one row per backend (one JSON document: pg8000 decoding four timestamps per
-    backend in Python was most of the statement's time at 10,000 backends, bench/tick.py).
-    A timestamp msgspec cannot read (``infinity``, written by plain SQL) stays the text
+def _timestamp(value: Any) -> Any:
+    if isinstance(value, str):
+        try:
+            return datetime.fromisoformat(value)
+        except ValueError:
+            pass
+    return value
+
+
+def tick_rows_from_json(doc: str | bytes) -> tuple[datetime, list[tuple[msgspec.Raw, list[Any] | None]]]:
+    """TICK_SQL's document: the statement's clock and, per backend in id order, its
+    columns (undecoded JSON) and STEP 1's facts (None: due later than the horizon).
+    One document, not a row per backend: pg8000 decoding four timestamps per backend in
+    Python was most of the statement's time at 10,000 backends (bench/tick.py). A
+    timestamp msgspec cannot read (``infinity``, written by plain SQL) stays the text
     pg8000 handed back for it."""
     try:
-        return [list(row) for row in _TICK_ROWS.decode(doc)]
+        now, rows = _TICK_DOC.decode(doc)
+        return now, [(raw, None if facts is None else list(facts)) for raw, facts in rows]
     except msgspec.MsgspecError:
-        rows = json.loads(doc)
-        for row in rows:
-            for i in (7, 10, 12, 14):
-                if isinstance(row[i], str):
-                    try:
-                        row[i] = datetime.fromisoformat(row[i])
-                    except ValueError:
-                        pass
-        return rows
+        now, text_rows = _TICK_DOC_TEXT.decode(doc)
+        for _, facts in text_rows:
+            if facts is not None:
+                for i in (1, 4, 6):
+                    facts[i] = _timestamp(facts[i])
+        return _timestamp(now), text_rows

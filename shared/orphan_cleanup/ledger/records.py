@@ -95,11 +95,14 @@ class IdleSnapshot:
 @dataclass(frozen=True)
 class TickRow:
     """One backend as the tick sees it: its row and STEP 1's facts (``snapshot`` is
-    None when it is not enrolled: the ledger has issued no ref yet)."""
+    None when it is not enrolled: the ledger has issued no ref yet, or when
+    ``due_later``: holding no lease, it is due later than any due tolerance, so the
+    statement read no facts for it: not due)."""
 
     backend: Backend
     snapshot: IdleSnapshot | None
     lease_expires_at: datetime | None
+    due_later: bool = False
 
 
 @dataclass(frozen=True)

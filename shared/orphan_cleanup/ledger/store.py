@@ -36,6 +36,7 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
+import msgspec
 import pg8000.native
 
 from orphan_cleanup.decisions import BatchApplication
@@ -44,12 +45,16 @@ from orphan_cleanup.ledger import queries, reports
 from orphan_cleanup.ledger.db import Database
 from orphan_cleanup.ledger.records import ApplyResult, CycleContext, CycleReport, IdleSnapshot, TickRow
 from orphan_cleanup.ledger.unit import LeaseUnit, LockedCycle
-from orphan_cleanup.models import Backend, BackendSettings, LedgerRecord, ResourceGroup
+from orphan_cleanup.models import Backend, BackendSettings, Record, ResourceGroup
 
 _log = logging.getLogger(__name__)
 
 #: Groups per FETCH of ``report_groups``.
 REPORT_PAGE = 2_000
+
+# ``json.dumps(default=str)`` in C: the apply's document (bench/classifier.py). Non-ASCII
+# text is written as UTF-8, not escaped: the database reads the same values.
+_to_json = msgspec.json.Encoder(enc_hook=str).encode
 
 
 def apply_payload(app: BatchApplication) -> dict[str, Any]:
@@ -103,14 +108,13 @@ class LedgerSession:
         return CycleContext(id=cid, backend_id=backend_id, mode=mode, listed_at=listed_at, record_all=record_all,
                             backend=queries.backend_from_row(backend))
 
-    def load_records(self, backend_id: str, groups: Iterable[ResourceGroup]) -> dict[str, LedgerRecord]:
+    def load_records(self, backend_id: str, groups: Iterable[ResourceGroup]) -> dict[str, Record]:
         """STEP 3: the ledger records of the groups' refs, keyed by ref, in one statement."""
         return queries.load_records(self.conn, backend_id, groups)
 
     def apply(self, app: BatchApplication) -> ApplyResult:
         """One round trip: the fenced, idempotent application of a classified batch."""
-        rows = self.conn.run("SELECT oc_apply_batch(CAST(:p AS jsonb))",
-                             p=json.dumps(apply_payload(app), default=str))
+        rows = self.conn.run("SELECT oc_apply_batch(CAST(:p AS jsonb))", p=_to_json(apply_payload(app)).decode())
         r = rows[0][0] if isinstance(rows[0][0], dict) else json.loads(rows[0][0])
         return ApplyResult(status=r["status"], listing_complete=bool(r.get("listing_complete")),
                            mode=r.get("mode"), groups_listed=r.get("groups_listed"))
@@ -129,23 +133,43 @@ class LedgerSession:
                             retry_delay_seconds=delay, next_due_at=next_due, activity_since_clean=bool(active),
                             now=clock)
 
-    def tick_rows(self) -> list[TickRow]:
+    def tick_rows(self, known: dict[bytes, Backend] | None = None, *, horizon: bool = True) -> list[TickRow]:
         """The tick's one statement: enroll every backend once the ledger has issued refs,
         and read every backend with STEP 1's facts (activity of its whole account, DESIGN
-        §5 rule 9) and the database clock."""
-        rows = queries.tick_rows_from_json(self.conn.run(queries.TICK_SQL)[0][0])
+        §5 rule 9) and the database clock. ``horizon``: a backend due later than any
+        tolerance comes without facts (``TickRow.due_later``); False (a caller on a clock
+        of its own) reads the facts of every backend.
+
+        ``known``: the backends an earlier tick validated, keyed by their row's JSON;
+        a row whose JSON is the same is the same ``Backend`` (a frozen model of the same
+        input), not validated again. Replaced by this tick's rows (as large as the table).
+        A misconfigured row is never kept: it fails, and is logged, at every tick."""
+        now, rows = queries.tick_rows_from_json(self.conn.run(
+            queries.TICK_SQL, horizon=queries.TICK_HORIZON_SECONDS if horizon else None)[0][0])
+        seen: dict[bytes, Backend] = {}
         out = []
-        for row in rows:
-            try:
-                backend = queries.backend_from_row(row[:6])
-            except ConfigError as e:  # a misconfigured row fails that backend alone, never the tick
-                _log.error("tick: backend %s skipped: %s", row[0], e)
+        for raw, facts in rows:
+            key = bytes(raw)
+            backend = known.get(key) if known is not None else None
+            if backend is None:
+                columns = json.loads(key)
+                try:
+                    backend = queries.backend_from_row(columns)
+                except ConfigError as e:  # a misconfigured row fails that backend alone, never the tick
+                    _log.error("tick: backend %s skipped: %s", columns[0], e)
+                    continue
+            seen[key] = backend
+            if facts is None:
+                out.append(TickRow(backend=backend, snapshot=None, lease_expires_at=None, due_later=True))
                 continue
-            enrolled, clean_at, clean_mode, leased, expires, delay, next_due, active, clock = row[6:]
+            enrolled, clean_at, clean_mode, leased, expires, delay, next_due, active = facts
             snapshot = IdleSnapshot(clean_at=clean_at, clean_mode=clean_mode, leased=bool(leased),
                                     retry_delay_seconds=delay, next_due_at=next_due,
-                                    activity_since_clean=bool(active), now=clock) if enrolled else None
+                                    activity_since_clean=bool(active), now=now) if enrolled else None
             out.append(TickRow(backend=backend, snapshot=snapshot, lease_expires_at=expires))
+        if known is not None:
+            known.clear()
+            known.update(seen)
         return out
 
     def mark_idle_many(self, idle: Sequence[tuple[str, IdleSnapshot, str, datetime]], now: datetime) -> set[str]:
@@ -222,7 +246,7 @@ class LedgerStore:
                 "INSERT INTO cleanup (backend_id) SELECT b.id FROM backends b"
                 " WHERE EXISTS (SELECT 1 FROM provider_refs) ON CONFLICT DO NOTHING RETURNING backend_id"))
 
-    def load_records(self, backend_id: str, groups: Iterable[ResourceGroup]) -> dict[str, LedgerRecord]:
+    def load_records(self, backend_id: str, groups: Iterable[ResourceGroup]) -> dict[str, Record]:
         with self.session() as s:
             return s.load_records(backend_id, groups)
 
