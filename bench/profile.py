@@ -11,19 +11,13 @@ from __future__ import annotations
 import cProfile
 import gc
 import pstats
-import random
 import time
 from collections import defaultdict
-from collections.abc import Callable
-from datetime import UTC, datetime
-from typing import Any
 
 from bench import ledger_data as data
 from bench.classifier import Bench, Config
 from bench.common import PgServer, Table, median
-from orphan_cleanup.messages import ListingBatch
 from orphan_cleanup.pipeline import Pipeline
-from orphan_cleanup.wire import listing_batch_from_json
 
 #: handle_batch without its gc pause (the profile and the gc table vary the collector themselves).
 handle = Pipeline.handle_batch.__wrapped__  # type: ignore[attr-defined]
@@ -127,6 +121,8 @@ def profile_variant(bench: Bench, before: bool) -> tuple[dict[str, float], float
 def gc_share(bench: Bench) -> dict[str, dict[bool, float]]:
     """Parse and handle_batch of 10k-group batches with the cyclic GC on (default
     thresholds) and off, interleaved: what allocation-driven collections cost."""
+    from orphan_cleanup.messages import ListingBatch
+
     cycle_id, listed_at = bench.start_cycle()
     out: dict[str, dict[bool, list[float]]] = {"parse": {True: [], False: []}, "handle": {True: [], False: []}}
     for k in range(2 * REPS):
@@ -149,51 +145,6 @@ def gc_share(bench: Bench) -> dict[str, dict[bool, float]]:
     return {k: {e: median(v) for e, v in d.items()} for k, d in out.items()}
 
 
-#: The queue body's decoders: the one the entry points used, the one they ship (issue #17 item 4).
-DECODERS: dict[str, Callable[[str], Any]] = {
-    "pydantic (ListingBatch.model_validate_json)": ListingBatch.model_validate_json,
-    "shipped (wire.listing_batch_from_json)": listing_batch_from_json}
-
-
-def assert_same_batch(fast: ListingBatch, slow: ListingBatch) -> None:
-    """The shipped decoder's batch is pydantic's: equal, with the same fields set in every model
-    (tests/unit/test_wire.py also compares every field's type)."""
-    assert fast == slow and fast.model_fields_set == slow.model_fields_set and all(
-        f.model_fields_set == s.model_fields_set and [r.model_fields_set for r in f.resources]
-        == [r.model_fields_set for r in s.resources] for f, s in zip(fast.groups, slow.groups, strict=True)), \
-        "the msgspec decoder changed the batch"
-
-
-def decoders(reps: int = 2 * REPS + 1, size: int = BATCH) -> dict[tuple[str, bool], float]:
-    """Median seconds to decode a ``size``-group queue body (``make_groups``' mix, as the
-    lister writes it) per decoder, with the collector on and off, interleaved; both
-    decoders' batches checked equal first. No database: ``python -c "from bench.profile
-    import decoders; print(decoders())"`` runs it alone."""
-    raws = [ListingBatch(cycle_id=f"c{k}", backend=data.BACKEND, seq=k, listed_at=datetime.now(UTC),
-                         groups=tuple(data.make_groups(LEDGER, size, random.Random(k)))).model_dump_json()
-            for k in range(2)]
-    for raw in raws:
-        slow, fast = (decode(raw) for decode in DECODERS.values())
-        assert_same_batch(fast, slow)
-        del fast, slow
-    samples: dict[tuple[str, bool], list[float]] = {(n, on): [] for n in DECODERS for on in (True, False)}
-    for k in range(reps):
-        order = list(DECODERS.items()) if k % 2 == 0 else list(DECODERS.items())[::-1]
-        for on in ((True, False) if k % 2 == 0 else (False, True)):
-            for name, decode in order:
-                gc.collect()
-                if not on:
-                    gc.disable()
-                try:
-                    start = time.perf_counter()
-                    batch = decode(raws[k % 2])
-                    samples[(name, on)].append(time.perf_counter() - start)
-                finally:
-                    gc.enable()
-                del batch
-    return {key: median(v) for key, v in samples.items()}
-
-
 def run(server: PgServer, quick: bool = False) -> list[Table]:
     bench = Bench(server, Config(before=True))
     try:
@@ -203,7 +154,6 @@ def run(server: PgServer, quick: bool = False) -> list[Table]:
         gcs = gc_share(bench)
     finally:
         bench.close()
-    decode = decoders()
     spots = Table(f"Profile: handle_batch of one {BATCH:,}-group batch, {LEDGER:,}-ref ledger, own time by hot spot "
                   "(cProfile ms per batch)",
                   ["hot spot", "v0 (caf2dda) ms", "shipped ms", "v0 share", "shipped share", "saved ms"])
@@ -232,10 +182,4 @@ def run(server: PgServer, quick: bool = False) -> list[Table]:
                   "clients for the other benchmarks): a generation-2 pass walks every live object.",
                   "shipped: the classifier entry points and Pipeline.handle_batch pause the collector over a "
                   "batch (orphan_cleanup.gcpause); its objects are acyclic and freed by reference counting."]
-    dec = Table(f"Queue body decode: one {BATCH:,}-group ListingBatch (median ms, interleaved; gc off as "
-                "gcpause.paused_gc ships)", ["decoder", "gc on ms", "gc off ms"])
-    for name in DECODERS:
-        dec.add(decoder=name, **{"gc on ms": decode[(name, True)] * 1000, "gc off ms": decode[(name, False)] * 1000})
-    dec.notes.append("both decoders' batches checked equal (values, fields set of every model) before timing; "
-                     "the shipped one falls back to pydantic on any body it is not sure of (orphan_cleanup.wire).")
-    return [spots, top, gct, dec]
+    return [spots, top, gct]

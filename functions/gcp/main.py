@@ -9,7 +9,7 @@ import functions_framework
 from orphan_cleanup.entrypoints import gcp
 from orphan_cleanup.errors import ConfigError
 from orphan_cleanup.gcpause import gc_paused
-from orphan_cleanup.messages import DeleteRequest
+from orphan_cleanup.messages import DeleteRequest, ListingBatch
 
 
 @functions_framework.http
@@ -24,7 +24,7 @@ def lister(request):
 @functions_framework.cloud_event
 @gc_paused  # the batch's decode and classification (orphan_cleanup.gcpause)
 def classifier(cloud_event):
-    gcp.pipeline().handle_batch(gcp.parse_batch(cloud_event.data))
+    gcp.pipeline().handle_batch(gcp.parse(ListingBatch, cloud_event.data))
 
 
 @functions_framework.cloud_event

@@ -38,18 +38,18 @@ from orphan_cleanup.gcpause import paused_gc
 from orphan_cleanup.heartbeat import Heartbeat
 from orphan_cleanup.ledger.records import CycleReport
 from orphan_cleanup.ledger.store import LedgerStore
-from orphan_cleanup.messages import DeleteRequest
+from orphan_cleanup.messages import DeleteRequest, ListingBatch
 from orphan_cleanup.models import DeleteOutcome, Mode
 from orphan_cleanup.pipeline import GateBusy, Pipeline
 from orphan_cleanup.plan import Plan, build_plan, group_label
 from orphan_cleanup.providers.base import describe_error
 from orphan_cleanup.queues.memory import InProcessQueue
 from orphan_cleanup.results import ListerResult
-from orphan_cleanup.wire import listing_batch_from_json
 
 log = logging.getLogger("orphan_cleanup")
 Progress = Callable[[str], None]
 T = TypeVar("T")
+_batch = TypeAdapter(ListingBatch)
 _delete = TypeAdapter(DeleteRequest)
 Confirm = Callable[[Plan], bool]
 DECLINED = "delete_declined"
@@ -135,7 +135,7 @@ class _Run:
 
         def classify_now(body: str) -> None:
             with paused_gc():
-                batch = listing_batch_from_json(body)
+                batch = _batch.validate_json(body)
                 self.pipeline.handle_batch(batch)
             counts[0] += 1
             counts[1] += len(batch.groups)
@@ -250,7 +250,7 @@ def drain(pipeline: Pipeline, progress: Progress = _quiet) -> None:
     while len(lq) or len(dq):
         while (body := lq.pop()) is not None:
             with paused_gc():
-                pipeline.handle_batch(listing_batch_from_json(body))
+                pipeline.handle_batch(_batch.validate_json(body))
             n_batches += 1
             progress(f"classified batch {n_batches}")
         for _ in delete_all(pipeline, _take_all(dq), progress):

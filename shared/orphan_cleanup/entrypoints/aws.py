@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import functools
-from typing import Annotated, Any
+from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.parser.models import SqsRecordModel
-from pydantic import Json, ValidatorFunctionWrapHandler, WrapValidator
+from pydantic import Json
 
 from orphan_cleanup.entrypoints import common
 from orphan_cleanup.errors import ConfigError
@@ -16,21 +16,13 @@ from orphan_cleanup.messages import DeleteRequest, ListerEvent, ListingBatch, Li
 from orphan_cleanup.pipeline import Pipeline
 from orphan_cleanup.queues.sqs import SqsQueue
 from orphan_cleanup.settings import Settings
-from orphan_cleanup.wire import fast_listing_batch
 
 logger = Logger(service="orphan-cleanup")
 metrics = Metrics(namespace="OrphanCleanup", service="orphan-cleanup")
 
 
-def _fast_batch(body: Any, as_before: ValidatorFunctionWrapHandler) -> ListingBatch:
-    # msgspec where it is sure (orphan_cleanup.wire); else ``Json[ListingBatch]`` as
-    # before: the same error, so Powertools fails just this record as it did
-    batch = fast_listing_batch(body) if isinstance(body, (str, bytes)) else None
-    return as_before(body) if batch is None else batch
-
-
 class ListingBatchRecord(SqsRecordModel):
-    body: Annotated[Json[ListingBatch], WrapValidator(_fast_batch)]  # type: ignore[assignment]
+    body: Json[ListingBatch]  # type: ignore[assignment]
 
 
 class DeleteRequestRecord(SqsRecordModel):

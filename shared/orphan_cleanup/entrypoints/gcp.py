@@ -11,11 +11,10 @@ from pydantic import BaseModel, ValidationError
 
 from orphan_cleanup.entrypoints import common
 from orphan_cleanup.errors import ConfigError
-from orphan_cleanup.messages import ListerEvent, ListingBatch, ListingJob
+from orphan_cleanup.messages import ListerEvent, ListingJob
 from orphan_cleanup.pipeline import Pipeline
 from orphan_cleanup.queues.pubsub import PubSubQueue
 from orphan_cleanup.settings import Settings
-from orphan_cleanup.wire import fast_listing_batch
 
 
 class MalformedMessage(ConfigError):
@@ -80,27 +79,3 @@ def parse(model: type[BaseModel], data: Any) -> Any:
         return model.model_validate(decode_pubsub(data))
     except ValidationError as e:
         raise MalformedMessage(f"malformed {model.__name__}: {e.errors()[0]['msg']}") from e
-
-
-def parse_batch(data: Any) -> ListingBatch:
-    """``parse(ListingBatch, data)``, the body decoded once by msgspec where it is sure to
-    decode it as pydantic would (``orphan_cleanup.wire``); anything else as before, with
-    the same ``MalformedMessage``."""
-    body = _pubsub_body(data)
-    batch = None if body is None else fast_listing_batch(body)
-    return parse(ListingBatch, data) if batch is None else batch
-
-
-def _pubsub_body(data: Any) -> bytes | str | None:
-    """The JSON text ``decode_pubsub`` would load, when it is a Pub/Sub message's data or
-    the payload itself; ``None`` for any other shape (``parse`` decides it)."""
-    if isinstance(data, (bytes, str)):
-        return data  # a Pub/Sub envelope as text is not a ListingBatch: refused, then parsed
-    message = data.get("message") if isinstance(data, dict) else None
-    encoded = message.get("data") if isinstance(message, dict) else None
-    if not isinstance(encoded, (bytes, str)):
-        return None
-    try:
-        return base64.b64decode(encoded, validate=True)
-    except ValueError:  # binascii.Error; non-ASCII text
-        return None
