@@ -1,6 +1,6 @@
 """Benchmark: the AWS listing next to what users would run instead (issue #17).
 
-One moto server, behind a counting proxy (``bench.counting_proxy``) that every
+One moto server, behind a counting proxy (``tests.support.aws_proxy``) that every
 lister goes through, holds a fleet of instances, each with its root volume and
 primary ENI; a share of them (``TAGGED_SHARE``) carries the ref tag, one ref per
 instance, the rest is someone else's. Three listers of the same fleet, run
@@ -33,10 +33,10 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import Table, median
-from bench.counting_proxy import CountingProxy, counting_proxy
 from bench.listing import TAG
 from bench.listing_aws import AMI, REGION
 from bench.peers_c7n import C7N_VERSION, PeerUnavailable, custodian_lister, ensure_custodian
+from tests.support.aws_proxy import AwsProxy
 
 TAGGED_SHARE = 0.2
 PER_RESERVATION = 10  # instances per run_instances call (one reservation each)
@@ -174,7 +174,7 @@ def naive_lister(endpoint: str, session: Any = None) -> Lister:
 # ---- measuring -----------------------------------------------------------------------------
 
 
-def measure(proxy: CountingProxy, listers: dict[str, Lister], reps: int) -> dict[str, Result]:
+def measure(proxy: AwsProxy, listers: dict[str, Lister], reps: int) -> dict[str, Result]:
     """Warm each lister up once, then run them interleaved ``reps`` times; calls and
     bytes of the last run (they do not vary), wall times of all."""
     for listing in listers.values():
@@ -186,7 +186,7 @@ def measure(proxy: CountingProxy, listers: dict[str, Lister], reps: int) -> dict
             start = time.perf_counter()
             ids = listing()
             elapsed = time.perf_counter() - start
-            calls, size = proxy.snapshot()
+            calls, size = proxy.action_counts(), proxy.reply_bytes
             result = results.setdefault(name, Result(name, ids, calls, size))
             result.ids, result.calls, result.reply_bytes = ids, calls, size
             result.seconds.append(elapsed)
@@ -213,7 +213,7 @@ def sweep(sizes: tuple[int, ...], reps: int, with_custodian: bool = True,
             missing = str(exc)
             print(f"-- peers: Cloud Custodian skipped: {exc}", file=sys.stderr, flush=True)
     out: list[Measured] = []
-    with moto_server() as url, counting_proxy(url) as proxy, tempfile.TemporaryDirectory(prefix="oc-peers-") as tmp:
+    with moto_server() as url, AwsProxy(url) as proxy, tempfile.TemporaryDirectory(prefix="oc-peers-") as tmp:
         direct = boto3.client("ec2", region_name=REGION, endpoint_url=url)
         base = {"product": product_lister(proxy.url), "naive": naive_lister(proxy.url)}
         peer = custodian_lister(custodian, proxy.url, Path(tmp)) if custodian is not None else None

@@ -3,7 +3,7 @@
 A moto fleet in two regions (``per_region`` tracked instances each; instance and root
 volume carry the instance's ref, recorded in a real ledger the way a platform writes
 it) is listed by real report cycles (``runner.run_cycle``: lister, classifier) whose
-every call (identity included) goes through ``tests.support.throttle_proxy``. The proxy
+every call (identity included) goes through ``tests.support.aws_proxy``. The proxy
 refuses an exact share of the requests with EC2's HTTP 503 ``RequestLimitExceeded``,
 spread evenly, and forwards the rest. Then delete cycles remove a handful of leaks
 (owners terminated, instances still running), unthrottled and throttled.
@@ -135,11 +135,11 @@ def _cycle(db: Any, url: str, share: float, budgets: Mapping[str, Any], settings
     from orphan_cleanup.providers.ratelimit import RateLimits
     from orphan_cleanup.queues.memory import InProcessQueue
     from orphan_cleanup.runner import run_cycle
-    from tests.support.throttle_proxy import ThrottleProxy
+    from tests.support.aws_proxy import AwsProxy
 
     limits = RateLimits(budgets)
     built: dict[str, Any] = {}
-    with ThrottleProxy(url, share=share) as proxy:
+    with AwsProxy(url, share=share) as proxy:
         def provider_for(backend: Any) -> Any:
             # One adapter per cycle, as the composition root caches it (bootstrap.provider_factory).
             if "p" not in built:
@@ -207,7 +207,7 @@ def _table(listings: list[Cycle], deletes: list[Cycle], per_region: int, orphans
                      "wall ms": c.seconds * 1000, "wall x baseline": c.seconds / base.seconds})
     describe = budgets["describe"]
     t.notes += [
-        "one cycle per row, through the same proxy (tests/support/throttle_proxy.py) in front of one moto server; "
+        "one cycle per row, through the same proxy (tests/support/aws_proxy.py) in front of one moto server; "
         "calls and refusals counted at the proxy (identity call included); extra calls = calls - the same "
         "cycle's calls at 0% refused (negative when nothing was listed: extra / refused then left out).",
         f"request budgets: the product's defaults (describe {describe.rate:g}/s, burst {describe.burst:g}, "

@@ -25,8 +25,8 @@ from botocore.exceptions import ClientError
 from functions.aws import classifier, deleter, lister
 from orphan_cleanup.commands import status_rows
 from orphan_cleanup.ledger.db import Database
+from tests.support.aws_proxy import AwsProxy
 from tests.support.sqs_harness import (
-    AwsRequestCounter,
     Launched,
     MotoPlatform,
     SqsEventSource,
@@ -251,13 +251,13 @@ def test_duplicated_deliveries_change_nothing(stack, platform, moto_reset):
     # A late third copy of everything, after the cycle is over: no change, no EC2 call.
     tables = "events, orphans, cycle_groups, cycle_batches, delete_requests, cycles"
     before = {t: stack.query(f"SELECT count(*) FROM {t}")[0][0] for t in tables.split(", ")}
-    with AwsRequestCounter(moto_reset) as counter:
+    with AwsProxy(moto_reset) as counter:
         stack.monkeypatch.setenv("AWS_ENDPOINT_URL", counter.url)
         for url, bodies in ((stack.listing.url, batches), (stack.deletes.url, requests)):
             for body in bodies:
                 stack.sqs.send_message(QueueUrl=url, MessageBody=body)
         stack.drain()
-    assert counter.counts["ec2"] == 0
+    assert counter.service_counts()["ec2"] == 0
     assert {t: stack.query(f"SELECT count(*) FROM {t}")[0][0] for t in before} == before
     assert stack.classifier.errors == [] and stack.deleter.errors == []
 
@@ -308,7 +308,7 @@ def test_an_asg_member_orphan_is_protected_every_cycle_and_never_terminated(stac
     platform.age_ledger()
     settle()
 
-    with AwsRequestCounter(moto_reset) as counter:
+    with AwsProxy(moto_reset) as counter:
         stack.monkeypatch.setenv("AWS_ENDPOINT_URL", counter.url)
         first = stack.cycle()
         stack.wait_until_due()
@@ -324,7 +324,7 @@ def test_an_asg_member_orphan_is_protected_every_cycle_and_never_terminated(stac
     assert stack.groups(first["cycle_id"])[leaked.instance_id] == ("orphan", "owner_terminated", "deleted")
     assert stack.cycle_row(first["cycle_id"])["outcome"] == "clean"
     assert platform.instance_state(asg.instance_id) == "running"
-    assert counter.actions["TerminateInstances"] == 1  # the other orphan's, never the ASG member's
+    assert counter.action_counts()["TerminateInstances"] == 1  # the other orphan's, never the ASG member's
     asked = stack.query("SELECT count(*) FROM delete_requests WHERE group_key LIKE :k", k=f"%/{asg.instance_id}")
     assert asked[0][0] == 0
 
@@ -336,10 +336,10 @@ def test_a_termination_protected_orphan_is_protected_not_failed_and_not_tried_ag
     platform.age_ledger()
     settle()
 
-    with AwsRequestCounter(moto_reset) as counter:
+    with AwsProxy(moto_reset) as counter:
         stack.monkeypatch.setenv("AWS_ENDPOINT_URL", counter.url)
         first = stack.cycle()
-        first_terminates = counter.actions["TerminateInstances"]
+        first_terminates = counter.action_counts()["TerminateInstances"]
         stack.wait_until_due()
         second = stack.cycle(mode="delete")
 
@@ -347,14 +347,15 @@ def test_a_termination_protected_orphan_is_protected_not_failed_and_not_tried_ag
     row = stack.cycle_row(first["cycle_id"])
     assert row["outcome"] == "clean" and row["error"] is None
     assert stack.groups(first["cycle_id"])[stuck.instance_id] == ("protected", "termination_protection", "reported")
-    assert counter.actions["DescribeInstanceAttribute"] == 1 and first_terminates == 0
+    assert counter.action_counts()["DescribeInstanceAttribute"] == 1 and first_terminates == 0
     status = stack.status()
     assert status["last_outcome"] == "clean" and status["open_orphans"] == 0
     assert stack.query("SELECT retry_delay_seconds FROM cleanup")[0][0] == 0  # no backoff
     # and the next cycle classifies it protected up front: no delete request, no attribute read, no terminate
     assert stack.groups(second["cycle_id"])[stuck.instance_id] == ("protected", "termination_protection", "reported")
     assert stack.query("SELECT count(*) FROM delete_requests WHERE cycle_id = :c", c=second["cycle_id"])[0][0] == 0
-    assert counter.actions["TerminateInstances"] == 0 and counter.actions["DescribeInstanceAttribute"] == 1
+    actions = counter.action_counts()
+    assert actions["TerminateInstances"] == 0 and actions["DescribeInstanceAttribute"] == 1
     assert stack.cycle_row(second["cycle_id"])["outcome"] == "clean"
     assert platform.instance_state(stuck.instance_id) == "running"
 
@@ -385,14 +386,14 @@ def test_a_scheduled_run_without_ledger_activity_makes_no_aws_call(stack, platfo
     cycles_before = stack.query("SELECT count(*) FROM cycles")[0][0]
     stack.wait_until_due()
 
-    with AwsRequestCounter(moto_reset) as counter:
+    with AwsProxy(moto_reset) as counter:
         stack.monkeypatch.setenv("AWS_ENDPOINT_URL", counter.url)
         quiet = stack.list()
-        assert dict(counter.counts) == {}
+        assert dict(counter.service_counts()) == {}
         platform.ledger.issue_ref(owner_name="new")  # activity: the next run must list
         stack.wait_until_due()
         busy = stack.list()
-        ec2_calls = counter.counts["ec2"]
+        ec2_calls = counter.service_counts()["ec2"]
 
     assert quiet == {"ok": True, "backend": BACKEND, "started": False, "reason": "no_activity"}
     assert stack.query("SELECT count(*) FROM cycles")[0][0] == cycles_before + 1

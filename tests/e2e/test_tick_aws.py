@@ -9,9 +9,9 @@ import pytest
 
 from functions.aws import classifier, deleter, lister
 from orphan_cleanup.ledger.db import Database
+from tests.support.aws_proxy import AwsProxy
 from tests.support.ledger_helpers import add_backend, cleanup_row, cycle_row
 from tests.support.sqs_harness import (
-    AwsRequestCounter,
     DeployedQueues,
     MotoPlatform,
     QueueRef,
@@ -60,21 +60,21 @@ def test_the_tick_lists_a_shared_account_once_and_every_backend_finishes_its_own
     tracked = {b: MotoPlatform(db, b).tracked() for b in SHARED}
     leak = MotoPlatform(db, "sky-c").terminated_leak()
 
-    with AwsRequestCounter(moto_reset) as counter:
+    with AwsProxy(moto_reset) as counter:
         stack.monkeypatch.setenv("AWS_ENDPOINT_URL", counter.url)
         tick = stack.tick()
         assert tick["jobs"] == [list(SHARED)]
         assert tick["due"] == dict.fromkeys(SHARED, "never_cleaned")
-        assert counter.counts["ec2"] == counter.counts["sts"] == 0  # the tick calls no provider
+        assert counter.service_counts()["ec2"] == counter.service_counts()["sts"] == 0  # the tick calls no provider
         stack.jobs_source.drain()
-        shared = dict(counter.counts)
+        shared = dict(counter.service_counts())
         stack.run_everything()
 
         # baseline: the same three backends listed one by one (manual invokes)
-        counter.counts.clear()
+        counter.reset()
         for b in SHARED:
             assert lister.handler({"backend": b, "mode": "report"}, context("lister"))["started"]
-        one_by_one = dict(counter.counts)
+        one_by_one = dict(counter.service_counts())
         stack.run_everything()
     stack.monkeypatch.setenv("AWS_ENDPOINT_URL", moto_reset)
 

@@ -1,5 +1,5 @@
 """Throttling never fails a cycle (issue #17 item 2), on real parts: the product's AWS
-adapter sends every call through a throttling proxy (``tests/support/throttle_proxy``)
+adapter sends every call through a throttling proxy (``tests/support/aws_proxy``)
 in front of the moto server, and a real cycle (``runner.run_cycle``: lister,
 classifier, deleter) runs against a real Postgres ledger.
 
@@ -25,16 +25,16 @@ from orphan_cleanup.providers.ratelimit import DESCRIBE, MUTATE, TERMINATE, Budg
 from orphan_cleanup.queues.memory import InProcessQueue
 from orphan_cleanup.runner import run_cycle
 from orphan_cleanup.settings import Settings
+from tests.support.aws_proxy import AwsProxy
 from tests.support.ledger_helpers import add_backend, cycle_row, reset
 from tests.support.moto import reset_moto
 from tests.support.sqs_harness import MotoPlatform
-from tests.support.throttle_proxy import ThrottleProxy
 
 BACKEND = "aws-throttled"
 FAST = {DESCRIBE: Budget(50.0, 50), MUTATE: Budget(50.0, 50), TERMINATE: Budget(50.0, 50)}
 
 
-def cycle(db: Database, proxy: ThrottleProxy, limits: RateLimits) -> Any:
+def cycle(db: Database, proxy: AwsProxy, limits: RateLimits) -> Any:
     def provider_for(backend: Any) -> Any:
         # botocore's max_attempts counts retries: a call refused 4 times in a row spends the region's budget.
         return build_aws_provider(backend, connect_timeout=5, read_timeout=30, max_attempts=3,
@@ -63,7 +63,7 @@ def test_below_half_refused_the_cycle_finishes_and_extra_calls_stay_within_twice
     db = emptied_db
     # given the unthrottled run of the scenario, as the baseline
     scenario(db, moto_server)
-    with ThrottleProxy(moto_server, share=0.0) as proxy:
+    with AwsProxy(moto_server, share=0.0) as proxy:
         baseline = cycle(db, proxy, RateLimits(FAST))
         baseline_calls = len(proxy.log)
     assert baseline.outcome == "clean" and baseline.failures == ()
@@ -72,7 +72,7 @@ def test_below_half_refused_the_cycle_finishes_and_extra_calls_stay_within_twice
     # when a share of the calls is refused with EC2's RequestLimitExceeded
     scenario(db, moto_server)
     limits = RateLimits(FAST)
-    with ThrottleProxy(moto_server, share=share) as proxy:
+    with AwsProxy(moto_server, share=share) as proxy:
         report = cycle(db, proxy, limits)
 
     # then the cycle finished, no region failed, and the leak went as without throttling
@@ -92,7 +92,7 @@ def test_every_call_refused_leaves_the_cycle_unsettled_and_deletes_nothing(
     leak = platform.terminated_leak(data_volume=False)
 
     # when every call is refused, the identity check's included
-    with ThrottleProxy(moto_server, share=1.0) as proxy:
+    with AwsProxy(moto_server, share=1.0) as proxy:
         report = cycle(db, proxy, RateLimits(FAST))
 
     # then the regions are unavailable for this cycle: unsettled, not failed, nothing deleted
@@ -117,7 +117,7 @@ def test_a_region_throttled_past_its_retries_is_unavailable_while_the_others_are
     tracked = MotoPlatform(db, BACKEND).tracked(data_volume=False)
 
     # when a cycle runs
-    with ThrottleProxy(moto_server, share=1.0, regions={"eu-west-1"}) as proxy:
+    with AwsProxy(moto_server, share=1.0, regions={"eu-west-1"}) as proxy:
         report = cycle(db, proxy, RateLimits(FAST))
 
     # then eu-west-1 is unavailable (unsettled), us-east-1 is listed, the cycle is not failed

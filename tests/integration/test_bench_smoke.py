@@ -15,13 +15,13 @@ import pytest
 from bench import classifier, legacy, peers
 from bench import ledger_data as data
 from bench.common import PgServer
-from bench.counting_proxy import counting_proxy
 from orphan_cleanup import classify
 from orphan_cleanup.ledger.store import apply_payload
 from orphan_cleanup.messages import ListingBatch
 from orphan_cleanup.models import LedgerRecord
 from orphan_cleanup.pipeline import build_payload
 from orphan_cleanup.providers.aws_snapshot import listed_kinds
+from tests.support.aws_proxy import AwsProxy
 
 
 def test_quick_classifier_bench_produces_rows_within_three_statements_per_batch(pg_server):
@@ -90,7 +90,7 @@ def test_peers_bench_product_listing_is_filtered_and_cheaper_than_the_naive_one(
     fleet = peers.build_fleet(boto3.client("ec2", region_name=peers.REGION), 330, tagged_share=0.05,
                               per_reservation=1)
     assert (fleet.resources, fleet.ours, fleet.reservations) == (330, 18, 110)
-    with counting_proxy(moto_reset) as proxy:
+    with AwsProxy(moto_reset) as proxy:
         listers = {"product": peers.product_lister(proxy.url, session), "naive": peers.naive_lister(proxy.url)}
         # when the peers bench measures the product's listing and the naive one through its counting proxy
         results = peers.measure(proxy, listers, reps=1)
@@ -118,7 +118,7 @@ def test_peers_bench_custodian_lists_the_same_resources(moto_reset, tmp_path):
     except peers.PeerUnavailable as exc:
         pytest.skip(str(exc))
     fleet = peers.build_fleet(boto3.client("ec2", region_name=peers.REGION), 30)
-    with counting_proxy(moto_reset) as proxy:
+    with AwsProxy(moto_reset) as proxy:
         listers = {"product": peers.product_lister(proxy.url),
                    "custodian": peers.custodian_lister(exe, proxy.url, tmp_path)}
         # when custodian runs its tag-filtered policies against the same proxy

@@ -11,24 +11,19 @@ What AWS does between a queue and a function, done here in the test process:
   did not report in ``batchItemFailures`` (an invocation that raises fails
   them all). Failed records are made visible again at once, instead of after
   the visibility timeout, so retries and the redrive to the DLQ are fast;
-- ``drain`` runs the classifier and deleter sources until both queues are empty;
-- ``AwsRequestCounter`` is a pass-through HTTP proxy in front of moto that
-  counts requests per AWS service (read from the SigV4 credential scope), for
-  tests that assert how many calls reached the provider.
+- ``drain`` runs the classifier and deleter sources until both queues are empty.
+
+Tests that assert how many calls reached the provider put ``tests.support.aws_proxy``
+in front of moto.
 """
 
 from __future__ import annotations
 
-import http.client
 import json
-import threading
 import uuid
-from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
 
 REGION = "us-east-1"
 ACCOUNT = "123456789012"
@@ -210,90 +205,6 @@ def drain(sources: Iterable[SqsEventSource], max_rounds: int = 200) -> int:
 def _chunks(items: list[Any], n: int) -> Iterable[list[Any]]:
     for i in range(0, len(items), n):
         yield items[i:i + n]
-
-
-# -- counting the requests that reach AWS ----------------------------------------------------
-
-
-class AwsRequestCounter:
-    """A pass-through HTTP proxy to ``upstream`` that counts requests per AWS
-    service (the service of the SigV4 ``Credential=.../region/SERVICE/aws4_request``
-    scope), and the query-protocol actions (EC2's ``Action=TerminateInstances``) in
-    ``actions``. Point ``AWS_ENDPOINT_URL`` at ``url`` to count what a component sends."""
-
-    def __init__(self, upstream: str) -> None:
-        self.upstream = urlsplit(upstream)
-        self.counts: Counter[str] = Counter()
-        self.actions: Counter[str] = Counter()
-        self._lock = threading.Lock()
-        handler = type("_Bound", (_ProxyHandler,), {"counter": self})
-        self._http = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self._http.daemon_threads = True
-        self._thread = threading.Thread(target=self._http.serve_forever, name="aws-counter", daemon=True)
-
-    @property
-    def url(self) -> str:
-        host, port = self._http.server_address[:2]
-        return f"http://{host}:{port}"
-
-    def start(self) -> AwsRequestCounter:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._http.shutdown()
-        self._http.server_close()
-        self._thread.join(timeout=5)
-
-    def record(self, authorization: str | None, body: bytes | None = None) -> None:
-        action = parse_qs((body or b"").decode("utf-8", "replace")).get("Action", [None])[0]
-        if action:
-            with self._lock:
-                self.actions[action] += 1
-        service = "unsigned"
-        if authorization and "Credential=" in authorization:
-            scope = authorization.split("Credential=", 1)[1].split(",", 1)[0].split("/")
-            if len(scope) >= 4:
-                service = scope[3]
-        with self._lock:
-            self.counts[service] += 1
-
-    def __enter__(self) -> AwsRequestCounter:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-
-class _ProxyHandler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    counter: AwsRequestCounter
-
-    def _forward(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(length) if length else None
-        self.counter.record(self.headers.get("Authorization"), body)
-        up = self.counter.upstream
-        conn = http.client.HTTPConnection(up.hostname, up.port, timeout=60)
-        try:
-            headers = {k: v for k, v in self.headers.items() if k.lower() not in ("connection", "keep-alive")}
-            conn.request(self.command, self.path, body=body, headers=headers)
-            resp = conn.getresponse()
-            data = resp.read()
-        finally:
-            conn.close()
-        self.send_response(resp.status)
-        for k, v in resp.getheaders():
-            if k.lower() not in ("transfer-encoding", "connection", "content-length"):
-                self.send_header(k, v)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = _forward
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
-        pass
 
 
 # -- a platform that provisions on moto the way the ledger protocol says ---------------------
