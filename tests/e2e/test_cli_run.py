@@ -41,10 +41,11 @@ def cli(db: Database, *args: str, **env: str) -> subprocess.CompletedProcess[str
                           text=True, timeout=120, stdin=subprocess.DEVNULL)
 
 
-def add_backend(db: Database, mode: str | None = None) -> None:
+def add_backend(db: Database, mode: str | None = None, settings: dict[str, Any] | None = None) -> None:
     with db.connection() as conn:
         conn.run("INSERT INTO backends (id, provider, account, regions, settings, mode)"
-                 " VALUES (:i, 'aws', '123456789012', '{us-east-1}', '{}', :m)", i=BACKEND, m=mode)
+                 " VALUES (:i, 'aws', '123456789012', '{us-east-1}', CAST(:s AS jsonb), :m)",
+                 i=BACKEND, s=json.dumps(settings or {}), m=mode)
 
 
 def check_c3(doc: Any) -> None:
@@ -138,7 +139,9 @@ def test_delete_run_that_deletes_exits_0_and_a_protected_one_is_not_a_failure(db
 
 
 def test_unsettled_run_exits_0(db, platform):
-    add_backend(db, mode="delete")
+    # A margin of its own (the backend's setting overrides the process's 1 s): a slow
+    # machine taking seconds to start the CLI cannot carry the change out of it.
+    add_backend(db, mode="delete", settings={"margin_seconds": 600})
     changed = platform.tracked()
     settle(platform)
     platform.ledger.mark_terminated(changed.owner_id)  # inside the margin at listing time
