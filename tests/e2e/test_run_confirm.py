@@ -12,6 +12,7 @@ import fcntl
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import termios
@@ -40,8 +41,10 @@ def environment(db: Database) -> dict[str, str]:
 
 def _controlling_terminal() -> None:
     # In the child, after setsid: stdin (the pty) becomes its controlling terminal, so that
-    # Ctrl-C typed on the terminal is a SIGINT to it, as in a shell.
+    # Ctrl-C typed on the terminal is a SIGINT to it, as in a shell; and SIGINT is not ignored
+    # even when the suite runs with it ignored (a background job of a non-interactive shell).
     fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 class Terminal:

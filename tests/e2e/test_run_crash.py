@@ -40,10 +40,16 @@ def environment(db: Database, gcp: FakeCompute, lease: int = LEASE) -> dict[str,
     return env
 
 
+def _interruptible() -> None:
+    # In the child: Ctrl-C as at a shell prompt, even when the suite itself runs with SIGINT
+    # ignored (a background job of a non-interactive shell passes SIG_IGN on to its children).
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start(db: Database, gcp: FakeCompute, *args: str, lease: int = LEASE) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-m", "orphan_cleanup", "run", "--backend", BACKEND, *args],
                             env=environment(db, gcp, lease), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=_interruptible)
 
 
 def run(db: Database, gcp: FakeCompute, *args: str) -> subprocess.CompletedProcess[str]:
