@@ -8,7 +8,7 @@ import re
 from typing import Any
 
 from tests.support.gcp_fake_snapshots import FakeSnapshots
-from tests.support.gcp_fake_state import COLLECTIONS, SINGULAR, _copy, _now, _Stored
+from tests.support.gcp_fake_state import COLLECTIONS, SINGULAR, _copy, _poll, _Stored
 from tests.support.gcp_fake_wire import (
     GOOGLE_BASE,
     WireError,
@@ -161,15 +161,8 @@ class FakeApi(FakeSnapshots):
 
     def _on_operation(self, method: str, query: dict[str, str], project: str, scope: str, loc: str,
                       name: str, wait: str | None) -> dict[str, Any]:
-        entry = self._ops.get((project, scope, loc, name))
-        if entry is None or (method == "POST") != bool(wait):
-            raise WireError(404, f"The resource 'projects/{project}/{scope}/{loc}/operations/{name}' was not found")
-        op, polls = entry
-        if polls > 0:
-            entry[1] = polls - 1
-        else:
-            op.update(status="DONE", progress=100, endTime=_now())
-        return dict(op)
+        return _poll(self._ops.get((project, scope, loc, name)), method, wait,
+                     f"projects/{project}/{scope}/{loc}/operations/{name}")
 
 
 

@@ -21,7 +21,7 @@ import re
 from datetime import datetime
 from typing import Any
 
-from tests.support.gcp_fake_state import FakeState, _copy, _fingerprint, _now
+from tests.support.gcp_fake_state import FakeState, _copy, _fingerprint, _now, _poll
 from tests.support.gcp_fake_wire import GOOGLE_BASE, WireError, aggregated_page, page_params, strip_empty
 
 _PREFIX = r"^/compute/v1/projects/(?P<project>[^/]+)"
@@ -146,15 +146,8 @@ class FakeSnapshots(FakeState):
 
     def _on_global_op(self, method: str, query: dict[str, str], body: bytes, project: str, name: str,
                       wait: str | None) -> dict[str, Any]:
-        entry = self._global_ops.get((project, name))
-        if entry is None or (method == "POST") != bool(wait):
-            raise WireError(404, f"The resource 'projects/{project}/global/operations/{name}' was not found")
-        op, polls = entry
-        if polls > 0:
-            entry[1] = polls - 1
-        else:
-            op.update(status="DONE", progress=100, endTime=_now())
-        return dict(op)
+        return _poll(self._global_ops.get((project, name)), method, wait,
+                     f"projects/{project}/global/operations/{name}")
 
     # --- internals ---------------------------------------------------------------------
 

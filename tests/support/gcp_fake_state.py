@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from tests.support.gcp_fake_wire import GOOGLE_BASE, project_number, region_of, self_link
+from tests.support.gcp_fake_wire import GOOGLE_BASE, WireError, project_number, region_of, self_link
 
 #: Collection -> the scope kind it lives in.
 COLLECTIONS = {"instances": "zones", "disks": "zones", "addresses": "regions"}
@@ -278,6 +278,20 @@ class FakeState:
 
 def _copy(body: dict[str, Any]) -> dict[str, Any]:
     return json.loads(json.dumps(body))
+
+
+def _poll(entry: list[Any] | None, method: str, wait: str | None, path: str) -> dict[str, Any]:
+    """``operations.get`` (GET) or ``operations.wait`` (POST .../wait) of a recorded
+    ``[operation, polls left]``: DONE once its polls are used up. 404 when there is no such
+    operation or the verb does not match the path."""
+    if entry is None or (method == "POST") != bool(wait):
+        raise WireError(404, f"The resource '{path}' was not found")
+    op, polls = entry
+    if polls > 0:
+        entry[1] = polls - 1
+    else:
+        op.update(status="DONE", progress=100, endTime=_now())
+    return dict(op)
 
 
 def _now() -> str:
