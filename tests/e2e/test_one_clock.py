@@ -25,7 +25,7 @@ import boto3
 import pytest
 from orphan_cleanup.ledger.db import Database
 
-from tests.support.ledger_helpers import add_backend, cleanup_row, cycle_row, db_now
+from tests.support.ledger_helpers import add_backend, add_ref, cleanup_row, cycle_row, db_now
 from tests.support.sqs_harness import MotoPlatform
 
 BACKEND = "aws-clock"
@@ -119,3 +119,44 @@ def test_a_skewed_function_clock_changes_no_compared_timestamp(emptied_db: Datab
     assert active["started"] is True and active["reason"] == "activity", active
     listed_at = cycle_row(db, active["cycle_id"])["listed_at"]
     assert abs(db_now(db) - listed_at) < CLOSE, listed_at
+
+
+TICK = """
+import json
+from functions.aws import lister
+from tests.support.sqs_harness import context
+print("RESULT " + json.dumps(lister.handler({}, context("lister")), default=str))
+"""
+
+
+@pytest.mark.parametrize("skew", list(SKEWS))
+def test_a_skewed_tick_selects_due_backends_by_the_database_clock(emptied_db: Database, skew: str) -> None:
+    # given three backends of one account, never cleaned, due an hour ago, in 30 s (within
+    # the hourly interval's 60 s tolerance: due, so the tick's statement must send its facts)
+    # and in two hours (beyond its horizon: sent without facts, not due)
+    db = emptied_db
+    add_ref(db)  # the ledger has issued a ref: the tick enrolls every backend
+    due_in = {"clock-past": "- interval '1 hour'", "clock-near": "+ interval '30 seconds'",
+              "clock-later": "+ interval '2 hours'"}
+    for backend, offset in due_in.items():
+        add_backend(db, backend, settings={"interval_seconds": 3600})
+        with db.connection() as conn:
+            conn.run(f"INSERT INTO cleanup (backend_id, next_due_at) VALUES (:b, now() {offset})", b=backend)
+    sqs = boto3.client("sqs", region_name="us-east-1")
+    env = {"DATABASE_URL": db.info.url(), "NO_COLOR": "1",
+           "JOBS_QUEUE_URL": sqs.create_queue(QueueName="clock-jobs")["QueueUrl"],
+           "LISTING_QUEUE_URL": sqs.create_queue(QueueName="clock-listing")["QueueUrl"],
+           "DELETE_QUEUE_URL": sqs.create_queue(QueueName="clock-delete")["QueueUrl"],
+           "POWERTOOLS_METRICS_NAMESPACE": "OrphanCleanupClock", "POWERTOOLS_SERVICE_NAME": "orphan-cleanup"}
+
+    # when the deployed tick runs with its clock two hours off
+    proc = skewed(skew, ["-c", TICK], env)
+
+    # then the database's clock decided: +2h would make "later" due, -2h would make "past" not due
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    line = next(x for x in reversed(proc.stdout.splitlines()) if x.startswith("RESULT "))
+    tick = json.loads(line.removeprefix("RESULT "))
+    assert tick["ok"], tick
+    assert tick["due"] == {"clock-near": "never_cleaned", "clock-past": "never_cleaned"}, tick
+    assert tick["skipped"] == {"clock-later": "not_due"}, tick
+    assert tick["jobs"] == [["clock-near", "clock-past"]], tick
