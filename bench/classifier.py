@@ -35,17 +35,17 @@ from typing import Any
 from bench import floors, legacy
 from bench import ledger_data as data
 from bench.common import CountingDatabase, PgServer, StatementCounter, Table, median
-from orphan_cleanup import bookkeeping
-from orphan_cleanup.gcpause import paused_gc
+from orphan_cleanup.core.messages import ListingBatch
+from orphan_cleanup.core.settings import Settings
+from orphan_cleanup.cycle import bookkeeping
+from orphan_cleanup.cycle.gcpause import paused_gc
+from orphan_cleanup.cycle.pipeline import Pipeline, build_payload, limits_for
+from orphan_cleanup.cycle.reporting import Reporter
 from orphan_cleanup.ledger import queries
 from orphan_cleanup.ledger.db import Database
 from orphan_cleanup.ledger.store import LedgerStore, apply_payload
-from orphan_cleanup.messages import ListingBatch
-from orphan_cleanup.pipeline import Pipeline, build_payload, limits_for
 from orphan_cleanup.queues.base import MAX_MESSAGE_BYTES
 from orphan_cleanup.queues.memory import InProcessQueue
-from orphan_cleanup.reporting import Reporter
-from orphan_cleanup.settings import Settings
 
 NAME = "classifier"
 

@@ -24,9 +24,8 @@ import pg8000.native
 
 from orphan_cleanup.ledger.db import Database, connect
 from orphan_cleanup.ledger.embedded import ensure_database, start_embedded
-from orphan_cleanup.ledger.url import ConnInfo, parse_database_url
 from orphan_cleanup.ledger.migrate import migrate
-
+from orphan_cleanup.ledger.url import ConnInfo, parse_database_url
 
 # ---- results ---------------------------------------------------------------------------
 

@@ -20,11 +20,11 @@ from typing import Any
 
 from bench.classifier import quiet_reporter
 from bench.common import CountingDatabase, PgServer, Table, median
+from orphan_cleanup.core.settings import Settings
+from orphan_cleanup.cycle.pipeline import Pipeline
+from orphan_cleanup.cycle.runner import drain
 from orphan_cleanup.ledger.queries import activity_since
-from orphan_cleanup.pipeline import Pipeline
 from orphan_cleanup.queues.memory import InProcessQueue
-from orphan_cleanup.runner import drain
-from orphan_cleanup.settings import Settings
 
 BACKEND = "mem"
 REPS = 20

@@ -26,9 +26,9 @@ from __future__ import annotations
 import random
 from datetime import datetime, timedelta, timezone
 
+from orphan_cleanup.core.messages import ListingBatch
+from orphan_cleanup.core.models import Resource, ResourceGroup, ResourceKind, ResourceState
 from orphan_cleanup.ledger.db import Database
-from orphan_cleanup.models import Resource, ResourceGroup, ResourceKind, ResourceState
-from orphan_cleanup.messages import ListingBatch
 
 BACKEND = "bench"
 REGION = "r1"

@@ -11,10 +11,10 @@ from typing import Any
 
 import pg8000.native
 
-from orphan_cleanup import classify
-from orphan_cleanup.decisions import BatchApplication
-from orphan_cleanup.models import Action, LedgerRecord, ResourceGroup, VerdictKind
-from orphan_cleanup.messages import ListingBatch
+from orphan_cleanup.core import classify
+from orphan_cleanup.core.decisions import BatchApplication
+from orphan_cleanup.core.messages import ListingBatch
+from orphan_cleanup.core.models import Action, LedgerRecord, ResourceGroup, VerdictKind
 
 JOIN_SQL = """
 SELECT r.provider_ref, r.owner_type, r.owner_id, r.owner_name, r.issued_at,
@@ -121,9 +121,9 @@ def _build_legacy(batch: ListingBatch, records: dict, ctx: classify.ClassifyCont
 @contextmanager
 def installed() -> Iterator[None]:
     """Run ``Pipeline.handle_batch`` with the functions above (the "before")."""
+    import orphan_cleanup.cycle.pipeline as pipeline
     import orphan_cleanup.ledger.queries as queries
     import orphan_cleanup.ledger.store as store
-    import orphan_cleanup.pipeline as pipeline
 
     shipped = store.apply_payload
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from bench.common import median
 from bench.listing import TAG, Measured
-from orphan_cleanup.models import Backend, ResourceGroup, ResourceKind, ResourceState
+from orphan_cleanup.core.models import Backend, ResourceGroup, ResourceKind, ResourceState
 from tests.support.listing import collect
 
 REGION = "us-east-1"

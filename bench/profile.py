@@ -17,7 +17,7 @@ from collections import defaultdict
 from bench import ledger_data as data
 from bench.classifier import Bench, Config
 from bench.common import PgServer, Table, median
-from orphan_cleanup.pipeline import Pipeline
+from orphan_cleanup.cycle.pipeline import Pipeline
 
 #: handle_batch without its gc pause (the profile and the gc table vary the collector themselves).
 handle = Pipeline.handle_batch.__wrapped__  # type: ignore[attr-defined]
@@ -121,7 +121,7 @@ def profile_variant(bench: Bench, before: bool) -> tuple[dict[str, float], float
 def gc_share(bench: Bench) -> dict[str, dict[bool, float]]:
     """Parse and handle_batch of 10k-group batches with the cyclic GC on (default
     thresholds) and off, interleaved: what allocation-driven collections cost."""
-    from orphan_cleanup.messages import ListingBatch
+    from orphan_cleanup.core.messages import ListingBatch
 
     cycle_id, listed_at = bench.start_cycle()
     out: dict[str, dict[bool, list[float]]] = {"parse": {True: [], False: []}, "handle": {True: [], False: []}}
@@ -181,5 +181,5 @@ def run(server: PgServer, quick: bool = False) -> list[Table]:
     gct.notes += ["the share depends on the whole heap (this process also loaded moto, boto3 and the Google "
                   "clients for the other benchmarks): a generation-2 pass walks every live object.",
                   "shipped: the classifier entry points and Pipeline.handle_batch pause the collector over a "
-                  "batch (orphan_cleanup.gcpause); its objects are acyclic and freed by reference counting."]
+                  "batch (orphan_cleanup.cycle.gcpause); its objects are acyclic and freed by reference counting."]
     return [spots, top, gct]

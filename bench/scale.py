@@ -59,7 +59,7 @@ def account(n_groups: int) -> Iterator[tuple[int, str]]:
 
 
 def make_provider(n_groups: int) -> Callable[[Any], Any]:
-    from orphan_cleanup.models import RegionListing
+    from orphan_cleanup.core.models import RegionListing
     from orphan_cleanup.providers.base import ResourceProvider
 
     class SyntheticProvider(ResourceProvider):
@@ -85,7 +85,7 @@ def make_provider(n_groups: int) -> Callable[[Any], Any]:
 def streaming_queue(pipeline: Any) -> Any:
     """An in-process queue that classifies each listing batch as it is published,
     after the same serialization round trip a real queue imposes."""
-    from orphan_cleanup.messages import ListingBatch
+    from orphan_cleanup.core.messages import ListingBatch
     from orphan_cleanup.queues.memory import InProcessQueue
 
     class StreamingQueue(InProcessQueue):
@@ -101,11 +101,11 @@ def streaming_queue(pipeline: Any) -> Any:
 def child(args: dict[str, Any]) -> dict[str, Any]:
     """One cycle in this process; returns its figures (printed as JSON by ``main``)."""
     from bench.classifier import quiet_reporter
+    from orphan_cleanup.core.settings import Settings
+    from orphan_cleanup.cycle.pipeline import Pipeline
+    from orphan_cleanup.cycle.runner import drain, run_cycle
     from orphan_cleanup.ledger.db import Database
-    from orphan_cleanup.pipeline import Pipeline
     from orphan_cleanup.queues.memory import InProcessQueue
-    from orphan_cleanup.runner import drain, run_cycle
-    from orphan_cleanup.settings import Settings
 
     rss_start = peak_rss_mb()
     n, variant = args["groups"], args["variant"]
@@ -123,7 +123,7 @@ def child(args: dict[str, Any]) -> dict[str, Any]:
             print(json.dumps(report.c3(), indent=2), file=out)
         report_groups = len(report.groups)
     elif variant == "run --json, streamed":  # commands.run: the header, then the groups page by page
-        from orphan_cleanup.output import write_json_document
+        from orphan_cleanup.cli.output import write_json_document
 
         report = run_cycle(pipeline, data.BACKEND, mode="report", groups=False)
         counted = _Counted(pipeline.store.report_groups(report.cycle_id))

@@ -87,8 +87,8 @@ def run(server: PgServer, *, quick: bool = False, per_region: int | None = None,
     each of ``delete_shares`` (the first share of each is the baseline, normally 0).
     ``budgets`` default to the product's (``settings_budgets`` of the default settings);
     ``moto_url``: a running moto server (default: one started here)."""
+    from orphan_cleanup.core.settings import Settings
     from orphan_cleanup.providers.ratelimit import settings_budgets
-    from orphan_cleanup.settings import Settings
     from tests.support.ledger_helpers import add_backend
     from tests.support.moto import reset_moto
 
@@ -130,11 +130,11 @@ def _fleet(db: Any, per_region: int) -> list[Any]:
 
 def _cycle(db: Any, url: str, share: float, budgets: Mapping[str, Any], settings: Any,
            mode: Literal["report", "delete"]) -> Cycle:
-    from orphan_cleanup.pipeline import Pipeline
+    from orphan_cleanup.cycle.pipeline import Pipeline
+    from orphan_cleanup.cycle.runner import run_cycle
     from orphan_cleanup.providers.aws import build_aws_provider
     from orphan_cleanup.providers.ratelimit import RateLimits
     from orphan_cleanup.queues.memory import InProcessQueue
-    from orphan_cleanup.runner import run_cycle
     from tests.support.aws_proxy import AwsProxy
 
     limits = RateLimits(budgets)

@@ -21,13 +21,13 @@ import msgspec
 
 from bench.classifier import quiet_reporter
 from bench.common import CountingDatabase, PgServer, Table
+from orphan_cleanup.core.messages import ListingJob
+from orphan_cleanup.core.settings import Settings
+from orphan_cleanup.cycle.pipeline import Pipeline
 from orphan_cleanup.ledger import queries
 from orphan_cleanup.ledger.records import IdleSnapshot, TickRow
 from orphan_cleanup.ledger.store import LedgerSession
-from orphan_cleanup.messages import ListingJob
-from orphan_cleanup.pipeline import Pipeline
 from orphan_cleanup.queues.memory import InProcessQueue
-from orphan_cleanup.settings import Settings
 
 REGIONS = ("r1", "r2", "r3")
 SCALE_BACKENDS = 10_000  # enrolled backends of ``tick_at_scale``

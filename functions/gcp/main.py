@@ -6,10 +6,10 @@ the maximum attempts the message lands in the dead-letter topic."""
 
 import functions_framework
 
+from orphan_cleanup.core.errors import ConfigError
+from orphan_cleanup.core.messages import DeleteRequest, ListingBatch
+from orphan_cleanup.cycle.gcpause import gc_paused
 from orphan_cleanup.entrypoints import gcp
-from orphan_cleanup.errors import ConfigError
-from orphan_cleanup.gcpause import gc_paused
-from orphan_cleanup.messages import DeleteRequest, ListingBatch
 
 
 @functions_framework.http
@@ -22,7 +22,7 @@ def lister(request):
 
 
 @functions_framework.cloud_event
-@gc_paused  # the batch's decode and classification (orphan_cleanup.gcpause)
+@gc_paused  # the batch's decode and classification (orphan_cleanup.cycle.gcpause)
 def classifier(cloud_event):
     gcp.pipeline().handle_batch(gcp.parse(ListingBatch, cloud_event.data))
 

@@ -1,3 +1,3 @@
-from orphan_cleanup.cli import main
+from orphan_cleanup.cli.app import main
 
 raise SystemExit(main())

@@ -23,7 +23,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from functions.aws import classifier, deleter, lister
-from orphan_cleanup.commands import status_rows
+from orphan_cleanup.cli.commands import status_rows
 from orphan_cleanup.ledger.db import Database
 from tests.support.aws_proxy import AwsProxy
 from tests.support.sqs_harness import (
@@ -449,7 +449,7 @@ def test_scale_1000_resources_through_the_sqs_pipeline(db, moto_process, monkeyp
             {"ResourceType": "instance", "Tags": [{"Key": "provider_ref", "Value": ref}]}])["Instances"][0]
         return inst["InstanceId"], inst["Placement"]["AvailabilityZone"]
 
-    from orphan_cleanup.models import OwnerStatus
+    from orphan_cleanup.core.models import OwnerStatus
 
     tracked, leaked, leftover_refs = [], [], []
     for i in range(500):

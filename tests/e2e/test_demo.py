@@ -117,8 +117,8 @@ def test_progress_goes_to_stderr_and_the_demo_cleans_up(demo):
 
 
 def test_the_self_check_catches_wrong_verdicts_missing_and_unexpected_groups(capsys):
-    from orphan_cleanup.demo.story import _show_cycle
     from orphan_cleanup.demo.platform import Scenario
+    from orphan_cleanup.demo.story import _show_cycle
     from orphan_cleanup.ledger.records import CycleReport, ReportGroup
 
     plan = [Scenario("gave-up", "", "orphan", "owner_terminated", "i-1", "aaaaaaaaaaaa"),

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
+from orphan_cleanup.core.models import OwnerStatus
 from orphan_cleanup.ledger.db import Database
-from orphan_cleanup.models import OwnerStatus
 from tests.support.ledger_helpers import add_backend
 from tests.support.sqs_harness import MotoPlatform
 

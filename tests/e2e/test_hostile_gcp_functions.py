@@ -21,10 +21,10 @@ from functions_framework import create_app
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from orphan_cleanup.core.messages import DeleteRequest, ListingBatch
+from orphan_cleanup.core.models import OwnerStatus, Resource, ResourceGroup, ResourceKind
 from orphan_cleanup.ledger.client import LedgerClient, gcp_labels
 from orphan_cleanup.ledger.db import Database
-from orphan_cleanup.models import OwnerStatus, Resource, ResourceGroup, ResourceKind
-from orphan_cleanup.messages import DeleteRequest, ListingBatch
 from tests.support.gcp_fake import FakeCompute
 from tests.support.pubsub_harness import FakePubSub, pubsub, pubsub_cloudevent, pubsub_server  # noqa: F401
 

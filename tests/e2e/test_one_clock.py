@@ -23,8 +23,8 @@ from typing import Any
 
 import boto3
 import pytest
-from orphan_cleanup.ledger.db import Database
 
+from orphan_cleanup.ledger.db import Database
 from tests.support.ledger_helpers import add_backend, add_ref, cleanup_row, cycle_row, db_now
 from tests.support.sqs_harness import MotoPlatform
 

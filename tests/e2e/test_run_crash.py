@@ -21,9 +21,9 @@ from typing import Any
 
 import pytest
 
+from orphan_cleanup.core.models import OwnerStatus
 from orphan_cleanup.ledger.client import LedgerClient, gcp_labels
 from orphan_cleanup.ledger.db import Database
-from orphan_cleanup.models import OwnerStatus
 from tests.support.gcp_fake import FakeCompute
 
 BACKEND = "gcp-main"
@@ -250,10 +250,11 @@ def test_the_heartbeat_renews_only_a_live_cycle_and_only_a_gate_its_holder_still
     """The renewal the heartbeat runs, in-process on the real ledger (no provider involved)."""
     from datetime import timedelta
 
-    from orphan_cleanup import bookkeeping, policy
+    from orphan_cleanup.core import policy
+    from orphan_cleanup.core.settings import Settings
+    from orphan_cleanup.cycle import bookkeeping
     from orphan_cleanup.ledger.store import LedgerStore
     from orphan_cleanup.ledger.unit import GateHold
-    from orphan_cleanup.settings import Settings
 
     with db.connection() as conn:
         conn.run("INSERT INTO backends (id, provider, account, regions) VALUES (:i, 'gcp', :a, :r)",

@@ -18,10 +18,10 @@ import sys
 from typing import Any
 
 import pytest
-from orphan_cleanup.ledger.db import Database
-from orphan_cleanup.models import OwnerStatus
 
 from functions.aws import classifier, lister
+from orphan_cleanup.core.models import OwnerStatus
+from orphan_cleanup.ledger.db import Database
 from tests.support.ledger_helpers import add_backend, count_rows, cycle_row
 from tests.support.sqs_harness import ACCOUNT, AMI, DeployedQueues, MotoPlatform, context, lambda_record
 

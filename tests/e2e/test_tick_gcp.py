@@ -13,9 +13,9 @@ import json
 import pytest
 from functions_framework import create_app
 
+from orphan_cleanup.core.models import OwnerStatus
 from orphan_cleanup.ledger.client import LedgerClient, gcp_labels
 from orphan_cleanup.ledger.db import Database
-from orphan_cleanup.models import OwnerStatus
 from tests.support.gcp_fake import FakeCompute
 from tests.support.pubsub_harness import FakePubSub, pubsub, pubsub_server  # noqa: F401
 

@@ -11,11 +11,10 @@ import uuid
 
 import pytest
 
+from orphan_cleanup.core.models import OwnerStatus
 from orphan_cleanup.ledger.client import LedgerClient
 from orphan_cleanup.ledger.queries import activity_since
-from orphan_cleanup.models import OwnerStatus
 from tests.support.ledger_helpers import T0, add_backend, add_instance, add_ref, db_now
-
 
 OTHER_ACCOUNT = "111111111111"  # A's; B has add_backend's default account
 

@@ -15,8 +15,8 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 
-from orphan_cleanup.errors import ProviderError, ProviderUnavailable
-from orphan_cleanup.models import (
+from orphan_cleanup.core.errors import ProviderError, ProviderUnavailable
+from orphan_cleanup.core.models import (
     Backend,
     BackendSettings,
     DeleteStatus,

@@ -17,14 +17,14 @@ from typing import Any
 import boto3
 import pytest
 
-from orphan_cleanup import explain
-from orphan_cleanup.delete_rules import delete_record
-from orphan_cleanup.models import DeleteStatus, ResourceKind
-from orphan_cleanup.pipeline import Pipeline
+from orphan_cleanup.cli import explain
+from orphan_cleanup.core.delete_rules import delete_record
+from orphan_cleanup.core.models import DeleteStatus, ResourceKind
+from orphan_cleanup.core.settings import Settings
+from orphan_cleanup.cycle.pipeline import Pipeline
+from orphan_cleanup.cycle.runner import run_cycle
 from orphan_cleanup.providers.aws import build_aws_provider
 from orphan_cleanup.queues.memory import InProcessQueue
-from orphan_cleanup.runner import run_cycle
-from orphan_cleanup.settings import Settings
 from tests.integration.test_aws_provider import (
     EAST,
     REF_A,

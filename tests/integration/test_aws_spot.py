@@ -18,8 +18,8 @@ from typing import Any
 import boto3
 import pytest
 
-from orphan_cleanup.errors import ProviderError
-from orphan_cleanup.models import DeleteStatus, ResourceKind, ResourceState
+from orphan_cleanup.core.errors import ProviderError
+from orphan_cleanup.core.models import DeleteStatus, ResourceKind, ResourceState
 from tests.integration.test_aws_provider import (
     AMI,
     EAST,

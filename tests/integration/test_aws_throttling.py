@@ -18,13 +18,13 @@ from typing import Any
 
 import pytest
 
+from orphan_cleanup.core.settings import Settings
+from orphan_cleanup.cycle.pipeline import Pipeline
+from orphan_cleanup.cycle.runner import run_cycle
 from orphan_cleanup.ledger.db import Database
-from orphan_cleanup.pipeline import Pipeline
 from orphan_cleanup.providers.aws import build_aws_provider
 from orphan_cleanup.providers.ratelimit import DESCRIBE, MUTATE, TERMINATE, Budget, RateLimits
 from orphan_cleanup.queues.memory import InProcessQueue
-from orphan_cleanup.runner import run_cycle
-from orphan_cleanup.settings import Settings
 from tests.support.aws_proxy import AwsProxy
 from tests.support.ledger_helpers import add_backend, cycle_row, reset
 from tests.support.moto import reset_moto

@@ -15,11 +15,11 @@ import pytest
 from bench import classifier, legacy, peers
 from bench import ledger_data as data
 from bench.common import PgServer
-from orphan_cleanup import classify
+from orphan_cleanup.core import classify
+from orphan_cleanup.core.messages import ListingBatch
+from orphan_cleanup.core.models import LedgerRecord
+from orphan_cleanup.cycle.pipeline import build_payload
 from orphan_cleanup.ledger.store import apply_payload
-from orphan_cleanup.messages import ListingBatch
-from orphan_cleanup.models import LedgerRecord
-from orphan_cleanup.pipeline import build_payload
 from orphan_cleanup.providers.aws_snapshot import listed_kinds
 from tests.support.aws_proxy import AwsProxy
 

@@ -10,14 +10,14 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from orphan_cleanup.bookkeeping import finish_if_complete, set_listed_at, start_cycle
-from orphan_cleanup.classify import ClassifyContext
-from orphan_cleanup.cli import main
+from orphan_cleanup.cli.app import main
+from orphan_cleanup.core.classify import ClassifyContext
+from orphan_cleanup.core.messages import ListingBatch
+from orphan_cleanup.core.models import Outcome
+from orphan_cleanup.cycle.bookkeeping import finish_if_complete, set_listed_at, start_cycle
+from orphan_cleanup.cycle.pipeline import build_payload
 from orphan_cleanup.ledger.migrate import available_migrations
 from orphan_cleanup.ledger.store import LedgerStore
-from orphan_cleanup.messages import ListingBatch
-from orphan_cleanup.models import Outcome
-from orphan_cleanup.pipeline import build_payload
 from tests.support.ledger_helpers import T0, add_ref, db_now, group, limits
 
 UNREACHABLE = "postgresql://postgres@127.0.0.1:1/postgres?sslmode=disable"

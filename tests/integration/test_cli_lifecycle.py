@@ -17,11 +17,11 @@ from typing import Any
 
 import pytest
 
-from orphan_cleanup.bookkeeping import start_cycle
-from orphan_cleanup.errors import ConfigError, LeaseLost
+from orphan_cleanup.core.errors import ConfigError, LeaseLost
+from orphan_cleanup.core.models import Backend
+from orphan_cleanup.cycle.bookkeeping import start_cycle
 from orphan_cleanup.ledger.db import Database
 from orphan_cleanup.ledger.store import LedgerStore
-from orphan_cleanup.models import Backend
 from tests.support.ledger_helpers import add_backend, add_instance, add_ref, limits
 
 ACCOUNT = "123456789012"

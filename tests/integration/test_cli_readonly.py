@@ -23,11 +23,11 @@ from pathlib import Path
 
 import pytest
 
-from orphan_cleanup.errors import SchemaNotMigrated
+from orphan_cleanup.cli.psql import find_psql, psql_environment, run_psql
+from orphan_cleanup.core.errors import SchemaNotMigrated
 from orphan_cleanup.ledger.db import Database, connect
 from orphan_cleanup.ledger.migrate import available_migrations, migrate
 from orphan_cleanup.ledger.url import ConnInfo
-from orphan_cleanup.psql import find_psql, psql_environment, run_psql
 
 NOT_MIGRATED = "orphan-cleanup: error: " + SchemaNotMigrated.MESSAGE
 READ_ONLY_COMMANDS = [["status"], ["status", "--json"], ["backend", "list"], ["backend", "list", "--json"],
@@ -240,7 +240,7 @@ def password_role(pg_server: ConnInfo) -> Iterator[tuple[str, str]]:
 
 
 def _wait_until_refused(info: ConnInfo) -> None:
-    from orphan_cleanup.errors import DatabaseError
+    from orphan_cleanup.core.errors import DatabaseError
 
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
@@ -283,8 +283,8 @@ def test_a_timeout_is_said_as_such():
     # a server that accepts and never answers: the connection's own timeout, then one line
     import socket
 
-    from orphan_cleanup.errors import DatabaseError
-    from orphan_cleanup.output import database_error_line
+    from orphan_cleanup.cli.output import database_error_line
+    from orphan_cleanup.core.errors import DatabaseError
 
     with socket.socket() as silent:
         silent.bind(("127.0.0.1", 0))
@@ -343,8 +343,8 @@ def test_the_systems_psql_gets_the_password_from_the_environment_only(db, passwo
 
 
 def test_no_psql_is_one_line(db, monkeypatch):
-    import orphan_cleanup.psql as psql_module
-    from orphan_cleanup.errors import ConfigError
+    import orphan_cleanup.cli.psql as psql_module
+    from orphan_cleanup.core.errors import ConfigError
 
     monkeypatch.setattr(psql_module, "find_psql", lambda: None)
     with pytest.raises(ConfigError, match="psql not found: install the PostgreSQL client"):

@@ -10,21 +10,49 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from orphan_cleanup.classify import ClassifyContext
-from orphan_cleanup.errors import LeaseLost
-from orphan_cleanup.bookkeeping import (
-    DeleteDecision, delete_allowed, dispatch_deletes, fail_cycle, finish_if_complete, record_delete, set_listed_at,
+from orphan_cleanup.core.classify import ClassifyContext
+from orphan_cleanup.core.decisions import BatchApplication
+from orphan_cleanup.core.errors import LeaseLost
+from orphan_cleanup.core.messages import ListingBatch
+from orphan_cleanup.core.models import (
+    DEFAULT_PROTECT_KEY,
+    DeleteResult,
+    DeleteStatus,
+    Outcome,
+    OwnerStatus,
+    RegionFailure,
+)
+from orphan_cleanup.cycle.bookkeeping import (
+    DeleteDecision,
+    delete_allowed,
+    dispatch_deletes,
+    fail_cycle,
+    finish_if_complete,
+    record_delete,
+    set_listed_at,
     start_cycle,
 )
-from orphan_cleanup.decisions import BatchApplication
+from orphan_cleanup.cycle.pipeline import build_payload
 from orphan_cleanup.ledger.client import LedgerClient
-from orphan_cleanup.ledger.store import LedgerSession, LedgerStore as S
-from orphan_cleanup.models import DEFAULT_PROTECT_KEY, DeleteResult, DeleteStatus, OwnerStatus, Outcome, RegionFailure
-from orphan_cleanup.messages import ListingBatch
-from orphan_cleanup.pipeline import build_payload
+from orphan_cleanup.ledger.store import LedgerSession
+from orphan_cleanup.ledger.store import LedgerStore as S
 from tests.support.ledger_helpers import (
-    T0, CountingConnection, add_backend, add_instance, add_instances_bulk, add_ref, add_refs_bulk, cleanup_row,
-    count_rows, cycle_row, db_now, group, leftovers, limits, make_ref, table_counts,
+    T0,
+    CountingConnection,
+    add_backend,
+    add_instance,
+    add_instances_bulk,
+    add_ref,
+    add_refs_bulk,
+    cleanup_row,
+    count_rows,
+    cycle_row,
+    db_now,
+    group,
+    leftovers,
+    limits,
+    make_ref,
+    table_counts,
 )
 
 B = "aws-prod"

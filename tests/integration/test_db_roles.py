@@ -21,14 +21,15 @@ from pathlib import Path
 
 import pytest
 
-from orphan_cleanup import bootstrap, cli
-from orphan_cleanup.errors import DatabaseError
+from orphan_cleanup.cli import app as cli
+from orphan_cleanup.core.errors import DatabaseError
+from orphan_cleanup.core.settings import Settings
+from orphan_cleanup.cycle.runner import run_cycle
+from orphan_cleanup.entrypoints import bootstrap
 from orphan_cleanup.ledger.db import Database, connect, sqlstate
 from orphan_cleanup.ledger.migrate import available_migrations, migrate
 from orphan_cleanup.ledger.url import ConnInfo
 from orphan_cleanup.queues.memory import InProcessQueue
-from orphan_cleanup.runner import run_cycle
-from orphan_cleanup.settings import Settings
 from tests.support.memory_cloud import MemoryCloud, MemoryProvider
 from tests.support.pg import fresh_database
 from tests.support.platform import Platform, add_backend

@@ -25,10 +25,10 @@ from urllib.parse import quote
 
 import pytest
 
-from orphan_cleanup import bootstrap
-from orphan_cleanup.errors import ConfigError, DatabaseError
+from orphan_cleanup.core.errors import ConfigError, DatabaseError
+from orphan_cleanup.core.settings import Settings
+from orphan_cleanup.entrypoints import bootstrap
 from orphan_cleanup.ledger.db import Database
-from orphan_cleanup.settings import Settings
 
 pytest.importorskip("cryptography", reason="the test CA is made with the cryptography package (dev extra)")
 from cryptography import x509  # noqa: E402

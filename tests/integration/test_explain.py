@@ -12,17 +12,18 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from orphan_cleanup import cli, explain
-from orphan_cleanup.errors import ConfigError, SchemaNotMigrated
+from orphan_cleanup.cli import app as cli
+from orphan_cleanup.cli import explain
+from orphan_cleanup.core.errors import ConfigError, SchemaNotMigrated
+from orphan_cleanup.core.messages import DeleteRequest, ListingBatch
+from orphan_cleanup.core.models import DEFAULT_PROTECT_KEY, ResourceKind
+from orphan_cleanup.core.settings import Settings
+from orphan_cleanup.cycle.pipeline import Pipeline
+from orphan_cleanup.cycle.runner import drain, run_cycle
 from orphan_cleanup.ledger.db import Database
 from orphan_cleanup.ledger.explain import ExplainedGroup
 from orphan_cleanup.ledger.migrate import available_migrations
-from orphan_cleanup.messages import DeleteRequest, ListingBatch
-from orphan_cleanup.models import DEFAULT_PROTECT_KEY, ResourceKind
-from orphan_cleanup.pipeline import Pipeline
 from orphan_cleanup.queues.memory import InProcessQueue
-from orphan_cleanup.runner import drain, run_cycle
-from orphan_cleanup.settings import Settings
 from tests.support.ledger_helpers import add_backend, add_instance, db_now, make_ref
 from tests.support.memory_cloud import MemoryCloud, MemoryProvider
 

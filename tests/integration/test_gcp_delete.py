@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from orphan_cleanup.errors import ProviderError, ProviderUnavailable
-from orphan_cleanup.models import Backend, DeleteStatus, ResourceGroup
+from orphan_cleanup.core.errors import ProviderError, ProviderUnavailable
+from orphan_cleanup.core.models import Backend, DeleteStatus, ResourceGroup
 from orphan_cleanup.providers.gcp import GcpProvider, build_gcp_clients
 from tests.support.gcp_fake import FakeCompute
 from tests.support.listing import collect

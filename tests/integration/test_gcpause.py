@@ -1,5 +1,5 @@
 """The cyclic collector is paused over a batch's decode and classification
-(orphan_cleanup.gcpause, issue #17 item 4), and resumed afterwards, also when the
+(orphan_cleanup.cycle.gcpause, issue #17 item 4), and resumed afterwards, also when the
 block raises or when several threads pause at once."""
 
 from __future__ import annotations
@@ -13,18 +13,19 @@ from typing import Any
 
 import pytest
 
-from orphan_cleanup.gcpause import paused_gc
-from orphan_cleanup.messages import ListingBatch
-from orphan_cleanup.pipeline import Pipeline
+from orphan_cleanup.core.messages import ListingBatch
+from orphan_cleanup.core.settings import Settings
+from orphan_cleanup.cycle.gcpause import paused_gc
+from orphan_cleanup.cycle.pipeline import Pipeline
 from orphan_cleanup.queues.memory import InProcessQueue
-from orphan_cleanup.settings import Settings
 from tests.support.memory_cloud import MemoryCloud, MemoryProvider
 from tests.support.platform import Platform, add_backend
 
 
 def _in_handle_batch(frame: FrameType | None) -> bool:
     while frame is not None:
-        if frame.f_code.co_name == "handle_batch" and frame.f_code.co_filename.endswith("orphan_cleanup/pipeline.py"):
+        if (frame.f_code.co_name == "handle_batch"
+                and frame.f_code.co_filename.endswith("orphan_cleanup/cycle/pipeline.py")):
             return True
         frame = frame.f_back
     return False

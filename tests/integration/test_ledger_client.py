@@ -7,9 +7,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from orphan_cleanup.errors import ConfigError
+from orphan_cleanup.core.errors import ConfigError
+from orphan_cleanup.core.models import OwnerStatus
 from orphan_cleanup.ledger.client import LedgerClient, aws_tag_specifications, gcp_labels, new_ref
-from orphan_cleanup.models import OwnerStatus
 from tests.support.ledger_helpers import db_now
 
 REF_RE = re.compile(r"^[a-z0-9]{12}$")

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from orphan_cleanup.errors import ConfigError, SchemaNotMigrated
+from orphan_cleanup.core.errors import ConfigError, SchemaNotMigrated
 from orphan_cleanup.ledger.db import Database
 from orphan_cleanup.ledger.migrate import available_migrations, migrate, pending_migrations, require_current_schema
 

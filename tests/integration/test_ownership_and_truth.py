@@ -10,16 +10,16 @@ from datetime import timedelta
 
 import pytest
 
-from orphan_cleanup.errors import MessageRefused
+from orphan_cleanup.core.errors import MessageRefused
+from orphan_cleanup.core.messages import DeleteRequest, ListingBatch
+from orphan_cleanup.core.models import OwnerStatus, ResourceKind
+from orphan_cleanup.core.results import ListerResult
+from orphan_cleanup.core.settings import Settings
+from orphan_cleanup.cycle.pipeline import Pipeline
+from orphan_cleanup.cycle.runner import BackendOff, run_cycle
 from orphan_cleanup.ledger.records import CycleReport
 from orphan_cleanup.ledger.store import LedgerStore
-from orphan_cleanup.models import OwnerStatus, ResourceKind
-from orphan_cleanup.messages import DeleteRequest, ListingBatch
-from orphan_cleanup.pipeline import Pipeline
 from orphan_cleanup.queues.memory import InProcessQueue
-from orphan_cleanup.results import ListerResult
-from orphan_cleanup.runner import BackendOff, run_cycle
-from orphan_cleanup.settings import Settings
 from tests.support.ledger_helpers import add_backend, add_instance, cycle_row, db_now, group, make_ref
 from tests.support.memory_cloud import MemoryCloud, MemoryProvider
 

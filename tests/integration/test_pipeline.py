@@ -7,15 +7,15 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from orphan_cleanup.core.messages import DeleteRequest, ListingBatch
+from orphan_cleanup.core.models import ResourceKind
+from orphan_cleanup.core.settings import Settings
+from orphan_cleanup.cycle.pipeline import GateBusy, Pipeline
+from orphan_cleanup.cycle.runner import drain, run_cycle
 from orphan_cleanup.ledger.db import Database
 from orphan_cleanup.ledger.records import CycleReport
-from orphan_cleanup.models import ResourceKind
-from orphan_cleanup.messages import DeleteRequest, ListingBatch
-from orphan_cleanup.pipeline import GateBusy, Pipeline
 from orphan_cleanup.ledger.store import LedgerStore
 from orphan_cleanup.queues.memory import InProcessQueue
-from orphan_cleanup.runner import drain, run_cycle
-from orphan_cleanup.settings import Settings
 from tests.support.memory_cloud import MemoryCloud, MemoryProvider
 from tests.support.platform import Platform, add_backend
 
@@ -314,9 +314,9 @@ def test_redelivered_last_batch_completes_a_cycle_whose_first_delivery_crashed(d
     (body,) = list(pipeline.listing_queue.items)
     batch = ListingBatch.model_validate_json(body)
     # given the first delivery's apply committed but the function died before completing
-    from orphan_cleanup.pipeline import build_payload, limits_for
+    from orphan_cleanup.cycle.pipeline import build_payload, limits_for
     with LedgerStore(db).session() as session:
-        from orphan_cleanup import classify
+        from orphan_cleanup.core import classify
         backend = session.backend("mem")
         ctx = classify.ClassifyContext(backend_id="mem", scope="aws:123456789012", listed_at=batch.listed_at,
                                        margin=timedelta(seconds=300), protect_key="orphan-cleanup-protect")

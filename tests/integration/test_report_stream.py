@@ -3,10 +3,10 @@ the same groups in the same order with the same values as the report read whole.
 
 from __future__ import annotations
 
-from orphan_cleanup.pipeline import Pipeline
+from orphan_cleanup.core.settings import Settings
+from orphan_cleanup.cycle.pipeline import Pipeline
+from orphan_cleanup.cycle.runner import run_cycle
 from orphan_cleanup.queues.memory import InProcessQueue
-from orphan_cleanup.runner import run_cycle
-from orphan_cleanup.settings import Settings
 from tests.support.memory_cloud import MemoryCloud, MemoryProvider
 from tests.support.platform import Platform, add_backend
 

@@ -11,12 +11,12 @@ from datetime import timedelta
 
 import pytest
 
+from orphan_cleanup.core.messages import ListingBatch, ListingJob
+from orphan_cleanup.core.models import Backend, ResourceKind
+from orphan_cleanup.core.settings import Settings
+from orphan_cleanup.cycle.pipeline import Pipeline
 from orphan_cleanup.ledger.db import Database
-from orphan_cleanup.messages import ListingBatch, ListingJob
-from orphan_cleanup.models import Backend, ResourceKind
-from orphan_cleanup.pipeline import Pipeline
 from orphan_cleanup.queues.memory import InProcessQueue
-from orphan_cleanup.settings import Settings
 from tests.support.ledger_helpers import add_backend, add_instance, cleanup_row, cycle_row, db_now, make_ref
 from tests.support.memory_cloud import MemoryCloud, MemoryProvider
 

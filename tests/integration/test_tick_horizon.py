@@ -13,11 +13,11 @@ from datetime import timedelta
 
 import pytest
 
+from orphan_cleanup.core.settings import Settings
+from orphan_cleanup.cycle.pipeline import Pipeline
 from orphan_cleanup.ledger import queries
 from orphan_cleanup.ledger.db import Database
-from orphan_cleanup.pipeline import Pipeline
 from orphan_cleanup.queues.memory import InProcessQueue
-from orphan_cleanup.settings import Settings
 from tests.support.ledger_helpers import add_backend, add_ref, db_now
 
 A, B = "111111111111", "222222222222"
@@ -154,7 +154,7 @@ def test_a_warm_tick_sees_a_changed_backend_row_and_logs_a_misconfigured_one_eve
 
 @pytest.mark.parametrize("interval", [1, 59, 60, 599, 600, 601, 3600, 86400, 10**9])
 def test_the_horizon_covers_every_tolerance(interval):
-    from orphan_cleanup import classify
+    from orphan_cleanup.core import classify
     from tests.support.ledger_helpers import limits
 
     assert classify.due_tolerance(limits(interval_seconds=interval)) <= timedelta(seconds=queries.TICK_HORIZON_SECONDS)

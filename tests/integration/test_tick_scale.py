@@ -7,9 +7,9 @@ from __future__ import annotations
 import pg8000.native
 import pytest
 
-from orphan_cleanup.pipeline import Pipeline
+from orphan_cleanup.core.settings import Settings
+from orphan_cleanup.cycle.pipeline import Pipeline
 from orphan_cleanup.queues.memory import InProcessQueue
-from orphan_cleanup.settings import Settings
 
 N = 1_000
 

@@ -15,9 +15,9 @@ import pg8000.native
 import pytest
 
 from functions.aws import classifier
+from orphan_cleanup.core.messages import ListingBatch
 from orphan_cleanup.entrypoints import aws
 from orphan_cleanup.ledger.db import Database
-from orphan_cleanup.messages import ListingBatch
 from tests.integration.test_db_tls import BINDIR, tls_server  # noqa: F401 - the TLS server fixture
 from tests.support.sqs_harness import DeployedQueues, context
 

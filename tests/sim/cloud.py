@@ -25,13 +25,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from orphan_cleanup.errors import (
+from orphan_cleanup.core.errors import (
     ProviderError,
     ProviderThrottled,
     ProviderTimeout,
     ProviderUnavailable,
 )
-from orphan_cleanup.models import (
+from orphan_cleanup.core.models import (
     Backend,
     DeleteResult,
     RegionListing,

@@ -42,7 +42,7 @@ from typing import Any
 import pg8000.native
 from pg8000.exceptions import InterfaceError as PgInterfaceError
 
-from orphan_cleanup.errors import DatabaseError
+from orphan_cleanup.core.errors import DatabaseError
 from orphan_cleanup.ledger.db import ConnInfo, Database, connect
 from tests.sim.world import Dice
 

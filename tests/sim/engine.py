@@ -28,11 +28,11 @@ from typing import Any
 
 import pg8000.native
 
-from orphan_cleanup.messages import DeleteRequest
-from orphan_cleanup.pipeline import Pipeline
-from orphan_cleanup.reporting import Reporter
-from orphan_cleanup.results import ListerResult, TickResult
-from orphan_cleanup.settings import Settings
+from orphan_cleanup.core.messages import DeleteRequest
+from orphan_cleanup.core.results import ListerResult, TickResult
+from orphan_cleanup.core.settings import Settings
+from orphan_cleanup.cycle.pipeline import Pipeline
+from orphan_cleanup.cycle.reporting import Reporter
 from tests.sim import db as simdb
 from tests.sim.backends import Backends
 from tests.sim.cloud import ListingRecord, SimCloud, SimProvider

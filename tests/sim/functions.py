@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from orphan_cleanup.errors import ProviderError
-from orphan_cleanup.messages import DeleteRequest, ListingBatch, ListingJob
-from orphan_cleanup.models import DeleteResult, ResourceGroup
-from orphan_cleanup.pipeline import GateBusy
+from orphan_cleanup.core.errors import ProviderError
+from orphan_cleanup.core.messages import DeleteRequest, ListingBatch, ListingJob
+from orphan_cleanup.core.models import DeleteResult, ResourceGroup
+from orphan_cleanup.cycle.pipeline import GateBusy
 from tests.sim.queues import VISIBILITY_TIMEOUT, SimQueue
 
 

@@ -19,11 +19,9 @@ from unittest import mock
 
 import msgspec
 
-from orphan_cleanup import bookkeeping, classify, delete_rules, pipeline, policy
-from orphan_cleanup.ledger.store import LedgerSession, LedgerStore
-from orphan_cleanup.ledger.unit import LockedCycle
-from orphan_cleanup.messages import ListingJob
-from orphan_cleanup.models import (
+from orphan_cleanup.core import classify, delete_rules, policy
+from orphan_cleanup.core.messages import ListingJob
+from orphan_cleanup.core.models import (
     Backend,
     DeleteOutcome,
     DeleteStatus,
@@ -34,8 +32,11 @@ from orphan_cleanup.models import (
     Verdict,
     VerdictKind,
 )
+from orphan_cleanup.core.results import JobResult
+from orphan_cleanup.cycle import bookkeeping, pipeline
+from orphan_cleanup.ledger.store import LedgerSession, LedgerStore
+from orphan_cleanup.ledger.unit import LockedCycle
 from orphan_cleanup.providers.base import ResourceProvider
-from orphan_cleanup.results import JobResult
 from tests.sim.cloud import SimProvider
 from tests.sim.engine import SimEnv
 from tests.support.memory_cloud import MemoryProvider

@@ -4,12 +4,12 @@ real pipeline reports such a group and never loops on it (P1/P2 in the simulatio
 
 from __future__ import annotations
 
+from orphan_cleanup.core.messages import DeleteRequest, ListingBatch
+from orphan_cleanup.core.models import DeleteStatus
+from orphan_cleanup.core.settings import Settings
+from orphan_cleanup.cycle.pipeline import Pipeline
 from orphan_cleanup.ledger.db import Database
-from orphan_cleanup.messages import DeleteRequest, ListingBatch
-from orphan_cleanup.models import DeleteStatus
-from orphan_cleanup.pipeline import Pipeline
 from orphan_cleanup.queues.memory import InProcessQueue
-from orphan_cleanup.settings import Settings
 from tests.support.memory_cloud import MemoryCloud, MemoryProvider
 from tests.support.platform import Platform, add_backend
 

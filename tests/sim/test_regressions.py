@@ -10,12 +10,12 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from orphan_cleanup.core.messages import DeleteRequest, ListingBatch
+from orphan_cleanup.core.models import DeleteResult, OwnerStatus, ResourceGroup
+from orphan_cleanup.core.settings import Settings
+from orphan_cleanup.cycle.pipeline import GateBusy, Pipeline
 from orphan_cleanup.ledger.db import Database
-from orphan_cleanup.messages import DeleteRequest, ListingBatch
-from orphan_cleanup.models import DeleteResult, OwnerStatus, ResourceGroup
-from orphan_cleanup.pipeline import GateBusy, Pipeline
 from orphan_cleanup.queues.memory import InProcessQueue
-from orphan_cleanup.settings import Settings
 from tests.support.memory_cloud import MemoryCloud, MemoryProvider
 from tests.support.platform import Platform, add_backend
 

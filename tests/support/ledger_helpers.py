@@ -14,9 +14,9 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from orphan_cleanup.classify import Limits
+from orphan_cleanup.core.classify import Limits
+from orphan_cleanup.core.models import Resource, ResourceGroup, ResourceKind, ResourceState
 from orphan_cleanup.ledger.db import Database
-from orphan_cleanup.models import Resource, ResourceGroup, ResourceKind, ResourceState
 
 UTC = timezone.utc
 T0 = datetime(2024, 1, 1, 12, 0, 0, tzinfo=UTC)

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Literal
 
-from orphan_cleanup.errors import ProviderError, ProviderUnavailable
-from orphan_cleanup.models import (
+from orphan_cleanup.core.errors import ProviderError, ProviderUnavailable
+from orphan_cleanup.core.models import (
     Backend,
     DeleteResult,
     DeleteStatus,

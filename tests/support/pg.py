@@ -12,8 +12,8 @@ import pytest
 
 from orphan_cleanup.ledger.db import Database, connect
 from orphan_cleanup.ledger.embedded import ensure_database, start_embedded
-from orphan_cleanup.ledger.url import ConnInfo, parse_database_url
 from orphan_cleanup.ledger.migrate import migrate
+from orphan_cleanup.ledger.url import ConnInfo, parse_database_url
 
 _counter = itertools.count()
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
+from orphan_cleanup.core.models import DEFAULT_PROTECT_KEY, DEFAULT_TAG_KEY, OwnerStatus, ResourceKind
 from orphan_cleanup.ledger.client import LedgerClient
 from orphan_cleanup.ledger.db import Database
-from orphan_cleanup.models import DEFAULT_PROTECT_KEY, DEFAULT_TAG_KEY, OwnerStatus, ResourceKind
 from tests.support.memory_cloud import MemoryCloud
 
 HOUR_AGO = timedelta(hours=1)

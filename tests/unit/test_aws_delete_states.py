@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from botocore.stub import Stubber
 
-from orphan_cleanup.errors import ProviderError, ProviderThrottled
-from orphan_cleanup.models import DeleteStatus, Resource, ResourceGroup, ResourceKind
+from orphan_cleanup.core.errors import ProviderError, ProviderThrottled
+from orphan_cleanup.core.models import DeleteStatus, Resource, ResourceGroup, ResourceKind
 from orphan_cleanup.providers.aws_delete import GroupDeletion
 
 REGION = "us-east-1"

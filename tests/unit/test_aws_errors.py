@@ -13,7 +13,7 @@ from botocore.exceptions import (
 )
 from botocore.parsers import ResponseParserError
 
-from orphan_cleanup.errors import (
+from orphan_cleanup.core.errors import (
     AccessDenied,
     DependencyNotReady,
     ProviderError,

@@ -6,7 +6,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from orphan_cleanup.models import ResourceKind, ResourceState
+from orphan_cleanup.core.models import ResourceKind, ResourceState
 from orphan_cleanup.providers.aws_kinds import (
     ADDRESS,
     BY_KIND,

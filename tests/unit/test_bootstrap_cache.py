@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from orphan_cleanup import bootstrap
-from orphan_cleanup.entrypoints import common
+from orphan_cleanup.core.settings import Settings
+from orphan_cleanup.entrypoints import bootstrap, common
 from orphan_cleanup.queues.memory import InProcessQueue
-from orphan_cleanup.settings import Settings
 
 BASE = {
     "DATABASE_URL": "postgresql://nobody@127.0.0.1:9/nowhere",

@@ -1,8 +1,8 @@
 """The composition root keeps one provider adapter per backend configuration."""
 
-from orphan_cleanup import bootstrap
-from orphan_cleanup.models import Backend, BackendSettings
-from orphan_cleanup.settings import Settings
+from orphan_cleanup.core.models import Backend, BackendSettings
+from orphan_cleanup.core.settings import Settings
+from orphan_cleanup.entrypoints import bootstrap
 
 
 def aws_backend(regions=("us-east-1",), **settings) -> Backend:

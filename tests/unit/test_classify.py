@@ -6,8 +6,8 @@ from datetime import timedelta
 
 import pytest
 
-from orphan_cleanup.classify import ClassifyContext, classify
-from orphan_cleanup.models import LedgerRecord, OwnerStatus, ResourceGroup, VerdictKind
+from orphan_cleanup.core.classify import ClassifyContext, classify
+from orphan_cleanup.core.models import LedgerRecord, OwnerStatus, ResourceGroup, VerdictKind
 from tests.support.ledger_helpers import T0, group, leftovers, resource
 
 REF = "abcdefgh1234"

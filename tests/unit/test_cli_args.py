@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from orphan_cleanup.cli import build_parser, main, validate_backend
-from orphan_cleanup.errors import ConfigError
+from orphan_cleanup.cli.app import build_parser, main, validate_backend
+from orphan_cleanup.core.errors import ConfigError
 
 # Any database access would fail loudly with a connection error, not an argument error.
 UNREACHABLE = "postgresql://postgres@127.0.0.1:1/postgres?sslmode=disable"

@@ -6,7 +6,7 @@ import ssl
 
 import pytest
 
-from orphan_cleanup.errors import ConfigError
+from orphan_cleanup.core.errors import ConfigError
 from orphan_cleanup.ledger.url import SSL_MODES, ConnInfo, parse_database_url, ssl_context
 
 GOOD = [

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from orphan_cleanup import classify as classify_module
-from orphan_cleanup import evidence
-from orphan_cleanup.classify import ClassifyContext, classify
+from orphan_cleanup.core import classify as classify_module
+from orphan_cleanup.core import evidence
+from orphan_cleanup.core.classify import ClassifyContext, classify
 from tests.support.ledger_helpers import group, leftovers, resource
 from tests.unit.test_classify import (
     BACKEND,

@@ -8,7 +8,7 @@ import urllib3.exceptions
 from google.api_core import exceptions as gexc
 from google.auth import exceptions as auth_exceptions
 
-from orphan_cleanup.errors import (
+from orphan_cleanup.core.errors import (
     AccessDenied,
     DependencyNotReady,
     ProviderError,

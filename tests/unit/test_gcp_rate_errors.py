@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from google.api_core import exceptions as gexc
 
-from orphan_cleanup.errors import AccessDenied, ProviderThrottled, ProviderUnavailable
+from orphan_cleanup.core.errors import AccessDenied, ProviderThrottled, ProviderUnavailable
 from orphan_cleanup.providers.gcp_calls import read_retry
 from orphan_cleanup.providers.gcp_kinds import is_throttle, translate
 

@@ -24,12 +24,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from orphan_cleanup.classify import ClassifyContext, classify
+from orphan_cleanup.core.classify import ClassifyContext, classify
+from orphan_cleanup.core.messages import DeleteRequest, ListerEvent, ListingBatch
+from orphan_cleanup.core.models import LedgerRecord, Resource, ResourceGroup, ResourceKind, VerdictKind
+from orphan_cleanup.cycle.pipeline import build_payload
 from orphan_cleanup.entrypoints.aws import DeleteRequestRecord, ListingBatchRecord
 from orphan_cleanup.entrypoints.gcp import MalformedMessage, parse
-from orphan_cleanup.models import LedgerRecord, Resource, ResourceGroup, ResourceKind, VerdictKind
-from orphan_cleanup.messages import DeleteRequest, ListerEvent, ListingBatch
-from orphan_cleanup.pipeline import build_payload
 
 REF, OTHER = "abcdefgh1234", "zzzzzzzz9999"
 NOW = datetime(2030, 1, 1, tzinfo=timezone.utc)

@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from orphan_cleanup.models import Backend, RegionListing, ResourceKind, is_valid_ref
+from orphan_cleanup.core.models import Backend, RegionListing, ResourceKind, is_valid_ref
 from orphan_cleanup.providers import aws_kinds, gcp_kinds
 from orphan_cleanup.providers.aws import AwsProvider
 from orphan_cleanup.providers.base import group_resources

@@ -8,7 +8,7 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
-from orphan_cleanup.output import write_json_document
+from orphan_cleanup.cli.output import write_json_document
 
 scalars = st.none() | st.booleans() | st.integers() | st.text(max_size=8)
 values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=3)

@@ -2,7 +2,7 @@
 
 import pytest
 
-from orphan_cleanup.listing_rules import region_anomaly
+from orphan_cleanup.core.listing_rules import region_anomaly
 
 
 @pytest.mark.parametrize(("listed", "clean", "suspect", "anomalous"), [

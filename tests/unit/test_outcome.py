@@ -7,10 +7,15 @@ from datetime import timedelta
 
 import pytest
 
-from orphan_cleanup.classify import (
-    CycleFacts, backoff_delay, blast_radius_violation, may_have_new_orphans, next_schedule, outcome,
+from orphan_cleanup.core.classify import (
+    CycleFacts,
+    backoff_delay,
+    blast_radius_violation,
+    may_have_new_orphans,
+    next_schedule,
+    outcome,
 )
-from orphan_cleanup.models import Outcome, Verdict, VerdictKind
+from orphan_cleanup.core.models import Outcome, Verdict, VerdictKind
 from tests.support.ledger_helpers import T0
 
 CLEAN, UNSETTLED, FAILED = Outcome.CLEAN, Outcome.UNSETTLED, Outcome.FAILED

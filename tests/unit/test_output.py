@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import io
 
-from orphan_cleanup.output import print_table, use_color, verdict_style
+from orphan_cleanup.cli.output import print_table, use_color, verdict_style
 
 
 class Tty(io.StringIO):
@@ -49,7 +49,7 @@ def test_default_stream_is_the_current_stdout(capsys, monkeypatch):
 def test_human_time_is_second_precision_with_a_relative_hint():
     from datetime import datetime, timezone
 
-    from orphan_cleanup.output import human_time
+    from orphan_cleanup.cli.output import human_time
 
     now = datetime(2024, 5, 1, 12, 0, 0, tzinfo=timezone.utc)
     assert human_time("2024-05-01T11:57:00.123+00:00", now) == "2024-05-01 11:57:00Z (3m ago)"

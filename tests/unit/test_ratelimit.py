@@ -8,6 +8,7 @@ import threading
 
 import pytest
 
+from orphan_cleanup.core.settings import Settings
 from orphan_cleanup.providers.ratelimit import (
     DEFAULT_BUDGETS,
     DESCRIBE,
@@ -20,7 +21,6 @@ from orphan_cleanup.providers.ratelimit import (
     process_limits,
     settings_budgets,
 )
-from orphan_cleanup.settings import Settings
 
 
 class Clock:

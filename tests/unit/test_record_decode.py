@@ -12,8 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import TypeAdapter, ValidationError
 
+from orphan_cleanup.core.models import LedgerRecord, LedgerRow
 from orphan_cleanup.ledger.queries import records_from_json
-from orphan_cleanup.models import LedgerRecord, LedgerRow
 
 REFERENCE = TypeAdapter(list[LedgerRecord])  # the pydantic path the join used before
 

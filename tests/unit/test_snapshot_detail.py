@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
-from orphan_cleanup import evidence, explain
+from orphan_cleanup.cli import explain
+from orphan_cleanup.core import evidence
+from orphan_cleanup.core.models import ResourceGroup
 from orphan_cleanup.ledger.explain import DeleteRow, ExplainedGroup
-from orphan_cleanup.models import ResourceGroup
 
 REF = "abcdefabcdef"
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from orphan_cleanup.core.models import DEFAULT_PROTECT_KEY, DEFAULT_TAG_KEY, OwnerStatus
 from orphan_cleanup.ledger.client import LedgerClient, aws_tag_specifications, new_ref
 from orphan_cleanup.ledger.db import Database
 from orphan_cleanup.ledger.store import LedgerStore
-from orphan_cleanup.models import DEFAULT_PROTECT_KEY, DEFAULT_TAG_KEY, OwnerStatus
 
 AMI = "ami-12c6146b"  # one of moto's built-in images
 AN_HOUR = 3600

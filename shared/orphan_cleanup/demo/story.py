@@ -12,14 +12,14 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from orphan_cleanup.cli.output import print_table, verdict_style
+from orphan_cleanup.core.models import BackendSettings, Mode
+from orphan_cleanup.core.settings import Settings
 from orphan_cleanup.demo.platform import DemoPlatform, Scenario, running_instances
 from orphan_cleanup.demo.world import REGION, DemoWorld, demo_world
 from orphan_cleanup.ledger.db import Database
 from orphan_cleanup.ledger.records import CycleReport
 from orphan_cleanup.ledger.store import LedgerStore
-from orphan_cleanup.models import BackendSettings, Mode
-from orphan_cleanup.output import print_table, verdict_style
-from orphan_cleanup.settings import Settings
 
 BACKEND, ACCOUNT = "demo-aws", "123456789012"
 StatusPrinter = Callable[[Database, Settings], None]
@@ -128,9 +128,9 @@ def _provision(platform: DemoPlatform) -> list[Scenario]:
 
 def _runner(world: DemoWorld) -> Callable[[Mode], CycleReport]:
     """``run(mode)``: one full cycle through the real pipeline, like ``orphan-cleanup run``."""
-    from orphan_cleanup import bootstrap
+    from orphan_cleanup.cycle.runner import run_cycle
+    from orphan_cleanup.entrypoints import bootstrap
     from orphan_cleanup.queues.memory import InProcessQueue
-    from orphan_cleanup.runner import run_cycle
 
     def run(mode: Mode) -> CycleReport:
         say(f"orphan-cleanup run --backend {BACKEND} --mode {mode}")

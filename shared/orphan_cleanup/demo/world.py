@@ -19,11 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orphan_cleanup.errors import ConfigError
+from orphan_cleanup.core.errors import ConfigError
+from orphan_cleanup.core.settings import Settings
 from orphan_cleanup.ledger.db import Database
 from orphan_cleanup.ledger.embedded import ensure_database, start_embedded, stop_embedded
 from orphan_cleanup.ledger.migrate import migrate
-from orphan_cleanup.settings import Settings
 
 DB_NAME = "orphan_cleanup_demo"
 REGION = "us-east-1"

@@ -10,12 +10,12 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.parser.models import SqsRecordModel
 from pydantic import Json
 
+from orphan_cleanup.core.errors import ConfigError
+from orphan_cleanup.core.messages import DeleteRequest, ListerEvent, ListingBatch, ListingJob
+from orphan_cleanup.core.settings import Settings
+from orphan_cleanup.cycle.pipeline import Pipeline
 from orphan_cleanup.entrypoints import common
-from orphan_cleanup.errors import ConfigError
-from orphan_cleanup.messages import DeleteRequest, ListerEvent, ListingBatch, ListingJob
-from orphan_cleanup.pipeline import Pipeline
 from orphan_cleanup.queues.sqs import SqsQueue
-from orphan_cleanup.settings import Settings
 
 logger = Logger(service="orphan-cleanup")
 metrics = Metrics(namespace="OrphanCleanup", service="orphan-cleanup")

@@ -8,11 +8,11 @@ from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
-from orphan_cleanup import bootstrap
-from orphan_cleanup.pipeline import Pipeline
+from orphan_cleanup.core.settings import Settings
+from orphan_cleanup.cycle.pipeline import Pipeline
+from orphan_cleanup.cycle.reporting import Reporter, sentry_sink
+from orphan_cleanup.entrypoints import bootstrap
 from orphan_cleanup.queues.base import Queue
-from orphan_cleanup.reporting import Reporter, sentry_sink
-from orphan_cleanup.settings import Settings
 
 # (listing, delete, jobs): the jobs queue is None where the tick is not wired.
 QueueFactory = Callable[[Settings], tuple[Queue, Queue, Queue | None]]

@@ -9,12 +9,12 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from orphan_cleanup.core.errors import ConfigError
+from orphan_cleanup.core.messages import ListerEvent, ListingJob
+from orphan_cleanup.core.settings import Settings
+from orphan_cleanup.cycle.pipeline import Pipeline
 from orphan_cleanup.entrypoints import common
-from orphan_cleanup.errors import ConfigError
-from orphan_cleanup.messages import ListerEvent, ListingJob
-from orphan_cleanup.pipeline import Pipeline
 from orphan_cleanup.queues.pubsub import PubSubQueue
-from orphan_cleanup.settings import Settings
 
 
 class MalformedMessage(ConfigError):

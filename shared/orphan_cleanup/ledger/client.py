@@ -24,9 +24,9 @@ import string
 from dataclasses import dataclass
 from datetime import datetime
 
-from orphan_cleanup.errors import ConfigError, DatabaseError
+from orphan_cleanup.core.errors import ConfigError, DatabaseError
+from orphan_cleanup.core.models import DEFAULT_TAG_KEY, OwnerStatus
 from orphan_cleanup.ledger.db import Database
-from orphan_cleanup.models import DEFAULT_TAG_KEY, OwnerStatus
 
 REF_ALPHABET = string.ascii_lowercase + string.digits
 REF_LENGTH = 12

@@ -16,7 +16,7 @@ import pg8000.native
 from pg8000.exceptions import DatabaseError as PgDatabaseError
 from pg8000.exceptions import InterfaceError as PgInterfaceError
 
-from orphan_cleanup.errors import DatabaseError
+from orphan_cleanup.core.errors import DatabaseError
 from orphan_cleanup.ledger.url import ConnInfo, parse_database_url, ssl_context
 
 __all__ = ["ConnInfo", "Database", "connect", "describe", "parse_database_url", "sqlstate"]

@@ -15,7 +15,7 @@ from typing import Any
 
 from pg8000.exceptions import DatabaseError as PgDatabaseError
 
-from orphan_cleanup.errors import ConfigError, DatabaseError
+from orphan_cleanup.core.errors import ConfigError, DatabaseError
 from orphan_cleanup.ledger.db import connect, sqlstate
 from orphan_cleanup.ledger.url import ConnInfo
 

@@ -18,9 +18,9 @@ from typing import Any
 import pg8000.native
 from pg8000.exceptions import DatabaseError as PgDatabaseError
 
-from orphan_cleanup.errors import ConfigError, DatabaseError, SchemaNotMigrated
+from orphan_cleanup.core.errors import ConfigError, DatabaseError, SchemaNotMigrated
+from orphan_cleanup.core.models import ResourceGroup, is_valid_ref
 from orphan_cleanup.ledger.db import Database, describe, sqlstate
-from orphan_cleanup.models import ResourceGroup, is_valid_ref
 
 #: undefined_table, undefined_column, undefined_function: the schema predates what explain reads.
 _NOT_MIGRATED = frozenset({"42P01", "42703", "42883"})

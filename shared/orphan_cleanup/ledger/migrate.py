@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from importlib import resources
 
-from orphan_cleanup.errors import ConfigError, SchemaNotMigrated
+from orphan_cleanup.core.errors import ConfigError, SchemaNotMigrated
 from orphan_cleanup.ledger.db import Database
 
 # Any constant works: it names this product's migration lock among advisory locks.

@@ -11,9 +11,9 @@ import msgspec
 import pg8000.native
 from pydantic import TypeAdapter, ValidationError
 
-from orphan_cleanup.backend_rules import describe_validation
-from orphan_cleanup.errors import ConfigError
-from orphan_cleanup.models import Backend, LedgerRecord, LedgerRow, Record, ResourceGroup, is_valid_ref
+from orphan_cleanup.core.backend_rules import describe_validation
+from orphan_cleanup.core.errors import ConfigError
+from orphan_cleanup.core.models import Backend, LedgerRecord, LedgerRow, Record, ResourceGroup, is_valid_ref
 
 BACKEND_COLUMNS = "id, provider, account, regions, settings, mode"
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from orphan_cleanup.models import Backend, Mode, RegionFailure, ResourceGroup
+from orphan_cleanup.core.models import Backend, Mode, RegionFailure, ResourceGroup
 
 ApplyStatus = Literal["applied", "duplicate", "fenced", "unknown_cycle"]
 

@@ -11,11 +11,11 @@ from typing import Any
 
 import pg8000.native
 
-from orphan_cleanup.errors import BackendBusy, ConfigError
+from orphan_cleanup.core.errors import BackendBusy, ConfigError
+from orphan_cleanup.core.models import Backend, RegionFailure
 from orphan_cleanup.ledger.db import sqlstate
 from orphan_cleanup.ledger.queries import BACKEND_COLUMNS, backend_from_row
 from orphan_cleanup.ledger.records import CycleReport, ReportGroup, ReportResource, StatusRow
-from orphan_cleanup.models import Backend, RegionFailure
 
 
 @dataclass(frozen=True)

@@ -39,13 +39,13 @@ from typing import Any
 import msgspec
 import pg8000.native
 
-from orphan_cleanup.decisions import BatchApplication
-from orphan_cleanup.errors import ConfigError
+from orphan_cleanup.core.decisions import BatchApplication
+from orphan_cleanup.core.errors import ConfigError
+from orphan_cleanup.core.models import Backend, BackendSettings, Record, ResourceGroup
 from orphan_cleanup.ledger import queries, reports
 from orphan_cleanup.ledger.db import Database
 from orphan_cleanup.ledger.records import ApplyResult, CycleContext, CycleReport, IdleSnapshot, TickRow
 from orphan_cleanup.ledger.unit import LeaseUnit, LockedCycle
-from orphan_cleanup.models import Backend, BackendSettings, Record, ResourceGroup
 
 _log = logging.getLogger(__name__)
 

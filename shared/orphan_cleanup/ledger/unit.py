@@ -18,12 +18,12 @@ from typing import Any, NamedTuple
 
 import pg8000.native
 
-from orphan_cleanup import evidence
-from orphan_cleanup.decisions import DeleteRecord
-from orphan_cleanup.errors import BlastRadiusExceeded, LeaseLost
+from orphan_cleanup.core import evidence
+from orphan_cleanup.core.decisions import DeleteRecord
+from orphan_cleanup.core.errors import BlastRadiusExceeded, LeaseLost
+from orphan_cleanup.core.models import Mode, Outcome, RegionFailure, ResourceGroup
 from orphan_cleanup.ledger.queries import activity_since
 from orphan_cleanup.ledger.records import CYCLE_COLUMNS, CleanupState, Cycle, CycleRef, DeleteRequestRow
-from orphan_cleanup.models import Mode, Outcome, RegionFailure, ResourceGroup
 
 _CLEANUP_COLUMNS = ("backend_id, clean_at, clean_mode, lease_owner, lease_expires_at, fence,"
                     " retry_delay_seconds, next_due_at")

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
-from orphan_cleanup.errors import ConfigError
+from orphan_cleanup.core.errors import ConfigError
 
 SSL_MODES = {"disable", "allow", "prefer", "require", "verify-ca", "verify-full"}
 VERIFYING_MODES = {"verify-ca", "verify-full"}

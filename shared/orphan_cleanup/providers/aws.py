@@ -23,8 +23,8 @@ import botocore.session
 from botocore.config import Config
 from botocore.credentials import CredentialProvider, DeferredRefreshableCredentials
 
-from orphan_cleanup.errors import ConfigError, ProviderError
-from orphan_cleanup.models import Backend, DeleteResult, RegionListing, ResourceGroup, ResourceKind, ResourceState
+from orphan_cleanup.core.errors import ConfigError, ProviderError
+from orphan_cleanup.core.models import Backend, DeleteResult, RegionListing, ResourceGroup, ResourceKind, ResourceState
 from orphan_cleanup.providers.aws_delete import GroupDeletion
 from orphan_cleanup.providers.aws_errors import THROTTLING_CODES, translated
 from orphan_cleanup.providers.aws_kinds import SNAPSHOT, AwsKind, link_resources, to_resource

@@ -35,8 +35,8 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from orphan_cleanup.errors import AccessDenied, DependencyNotReady, ProviderError
-from orphan_cleanup.models import (
+from orphan_cleanup.core.errors import AccessDenied, DependencyNotReady, ProviderError
+from orphan_cleanup.core.models import (
     DeleteResult,
     DeleteStatus,
     Resource,

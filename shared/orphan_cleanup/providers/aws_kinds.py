@@ -16,7 +16,7 @@ from graphlib import TopologicalSorter
 from types import MappingProxyType
 from typing import Any
 
-from orphan_cleanup.models import DEFAULT_CONTROLLER_TAG_KEYS, Resource, ResourceKind, ResourceState
+from orphan_cleanup.core.models import DEFAULT_CONTROLLER_TAG_KEYS, Resource, ResourceKind, ResourceState
 
 Path = tuple[str | int, ...]
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from orphan_cleanup.errors import ProviderError
+from orphan_cleanup.core.errors import ProviderError
 
 Item = Mapping[str, Any]
 #: Final request states: nothing is launched from the request again.

@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from datetime import datetime, timedelta
 
-from orphan_cleanup.errors import DependencyNotReady, IdentityMismatch, OrphanCleanupError, ProviderThrottled
-from orphan_cleanup.models import (
+from orphan_cleanup.core.errors import DependencyNotReady, IdentityMismatch, OrphanCleanupError, ProviderThrottled
+from orphan_cleanup.core.models import (
     Backend,
     DeleteResult,
     DeleteStatus,

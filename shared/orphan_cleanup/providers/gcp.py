@@ -39,8 +39,8 @@ from google.cloud import compute_v1
 from google.oauth2 import service_account
 from pydantic import ValidationError
 
-from orphan_cleanup.errors import AccessDenied, ConfigError, ProviderError, ProviderThrottled
-from orphan_cleanup.models import (
+from orphan_cleanup.core.errors import AccessDenied, ConfigError, ProviderError, ProviderThrottled
+from orphan_cleanup.core.models import (
     Backend,
     BackendSettings,
     DeleteResult,

@@ -12,7 +12,7 @@ from google.api_core import exceptions as gexc
 from google.api_core.retry import Retry
 from google.cloud.compute_v1.types import compute
 
-from orphan_cleanup.errors import (
+from orphan_cleanup.core.errors import (
     AccessDenied,
     DependencyNotReady,
     ProviderError,

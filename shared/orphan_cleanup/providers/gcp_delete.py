@@ -32,8 +32,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from orphan_cleanup.errors import DependencyNotReady, ProviderError
-from orphan_cleanup.models import (
+from orphan_cleanup.core.errors import DependencyNotReady, ProviderError
+from orphan_cleanup.core.models import (
     DeleteResult,
     DeleteStatus,
     Resource,

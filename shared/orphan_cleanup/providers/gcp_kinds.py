@@ -21,7 +21,7 @@ import urllib3.exceptions
 from google.api_core import exceptions as gexc
 from google.protobuf import json_format
 
-from orphan_cleanup.errors import (
+from orphan_cleanup.core.errors import (
     AccessDenied,
     DependencyNotReady,
     ProviderError,
@@ -30,7 +30,7 @@ from orphan_cleanup.errors import (
     ProviderUnavailable,
     ResourceNotFound,
 )
-from orphan_cleanup.models import Resource, ResourceKind, ResourceState
+from orphan_cleanup.core.models import Resource, ResourceKind, ResourceState
 from orphan_cleanup.providers.base import older_than_days
 
 ACTIVE, AVAILABLE, TERMINATING = ResourceState.ACTIVE, ResourceState.AVAILABLE, ResourceState.TERMINATING

@@ -13,8 +13,8 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from orphan_cleanup.classify import ClassifyContext, malformed
-from orphan_cleanup.models import (
+from orphan_cleanup.core.classify import ClassifyContext, malformed
+from orphan_cleanup.core.models import (
     DEFAULT_PROTECT_KEY,
     DEFAULT_TAG_KEY,
     OwnerStatus,

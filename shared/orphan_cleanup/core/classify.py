@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import lru_cache
 
-from orphan_cleanup.errors import BlastRadiusExceeded
-from orphan_cleanup.models import (
+from orphan_cleanup.core.errors import BlastRadiusExceeded
+from orphan_cleanup.core.models import (
     DEFAULT_TAG_KEY,
     Action,
     Outcome,

@@ -21,13 +21,13 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, TextIO
 
-from orphan_cleanup import evidence as ev_text
-from orphan_cleanup.errors import ConfigError
+from orphan_cleanup.cli.output import verdict_style
+from orphan_cleanup.core import evidence as ev_text
+from orphan_cleanup.core.errors import ConfigError
+from orphan_cleanup.core.models import DEFAULT_PROTECT_KEY, DEFAULT_TAG_KEY, ResourceKind
 from orphan_cleanup.ledger.db import Database
 from orphan_cleanup.ledger.explain import DeleteRow, ExplainedGroup, explained_groups
 from orphan_cleanup.ledger.migrate import require_current_schema
-from orphan_cleanup.models import DEFAULT_PROTECT_KEY, DEFAULT_TAG_KEY, ResourceKind
-from orphan_cleanup.output import verdict_style
 
 EXIT_OK, EXIT_NOT_FOUND = 0, 1
 CYCLES = 5
@@ -42,7 +42,7 @@ _SKIPPED = {"protected": "carries the protect tag now", "ref_changed": "carries 
 def command(args: argparse.Namespace) -> int:
     """The CLI command (``cli.main`` maps ``ConfigError``, ``SchemaNotMigrated`` included,
     and ``DatabaseError`` to exit 2)."""
-    from orphan_cleanup import bootstrap
+    from orphan_cleanup.entrypoints import bootstrap
 
     query = args.ref_or_resource_id
     if not query or len(query) > 1024 or "\x00" in query:

@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
-from orphan_cleanup import backend_rules
+from orphan_cleanup.core import backend_rules
 
 REF_PATTERN = re.compile(r"^[a-z0-9]{12}$")
 DEFAULT_TAG_KEY = "provider_ref"

@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
-from orphan_cleanup.classify import Limits
-from orphan_cleanup.models import Backend, Mode
-from orphan_cleanup.settings import Settings
+from orphan_cleanup.core.classify import Limits
+from orphan_cleanup.core.models import Backend, Mode
+from orphan_cleanup.core.settings import Settings
 
 
 def limits_for(settings: Settings, backend: Backend) -> Limits:

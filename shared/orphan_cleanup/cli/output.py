@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:
-    from orphan_cleanup.plan import Plan, PlannedDelete
+    from orphan_cleanup.cycle.plan import Plan, PlannedDelete
 
 COLORS = {"orphan": "31", "protected": "33", "skipped": "35", "tracked": "32", "ignored": "90",
           "clean": "32", "unsettled": "33", "failed": "31"}

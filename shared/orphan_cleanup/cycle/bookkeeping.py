@@ -12,13 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from orphan_cleanup import classify, delete_rules
-from orphan_cleanup.classify import Limits
-from orphan_cleanup.errors import BlastRadiusExceeded, LeaseLost
+from orphan_cleanup.core import classify, delete_rules
+from orphan_cleanup.core.classify import Limits
+from orphan_cleanup.core.errors import BlastRadiusExceeded, LeaseLost
+from orphan_cleanup.core.models import DeleteOutcome, DeleteResult, Mode, Outcome, RegionFailure, ResourceGroup
 from orphan_cleanup.ledger.records import Cycle, CycleRef, DeleteRequestRow, IdleSnapshot
 from orphan_cleanup.ledger.store import LedgerSession, LedgerStore
 from orphan_cleanup.ledger.unit import GateHold, LockedCycle
-from orphan_cleanup.models import DeleteOutcome, DeleteResult, Mode, Outcome, RegionFailure, ResourceGroup
 
 
 @dataclass(frozen=True)

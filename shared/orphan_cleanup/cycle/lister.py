@@ -10,10 +10,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from orphan_cleanup import bookkeeping, listing_rules, policy
-from orphan_cleanup.classify import Limits
-from orphan_cleanup.deleter import Deleter, identity_failure
-from orphan_cleanup.errors import (
+from orphan_cleanup.core import listing_rules, policy
+from orphan_cleanup.core.classify import Limits
+from orphan_cleanup.core.errors import (
     ConfigError,
     DatabaseError,
     LeaseLost,
@@ -21,14 +20,16 @@ from orphan_cleanup.errors import (
     ProviderError,
     ProviderThrottled,
 )
-from orphan_cleanup.gcpause import gc_paused
+from orphan_cleanup.core.messages import MAX_JOB_BACKENDS, ListingBatch, ListingJob
+from orphan_cleanup.core.models import Backend, Mode, RegionFailure, RegionListing, ResourceGroup
+from orphan_cleanup.core.results import JobResult, ListerResult, TickResult
+from orphan_cleanup.core.settings import Settings
+from orphan_cleanup.cycle import bookkeeping
+from orphan_cleanup.cycle.deleter import Deleter, identity_failure
+from orphan_cleanup.cycle.gcpause import gc_paused
 from orphan_cleanup.ledger.records import CycleRef, IdleSnapshot
-from orphan_cleanup.messages import MAX_JOB_BACKENDS, ListingBatch, ListingJob
-from orphan_cleanup.models import Backend, Mode, RegionFailure, RegionListing, ResourceGroup
 from orphan_cleanup.providers.base import describe_error
 from orphan_cleanup.queues.base import Queue
-from orphan_cleanup.results import JobResult, ListerResult, TickResult
-from orphan_cleanup.settings import Settings
 
 
 @dataclass(frozen=True)

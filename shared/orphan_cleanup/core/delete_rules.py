@@ -4,9 +4,9 @@ the pipeline (``bookkeeping``) is their only caller."""
 
 from __future__ import annotations
 
-from orphan_cleanup.classify import Limits
-from orphan_cleanup.decisions import DeleteRecord
-from orphan_cleanup.models import Action, DeleteOutcome, DeleteResult, DeleteStatus, ResourceGroup
+from orphan_cleanup.core.classify import Limits
+from orphan_cleanup.core.decisions import DeleteRecord
+from orphan_cleanup.core.models import Action, DeleteOutcome, DeleteResult, DeleteStatus, ResourceGroup
 
 
 def delete_refusal(*, mode: str, request_state: str | None, recorded: ResourceGroup | None,

@@ -6,8 +6,8 @@ from __future__ import annotations
 import logging
 import threading
 
-from orphan_cleanup import bookkeeping
-from orphan_cleanup.errors import DatabaseError
+from orphan_cleanup.core.errors import DatabaseError
+from orphan_cleanup.cycle import bookkeeping
 from orphan_cleanup.ledger.store import LedgerStore
 from orphan_cleanup.ledger.unit import GateHold
 

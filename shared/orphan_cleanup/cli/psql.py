@@ -11,7 +11,7 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from orphan_cleanup.errors import ConfigError
+from orphan_cleanup.core.errors import ConfigError
 from orphan_cleanup.ledger.url import ConnInfo
 
 # Connection variables of the caller's environment that would override or bypass ours.

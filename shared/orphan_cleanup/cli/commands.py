@@ -9,16 +9,16 @@ from collections import Counter
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from orphan_cleanup import bootstrap
-from orphan_cleanup.cli import EXIT_FAILED, EXIT_OK, validate_backend
-from orphan_cleanup.errors import ConfigError
+from orphan_cleanup.cli.app import EXIT_FAILED, EXIT_OK, validate_backend
+from orphan_cleanup.cli.output import human_time, print_plan, print_table, verdict_style, write_json_document
+from orphan_cleanup.core.errors import ConfigError
+from orphan_cleanup.core.settings import Settings
+from orphan_cleanup.entrypoints import bootstrap
 from orphan_cleanup.ledger.db import Database
 from orphan_cleanup.ledger.store import LedgerStore
-from orphan_cleanup.output import human_time, print_plan, print_table, verdict_style, write_json_document
-from orphan_cleanup.settings import Settings
 
 if TYPE_CHECKING:
-    from orphan_cleanup.plan import Plan
+    from orphan_cleanup.cycle.plan import Plan
 
 # Commands that write: on the embedded database (no DATABASE_URL) they migrate it first,
 # the quick start; on a DATABASE_URL only `migrate` runs DDL, they check the version.
@@ -42,12 +42,12 @@ def dispatch(args: argparse.Namespace) -> int:
               + (f": {', '.join(applied)}" if applied else ", schema up to date"))
         return EXIT_OK
     if args.command == "psql":
-        from orphan_cleanup.psql import run_psql
+        from orphan_cleanup.cli.psql import run_psql
 
         return run_psql(bootstrap.open_database(settings).info, args.psql_args)
     db = open_for_writing(settings) if (args.command, action) in WRITES else open_read_only(settings)
     if args.command == "backend":
-        from orphan_cleanup import backend_commands as bc
+        from orphan_cleanup.cli import backends as bc
 
         if checked is not None:
             return bc.add(db, args, *checked)
@@ -95,7 +95,7 @@ def _iso(v: datetime | None) -> str | None:
 def status_rows(db: Database, global_mode: str) -> list[dict[str, Any]]:
     """``status --json``: one document per backend (its mode, else the global one), C3's keys
     and ``running``: the cycle holding the backend's live lease, or null."""
-    from orphan_cleanup.backend_commands import running_json
+    from orphan_cleanup.cli.backends import running_json
 
     return [{"backend": r.backend, "provider": r.provider, "mode": r.mode or global_mode,
              "clean_at": _iso(r.clean_at), "last_outcome": r.last_outcome,
@@ -117,7 +117,7 @@ def status(db: Database, args: argparse.Namespace) -> int:
 
 def print_status(rows: list[dict[str, Any]]) -> None:
     """The status table, then one line per running cycle (holder, start, lease end)."""
-    from orphan_cleanup.backend_commands import running_line
+    from orphan_cleanup.cli.backends import running_line
 
     print_table(["backend", "provider", "mode", "last outcome", "clean_at", "next due", "open orphans"],
                 [[r["backend"], r["provider"], r["mode"], verdict_style(r["last_outcome"] or "-"),
@@ -135,8 +135,8 @@ def run(settings: Settings, db: Database, args: argparse.Namespace) -> int:
     deletes only once the operator types the backend id (not with ``--yes``/``--json``)."""
     import logging
 
+    from orphan_cleanup.cycle.runner import run_cycle
     from orphan_cleanup.queues.memory import InProcessQueue
-    from orphan_cleanup.runner import run_cycle
 
     # A manual run's deadline is a short lease that its heartbeat renews (runner.py): a
     # killed run frees its backend within ORPHAN_CLEANUP_LEASE_SECONDS.

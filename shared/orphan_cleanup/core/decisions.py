@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from orphan_cleanup.models import Action, DeleteResult, RegionFailure, ResourceGroup, VerdictKind
+from orphan_cleanup.core.models import Action, DeleteResult, RegionFailure, ResourceGroup, VerdictKind
 
 
 class GroupRow(NamedTuple):

@@ -9,13 +9,13 @@ import json
 import sys
 from typing import Any
 
-from orphan_cleanup import cli_input
-from orphan_cleanup.errors import BackendBusy, ConfigError
+from orphan_cleanup.cli import validation as cli_input
+from orphan_cleanup.cli.output import human_time, print_fields, print_table, verdict_style
+from orphan_cleanup.core.errors import BackendBusy, ConfigError
+from orphan_cleanup.core.models import BackendSettings
 from orphan_cleanup.ledger.db import Database
 from orphan_cleanup.ledger.reports import BackendRow, RunningCycle
 from orphan_cleanup.ledger.store import LedgerStore
-from orphan_cleanup.models import BackendSettings
-from orphan_cleanup.output import human_time, print_fields, print_table, verdict_style
 
 EXIT_OK, EXIT_BAD_INPUT = 0, 2
 SECRET_SETTINGS = {"credentials_json"}

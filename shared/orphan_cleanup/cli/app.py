@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from orphan_cleanup.errors import ConfigError, DatabaseError, OrphanCleanupError
+from orphan_cleanup.core.errors import ConfigError, DatabaseError, OrphanCleanupError
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_BUSY = 0, 1, 2, 3
 
@@ -206,7 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def validate_backend(args: argparse.Namespace) -> tuple[list[str], dict[str, Any]]:
     """``backend add``'s arguments: (regions, settings); a ``ConfigError`` otherwise."""
-    from orphan_cleanup.cli_input import validate_new_backend
+    from orphan_cleanup.cli.validation import validate_new_backend
 
     return validate_new_backend(args.id, args.provider, args.account, args.regions, args.settings)
 
@@ -224,7 +224,7 @@ def _version() -> str:
 
 def _database_where() -> str | None:
     """The configured database, as error lines name it (None when the settings are bad)."""
-    from orphan_cleanup.bootstrap import load_settings
+    from orphan_cleanup.entrypoints.bootstrap import load_settings
     from orphan_cleanup.ledger.url import parse_database_url
 
     try:
@@ -246,12 +246,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         if args.command == "explain":
-            from orphan_cleanup import explain
+            from orphan_cleanup.cli import explain
             return explain.command(args)
-        from orphan_cleanup import commands
+        from orphan_cleanup.cli import commands
         return commands.dispatch(args)
     except (DatabaseError, PgError) as e:
-        from orphan_cleanup.output import database_error_line
+        from orphan_cleanup.cli.output import database_error_line
 
         print(f"orphan-cleanup: error: {database_error_line(e, _database_where())}", file=sys.stderr)
         return EXIT_BAD_INPUT

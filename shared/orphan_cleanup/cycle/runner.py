@@ -31,20 +31,21 @@ from typing import Any, TypeVar
 
 from pydantic import TypeAdapter
 
-from orphan_cleanup import bookkeeping, delete_rules
-from orphan_cleanup.classify import Limits
-from orphan_cleanup.errors import ConfigError, DatabaseError, LeaseLost, OrphanCleanupError
-from orphan_cleanup.gcpause import paused_gc
-from orphan_cleanup.heartbeat import Heartbeat
+from orphan_cleanup.core import delete_rules
+from orphan_cleanup.core.classify import Limits
+from orphan_cleanup.core.errors import ConfigError, DatabaseError, LeaseLost, OrphanCleanupError
+from orphan_cleanup.core.messages import DeleteRequest, ListingBatch
+from orphan_cleanup.core.models import DeleteOutcome, Mode
+from orphan_cleanup.core.results import ListerResult
+from orphan_cleanup.cycle import bookkeeping
+from orphan_cleanup.cycle.gcpause import paused_gc
+from orphan_cleanup.cycle.heartbeat import Heartbeat
+from orphan_cleanup.cycle.pipeline import GateBusy, Pipeline
+from orphan_cleanup.cycle.plan import Plan, build_plan, group_label
 from orphan_cleanup.ledger.records import CycleReport
 from orphan_cleanup.ledger.store import LedgerStore
-from orphan_cleanup.messages import DeleteRequest, ListingBatch
-from orphan_cleanup.models import DeleteOutcome, Mode
-from orphan_cleanup.pipeline import GateBusy, Pipeline
-from orphan_cleanup.plan import Plan, build_plan, group_label
 from orphan_cleanup.providers.base import describe_error
 from orphan_cleanup.queues.memory import InProcessQueue
-from orphan_cleanup.results import ListerResult
 
 log = logging.getLogger("orphan_cleanup")
 Progress = Callable[[str], None]

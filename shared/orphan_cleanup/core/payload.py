@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from orphan_cleanup import classify, evidence
-from orphan_cleanup.decisions import BatchApplication, GroupRow, OrphanRow, ReportEvent
-from orphan_cleanup.messages import ListingBatch
-from orphan_cleanup.models import Action, Record, ResourceGroup, Verdict, VerdictKind
+from orphan_cleanup.core import classify, evidence
+from orphan_cleanup.core.decisions import BatchApplication, GroupRow, OrphanRow, ReportEvent
+from orphan_cleanup.core.messages import ListingBatch
+from orphan_cleanup.core.models import Action, Record, ResourceGroup, Verdict, VerdictKind
 
 
 def build_payload(batch: ListingBatch, records: Mapping[str, Record], ctx: classify.ClassifyContext, *,

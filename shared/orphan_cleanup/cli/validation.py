@@ -13,10 +13,10 @@ import re
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
-from orphan_cleanup.errors import ConfigError
+from orphan_cleanup.core.errors import ConfigError
 
 if TYPE_CHECKING:
-    from orphan_cleanup.models import Backend
+    from orphan_cleanup.core.models import Backend
 
 BACKEND_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,99}$")
 AWS_ACCOUNT = re.compile(r"^\d{12}$")
@@ -56,7 +56,7 @@ def check_account(provider: str, account: str) -> str:
 def parse_regions(provider: str, text: str) -> list[str]:
     """``r1,r2`` as a list: not empty, no duplicate, each an AWS region botocore knows
     or a GCP region or zone (``us-central1``, ``us-central1-a``)."""
-    from orphan_cleanup.backend_rules import GCP_LOCATION
+    from orphan_cleanup.core.backend_rules import GCP_LOCATION
 
     regions = [r.strip() for r in text.split(",") if r.strip()]
     if not regions:
@@ -80,7 +80,7 @@ def parse_regions(provider: str, text: str) -> list[str]:
 def parse_settings(text: str, flag: str = "--settings") -> dict[str, Any]:
     """A JSON object of settings keys this version knows (values checked later, on the
     whole backend: ``checked_backend``)."""
-    from orphan_cleanup.models import BackendSettings
+    from orphan_cleanup.core.models import BackendSettings
 
     try:
         settings = json.loads(text)
@@ -112,8 +112,8 @@ def checked_backend(backend_id: str, provider: str, account: str, regions: list[
     """The backend the model makes of these values, or a ``ConfigError`` naming the field."""
     from pydantic import ValidationError
 
-    from orphan_cleanup.backend_rules import describe_validation
-    from orphan_cleanup.models import Backend
+    from orphan_cleanup.core.backend_rules import describe_validation
+    from orphan_cleanup.core.models import Backend
 
     try:
         return Backend.model_validate({"id": backend_id, "provider": provider, "account": account,

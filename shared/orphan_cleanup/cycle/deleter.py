@@ -10,9 +10,9 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from orphan_cleanup import bookkeeping, classify, delete_rules, policy
-from orphan_cleanup.classify import Limits
-from orphan_cleanup.errors import (
+from orphan_cleanup.core import classify, delete_rules, policy
+from orphan_cleanup.core.classify import Limits
+from orphan_cleanup.core.errors import (
     IdentityMismatch,
     LeaseLost,
     MessageRefused,
@@ -20,16 +20,17 @@ from orphan_cleanup.errors import (
     ProviderError,
     ProviderUnavailable,
 )
+from orphan_cleanup.core.messages import DeleteRequest
+from orphan_cleanup.core.models import Backend, DeleteOutcome, Mode, ResourceGroup, VerdictKind
+from orphan_cleanup.cycle import bookkeeping
 from orphan_cleanup.ledger.db import Database
 from orphan_cleanup.ledger.records import CycleContext
 from orphan_cleanup.ledger.store import LedgerStore
-from orphan_cleanup.messages import DeleteRequest
-from orphan_cleanup.models import Backend, DeleteOutcome, Mode, ResourceGroup, VerdictKind
 from orphan_cleanup.providers.base import ResourceProvider, describe_error
 
 if TYPE_CHECKING:
-    from orphan_cleanup.reporting import Reporter
-    from orphan_cleanup.settings import Settings
+    from orphan_cleanup.core.settings import Settings
+    from orphan_cleanup.cycle.reporting import Reporter
 
 log = logging.getLogger("orphan_cleanup")
 

@@ -11,17 +11,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from orphan_cleanup.errors import ConfigError
+from orphan_cleanup.core.errors import ConfigError
+from orphan_cleanup.core.models import Backend
+from orphan_cleanup.core.settings import Settings
+from orphan_cleanup.cycle.pipeline import Pipeline, ProviderFactory
+from orphan_cleanup.cycle.reporting import Reporter, sentry_sink
 from orphan_cleanup.ledger.db import Database
 from orphan_cleanup.ledger.embedded import ensure_database, start_embedded
 from orphan_cleanup.ledger.migrate import migrate
-from orphan_cleanup.models import Backend
-from orphan_cleanup.pipeline import Pipeline, ProviderFactory
 from orphan_cleanup.providers.base import ResourceProvider
 from orphan_cleanup.providers.ratelimit import process_limits, settings_budgets
 from orphan_cleanup.queues.base import Queue
-from orphan_cleanup.reporting import Reporter, sentry_sink
-from orphan_cleanup.settings import Settings
 
 EMBEDDED_DB_NAME = "orphan_cleanup"
 

@@ -12,22 +12,23 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from orphan_cleanup import bookkeeping, policy
-from orphan_cleanup.classify import Limits
-from orphan_cleanup.deleter import GateBusy
-from orphan_cleanup.errors import LeaseLost, MessageRefused
-from orphan_cleanup.gcpause import gc_paused
+from orphan_cleanup.core import policy
+from orphan_cleanup.core.classify import Limits
+from orphan_cleanup.core.errors import LeaseLost, MessageRefused
+from orphan_cleanup.core.messages import DeleteRequest, ListingBatch
+from orphan_cleanup.core.models import Backend
+from orphan_cleanup.core.payload import build_payload
+from orphan_cleanup.core.results import BatchResult
+from orphan_cleanup.core.settings import Settings
+from orphan_cleanup.cycle import bookkeeping
+from orphan_cleanup.cycle.deleter import GateBusy
+from orphan_cleanup.cycle.gcpause import gc_paused
+from orphan_cleanup.cycle.lister import Lister
+from orphan_cleanup.cycle.reporting import Reporter
 from orphan_cleanup.ledger.db import Database
 from orphan_cleanup.ledger.records import CycleContext
-from orphan_cleanup.lister import Lister
-from orphan_cleanup.messages import DeleteRequest, ListingBatch
-from orphan_cleanup.models import Backend
-from orphan_cleanup.payload import build_payload
 from orphan_cleanup.providers.base import ResourceProvider
 from orphan_cleanup.queues.base import Queue
-from orphan_cleanup.reporting import Reporter
-from orphan_cleanup.results import BatchResult
-from orphan_cleanup.settings import Settings
 
 __all__ = ["GateBusy", "Pipeline", "build_payload", "effective_mode", "limits_for"]
 

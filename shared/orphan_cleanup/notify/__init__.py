@@ -1,0 +1,1 @@
+"""The notification port and its adapters (empty for now)."""
