@@ -43,7 +43,8 @@ from orphan_cleanup.cycle.pipeline import Pipeline, build_payload, limits_for
 from orphan_cleanup.cycle.reporting import Reporter
 from orphan_cleanup.ledger import queries
 from orphan_cleanup.ledger.db import Database
-from orphan_cleanup.ledger.store import LedgerStore, apply_payload
+from orphan_cleanup.ledger.session import apply_payload
+from orphan_cleanup.ledger.store import LedgerStore
 from orphan_cleanup.queues.base import MAX_MESSAGE_BYTES
 from orphan_cleanup.queues.memory import InProcessQueue
 

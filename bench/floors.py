@@ -20,7 +20,8 @@ from pydantic import TypeAdapter
 from bench import legacy
 from bench.common import median
 from bench.ledger_data import BACKEND, make_groups
-from orphan_cleanup.core.models import LedgerRecord, ResourceGroup
+from orphan_cleanup.core.listing import ResourceGroup
+from orphan_cleanup.core.owners import LedgerRecord
 from orphan_cleanup.ledger import queries
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

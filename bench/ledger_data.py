@@ -26,8 +26,8 @@ from __future__ import annotations
 import random
 from datetime import datetime, timedelta, timezone
 
+from orphan_cleanup.core.listing import Resource, ResourceGroup, ResourceKind, ResourceState
 from orphan_cleanup.core.messages import ListingBatch
-from orphan_cleanup.core.models import Resource, ResourceGroup, ResourceKind, ResourceState
 from orphan_cleanup.ledger.db import Database
 
 BACKEND = "bench"

@@ -13,8 +13,10 @@ import pg8000.native
 
 from orphan_cleanup.core import classify
 from orphan_cleanup.core.decisions import BatchApplication
+from orphan_cleanup.core.listing import ResourceGroup
 from orphan_cleanup.core.messages import ListingBatch
-from orphan_cleanup.core.models import Action, LedgerRecord, ResourceGroup, VerdictKind
+from orphan_cleanup.core.owners import LedgerRecord
+from orphan_cleanup.core.verdicts import Action, VerdictKind
 
 JOIN_SQL = """
 SELECT r.provider_ref, r.owner_type, r.owner_id, r.owner_name, r.issued_at,

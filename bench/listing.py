@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from bench.common import Table
-from orphan_cleanup.core.models import ResourceGroup
+from orphan_cleanup.core.listing import ResourceGroup
 
 TAG = "provider_ref"
 

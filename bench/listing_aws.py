@@ -13,7 +13,8 @@ from typing import Any
 
 from bench.common import median
 from bench.listing import TAG, Measured
-from orphan_cleanup.core.models import Backend, ResourceGroup, ResourceKind, ResourceState
+from orphan_cleanup.core.backends import Backend
+from orphan_cleanup.core.listing import ResourceGroup, ResourceKind, ResourceState
 from tests.support.listing import collect
 
 REGION = "us-east-1"
@@ -172,7 +173,8 @@ def aws_tagging_api(counter: _Counter) -> Callable[[], list[ResourceGroup]]:
     import boto3
 
     from orphan_cleanup.providers import aws
-    from orphan_cleanup.providers.aws_kinds import BY_KIND, KINDS, link_resources, to_resource
+    from orphan_cleanup.providers.aws_kinds import BY_KIND, KINDS
+    from orphan_cleanup.providers.aws_resources import link_resources, to_resource
     from orphan_cleanup.providers.base import group_resources
 
     session = boto3.Session()

@@ -8,7 +8,8 @@ from typing import Any
 
 from bench.common import median
 from bench.listing import TAG, Measured
-from orphan_cleanup.core.models import Backend, ResourceGroup
+from orphan_cleanup.core.backends import Backend
+from orphan_cleanup.core.listing import ResourceGroup
 from tests.support.listing import collect
 
 GCP_ZONES = ("us-central1-a", "us-central1-b", "us-central1-c", "us-central1-f")

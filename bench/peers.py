@@ -121,7 +121,7 @@ def naive_instance_pages(reservations: int) -> int:
 def product_lister(endpoint: str, session: Any = None) -> Lister:
     import boto3
 
-    from orphan_cleanup.core.models import Backend
+    from orphan_cleanup.core.backends import Backend
     from orphan_cleanup.providers.aws import build_aws_provider
     from orphan_cleanup.providers.ratelimit import DESCRIBE, Budget, RateLimits
     from tests.support.listing import collect

@@ -59,7 +59,7 @@ def account(n_groups: int) -> Iterator[tuple[int, str]]:
 
 
 def make_provider(n_groups: int) -> Callable[[Any], Any]:
-    from orphan_cleanup.core.models import RegionListing
+    from orphan_cleanup.core.listing import RegionListing
     from orphan_cleanup.providers.base import ResourceProvider
 
     class SyntheticProvider(ResourceProvider):

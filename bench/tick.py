@@ -26,7 +26,7 @@ from orphan_cleanup.core.settings import Settings
 from orphan_cleanup.cycle.pipeline import Pipeline
 from orphan_cleanup.ledger import queries
 from orphan_cleanup.ledger.records import IdleSnapshot, TickRow
-from orphan_cleanup.ledger.store import LedgerSession
+from orphan_cleanup.ledger.session import LedgerSession
 from orphan_cleanup.queues.memory import InProcessQueue
 
 REGIONS = ("r1", "r2", "r3")

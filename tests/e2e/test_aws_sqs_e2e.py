@@ -449,7 +449,7 @@ def test_scale_1000_resources_through_the_sqs_pipeline(db, moto_process, monkeyp
             {"ResourceType": "instance", "Tags": [{"Key": "provider_ref", "Value": ref}]}])["Instances"][0]
         return inst["InstanceId"], inst["Placement"]["AvailabilityZone"]
 
-    from orphan_cleanup.core.models import OwnerStatus
+    from orphan_cleanup.core.owners import OwnerStatus
 
     tracked, leaked, leftover_refs = [], [], []
     for i in range(500):

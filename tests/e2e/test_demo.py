@@ -118,7 +118,8 @@ def test_progress_goes_to_stderr_and_the_demo_cleans_up(demo):
 
 def test_the_self_check_catches_wrong_verdicts_missing_and_unexpected_groups(capsys):
     from orphan_cleanup.demo.platform import Scenario
-    from orphan_cleanup.demo.story import _show_cycle
+    from orphan_cleanup.cli.output import print_table, verdict_style
+    from orphan_cleanup.demo.story import Terminal, _show_cycle
     from orphan_cleanup.ledger.records import CycleReport, ReportGroup
 
     plan = [Scenario("gave-up", "", "orphan", "owner_terminated", "i-1", "aaaaaaaaaaaa"),
@@ -130,7 +131,8 @@ def test_the_self_check_catches_wrong_verdicts_missing_and_unexpected_groups(cap
         ReportGroup(provider_ref="cccccccccccc", region="us-east-1", primary_id="i-3", resources=(),
                     verdict="ignored", reason="no_record", action="none")))
 
-    problems = _show_cycle(report, plan, "delete", expected_outcome="unsettled")
+    out = Terminal(show_status=lambda db, settings: None, print_table=print_table, verdict_style=verdict_style)
+    problems = _show_cycle(report, plan, "delete", out, expected_outcome="unsettled")
 
     assert len(problems) == 4, problems
     assert any("gave-up came out orphan owner_terminated reported" in p for p in problems)

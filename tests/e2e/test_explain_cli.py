@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from orphan_cleanup.core.models import OwnerStatus
+from orphan_cleanup.core.owners import OwnerStatus
 from orphan_cleanup.ledger.db import Database
 from tests.support.ledger_helpers import add_backend
 from tests.support.sqs_harness import MotoPlatform

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from functions_framework import create_app
 
-from orphan_cleanup.core.models import OwnerStatus
+from orphan_cleanup.core.owners import OwnerStatus
 from orphan_cleanup.ledger.client import LedgerClient, gcp_labels
 from orphan_cleanup.ledger.db import Database
 from tests.support.gcp_fake import FakeCompute

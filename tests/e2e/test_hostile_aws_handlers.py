@@ -22,8 +22,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from functions.aws import classifier, deleter, lister
+from orphan_cleanup.core.listing import Resource, ResourceGroup, ResourceKind
 from orphan_cleanup.core.messages import DeleteRequest, ListingBatch
-from orphan_cleanup.core.models import OwnerStatus, Resource, ResourceGroup, ResourceKind
+from orphan_cleanup.core.owners import OwnerStatus
 from orphan_cleanup.ledger.db import Database
 from tests.support.sqs_harness import DeployedQueues, Launched, MotoPlatform, context
 

@@ -21,8 +21,9 @@ from functions_framework import create_app
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from orphan_cleanup.core.listing import Resource, ResourceGroup, ResourceKind
 from orphan_cleanup.core.messages import DeleteRequest, ListingBatch
-from orphan_cleanup.core.models import OwnerStatus, Resource, ResourceGroup, ResourceKind
+from orphan_cleanup.core.owners import OwnerStatus
 from orphan_cleanup.ledger.client import LedgerClient, gcp_labels
 from orphan_cleanup.ledger.db import Database
 from tests.support.gcp_fake import FakeCompute

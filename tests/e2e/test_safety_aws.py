@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from functions.aws import classifier, lister
-from orphan_cleanup.core.models import OwnerStatus
+from orphan_cleanup.core.owners import OwnerStatus
 from orphan_cleanup.ledger.db import Database
 from tests.support.ledger_helpers import add_backend, count_rows, cycle_row
 from tests.support.sqs_harness import ACCOUNT, AMI, DeployedQueues, MotoPlatform, context, lambda_record

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from functions.aws import classifier, deleter, lister
+from orphan_cleanup.core.listing import Resource, ResourceKind
 from orphan_cleanup.core.messages import DeleteRequest, ListingBatch
-from orphan_cleanup.core.models import Resource, ResourceKind
 from orphan_cleanup.ledger.db import Database
 from tests.support.ledger_helpers import add_backend, cycle_row
 from tests.support.sqs_harness import DeployedQueues, Launched, MotoPlatform, context, lambda_record

@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from orphan_cleanup.core.models import OwnerStatus
+from orphan_cleanup.core.owners import OwnerStatus
 from orphan_cleanup.ledger.client import LedgerClient
 from orphan_cleanup.ledger.queries import activity_since
 from tests.support.ledger_helpers import T0, add_backend, add_instance, add_ref, db_now

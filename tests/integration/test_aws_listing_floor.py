@@ -12,7 +12,7 @@ from typing import Any
 import boto3
 import pytest
 
-from orphan_cleanup.core.models import Backend
+from orphan_cleanup.core.backends import Backend
 from orphan_cleanup.providers.aws import build_aws_provider
 from orphan_cleanup.providers.aws_kinds import BY_KIND, KINDS
 from orphan_cleanup.providers.ratelimit import DEFAULT_BUDGETS, RateLimits

@@ -13,7 +13,7 @@ from typing import Any
 import boto3
 import pytest
 
-from orphan_cleanup.core.models import Backend
+from orphan_cleanup.core.backends import Backend
 from orphan_cleanup.providers.aws import build_aws_provider
 from tests.support.listing import collect
 

@@ -19,8 +19,9 @@ import pytest
 
 from orphan_cleanup.cli import explain
 from orphan_cleanup.core.delete_rules import delete_record
-from orphan_cleanup.core.models import DeleteStatus, ResourceKind
+from orphan_cleanup.core.listing import ResourceKind
 from orphan_cleanup.core.settings import Settings
+from orphan_cleanup.core.verdicts import DeleteStatus
 from orphan_cleanup.cycle.pipeline import Pipeline
 from orphan_cleanup.cycle.runner import run_cycle
 from orphan_cleanup.providers.aws import build_aws_provider

@@ -19,7 +19,8 @@ import boto3
 import pytest
 
 from orphan_cleanup.core.errors import ProviderError
-from orphan_cleanup.core.models import DeleteStatus, ResourceKind, ResourceState
+from orphan_cleanup.core.listing import ResourceKind, ResourceState
+from orphan_cleanup.core.verdicts import DeleteStatus
 from tests.integration.test_aws_provider import (
     AMI,
     EAST,

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
+from orphan_cleanup.core.backends import Backend
 from orphan_cleanup.core.errors import ConfigError, LeaseLost
-from orphan_cleanup.core.models import Backend
 from orphan_cleanup.cycle.bookkeeping import start_cycle
 from orphan_cleanup.ledger.db import Database
 from orphan_cleanup.ledger.store import LedgerStore

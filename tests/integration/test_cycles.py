@@ -10,18 +10,14 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from orphan_cleanup.core.backends import DEFAULT_PROTECT_KEY
 from orphan_cleanup.core.classify import ClassifyContext
 from orphan_cleanup.core.decisions import BatchApplication
 from orphan_cleanup.core.errors import LeaseLost
+from orphan_cleanup.core.listing import RegionFailure
 from orphan_cleanup.core.messages import ListingBatch
-from orphan_cleanup.core.models import (
-    DEFAULT_PROTECT_KEY,
-    DeleteResult,
-    DeleteStatus,
-    Outcome,
-    OwnerStatus,
-    RegionFailure,
-)
+from orphan_cleanup.core.owners import OwnerStatus
+from orphan_cleanup.core.verdicts import DeleteResult, DeleteStatus, Outcome
 from orphan_cleanup.cycle.bookkeeping import (
     DeleteDecision,
     delete_allowed,
@@ -34,7 +30,7 @@ from orphan_cleanup.cycle.bookkeeping import (
 )
 from orphan_cleanup.cycle.pipeline import build_payload
 from orphan_cleanup.ledger.client import LedgerClient
-from orphan_cleanup.ledger.store import LedgerSession
+from orphan_cleanup.ledger.session import LedgerSession
 from orphan_cleanup.ledger.store import LedgerStore as S
 from tests.support.ledger_helpers import (
     T0,

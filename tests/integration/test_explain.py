@@ -14,9 +14,10 @@ import pytest
 
 from orphan_cleanup.cli import app as cli
 from orphan_cleanup.cli import explain
+from orphan_cleanup.core.backends import DEFAULT_PROTECT_KEY
 from orphan_cleanup.core.errors import ConfigError, SchemaNotMigrated
+from orphan_cleanup.core.listing import ResourceKind
 from orphan_cleanup.core.messages import DeleteRequest, ListingBatch
-from orphan_cleanup.core.models import DEFAULT_PROTECT_KEY, ResourceKind
 from orphan_cleanup.core.settings import Settings
 from orphan_cleanup.cycle.pipeline import Pipeline
 from orphan_cleanup.cycle.runner import drain, run_cycle

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from orphan_cleanup.core.backends import Backend
 from orphan_cleanup.core.errors import ProviderError, ProviderUnavailable
-from orphan_cleanup.core.models import Backend, DeleteStatus, ResourceGroup
+from orphan_cleanup.core.listing import ResourceGroup
+from orphan_cleanup.core.verdicts import DeleteStatus
 from orphan_cleanup.providers.gcp import GcpProvider, build_gcp_clients
 from tests.support.gcp_fake import FakeCompute
 from tests.support.listing import collect

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from google.api_core import exceptions as gexc
 
-from orphan_cleanup.core.models import Backend, BackendSettings, ResourceKind, ResourceState
+from orphan_cleanup.core.backends import Backend, BackendSettings
+from orphan_cleanup.core.listing import ResourceKind, ResourceState
 from orphan_cleanup.providers.gcp import GcpProvider, build_gcp_clients, build_gcp_provider
 from tests.support.gcp_fake import FakeCompute
 from tests.support.listing import collect

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from orphan_cleanup.core.models import DeleteStatus
+from orphan_cleanup.core.verdicts import DeleteStatus
 from tests.integration.test_gcp_delete import REF, ZONE, listed_group, owner_group, provider
 from tests.support.gcp_fake import FakeCompute
 from tests.support.listing import collect

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from orphan_cleanup.core.models import Backend
+from orphan_cleanup.core.backends import Backend
 from orphan_cleanup.providers.gcp import build_gcp_provider
 from tests.support.gcp_fake import FakeCompute
 from tests.support.listing import collect

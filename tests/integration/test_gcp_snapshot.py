@@ -10,8 +10,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from orphan_cleanup.core.backends import Backend
 from orphan_cleanup.core.errors import ProviderError
-from orphan_cleanup.core.models import Backend, DeleteStatus, ResourceKind
+from orphan_cleanup.core.listing import ResourceKind
+from orphan_cleanup.core.verdicts import DeleteStatus
 from orphan_cleanup.providers.gcp import GcpProvider, build_gcp_clients
 from tests.support.gcp_fake import FakeCompute
 from tests.support.listing import collect

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from orphan_cleanup.core.models import Backend
+from orphan_cleanup.core.backends import Backend
 from orphan_cleanup.core.settings import Settings
 from orphan_cleanup.cycle.pipeline import Pipeline
 from orphan_cleanup.cycle.runner import run_cycle

@@ -19,8 +19,8 @@ import pytest
 from botocore.credentials import CredentialResolver
 from botocore.exceptions import NoCredentialsError, ParamValidationError
 
+from orphan_cleanup.core.backends import Backend, BackendSettings
 from orphan_cleanup.core.errors import AccessDenied, IdentityMismatch, ProviderError, ProviderTimeout
-from orphan_cleanup.core.models import Backend, BackendSettings
 from orphan_cleanup.providers.aws import AwsProvider, build_aws_provider
 
 pytestmark = pytest.mark.usefixtures("moto_reset")

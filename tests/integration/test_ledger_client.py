@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from orphan_cleanup.core.errors import ConfigError
-from orphan_cleanup.core.models import OwnerStatus
+from orphan_cleanup.core.owners import OwnerStatus
 from orphan_cleanup.ledger.client import LedgerClient, aws_tag_specifications, gcp_labels, new_ref
 from tests.support.ledger_helpers import db_now
 

@@ -11,8 +11,9 @@ from datetime import timedelta
 import pytest
 
 from orphan_cleanup.core.errors import MessageRefused
+from orphan_cleanup.core.listing import ResourceKind
 from orphan_cleanup.core.messages import DeleteRequest, ListingBatch
-from orphan_cleanup.core.models import OwnerStatus, ResourceKind
+from orphan_cleanup.core.owners import OwnerStatus
 from orphan_cleanup.core.results import ListerResult
 from orphan_cleanup.core.settings import Settings
 from orphan_cleanup.cycle.pipeline import Pipeline

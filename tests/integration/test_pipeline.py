@@ -7,8 +7,8 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from orphan_cleanup.core.listing import ResourceKind
 from orphan_cleanup.core.messages import DeleteRequest, ListingBatch
-from orphan_cleanup.core.models import ResourceKind
 from orphan_cleanup.core.settings import Settings
 from orphan_cleanup.cycle.pipeline import GateBusy, Pipeline
 from orphan_cleanup.cycle.runner import drain, run_cycle

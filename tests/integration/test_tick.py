@@ -11,8 +11,9 @@ from datetime import timedelta
 
 import pytest
 
+from orphan_cleanup.core.backends import Backend
+from orphan_cleanup.core.listing import ResourceKind
 from orphan_cleanup.core.messages import ListingBatch, ListingJob
-from orphan_cleanup.core.models import Backend, ResourceKind
 from orphan_cleanup.core.settings import Settings
 from orphan_cleanup.cycle.pipeline import Pipeline
 from orphan_cleanup.ledger.db import Database

@@ -47,8 +47,9 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from orphan_cleanup.core.backends import Backend
+from orphan_cleanup.core.listing import ResourceState, is_valid_ref
 from orphan_cleanup.core.messages import DeleteRequest, ListingBatch, ListingJob
-from orphan_cleanup.core.models import Backend, ResourceState, is_valid_ref
 from tests.sim.cloud import SimCloud, _resource, listing_scope
 from tests.sim.owners import LIVE, PROTECT, TAG
 from tests.sim.world import (

@@ -25,21 +25,15 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
+from orphan_cleanup.core.backends import Backend
 from orphan_cleanup.core.errors import (
     ProviderError,
     ProviderThrottled,
     ProviderTimeout,
     ProviderUnavailable,
 )
-from orphan_cleanup.core.models import (
-    Backend,
-    DeleteResult,
-    RegionListing,
-    Resource,
-    ResourceGroup,
-    ResourceKind,
-    ResourceState,
-)
+from orphan_cleanup.core.listing import RegionListing, Resource, ResourceGroup, ResourceKind, ResourceState
+from orphan_cleanup.core.verdicts import DeleteResult
 from orphan_cleanup.providers.base import describe_error, group_resources
 from tests.support.memory_cloud import CloudResource, MemoryCloud, MemoryProvider
 

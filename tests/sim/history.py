@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from orphan_cleanup.core.models import ResourceKind, ResourceState
+from orphan_cleanup.core.listing import ResourceKind, ResourceState
 from tests.sim.db import set_sim_now
 from tests.sim.owners import PROTECT, TAG, Attempt, Owner
 

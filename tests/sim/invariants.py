@@ -60,7 +60,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from orphan_cleanup.core.models import ResourceGroup, ResourceState
+from orphan_cleanup.core.listing import ResourceGroup, ResourceState
 from tests.sim.db import shift_gates
 
 if TYPE_CHECKING:

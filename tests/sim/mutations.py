@@ -20,21 +20,15 @@ from unittest import mock
 import msgspec
 
 from orphan_cleanup.core import classify, delete_rules, policy
+from orphan_cleanup.core.backends import Backend
+from orphan_cleanup.core.listing import ResourceGroup, ResourceState
 from orphan_cleanup.core.messages import ListingJob
-from orphan_cleanup.core.models import (
-    Backend,
-    DeleteOutcome,
-    DeleteStatus,
-    LedgerRow,
-    Outcome,
-    ResourceGroup,
-    ResourceState,
-    Verdict,
-    VerdictKind,
-)
+from orphan_cleanup.core.owners import LedgerRow
 from orphan_cleanup.core.results import JobResult
+from orphan_cleanup.core.verdicts import DeleteOutcome, DeleteStatus, Outcome, Verdict, VerdictKind
 from orphan_cleanup.cycle import bookkeeping, pipeline
-from orphan_cleanup.ledger.store import LedgerSession, LedgerStore
+from orphan_cleanup.ledger.session import LedgerSession
+from orphan_cleanup.ledger.store import LedgerStore
 from orphan_cleanup.ledger.unit import LockedCycle
 from orphan_cleanup.providers.base import ResourceProvider
 from tests.sim.cloud import SimProvider

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from orphan_cleanup.core.models import ResourceKind, ResourceState, is_valid_ref
+from orphan_cleanup.core.listing import ResourceKind, ResourceState, is_valid_ref
 from tests.sim.owners import LIVE, PROTECT, TAG
 from tests.sim.world import UNKNOWN_BACKEND
 

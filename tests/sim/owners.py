@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from orphan_cleanup.core.models import DEFAULT_PROTECT_KEY, DEFAULT_TAG_KEY
+from orphan_cleanup.core.backends import DEFAULT_PROTECT_KEY, DEFAULT_TAG_KEY
 from tests.sim.db import PooledConnection
 
 LIVE = ("provisioning", "idle", "busy")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from orphan_cleanup.core.models import ResourceKind, ResourceState, is_valid_ref
+from orphan_cleanup.core.listing import ResourceKind, ResourceState, is_valid_ref
 from tests.sim.owners import LISTING_LAG_MAX, LIVE, PROTECT, REF_ALPHABET, TAG
 
 

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from orphan_cleanup.core.models import ResourceKind, ResourceState
+from orphan_cleanup.core.listing import ResourceKind, ResourceState
 from tests.sim.cloud import ResMeta
 from tests.sim.db import ConnectionPool, PooledConnection, set_sim_now
 from tests.sim.history import History

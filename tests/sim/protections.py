@@ -22,7 +22,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from orphan_cleanup.core.models import ResourceKind, ResourceState
+from orphan_cleanup.core.listing import ResourceKind, ResourceState
 from tests.sim.cloud import ResMeta
 from tests.sim.owners import TAG
 

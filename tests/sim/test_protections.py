@@ -5,8 +5,8 @@ real pipeline reports such a group and never loops on it (P1/P2 in the simulatio
 from __future__ import annotations
 
 from orphan_cleanup.core.messages import DeleteRequest, ListingBatch
-from orphan_cleanup.core.models import DeleteStatus
 from orphan_cleanup.core.settings import Settings
+from orphan_cleanup.core.verdicts import DeleteStatus
 from orphan_cleanup.cycle.pipeline import Pipeline
 from orphan_cleanup.ledger.db import Database
 from orphan_cleanup.queues.memory import InProcessQueue

@@ -10,9 +10,11 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from orphan_cleanup.core.listing import ResourceGroup
 from orphan_cleanup.core.messages import DeleteRequest, ListingBatch
-from orphan_cleanup.core.models import DeleteResult, OwnerStatus, ResourceGroup
+from orphan_cleanup.core.owners import OwnerStatus
 from orphan_cleanup.core.settings import Settings
+from orphan_cleanup.core.verdicts import DeleteResult
 from orphan_cleanup.cycle.pipeline import GateBusy, Pipeline
 from orphan_cleanup.ledger.db import Database
 from orphan_cleanup.queues.memory import InProcessQueue

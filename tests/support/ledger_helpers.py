@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from orphan_cleanup.core.classify import Limits
-from orphan_cleanup.core.models import Resource, ResourceGroup, ResourceKind, ResourceState
+from orphan_cleanup.core.listing import Resource, ResourceGroup, ResourceKind, ResourceState
 from orphan_cleanup.ledger.db import Database
 
 UTC = timezone.utc

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from orphan_cleanup.core.models import RegionFailure, ResourceGroup
+from orphan_cleanup.core.listing import RegionFailure, ResourceGroup
 from orphan_cleanup.providers.base import ResourceProvider
 
 

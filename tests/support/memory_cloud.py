@@ -21,18 +21,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Literal
 
+from orphan_cleanup.core.backends import Backend
 from orphan_cleanup.core.errors import ProviderError, ProviderUnavailable
-from orphan_cleanup.core.models import (
-    Backend,
-    DeleteResult,
-    DeleteStatus,
-    RegionListing,
-    Resource,
-    ResourceGroup,
-    ResourceKind,
-    ResourceState,
-    SkippedResource,
-)
+from orphan_cleanup.core.listing import RegionListing, Resource, ResourceGroup, ResourceKind, ResourceState
+from orphan_cleanup.core.verdicts import DeleteResult, DeleteStatus, SkippedResource
 from orphan_cleanup.providers.base import ResourceProvider, group_resources
 
 DEPENDENT_ORDER = (ResourceKind.NETWORK_INTERFACE, ResourceKind.VOLUME, ResourceKind.DISK,

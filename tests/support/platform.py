@@ -6,7 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
-from orphan_cleanup.core.models import DEFAULT_PROTECT_KEY, DEFAULT_TAG_KEY, OwnerStatus, ResourceKind
+from orphan_cleanup.core.backends import DEFAULT_PROTECT_KEY, DEFAULT_TAG_KEY
+from orphan_cleanup.core.listing import ResourceKind
+from orphan_cleanup.core.owners import OwnerStatus
 from orphan_cleanup.ledger.client import LedgerClient
 from orphan_cleanup.ledger.db import Database
 from tests.support.memory_cloud import MemoryCloud

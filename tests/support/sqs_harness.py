@@ -268,7 +268,7 @@ class MotoPlatform:
     def tracked(self, **kw: Any) -> Launched:
         issued = self.ledger.issue_ref(owner_name="tracked")
         iid, vols = self.launch(issued.provider_ref, **kw)
-        from orphan_cleanup.core.models import OwnerStatus
+        from orphan_cleanup.core.owners import OwnerStatus
 
         self.ledger.mark_provisioning(issued.owner_id, backend_id=self.backend_id, primary_id=iid,
                                       region=self.region, status=OwnerStatus.BUSY)
@@ -297,7 +297,7 @@ class MotoPlatform:
         [iid] = [i["InstanceId"] for r in self.ec2.describe_instances(
             Filters=[{"Name": "tag:provider_ref", "Values": [issued.provider_ref]}])["Reservations"]
             for i in r["Instances"]]
-        from orphan_cleanup.core.models import OwnerStatus
+        from orphan_cleanup.core.owners import OwnerStatus
 
         self.ledger.mark_provisioning(issued.owner_id, backend_id=self.backend_id, primary_id=iid,
                                       region=self.region, status=OwnerStatus.BUSY)

@@ -6,7 +6,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from orphan_cleanup.core.models import ResourceKind, ResourceState
+from orphan_cleanup.core.listing import ResourceKind, ResourceState
 from orphan_cleanup.providers.aws_kinds import (
     ADDRESS,
     BY_KIND,
@@ -16,9 +16,8 @@ from orphan_cleanup.providers.aws_kinds import (
     NETWORK_INTERFACE,
     SECURITY_GROUP,
     VOLUME,
-    link_resources,
-    to_resource,
 )
+from orphan_cleanup.providers.aws_resources import link_resources, to_resource
 from orphan_cleanup.providers.base import group_resources
 
 REF = "abcdefabcdef"

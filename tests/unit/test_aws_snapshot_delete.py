@@ -13,17 +13,11 @@ import pytest
 from botocore.stub import ANY, Stubber
 from pydantic import ValidationError
 
+from orphan_cleanup.core.backends import Backend, BackendSettings
 from orphan_cleanup.core.delete_rules import delete_record
 from orphan_cleanup.core.errors import ProviderError
-from orphan_cleanup.core.models import (
-    Action,
-    Backend,
-    BackendSettings,
-    DeleteStatus,
-    Resource,
-    ResourceGroup,
-    ResourceKind,
-)
+from orphan_cleanup.core.listing import Resource, ResourceGroup, ResourceKind
+from orphan_cleanup.core.verdicts import Action, DeleteStatus
 from orphan_cleanup.providers.aws_delete import GroupDeletion
 from orphan_cleanup.providers.aws_snapshot import expired
 

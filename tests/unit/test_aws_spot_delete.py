@@ -13,7 +13,8 @@ from botocore.stub import Stubber
 
 from orphan_cleanup.core.delete_rules import delete_record
 from orphan_cleanup.core.errors import ProviderError
-from orphan_cleanup.core.models import DeleteStatus, ResourceGroup, ResourceKind
+from orphan_cleanup.core.listing import ResourceGroup, ResourceKind
+from orphan_cleanup.core.verdicts import DeleteStatus
 from orphan_cleanup.providers.aws_delete import GroupDeletion
 from tests.unit.test_aws_delete_states import res
 

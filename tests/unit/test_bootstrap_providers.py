@@ -1,6 +1,6 @@
 """The composition root keeps one provider adapter per backend configuration."""
 
-from orphan_cleanup.core.models import Backend, BackendSettings
+from orphan_cleanup.core.backends import Backend, BackendSettings
 from orphan_cleanup.core.settings import Settings
 from orphan_cleanup.entrypoints import bootstrap
 

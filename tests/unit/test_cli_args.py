@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from orphan_cleanup.cli.app import build_parser, main, validate_backend
+from orphan_cleanup.cli.app import build_parser, main
+from orphan_cleanup.cli.validation import validate_backend
 from orphan_cleanup.core.errors import ConfigError
 
 # Any database access would fail loudly with a connection error, not an argument error.

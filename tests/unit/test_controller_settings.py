@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from orphan_cleanup.core.models import DEFAULT_CONTROLLER_TAG_KEYS, Backend, BackendSettings
+from orphan_cleanup.core.backends import DEFAULT_CONTROLLER_TAG_KEYS, Backend, BackendSettings
 
 
 def test_the_defaults_name_asg_node_group_and_fleets() -> None:

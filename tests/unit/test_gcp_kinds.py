@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 from google.cloud.compute_v1.types import compute
 
+from orphan_cleanup.core.backends import Backend, BackendSettings
 from orphan_cleanup.core.errors import ConfigError, DependencyNotReady, ProviderError, ProviderThrottled
-from orphan_cleanup.core.models import Backend, BackendSettings, ResourceKind, ResourceState
+from orphan_cleanup.core.listing import ResourceKind, ResourceState
 from orphan_cleanup.providers.gcp import GcpProvider, build_gcp_clients
 from orphan_cleanup.providers.gcp_calls import GcpCalls
 from orphan_cleanup.providers.gcp_kinds import (

@@ -1,7 +1,7 @@
 """Hostile provider replies fed to the adapters' pure parsing code (hypothesis).
 
 The AWS adapter turns describe items into ``Resource`` with
-``aws_kinds.to_resource`` and links them with ``aws_kinds.link_resources``;
+``aws_resources.to_resource`` and links them with ``aws_resources.link_resources``;
 ``AwsProvider._list_region`` turns ``KeyError``/``TypeError``/``ValueError``
 from that parsing into a failed region (fail closed). The GCP adapter parses
 with ``gcp_kinds.to_resource`` and fails a zone on a pydantic
@@ -21,8 +21,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from orphan_cleanup.core.models import Backend, RegionListing, ResourceKind, is_valid_ref
-from orphan_cleanup.providers import aws_kinds, gcp_kinds
+from orphan_cleanup.core.backends import Backend
+from orphan_cleanup.core.listing import RegionListing, ResourceKind, is_valid_ref
+from orphan_cleanup.providers import aws_kinds, aws_resources, gcp_kinds
 from orphan_cleanup.providers.aws import AwsProvider
 from orphan_cleanup.providers.base import group_resources
 
@@ -204,14 +205,14 @@ def test_a_missing_or_false_deletion_protection_does_not(fields: dict[str, Any])
 def test_an_aws_controller_tag_of_any_value_names_a_controller(value: str) -> None:
     item = {"InstanceId": "i-1", "State": {"Name": "running"},
             "Tags": [{"Key": TAG, "Value": "abcdefgh1234"}, {"Key": "eks:nodegroup-name", "Value": value}]}
-    res = aws_kinds.to_resource(aws_kinds.INSTANCE, item, "us-east-1")
+    res = aws_resources.to_resource(aws_kinds.INSTANCE, item, "us-east-1")
     assert res.controller is not None and res.controller.startswith("eks-nodegroup:")
 
 
 def test_an_aws_controller_key_not_configured_is_not_a_controller() -> None:
     item = {"InstanceId": "i-1", "Tags": [{"Key": "aws:autoscaling:groupName", "Value": "web"}]}
-    assert aws_kinds.to_resource(aws_kinds.INSTANCE, item, "us-east-1", controller_keys=()).controller is None
-    assert aws_kinds.to_resource(aws_kinds.INSTANCE, item, "us-east-1").controller == "asg:web"
+    assert aws_resources.to_resource(aws_kinds.INSTANCE, item, "us-east-1", controller_keys=()).controller is None
+    assert aws_resources.to_resource(aws_kinds.INSTANCE, item, "us-east-1").controller == "asg:web"
 
 
 # ---- issue #15 item 4: a snapshot's placing and age, of any shape, fail closed -----------

@@ -15,7 +15,7 @@ from orphan_cleanup.core.classify import (
     next_schedule,
     outcome,
 )
-from orphan_cleanup.core.models import Outcome, Verdict, VerdictKind
+from orphan_cleanup.core.verdicts import Outcome, Verdict, VerdictKind
 from tests.support.ledger_helpers import T0
 
 CLEAN, UNSETTLED, FAILED = Outcome.CLEAN, Outcome.UNSETTLED, Outcome.FAILED

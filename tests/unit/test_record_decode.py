@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import TypeAdapter, ValidationError
 
-from orphan_cleanup.core.models import LedgerRecord, LedgerRow
+from orphan_cleanup.core.owners import LedgerRecord, LedgerRow
 from orphan_cleanup.ledger.queries import records_from_json
 
 REFERENCE = TypeAdapter(list[LedgerRecord])  # the pydantic path the join used before

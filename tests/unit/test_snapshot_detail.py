@@ -10,7 +10,7 @@ import pytest
 
 from orphan_cleanup.cli import explain
 from orphan_cleanup.core import evidence
-from orphan_cleanup.core.models import ResourceGroup
+from orphan_cleanup.core.listing import ResourceGroup
 from orphan_cleanup.ledger.explain import DeleteRow, ExplainedGroup
 
 REF = "abcdefabcdef"

@@ -12,11 +12,10 @@ import argparse
 import logging
 import sys
 from collections.abc import Sequence
-from typing import Any, NoReturn
+from typing import NoReturn
 
+from orphan_cleanup.cli.exits import EXIT_BAD_INPUT, EXIT_BUSY, EXIT_FAILED, EXIT_INTERRUPTED
 from orphan_cleanup.core.errors import ConfigError, DatabaseError, OrphanCleanupError
-
-EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_BUSY = 0, 1, 2, 3
 
 EPILOG = """examples:
   orphan-cleanup demo         # the whole product on a fake AWS: no account, no database, ~30 s
@@ -204,13 +203,6 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def validate_backend(args: argparse.Namespace) -> tuple[list[str], dict[str, Any]]:
-    """``backend add``'s arguments: (regions, settings); a ``ConfigError`` otherwise."""
-    from orphan_cleanup.cli.validation import validate_new_backend
-
-    return validate_new_backend(args.id, args.provider, args.account, args.regions, args.settings)
-
-
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -263,4 +255,4 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_BUSY if getattr(e, "reason", None) == "busy" else EXIT_FAILED
     except KeyboardInterrupt:
         print("orphan-cleanup: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED

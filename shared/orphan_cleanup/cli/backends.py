@@ -10,14 +10,14 @@ import sys
 from typing import Any
 
 from orphan_cleanup.cli import validation as cli_input
+from orphan_cleanup.cli.exits import EXIT_BAD_INPUT, EXIT_OK
 from orphan_cleanup.cli.output import human_time, print_fields, print_table, verdict_style
+from orphan_cleanup.core.backends import BackendSettings
 from orphan_cleanup.core.errors import BackendBusy, ConfigError
-from orphan_cleanup.core.models import BackendSettings
 from orphan_cleanup.ledger.db import Database
 from orphan_cleanup.ledger.reports import BackendRow, RunningCycle
 from orphan_cleanup.ledger.store import LedgerStore
 
-EXIT_OK, EXIT_BAD_INPUT = 0, 2
 SECRET_SETTINGS = {"credentials_json"}
 HIDDEN = "(set, hidden)"
 

@@ -9,8 +9,9 @@ from collections import Counter
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from orphan_cleanup.cli.app import EXIT_FAILED, EXIT_OK, validate_backend
+from orphan_cleanup.cli.exits import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
 from orphan_cleanup.cli.output import human_time, print_plan, print_table, verdict_style, write_json_document
+from orphan_cleanup.cli.validation import validate_backend
 from orphan_cleanup.core.errors import ConfigError
 from orphan_cleanup.core.settings import Settings
 from orphan_cleanup.entrypoints import bootstrap
@@ -27,10 +28,11 @@ WRITES = {("backend", "add"), ("backend", "update"), ("backend", "remove"), ("ru
 
 def dispatch(args: argparse.Namespace) -> int:
     if args.command == "demo":
-        from orphan_cleanup.demo import run_demo
+        from orphan_cleanup.demo import Terminal, run_demo
 
         # The demo ends with this module's `status`, passed in: the demo never imports the CLI.
-        return run_demo(show_status=lambda db, settings: print_status(status_rows(db, settings.mode)))
+        return run_demo(Terminal(show_status=lambda db, settings: print_status(status_rows(db, settings.mode)),
+                                 print_table=print_table, verdict_style=verdict_style))
     action = getattr(args, "action", None)
     checked = validate_backend(args) if (args.command, action) == ("backend", "add") else None
     settings = bootstrap.load_settings()  # bad input is reported before any database is started
@@ -175,7 +177,6 @@ def run(settings: Settings, db: Database, args: argparse.Namespace) -> int:
     return EXIT_FAILED if report["outcome"] == "failed" else EXIT_OK
 
 
-EXIT_INTERRUPTED = 130
 
 
 def _asks(args: argparse.Namespace) -> bool:

@@ -21,15 +21,16 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, TextIO
 
+from orphan_cleanup.cli.exits import EXIT_NOT_FOUND, EXIT_OK
 from orphan_cleanup.cli.output import verdict_style
 from orphan_cleanup.core import evidence as ev_text
+from orphan_cleanup.core.backends import DEFAULT_PROTECT_KEY, DEFAULT_TAG_KEY
 from orphan_cleanup.core.errors import ConfigError
-from orphan_cleanup.core.models import DEFAULT_PROTECT_KEY, DEFAULT_TAG_KEY, ResourceKind
+from orphan_cleanup.core.listing import ResourceKind
 from orphan_cleanup.ledger.db import Database
 from orphan_cleanup.ledger.explain import DeleteRow, ExplainedGroup, explained_groups
 from orphan_cleanup.ledger.migrate import require_current_schema
 
-EXIT_OK, EXIT_NOT_FOUND = 0, 1
 CYCLES = 5
 
 #: How the providers' re-read by id names a resource it left alone (``SkippedResource.reason``).

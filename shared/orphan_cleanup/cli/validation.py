@@ -8,6 +8,7 @@ bundled endpoint data: offline, no call)."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 from functools import lru_cache
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from orphan_cleanup.core.errors import ConfigError
 
 if TYPE_CHECKING:
-    from orphan_cleanup.core.models import Backend
+    from orphan_cleanup.core.backends import Backend
 
 BACKEND_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,99}$")
 AWS_ACCOUNT = re.compile(r"^\d{12}$")
@@ -80,7 +81,7 @@ def parse_regions(provider: str, text: str) -> list[str]:
 def parse_settings(text: str, flag: str = "--settings") -> dict[str, Any]:
     """A JSON object of settings keys this version knows (values checked later, on the
     whole backend: ``checked_backend``)."""
-    from orphan_cleanup.core.models import BackendSettings
+    from orphan_cleanup.core.backends import BackendSettings
 
     try:
         settings = json.loads(text)
@@ -113,7 +114,7 @@ def checked_backend(backend_id: str, provider: str, account: str, regions: list[
     from pydantic import ValidationError
 
     from orphan_cleanup.core.backend_rules import describe_validation
-    from orphan_cleanup.core.models import Backend
+    from orphan_cleanup.core.backends import Backend
 
     try:
         return Backend.model_validate({"id": backend_id, "provider": provider, "account": account,
@@ -131,3 +132,8 @@ def validate_new_backend(backend_id: str, provider: str, account: str, regions_t
     settings = parse_settings(settings_text) if settings_text else {}
     checked_backend(backend_id, provider, account, regions, settings, None)
     return regions, settings
+
+
+def validate_backend(args: argparse.Namespace) -> tuple[list[str], dict[str, Any]]:
+    """``backend add``'s arguments: (regions, settings); a ``ConfigError`` otherwise."""
+    return validate_new_backend(args.id, args.provider, args.account, args.regions, args.settings)

@@ -14,18 +14,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import lru_cache
 
+from orphan_cleanup.core.backends import DEFAULT_TAG_KEY
 from orphan_cleanup.core.errors import BlastRadiusExceeded
-from orphan_cleanup.core.models import (
-    DEFAULT_TAG_KEY,
-    Action,
-    Outcome,
-    OwnerStatus,
-    Record,
-    ResourceGroup,
-    ResourceKind,
-    Verdict,
-    VerdictKind,
-)
+from orphan_cleanup.core.listing import ResourceGroup, ResourceKind
+from orphan_cleanup.core.owners import OwnerStatus, Record
+from orphan_cleanup.core.verdicts import Action, Outcome, Verdict, VerdictKind
 
 LIVE = frozenset({OwnerStatus.PROVISIONING.value, OwnerStatus.IDLE.value, OwnerStatus.BUSY.value})
 # Read once: an enum member's ``.value`` is a property, and ``classify`` runs per listed group.

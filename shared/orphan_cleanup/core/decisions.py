@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from orphan_cleanup.core.models import Action, DeleteResult, RegionFailure, ResourceGroup, VerdictKind
+from orphan_cleanup.core.listing import RegionFailure, ResourceGroup
+from orphan_cleanup.core.verdicts import Action, DeleteResult, VerdictKind
 
 
 class GroupRow(NamedTuple):

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from orphan_cleanup.core.classify import Limits
 from orphan_cleanup.core.decisions import DeleteRecord
-from orphan_cleanup.core.models import Action, DeleteOutcome, DeleteResult, DeleteStatus, ResourceGroup
+from orphan_cleanup.core.listing import ResourceGroup
+from orphan_cleanup.core.verdicts import Action, DeleteOutcome, DeleteResult, DeleteStatus
 
 
 def delete_refusal(*, mode: str, request_state: str | None, recorded: ResourceGroup | None,

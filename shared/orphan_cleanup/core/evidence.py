@@ -13,15 +13,11 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+from orphan_cleanup.core.backends import DEFAULT_PROTECT_KEY, DEFAULT_TAG_KEY
 from orphan_cleanup.core.classify import ClassifyContext, malformed
-from orphan_cleanup.core.models import (
-    DEFAULT_PROTECT_KEY,
-    DEFAULT_TAG_KEY,
-    OwnerStatus,
-    Record,
-    ResourceGroup,
-    Verdict,
-)
+from orphan_cleanup.core.listing import ResourceGroup
+from orphan_cleanup.core.owners import OwnerStatus, Record
+from orphan_cleanup.core.verdicts import Verdict
 
 #: Every reason ``classify.classify`` can give, and its rule in one sentence
 #: (README's reason table says the same; tests/unit/test_evidence.py keeps the three equal).

@@ -8,7 +8,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from orphan_cleanup.core.models import BackendId, Frozen, Mode, RegionFailure, ResourceGroup
+from orphan_cleanup.core.backends import Mode
+from orphan_cleanup.core.listing import BackendId, Frozen, RegionFailure, ResourceGroup
 
 MESSAGE_VERSION: Literal[1] = 1
 # Most backends one listing job feeds (a message stays far below the queue's size limit).

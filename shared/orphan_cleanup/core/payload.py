@@ -8,8 +8,10 @@ from typing import Any
 
 from orphan_cleanup.core import classify, evidence
 from orphan_cleanup.core.decisions import BatchApplication, GroupRow, OrphanRow, ReportEvent
+from orphan_cleanup.core.listing import ResourceGroup
 from orphan_cleanup.core.messages import ListingBatch
-from orphan_cleanup.core.models import Action, Record, ResourceGroup, Verdict, VerdictKind
+from orphan_cleanup.core.owners import Record
+from orphan_cleanup.core.verdicts import Action, Verdict, VerdictKind
 
 
 def build_payload(batch: ListingBatch, records: Mapping[str, Record], ctx: classify.ClassifyContext, *,

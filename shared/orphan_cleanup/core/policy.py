@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
+from orphan_cleanup.core.backends import Backend, Mode
 from orphan_cleanup.core.classify import Limits
-from orphan_cleanup.core.models import Backend, Mode
 from orphan_cleanup.core.settings import Settings
 
 

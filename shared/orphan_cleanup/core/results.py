@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from orphan_cleanup.core.models import Mode
+from orphan_cleanup.core.backends import Mode
 
 
 class _Result(BaseModel):

@@ -7,7 +7,7 @@ from typing import Any
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from orphan_cleanup.core.models import Mode
+from orphan_cleanup.core.backends import Mode
 
 
 class Settings(BaseSettings):

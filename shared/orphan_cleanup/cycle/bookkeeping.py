@@ -13,11 +13,14 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from orphan_cleanup.core import classify, delete_rules
+from orphan_cleanup.core.backends import Mode
 from orphan_cleanup.core.classify import Limits
 from orphan_cleanup.core.errors import BlastRadiusExceeded, LeaseLost
-from orphan_cleanup.core.models import DeleteOutcome, DeleteResult, Mode, Outcome, RegionFailure, ResourceGroup
+from orphan_cleanup.core.listing import RegionFailure, ResourceGroup
+from orphan_cleanup.core.verdicts import DeleteOutcome, DeleteResult, Outcome
 from orphan_cleanup.ledger.records import Cycle, CycleRef, DeleteRequestRow, IdleSnapshot
-from orphan_cleanup.ledger.store import LedgerSession, LedgerStore
+from orphan_cleanup.ledger.session import LedgerSession
+from orphan_cleanup.ledger.store import LedgerStore
 from orphan_cleanup.ledger.unit import GateHold, LockedCycle
 
 

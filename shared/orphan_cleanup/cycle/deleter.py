@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from orphan_cleanup.core import classify, delete_rules, policy
+from orphan_cleanup.core.backends import Backend, Mode
 from orphan_cleanup.core.classify import Limits
 from orphan_cleanup.core.errors import (
     IdentityMismatch,
@@ -20,8 +21,9 @@ from orphan_cleanup.core.errors import (
     ProviderError,
     ProviderUnavailable,
 )
+from orphan_cleanup.core.listing import ResourceGroup
 from orphan_cleanup.core.messages import DeleteRequest
-from orphan_cleanup.core.models import Backend, DeleteOutcome, Mode, ResourceGroup, VerdictKind
+from orphan_cleanup.core.verdicts import DeleteOutcome, VerdictKind
 from orphan_cleanup.cycle import bookkeeping
 from orphan_cleanup.ledger.db import Database
 from orphan_cleanup.ledger.records import CycleContext

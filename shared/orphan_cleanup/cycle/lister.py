@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from orphan_cleanup.core import listing_rules, policy
+from orphan_cleanup.core.backends import Backend, Mode
 from orphan_cleanup.core.classify import Limits
 from orphan_cleanup.core.errors import (
     ConfigError,
@@ -20,8 +21,8 @@ from orphan_cleanup.core.errors import (
     ProviderError,
     ProviderThrottled,
 )
+from orphan_cleanup.core.listing import RegionFailure, RegionListing, ResourceGroup
 from orphan_cleanup.core.messages import MAX_JOB_BACKENDS, ListingBatch, ListingJob
-from orphan_cleanup.core.models import Backend, Mode, RegionFailure, RegionListing, ResourceGroup
 from orphan_cleanup.core.results import JobResult, ListerResult, TickResult
 from orphan_cleanup.core.settings import Settings
 from orphan_cleanup.cycle import bookkeeping

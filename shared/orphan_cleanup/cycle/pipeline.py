@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from orphan_cleanup.core import policy
+from orphan_cleanup.core.backends import Backend
 from orphan_cleanup.core.classify import Limits
 from orphan_cleanup.core.errors import LeaseLost, MessageRefused
 from orphan_cleanup.core.messages import DeleteRequest, ListingBatch
-from orphan_cleanup.core.models import Backend
 from orphan_cleanup.core.payload import build_payload
 from orphan_cleanup.core.results import BatchResult
 from orphan_cleanup.core.settings import Settings

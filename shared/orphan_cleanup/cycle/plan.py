@@ -7,8 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from orphan_cleanup.core.listing import ResourceGroup
 from orphan_cleanup.core.messages import DeleteRequest
-from orphan_cleanup.core.models import Record, ResourceGroup
+from orphan_cleanup.core.owners import Record
 from orphan_cleanup.ledger.store import LedgerStore
 
 

@@ -32,11 +32,12 @@ from typing import Any, TypeVar
 from pydantic import TypeAdapter
 
 from orphan_cleanup.core import delete_rules
+from orphan_cleanup.core.backends import Mode
 from orphan_cleanup.core.classify import Limits
 from orphan_cleanup.core.errors import ConfigError, DatabaseError, LeaseLost, OrphanCleanupError
 from orphan_cleanup.core.messages import DeleteRequest, ListingBatch
-from orphan_cleanup.core.models import DeleteOutcome, Mode
 from orphan_cleanup.core.results import ListerResult
+from orphan_cleanup.core.verdicts import DeleteOutcome
 from orphan_cleanup.cycle import bookkeeping
 from orphan_cleanup.cycle.gcpause import paused_gc
 from orphan_cleanup.cycle.heartbeat import Heartbeat

@@ -12,9 +12,10 @@ Progress goes to stderr, the story and the tables to stdout.
 - ``platform``: the platform that provisions through the ledger, and leaks;
 - ``world``: Postgres, moto, and the settings and AWS session that point at them.
 
-The library never imports this package; the CLI does, for ``demo`` only.
+The library never imports this package; the CLI does, for ``demo`` only, and hands it
+its way of printing (``Terminal``): the demo never imports the CLI.
 """
 
-from orphan_cleanup.demo.story import run_demo
+from orphan_cleanup.demo.story import Terminal, run_demo
 
-__all__ = ["run_demo"]
+__all__ = ["Terminal", "run_demo"]

@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from orphan_cleanup.core.models import DEFAULT_PROTECT_KEY, DEFAULT_TAG_KEY, OwnerStatus
+from orphan_cleanup.core.backends import DEFAULT_PROTECT_KEY, DEFAULT_TAG_KEY
+from orphan_cleanup.core.owners import OwnerStatus
 from orphan_cleanup.ledger.client import LedgerClient, aws_tag_specifications, new_ref
 from orphan_cleanup.ledger.db import Database
 from orphan_cleanup.ledger.store import LedgerStore

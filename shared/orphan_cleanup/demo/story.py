@@ -9,11 +9,10 @@ import sys
 import textwrap
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
-from orphan_cleanup.cli.output import print_table, verdict_style
-from orphan_cleanup.core.models import BackendSettings, Mode
+from orphan_cleanup.core.backends import BackendSettings, Mode
 from orphan_cleanup.core.settings import Settings
 from orphan_cleanup.demo.platform import DemoPlatform, Scenario, running_instances
 from orphan_cleanup.demo.world import REGION, DemoWorld, demo_world
@@ -23,6 +22,16 @@ from orphan_cleanup.ledger.store import LedgerStore
 
 BACKEND, ACCOUNT = "demo-aws", "123456789012"
 StatusPrinter = Callable[[Database, Settings], None]
+
+
+@dataclass(frozen=True)
+class Terminal:
+    """How the demo prints, handed in by the CLI (the demo never imports the CLI): its
+    ``status`` command, its table printer and its verdict colors."""
+
+    show_status: StatusPrinter
+    print_table: Callable[..., None]
+    verdict_style: Callable[[str], str]
 """Prints what ``orphan-cleanup status`` prints for this database and settings."""
 # moto stamps VMs with the wall clock, so the demo cannot backdate them: it
 # uses a short margin and waits it out instead of the default 300 s.
@@ -48,13 +57,13 @@ def say(message: str) -> None:
     print(f"demo: {message}", file=sys.stderr, flush=True)
 
 
-def run_demo(*, show_status: StatusPrinter) -> int:
+def run_demo(out: Terminal) -> int:
     """Run the demo; 0 when every verdict and the final fleet are as expected, else 1.
 
-    ``show_status`` is the CLI's ``status`` command (the demo ends by showing it)."""
+    ``out`` prints as the CLI does; the demo ends with the CLI's ``status``."""
     started = time.monotonic()
     with demo_world(say) as world:
-        problems = _play(world, show_status)
+        problems = _play(world, out)
     say(f"done in {time.monotonic() - started:.0f} s")
     if problems:
         print("\nself-check: FAILED")
@@ -64,22 +73,22 @@ def run_demo(*, show_status: StatusPrinter) -> int:
     return 0
 
 
-def _play(world: DemoWorld, show_status: StatusPrinter) -> list[str]:
+def _play(world: DemoWorld, out: Terminal) -> list[str]:
     """Provision and leak, run the three cycles, return what differed from the plan."""
     _register_backend(world)
     ec2 = world.client("ec2")
-    fleet = _provision(DemoPlatform(world.db, ec2, BACKEND, REGION))
+    fleet = _provision(DemoPlatform(world.db, ec2, BACKEND, REGION), out)
     run = _runner(world)
 
     problems: list[str] = []
     print("\n1. Report cycle: list, classify, report; delete nothing.\n")
-    problems += _show_cycle(run("report"), fleet, "report", expected_outcome="unsettled")
+    problems += _show_cycle(run("report"), fleet, "report", out, expected_outcome="unsettled")
     print("   The skipped group keeps the cycle unsettled: clean_at does not move.")
 
     print("\n2. Delete cycle: the same verdicts; the orphans are deleted.\n")
-    problems += _show_cycle(run("delete"), fleet, "delete", expected_outcome="unsettled")
+    problems += _show_cycle(run("delete"), fleet, "delete", out, expected_outcome="unsettled")
     _explain(fleet)
-    problems += _check_running(ec2, fleet)
+    problems += _check_running(ec2, fleet, out)
 
     # Once its margin has passed, the skipped VM is judged like any other.
     recent = [s.key for s in fleet if s.later]
@@ -90,12 +99,13 @@ def _play(world: DemoWorld, show_status: StatusPrinter) -> list[str]:
     print(f"\n3. {wait:.0f} s later, the next delete cycle: {', '.join(recent)} is past the margin now"
           " (the other VMs come out as before).\n")
     still_listed = [s for s in fleet if s.key in recent or not s.is_orphan]
-    problems += _show_cycle(run("delete"), still_listed, "delete", expected_outcome="clean", show=set(recent))
+    problems += _show_cycle(run("delete"), still_listed, "delete", out, expected_outcome="clean",
+                           show=set(recent))
     print("   Clean: clean_at advances to the listing time minus the margin.")
-    problems += _check_running(ec2, fleet, show=False)
+    problems += _check_running(ec2, fleet, out, show=False)
 
     print("\n$ orphan-cleanup status")
-    show_status(world.db, world.settings)
+    out.show_status(world.db, world.settings)
     if not problems:
         orphans = sum(1 for s in fleet if s.is_orphan)
         print(f"\nself-check: ok ({orphans} orphans deleted, {len(fleet) - orphans} VMs kept, "
@@ -111,7 +121,7 @@ def _register_backend(world: DemoWorld) -> None:
                                       settings=BackendSettings(margin_seconds=MARGIN_SECONDS))
 
 
-def _provision(platform: DemoPlatform) -> list[Scenario]:
+def _provision(platform: DemoPlatform, out: Terminal) -> list[Scenario]:
     say("the platform provisions its fleet through the ledger, and leaks ...")
     fleet = platform.play_history()
     wait = MARGIN_SECONDS + 1.5
@@ -121,7 +131,7 @@ def _provision(platform: DemoPlatform) -> list[Scenario]:
     print(f"A platform ran {len(fleet)} VMs on a fake AWS (moto) through its ledger, and leaked some.")
     print(f"Backend {BACKEND}: aws account {ACCOUNT}, region {REGION}, margin {MARGIN_SECONDS} s"
           " (300 s by default; short here to fit in a minute).\n")
-    print_table(["vm", "instance", "ref", "what happened"],
+    out.print_table(["vm", "instance", "ref", "what happened"],
                 [[s.key, s.instance_id, s.provider_ref, s.story] for s in fleet])
     return fleet
 
@@ -142,7 +152,7 @@ def _runner(world: DemoWorld) -> Callable[[Mode], CycleReport]:
     return run
 
 
-def _show_cycle(report: CycleReport, listed: list[Scenario], mode: str, *, expected_outcome: str,
+def _show_cycle(report: CycleReport, listed: list[Scenario], mode: str, out: Terminal, *, expected_outcome: str,
                 show: set[str] | None = None) -> list[str]:
     """Print the cycle's groups in fleet order and compare them with the plan:
     exactly the ``listed`` scenarios, each with its verdict, reason and action."""
@@ -163,12 +173,12 @@ def _show_cycle(report: CycleReport, listed: list[Scenario], mode: str, *, expec
         if got != want:
             problems.append(f"{mode} cycle: {s.key} came out {' '.join(got)}, expected {' '.join(want)}")
         if show is None or s.key in show:
-            rows.append([s.key, s.instance_id, verdict_style(g.verdict), g.reason, g.action])
-    print_table(["vm", "instance", "verdict", "reason", "action"], rows, indent=3)
+            rows.append([s.key, s.instance_id, out.verdict_style(g.verdict), g.reason, g.action])
+    out.print_table(["vm", "instance", "verdict", "reason", "action"], rows, indent=3)
     problems += [f"{mode} cycle: region {f.region} failed: {f.error}" for f in report.failures]
     if report.error:
         problems.append(f"{mode} cycle: {report.error}")
-    print(f"\n   outcome: {verdict_style(report.outcome)}")
+    print(f"\n   outcome: {out.verdict_style(report.outcome)}")
     if report.outcome != expected_outcome:
         problems.append(f"{mode} cycle: outcome {report.outcome}, expected {expected_outcome}")
     return problems
@@ -185,12 +195,12 @@ def _explain(fleet: list[Scenario]) -> None:
                                     initial_indent="   - ", subsequent_indent="     "))
 
 
-def _check_running(ec2: Any, fleet: list[Scenario], *, show: bool = True) -> list[str]:
+def _check_running(ec2: Any, fleet: list[Scenario], out: Terminal, *, show: bool = True) -> list[str]:
     """Ask moto which instances still run: exactly the non-orphans must."""
     running = running_instances(ec2)
     if show:
         print(f"\n   Still running on moto (describe_instances): {len(running)}")
-        print_table(["vm", "instance", "ref"], [[s.key, s.instance_id, running[s.instance_id]]
+        out.print_table(["vm", "instance", "ref"], [[s.key, s.instance_id, running[s.instance_id]]
                                                for s in fleet if s.instance_id in running], indent=3)
     expected = {s.instance_id for s in fleet if not s.is_orphan}
     if set(running) == expected:

@@ -11,8 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from orphan_cleanup.core.backends import Backend
 from orphan_cleanup.core.errors import ConfigError
-from orphan_cleanup.core.models import Backend
 from orphan_cleanup.core.settings import Settings
 from orphan_cleanup.cycle.pipeline import Pipeline, ProviderFactory
 from orphan_cleanup.cycle.reporting import Reporter, sentry_sink

@@ -24,8 +24,9 @@ import string
 from dataclasses import dataclass
 from datetime import datetime
 
+from orphan_cleanup.core.backends import DEFAULT_TAG_KEY
 from orphan_cleanup.core.errors import ConfigError, DatabaseError
-from orphan_cleanup.core.models import DEFAULT_TAG_KEY, OwnerStatus
+from orphan_cleanup.core.owners import OwnerStatus
 from orphan_cleanup.ledger.db import Database
 
 REF_ALPHABET = string.ascii_lowercase + string.digits

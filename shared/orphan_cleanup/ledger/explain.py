@@ -19,7 +19,7 @@ import pg8000.native
 from pg8000.exceptions import DatabaseError as PgDatabaseError
 
 from orphan_cleanup.core.errors import ConfigError, DatabaseError, SchemaNotMigrated
-from orphan_cleanup.core.models import ResourceGroup, is_valid_ref
+from orphan_cleanup.core.listing import ResourceGroup, is_valid_ref
 from orphan_cleanup.ledger.db import Database, describe, sqlstate
 
 #: undefined_table, undefined_column, undefined_function: the schema predates what explain reads.

@@ -12,8 +12,10 @@ import pg8000.native
 from pydantic import TypeAdapter, ValidationError
 
 from orphan_cleanup.core.backend_rules import describe_validation
+from orphan_cleanup.core.backends import Backend
 from orphan_cleanup.core.errors import ConfigError
-from orphan_cleanup.core.models import Backend, LedgerRecord, LedgerRow, Record, ResourceGroup, is_valid_ref
+from orphan_cleanup.core.listing import ResourceGroup, is_valid_ref
+from orphan_cleanup.core.owners import LedgerRecord, LedgerRow, Record
 
 BACKEND_COLUMNS = "id, provider, account, regions, settings, mode"
 

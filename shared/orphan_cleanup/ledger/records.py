@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from orphan_cleanup.core.models import Backend, Mode, RegionFailure, ResourceGroup
+from orphan_cleanup.core.backends import Backend, Mode
+from orphan_cleanup.core.listing import RegionFailure, ResourceGroup
 
 ApplyStatus = Literal["applied", "duplicate", "fenced", "unknown_cycle"]
 

@@ -11,8 +11,9 @@ from typing import Any
 
 import pg8000.native
 
+from orphan_cleanup.core.backends import Backend
 from orphan_cleanup.core.errors import BackendBusy, ConfigError
-from orphan_cleanup.core.models import Backend, RegionFailure
+from orphan_cleanup.core.listing import RegionFailure
 from orphan_cleanup.ledger.db import sqlstate
 from orphan_cleanup.ledger.queries import BACKEND_COLUMNS, backend_from_row
 from orphan_cleanup.ledger.records import CycleReport, ReportGroup, ReportResource, StatusRow

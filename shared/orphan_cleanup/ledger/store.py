@@ -36,183 +36,19 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
-import msgspec
-import pg8000.native
-
-from orphan_cleanup.core.decisions import BatchApplication
-from orphan_cleanup.core.errors import ConfigError
-from orphan_cleanup.core.models import Backend, BackendSettings, Record, ResourceGroup
+from orphan_cleanup.core.backends import Backend, BackendSettings
+from orphan_cleanup.core.listing import ResourceGroup
+from orphan_cleanup.core.owners import Record
 from orphan_cleanup.ledger import queries, reports
 from orphan_cleanup.ledger.db import Database
-from orphan_cleanup.ledger.records import ApplyResult, CycleContext, CycleReport, IdleSnapshot, TickRow
+from orphan_cleanup.ledger.records import CycleReport
+from orphan_cleanup.ledger.session import LedgerSession
 from orphan_cleanup.ledger.unit import LeaseUnit, LockedCycle
 
 _log = logging.getLogger(__name__)
 
 #: Groups per FETCH of ``report_groups``.
 REPORT_PAGE = 2_000
-
-# ``json.dumps(default=str)`` in C: the apply's document (bench/classifier.py). Non-ASCII
-# text is written as UTF-8, not escaped: the database reads the same values.
-_to_json = msgspec.json.Encoder(enc_hook=str).encode
-
-
-def apply_payload(app: BatchApplication) -> dict[str, Any]:
-    """The JSON document ``oc_apply_batch`` reads (migrations/0003_apply.sql; its
-    current version, which writes ``evidence`` into cycle_groups, is in 0008_evidence.sql)."""
-    rows = []
-    for r in app.rows:
-        d = r.as_dict()
-        if r.evidence:
-            d["evidence"] = r.evidence
-        rows.append(d)
-    # Every orphan row is also a cycle_groups row: dump each once. Only cycle_groups
-    # keeps the evidence: the orphans entries leave it out.
-    by_id = dict(zip(map(id, app.rows), rows, strict=True))
-    orphans = []
-    for o in app.orphans:
-        entry = {**(by_id.get(id(o.row)) or o.row.as_dict()), "state": o.state, "reported": 1 if o.reported else 0}
-        entry.pop("evidence", None)
-        orphans.append(entry)
-    return {"cycle_id": app.cycle_id, "seq": app.seq, "last": app.last, "batch_count": app.batch_count,
-            "failures": [f.model_dump() for f in app.failures], "groups": app.groups, "skipped": app.skipped,
-            "rows": rows,
-            "orphans": orphans,
-            "orphan_resources": [{"provider_ref": ref, "resource_id": rid} for ref, rid in app.orphan_resources],
-            "events": [{"kind": f"{e.row.verdict.value}_reported", "provider_ref": e.row.group.provider_ref,
-                        "message": e.message, "owner_type": e.row.owner_type, "owner_id": e.row.owner_id,
-                        "owner_name": e.row.owner_name,
-                        "details": {"resources": [r.id for r in e.row.group.resources], "reason": e.row.reason}}
-                       for e in app.events]}
-
-
-class LedgerSession:
-    """One connection, no transaction: the reads and single-statement writes of
-    the hot paths (STEP 1's idle check, a classified batch)."""
-
-    def __init__(self, conn: pg8000.native.Connection) -> None:
-        self.conn = conn
-
-    def backend(self, backend_id: str) -> Backend:
-        """The backend row (``ConfigError`` when unknown)."""
-        return queries.get_backend(self.conn, backend_id)
-
-    def cycle_context(self, cycle_id: str) -> CycleContext | None:
-        """The cycle's row and its backend's, in one statement (None: no such cycle)."""
-        columns = ", ".join(f"b.{c.strip()}" for c in queries.BACKEND_COLUMNS.split(","))
-        rows = self.conn.run(f"SELECT c.id, c.backend_id, c.mode, c.listed_at, c.record_all, {columns}"
-                             " FROM cycles c JOIN backends b ON b.id = c.backend_id WHERE c.id = :c", c=cycle_id)
-        if not rows:
-            return None
-        cid, backend_id, mode, listed_at, record_all, *backend = rows[0]
-        return CycleContext(id=cid, backend_id=backend_id, mode=mode, listed_at=listed_at, record_all=record_all,
-                            backend=queries.backend_from_row(backend))
-
-    def load_records(self, backend_id: str, groups: Iterable[ResourceGroup]) -> dict[str, Record]:
-        """STEP 3: the ledger records of the groups' refs, keyed by ref, in one statement."""
-        return queries.load_records(self.conn, backend_id, groups)
-
-    def apply(self, app: BatchApplication) -> ApplyResult:
-        """One round trip: the fenced, idempotent application of a classified batch."""
-        rows = self.conn.run("SELECT oc_apply_batch(CAST(:p AS jsonb))", p=_to_json(apply_payload(app)).decode())
-        r = rows[0][0] if isinstance(rows[0][0], dict) else json.loads(rows[0][0])
-        return ApplyResult(status=r["status"], listing_complete=bool(r.get("listing_complete")),
-                           mode=r.get("mode"), groups_listed=r.get("groups_listed"))
-
-    def idle_snapshot(self, backend_id: str) -> IdleSnapshot | None:
-        """STEP 1's facts in one read, without a lock: None when the backend has no
-        cleanup row yet."""
-        rows = self.conn.run(
-            "SELECT c.clean_at, c.clean_mode, c.lease_owner IS NOT NULL, c.retry_delay_seconds, c.next_due_at,"
-            " c.clean_at IS NOT NULL AND " + queries.ACTIVITY_EXISTS.format(since="c.clean_at", backend=":b") +
-            ", oc_clock() FROM cleanup c WHERE c.backend_id = :b", b=backend_id)
-        if not rows:
-            return None
-        clean_at, clean_mode, leased, delay, next_due, active, clock = rows[0]
-        return IdleSnapshot(clean_at=clean_at, clean_mode=clean_mode, leased=bool(leased),
-                            retry_delay_seconds=delay, next_due_at=next_due, activity_since_clean=bool(active),
-                            now=clock)
-
-    def tick_rows(self, known: dict[bytes, Backend] | None = None, *, horizon: bool = True) -> list[TickRow]:
-        """The tick's one statement: enroll every backend once the ledger has issued refs,
-        and read every backend with STEP 1's facts (activity of its whole account, DESIGN
-        §5 rule 9) and the database clock. ``horizon``: a backend due later than any
-        tolerance comes without facts (``TickRow.due_later``); False (a caller on a clock
-        of its own) reads the facts of every backend.
-
-        ``known``: the backends an earlier tick validated, keyed by their row's JSON;
-        a row whose JSON is the same is the same ``Backend`` (a frozen model of the same
-        input), not validated again. Replaced by this tick's rows (as large as the table).
-        A misconfigured row is never kept: it fails, and is logged, at every tick."""
-        now, rows = queries.tick_rows_from_json(self.conn.run(
-            queries.TICK_SQL, horizon=queries.TICK_HORIZON_SECONDS if horizon else None)[0][0])
-        seen: dict[bytes, Backend] = {}
-        out = []
-        for raw, facts in rows:
-            key = bytes(raw)
-            backend = known.get(key) if known is not None else None
-            if backend is None:
-                columns = json.loads(key)
-                try:
-                    backend = queries.backend_from_row(columns)
-                except ConfigError as e:  # a misconfigured row fails that backend alone, never the tick
-                    _log.error("tick: backend %s skipped: %s", columns[0], e)
-                    continue
-            seen[key] = backend
-            if facts is None:
-                out.append(TickRow(backend=backend, snapshot=None, lease_expires_at=None, due_later=True))
-                continue
-            enrolled, clean_at, clean_mode, leased, expires, delay, next_due, active = facts
-            snapshot = IdleSnapshot(clean_at=clean_at, clean_mode=clean_mode, leased=bool(leased),
-                                    retry_delay_seconds=delay, next_due_at=next_due,
-                                    activity_since_clean=bool(active), now=now) if enrolled else None
-            out.append(TickRow(backend=backend, snapshot=snapshot, lease_expires_at=expires))
-        if known is not None:
-            known.clear()
-            known.update(seen)
-        return out
-
-    def mark_idle_many(self, idle: Sequence[tuple[str, IdleSnapshot, str, datetime]], now: datetime) -> set[str]:
-        """``mark_idle`` for many backends in one statement: (backend id, the snapshot
-        seen, the mode, next due). Returns the ids marked."""
-        if not idle:
-            return set()
-        payload = json.dumps([{"backend_id": b, "clean_at": seen.clean_at, "mode": mode, "next_due": due}
-                              for b, seen, mode, due in idle], default=str)
-        return {r[0] for r in self.conn.run(
-            "UPDATE cleanup c SET last_processed_at = :n, next_due_at = x.next_due"
-            " FROM jsonb_to_recordset(CAST(:p AS jsonb))"
-            "      AS x(backend_id text, clean_at timestamptz, mode text, next_due timestamptz)"
-            " WHERE c.backend_id = x.backend_id AND c.lease_owner IS NULL AND c.clean_at = x.clean_at"
-            " AND c.clean_mode = x.mode RETURNING c.backend_id", n=now, p=payload)}
-
-    def region_baselines(self, backend_ids: Sequence[str]) -> dict[str, dict[str, tuple[int | None, int | None]]]:
-        """Per backend and region: (groups of the last clean listing, groups of the
-        suspect listing since), in one statement."""
-        out: dict[str, dict[str, tuple[int | None, int | None]]] = {b: {} for b in backend_ids}
-        for b, region, clean, suspect in self.conn.run(
-                "SELECT backend_id, region, clean_groups, suspect_groups FROM region_listings"
-                " WHERE backend_id = ANY(CAST(:b AS text[]))", b=list(backend_ids)):
-            out[b][region] = (clean, suspect)
-        return out
-
-    def mark_suspect(self, backend_id: str, counts: dict[str, int]) -> None:
-        """Remember the group counts of region listings found anomalous (one statement)."""
-        self.conn.run(
-            "INSERT INTO region_listings AS l (backend_id, region, suspect_groups, suspect_at)"
-            " SELECT :b, r.key, r.value::integer, oc_clock() FROM jsonb_each_text(CAST(:c AS jsonb)) AS r"
-            " ON CONFLICT (backend_id, region) DO UPDATE"
-            " SET suspect_groups = excluded.suspect_groups, suspect_at = excluded.suspect_at",
-            b=backend_id, c=json.dumps(counts))
-
-    def mark_idle(self, backend_id: str, *, now: datetime, next_due: datetime, seen: IdleSnapshot,
-                  mode: str) -> bool:
-        """Mark an idle backend processed, unless its row moved since ``seen``
-        (a lease, another clean cycle, a mode change). True when marked."""
-        return bool(self.conn.run(
-            "UPDATE cleanup SET last_processed_at = :n, next_due_at = :d WHERE backend_id = :b"
-            " AND lease_owner IS NULL AND clean_at = :ca AND clean_mode = :m RETURNING 1",
-            n=now, d=next_due, b=backend_id, ca=seen.clean_at, m=mode))
 
 
 class LedgerStore:

@@ -19,9 +19,11 @@ from typing import Any, NamedTuple
 import pg8000.native
 
 from orphan_cleanup.core import evidence
+from orphan_cleanup.core.backends import Mode
 from orphan_cleanup.core.decisions import DeleteRecord
 from orphan_cleanup.core.errors import BlastRadiusExceeded, LeaseLost
-from orphan_cleanup.core.models import Mode, Outcome, RegionFailure, ResourceGroup
+from orphan_cleanup.core.listing import RegionFailure, ResourceGroup
+from orphan_cleanup.core.verdicts import Outcome
 from orphan_cleanup.ledger.queries import activity_since
 from orphan_cleanup.ledger.records import CYCLE_COLUMNS, CleanupState, Cycle, CycleRef, DeleteRequestRow
 

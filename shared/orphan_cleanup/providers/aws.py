@@ -23,11 +23,14 @@ import botocore.session
 from botocore.config import Config
 from botocore.credentials import CredentialProvider, DeferredRefreshableCredentials
 
+from orphan_cleanup.core.backends import Backend
 from orphan_cleanup.core.errors import ConfigError, ProviderError
-from orphan_cleanup.core.models import Backend, DeleteResult, RegionListing, ResourceGroup, ResourceKind, ResourceState
+from orphan_cleanup.core.listing import RegionListing, ResourceGroup, ResourceKind, ResourceState
+from orphan_cleanup.core.verdicts import DeleteResult
 from orphan_cleanup.providers.aws_delete import GroupDeletion
 from orphan_cleanup.providers.aws_errors import THROTTLING_CODES, translated
-from orphan_cleanup.providers.aws_kinds import SNAPSHOT, AwsKind, link_resources, to_resource
+from orphan_cleanup.providers.aws_kinds import SNAPSHOT, AwsKind
+from orphan_cleanup.providers.aws_resources import link_resources, to_resource
 from orphan_cleanup.providers.aws_snapshot import expired, listed_kinds
 from orphan_cleanup.providers.base import ResourceProvider, group_resources, not_yet_is_deleting, parallel_regions
 from orphan_cleanup.providers.ratelimit import DEFAULT_BUDGETS, RateLimits, attach_to_boto3_client, process_limits

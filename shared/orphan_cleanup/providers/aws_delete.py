@@ -33,19 +33,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from botocore.exceptions import ClientError
-
-from orphan_cleanup.core.errors import AccessDenied, DependencyNotReady, ProviderError
-from orphan_cleanup.core.models import (
-    DeleteResult,
-    DeleteStatus,
-    Resource,
-    ResourceGroup,
-    ResourceKind,
-    ResourceState,
-    SkippedResource,
-)
-from orphan_cleanup.providers.aws_errors import SDK_ERRORS, error_code, translate_error
+from orphan_cleanup.core.errors import DependencyNotReady, ProviderError
+from orphan_cleanup.core.listing import Resource, ResourceGroup, ResourceKind, ResourceState
+from orphan_cleanup.core.verdicts import DeleteResult, DeleteStatus, SkippedResource
+from orphan_cleanup.providers.aws_calls import Ec2Calls
 from orphan_cleanup.providers.aws_kinds import (
     ADDRESS,
     BY_KIND,
@@ -55,32 +46,26 @@ from orphan_cleanup.providers.aws_kinds import (
     SPOT_REQUEST,
     VOLUME,
     AwsKind,
-    controller_of,
     dig,
-    tags_of,
 )
+from orphan_cleanup.providers.aws_owner import OwnerSteps
 from orphan_cleanup.providers.aws_snapshot import VolumeSnapshots
-from orphan_cleanup.providers.aws_spot import is_final, must_cancel, request_of
 
 Item = Mapping[str, Any]
 _ASSOCIATION_GONE = frozenset({"InvalidAssociationID.NotFound"})
 _ATTACHMENT_GONE = frozenset({"InvalidAttachmentID.NotFound"})
-#: ``TerminateInstances`` refusing an instance with termination protection.
-_TERMINATION_REFUSED = frozenset({"OperationNotPermitted"})
 
 
-class _Refused(Exception):
-    """A call answered with one of its ``refused`` codes (never leaves this module)."""
-
-
-class GroupDeletion:
+class GroupDeletion(OwnerSteps):
     """One ``delete_resource_group`` call against one region's EC2 client."""
 
     def __init__(self, ec2: Any, group: ResourceGroup, *, tag_key: str, protect_key: str,
                  controller_keys: Iterable[str] = (), snapshot_before_delete: bool = False) -> None:
         self.ec2 = ec2
-        self.snapshots = VolumeSnapshots(self._call, tag_key=tag_key, ref=group.provider_ref, region=group.region) \
-            if snapshot_before_delete else None
+        self.calls = Ec2Calls(ec2, region=group.region, ref=group.provider_ref, tag_key=tag_key,
+                              protect_key=protect_key)
+        self.snapshots = VolumeSnapshots(self.calls.call, tag_key=tag_key, ref=group.provider_ref,
+                                         region=group.region) if snapshot_before_delete else None
         self.controller_keys = tuple(controller_keys)
         self.protection: tuple[str, str] | None = None
         self.group = group
@@ -111,167 +96,21 @@ class GroupDeletion:
                     self._delete_dependent(spec, res)
         return self._result(None)
 
-    # -- the owner -----------------------------------------------------------------
-
-    def _delete_owner(self, primary: Resource) -> DeleteStatus | None:
-        """Terminate and confirm; None means the instance is gone: go on."""
-        pid = primary.id
-        item = self._read(INSTANCE, pid)
-        if item is None:
-            return self._owner_gone(pid)
-        reason = self._foreign(INSTANCE, item) or self._cascade_blocker(item)
-        if reason is not None:
-            return self._skip_group(primary, reason)
-        if INSTANCE.state(item) is not ResourceState.TERMINATING:
-            protection = self._protection(pid, item)
-            if protection is not None:
-                return self._protect_group(primary, *protection)
-            reason = self._stop_replacement(item)
-            if reason is not None:
-                return self._skip_group(primary, reason)
-            try:
-                self._call(INSTANCE.delete, INSTANCE.not_found, refused=_TERMINATION_REFUSED,
-                           **INSTANCE.delete_params(pid))
-            except _Refused as refused:
-                return self._protect_group(primary, "termination_protection",
-                                           f"{pid}: TerminateInstances answered {refused}")
-            item = self._read(INSTANCE, pid)  # seed 002: confirm, never assume
-            if item is None:
-                return self._owner_gone(pid)
-            if INSTANCE.state(item) is not ResourceState.TERMINATING:
-                raise ProviderError(
-                    f"instance {pid} is {INSTANCE.raw_state(item)!r} after terminate_instances, "
-                    "not shutting-down or terminated",
-                    region=self.region,
-                )
-        self.deleted.append(pid)
-        self.pending.extend(i for i in self.group.resource_ids() if i != pid and i not in self.deleted)
-        return DeleteStatus.DELETING
-
-    def _owner_gone(self, pid: str) -> DeleteStatus | None:
-        """The instance is gone (counted deleted): go on with the dependents (None)."""
-        self._gone_instances.add(pid)
-        self.deleted.append(pid)
-        return None
-
-    def _protection(self, pid: str, instance: Item) -> tuple[str, str] | None:
-        """Why the owner must not be terminated (DESIGN §5 rule 14): (reason, detail) or None.
-
-        Its controller tags as re-read now; then its ``disableApiTermination`` attribute,
-        which no describe shows. Any value but ``False`` is protection (fail closed). A
-        role without ``ec2:DescribeInstanceAttribute`` falls back to the terminate call's
-        own refusal (``OperationNotPermitted``), which AWS enforces anyway."""
-        controller = controller_of(tags_of(instance, INSTANCE), self.controller_keys)
-        if controller is not None:
-            return "managed_by_controller", f"{pid} is managed by {controller}"
-        try:
-            reply = self._call("describe_instance_attribute", INSTANCE.not_found, InstanceId=pid,
-                               Attribute="disableApiTermination")
-        except AccessDenied:
-            return None
-        if reply is None:
-            return None  # gone since the re-read: the terminate finds it gone too
-        if dig(reply, ("DisableApiTermination", "Value")) is not False:
-            return "termination_protection", f"{pid} has disableApiTermination" \
-                f" {dig(reply, ('DisableApiTermination', 'Value'))!r}"
-        return None
-
-    def _stop_replacement(self, instance: Item) -> str | None:
-        """Cancel the spot request that would replace the owner once terminated, and
-        confirm it; None to go on, or why the group is skipped (the request is protected
-        or carries another ref). ``ProviderError`` when the request cannot be read as
-        one-time or cancelled, or the cancel does not take: nothing is terminated."""
-        request_id = request_of(instance, region=self.region)
-        if request_id is None:
-            return None
-        request = self._read_request(request_id)
-        if request is None or not must_cancel(request, region=self.region):
-            return None
-        reason = self._foreign(SPOT_REQUEST, request)
-        if reason in ("protected", "ref_changed"):
-            if request_id in self.group.resource_ids():
-                self.skipped.append(SkippedResource(kind=SPOT_REQUEST.kind, id=request_id, reason=reason))
-            return f"spot_request_{reason}"
-        self._call(SPOT_REQUEST.delete, SPOT_REQUEST.not_found, **SPOT_REQUEST.delete_params(request_id))
-        if not is_final(self._read_request(request_id, confirming=True)):
-            raise ProviderError(f"spot request {request_id} is not cancelled after cancel_spot_instance_requests",
-                                region=self.region)
-        self.cancelled.append(request_id)
-        if request_id in self.group.resource_ids():
-            self.deleted.append(request_id)
-        return None
-
-    def _read_request(self, request_id: str, *, confirming: bool = False) -> Item | None:
-        """Re-read a spot request by id: None when EC2 says it is not found (or, after our
-        own cancel, returns nothing); any other reply but exactly that request is an error."""
-        reply = self._call(SPOT_REQUEST.describe, SPOT_REQUEST.not_found, SpotInstanceRequestIds=[request_id])
-        if reply is None:
-            return None
-        items = list(SPOT_REQUEST.items(reply))
-        if len(items) == 1 and items[0].get(SPOT_REQUEST.id_field) == request_id:
-            return items[0]
-        if not items and confirming:
-            return None
-        raise ProviderError(f"{SPOT_REQUEST.describe} for {request_id} returned"
-                            f" {[i.get(SPOT_REQUEST.id_field) for i in items]}", region=self.region)
-
-    def _protect_group(self, primary: Resource, reason: str, detail: str) -> DeleteStatus:
-        self.protection = (reason, detail)
-        self._skip_group(primary, reason)
-        return DeleteStatus.PROTECTED
-
-    def _cascade_blocker(self, instance: Item) -> str | None:
-        """Would terminating take a volume/interface we must not delete with it?
-
-        AWS deletes ``DeleteOnTermination`` volumes and interfaces with the
-        instance; if one of them is protected or carries another ref, the owner
-        is not terminated. Untagged ones (root disk, primary interface) are part
-        of the instance. A missing flag is read as "deleted with it".
-        """
-        doomed = {
-            VOLUME: [dig(b, ("Ebs", "VolumeId")) for b in instance.get("BlockDeviceMappings") or []
-                     if dig(b, ("Ebs", "DeleteOnTermination")) is not False],
-            NETWORK_INTERFACE: [n.get("NetworkInterfaceId") for n in instance.get("NetworkInterfaces") or []
-                                if dig(n, ("Attachment", "DeleteOnTermination")) is not False],
-        }
-        for spec, ids in doomed.items():
-            ids = sorted({str(i) for i in ids if i})
-            if not ids:
-                continue
-            reply = self._call(spec.describe, frozenset(), Filters=[{"Name": spec.id_filter, "Values": ids}])
-            for item in spec.items(reply or {}):
-                reason = self._foreign(spec, item)
-                if reason in ("protected", "ref_changed"):
-                    if spec.item_id(item) in self.group.resource_ids():
-                        self.skipped.append(SkippedResource(kind=spec.kind, id=spec.item_id(item), reason=reason))
-                    return f"dependent_{reason}"
-        return None
-
-    def _skip_group(self, primary: Resource, reason: str) -> DeleteStatus:
-        self.skipped.insert(0, SkippedResource(kind=primary.kind, id=primary.id, reason=reason))
-        listed = {s.id for s in self.skipped}
-        self.skipped.extend(
-            SkippedResource(kind=r.kind, id=r.id, reason="owner_skipped")
-            for r in self.group.resources
-            if r.id not in listed
-        )
-        return DeleteStatus.SKIPPED
-
     # -- dependents -----------------------------------------------------------------
 
     def _delete_dependent(self, spec: AwsKind, res: Resource) -> None:
-        item = self._read(spec, res.id)
+        item = self.calls.read(spec, res.id)
         if item is None or spec.state(item) is ResourceState.TERMINATING:
             self.deleted.append(res.id)
             return
-        reason = self._foreign(spec, item)
+        reason = self.calls.foreign(spec, item)
         if reason is not None:
             self.skipped.append(SkippedResource(kind=spec.kind, id=res.id, reason=reason))
             return
         try:
             ready = self._prepare(spec, item)
             if ready:
-                self._call(spec.delete, spec.not_found, **spec.delete_params(res.id))
+                self.calls.call(spec.delete, spec.not_found, **spec.delete_params(res.id))
                 if spec is SPOT_REQUEST:
                     self.cancelled.append(res.id)
         except DependencyNotReady:
@@ -300,7 +139,7 @@ class GroupDeletion:
         instance_id = attachment.get("InstanceId")
         if not instance_id or not self._instance_gone(str(instance_id)):
             return False
-        self._call("detach_network_interface", _ATTACHMENT_GONE, AttachmentId=attachment["AttachmentId"])
+        self.calls.call("detach_network_interface", _ATTACHMENT_GONE, AttachmentId=attachment["AttachmentId"])
         return True
 
     def _disassociate_address(self, address: Item) -> bool:
@@ -319,63 +158,23 @@ class GroupDeletion:
                     return False
             elif instance_id is None:
                 return False  # an interface that is not ours and not of a gone instance
-        self._call("disassociate_address", _ASSOCIATION_GONE, AssociationId=association)
+        self.calls.call("disassociate_address", _ASSOCIATION_GONE, AssociationId=association)
         return True
 
     def _interface_free(self, eni_id: str) -> bool:
-        eni = self._read(NETWORK_INTERFACE, eni_id)
+        eni = self.calls.read(NETWORK_INTERFACE, eni_id)
         if eni is None:
             return True
-        if self._foreign(NETWORK_INTERFACE, eni) is not None:
+        if self.calls.foreign(NETWORK_INTERFACE, eni) is not None:
             return False
         instance_id = dig(eni, ("Attachment", "InstanceId"))
         return not instance_id or self._instance_gone(str(instance_id))
 
     def _instance_gone(self, instance_id: str) -> bool:
         """Terminated or unknown to EC2. A read only: never acts on that id."""
-        if instance_id not in self._gone_instances and self._read(INSTANCE, instance_id) is None:
+        if instance_id not in self._gone_instances and self.calls.read(INSTANCE, instance_id) is None:
             self._gone_instances.add(instance_id)
         return instance_id in self._gone_instances
-
-    # -- reading and calling ------------------------------------------------------------
-
-    def _read(self, spec: AwsKind, resource_id: str) -> Item | None:
-        """Re-read one resource by id; None when it is gone (or terminated/deleted)."""
-        params: dict[str, Any] = {spec.ids_param: [resource_id]}
-        reply = self._call(spec.describe, spec.not_found, **params)
-        try:
-            items = [it for it in spec.items(reply or {}) if spec.item_id(it) == resource_id]
-        except KeyError as exc:  # an item without its id: fail closed, never "gone"
-            raise ProviderError(f"{spec.describe} returned an item without {exc}", region=self.region) from exc
-        if len(items) > 1:
-            raise ProviderError(f"{spec.describe} returned {resource_id} twice", region=self.region)
-        if not items or spec.state(items[0]) is ResourceState.TERMINATED:
-            return None
-        return items[0]
-
-    def _foreign(self, spec: AwsKind, item: Item) -> str | None:
-        """Why this item is not ours to delete, or None when it is."""
-        tags = tags_of(item, spec)
-        if self.protect_key in tags:
-            return "protected"
-        if self.tag_key not in tags:
-            return "ref_missing"
-        if tags[self.tag_key] != self.group.provider_ref:
-            return "ref_changed"
-        return None
-
-    def _call(self, method: str, gone: frozenset[str], *, refused: frozenset[str] = frozenset(),
-              **params: Any) -> Mapping[str, Any] | None:
-        """One EC2 call; None when its error code says the target is already gone,
-        ``_Refused`` (the code) when it is one of ``refused``."""
-        try:
-            return getattr(self.ec2, method)(**params)
-        except SDK_ERRORS as exc:
-            if isinstance(exc, ClientError) and error_code(exc) in gone:
-                return None
-            if isinstance(exc, ClientError) and error_code(exc) in refused:
-                raise _Refused(error_code(exc)) from exc
-            raise translate_error(exc, region=self.region, operation=method) from exc
 
     # -- shape and result -----------------------------------------------------------------
 

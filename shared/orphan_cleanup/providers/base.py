@@ -12,17 +12,10 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from datetime import datetime, timedelta
 
+from orphan_cleanup.core.backends import Backend
 from orphan_cleanup.core.errors import DependencyNotReady, IdentityMismatch, OrphanCleanupError, ProviderThrottled
-from orphan_cleanup.core.models import (
-    Backend,
-    DeleteResult,
-    DeleteStatus,
-    RegionListing,
-    Resource,
-    ResourceGroup,
-    ResourceKind,
-    is_valid_ref,
-)
+from orphan_cleanup.core.listing import RegionListing, Resource, ResourceGroup, ResourceKind, is_valid_ref
+from orphan_cleanup.core.verdicts import DeleteResult, DeleteStatus
 
 
 class ResourceProvider(ABC):

@@ -39,15 +39,10 @@ from google.cloud import compute_v1
 from google.oauth2 import service_account
 from pydantic import ValidationError
 
+from orphan_cleanup.core.backends import Backend, BackendSettings
 from orphan_cleanup.core.errors import AccessDenied, ConfigError, ProviderError, ProviderThrottled
-from orphan_cleanup.core.models import (
-    Backend,
-    BackendSettings,
-    DeleteResult,
-    RegionListing,
-    ResourceGroup,
-    ResourceKind,
-)
+from orphan_cleanup.core.listing import RegionListing, ResourceGroup, ResourceKind
+from orphan_cleanup.core.verdicts import DeleteResult
 from orphan_cleanup.providers.base import ResourceProvider, describe_error, group_resources, not_yet_is_deleting
 from orphan_cleanup.providers.gcp_calls import GcpCalls, read_retry
 from orphan_cleanup.providers.gcp_delete import delete_group

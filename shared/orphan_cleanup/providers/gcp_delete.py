@@ -33,15 +33,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from orphan_cleanup.core.errors import DependencyNotReady, ProviderError
-from orphan_cleanup.core.models import (
-    DeleteResult,
-    DeleteStatus,
-    Resource,
-    ResourceGroup,
-    ResourceKind,
-    ResourceState,
-    SkippedResource,
-)
+from orphan_cleanup.core.listing import Resource, ResourceGroup, ResourceKind, ResourceState
+from orphan_cleanup.core.verdicts import DeleteResult, DeleteStatus, SkippedResource
 from orphan_cleanup.providers.gcp_calls import GcpCalls
 from orphan_cleanup.providers.gcp_kinds import (
     AFTER_DELETE,

@@ -30,7 +30,7 @@ from orphan_cleanup.core.errors import (
     ProviderUnavailable,
     ResourceNotFound,
 )
-from orphan_cleanup.core.models import Resource, ResourceKind, ResourceState
+from orphan_cleanup.core.listing import Resource, ResourceKind, ResourceState
 from orphan_cleanup.providers.base import older_than_days
 
 ACTIVE, AVAILABLE, TERMINATING = ResourceState.ACTIVE, ResourceState.AVAILABLE, ResourceState.TERMINATING

@@ -20,8 +20,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from orphan_cleanup.core.backends import SNAPSHOT_SOURCE_KEY
 from orphan_cleanup.core.errors import ProviderError
-from orphan_cleanup.core.models import SNAPSHOT_SOURCE_KEY
 from orphan_cleanup.providers.gcp_calls import GcpCalls
 from orphan_cleanup.providers.gcp_kinds import DISK, SNAPSHOT, SNAPSHOT_PROGRESS
 

@@ -1,0 +1,181 @@
+"""The owner step of a group's deletion on AWS (``aws_delete.GroupDeletion``): terminate
+the group's instance and confirm it, unless it is protected (a controller, termination
+protection), terminating it would take a volume or interface that is not the group's
+with it (``DeleteOnTermination``), or its spot request would replace it and cannot be
+cancelled first."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from orphan_cleanup.core.errors import AccessDenied, ProviderError
+from orphan_cleanup.core.listing import Resource, ResourceGroup, ResourceState
+from orphan_cleanup.core.verdicts import DeleteStatus, SkippedResource
+from orphan_cleanup.providers.aws_calls import Ec2Calls, Refused
+from orphan_cleanup.providers.aws_kinds import INSTANCE, NETWORK_INTERFACE, SPOT_REQUEST, VOLUME, dig, tags_of
+from orphan_cleanup.providers.aws_resources import controller_of
+from orphan_cleanup.providers.aws_spot import is_final, must_cancel, request_of
+
+Item = Mapping[str, Any]
+#: ``TerminateInstances`` refusing an instance with termination protection.
+_TERMINATION_REFUSED = frozenset({"OperationNotPermitted"})
+
+
+class OwnerSteps:
+    """What ``GroupDeletion`` does with the group's instance (its state is the deletion's)."""
+
+    calls: Ec2Calls
+    group: ResourceGroup
+    region: str
+    controller_keys: tuple[str, ...]
+    protection: tuple[str, str] | None
+    deleted: list[str]
+    skipped: list[SkippedResource]
+    pending: list[str]
+    cancelled: list[str]
+    _gone_instances: set[str]
+
+    def _delete_owner(self, primary: Resource) -> DeleteStatus | None:
+        """Terminate and confirm; None means the instance is gone: go on."""
+        pid = primary.id
+        item = self.calls.read(INSTANCE, pid)
+        if item is None:
+            return self._owner_gone(pid)
+        reason = self.calls.foreign(INSTANCE, item) or self._cascade_blocker(item)
+        if reason is not None:
+            return self._skip_group(primary, reason)
+        if INSTANCE.state(item) is not ResourceState.TERMINATING:
+            protection = self._protection(pid, item)
+            if protection is not None:
+                return self._protect_group(primary, *protection)
+            reason = self._stop_replacement(item)
+            if reason is not None:
+                return self._skip_group(primary, reason)
+            try:
+                self.calls.call(INSTANCE.delete, INSTANCE.not_found, refused=_TERMINATION_REFUSED,
+                           **INSTANCE.delete_params(pid))
+            except Refused as refused:
+                return self._protect_group(primary, "termination_protection",
+                                           f"{pid}: TerminateInstances answered {refused}")
+            item = self.calls.read(INSTANCE, pid)  # seed 002: confirm, never assume
+            if item is None:
+                return self._owner_gone(pid)
+            if INSTANCE.state(item) is not ResourceState.TERMINATING:
+                raise ProviderError(
+                    f"instance {pid} is {INSTANCE.raw_state(item)!r} after terminate_instances, "
+                    "not shutting-down or terminated",
+                    region=self.region,
+                )
+        self.deleted.append(pid)
+        self.pending.extend(i for i in self.group.resource_ids() if i != pid and i not in self.deleted)
+        return DeleteStatus.DELETING
+
+    def _owner_gone(self, pid: str) -> DeleteStatus | None:
+        """The instance is gone (counted deleted): go on with the dependents (None)."""
+        self._gone_instances.add(pid)
+        self.deleted.append(pid)
+        return None
+
+    def _protection(self, pid: str, instance: Item) -> tuple[str, str] | None:
+        """Why the owner must not be terminated (DESIGN §5 rule 14): (reason, detail) or None.
+
+        Its controller tags as re-read now; then its ``disableApiTermination`` attribute,
+        which no describe shows. Any value but ``False`` is protection (fail closed). A
+        role without ``ec2:DescribeInstanceAttribute`` falls back to the terminate call's
+        own refusal (``OperationNotPermitted``), which AWS enforces anyway."""
+        controller = controller_of(tags_of(instance, INSTANCE), self.controller_keys)
+        if controller is not None:
+            return "managed_by_controller", f"{pid} is managed by {controller}"
+        try:
+            reply = self.calls.call("describe_instance_attribute", INSTANCE.not_found, InstanceId=pid,
+                               Attribute="disableApiTermination")
+        except AccessDenied:
+            return None
+        if reply is None:
+            return None  # gone since the re-read: the terminate finds it gone too
+        if dig(reply, ("DisableApiTermination", "Value")) is not False:
+            return "termination_protection", f"{pid} has disableApiTermination" \
+                f" {dig(reply, ('DisableApiTermination', 'Value'))!r}"
+        return None
+
+    def _stop_replacement(self, instance: Item) -> str | None:
+        """Cancel the spot request that would replace the owner once terminated, and
+        confirm it; None to go on, or why the group is skipped (the request is protected
+        or carries another ref). ``ProviderError`` when the request cannot be read as
+        one-time or cancelled, or the cancel does not take: nothing is terminated."""
+        request_id = request_of(instance, region=self.region)
+        if request_id is None:
+            return None
+        request = self._read_request(request_id)
+        if request is None or not must_cancel(request, region=self.region):
+            return None
+        reason = self.calls.foreign(SPOT_REQUEST, request)
+        if reason in ("protected", "ref_changed"):
+            if request_id in self.group.resource_ids():
+                self.skipped.append(SkippedResource(kind=SPOT_REQUEST.kind, id=request_id, reason=reason))
+            return f"spot_request_{reason}"
+        self.calls.call(SPOT_REQUEST.delete, SPOT_REQUEST.not_found, **SPOT_REQUEST.delete_params(request_id))
+        if not is_final(self._read_request(request_id, confirming=True)):
+            raise ProviderError(f"spot request {request_id} is not cancelled after cancel_spot_instance_requests",
+                                region=self.region)
+        self.cancelled.append(request_id)
+        if request_id in self.group.resource_ids():
+            self.deleted.append(request_id)
+        return None
+
+    def _read_request(self, request_id: str, *, confirming: bool = False) -> Item | None:
+        """Re-read a spot request by id: None when EC2 says it is not found (or, after our
+        own cancel, returns nothing); any other reply but exactly that request is an error."""
+        reply = self.calls.call(SPOT_REQUEST.describe, SPOT_REQUEST.not_found, SpotInstanceRequestIds=[request_id])
+        if reply is None:
+            return None
+        items = list(SPOT_REQUEST.items(reply))
+        if len(items) == 1 and items[0].get(SPOT_REQUEST.id_field) == request_id:
+            return items[0]
+        if not items and confirming:
+            return None
+        raise ProviderError(f"{SPOT_REQUEST.describe} for {request_id} returned"
+                            f" {[i.get(SPOT_REQUEST.id_field) for i in items]}", region=self.region)
+
+    def _protect_group(self, primary: Resource, reason: str, detail: str) -> DeleteStatus:
+        self.protection = (reason, detail)
+        self._skip_group(primary, reason)
+        return DeleteStatus.PROTECTED
+
+    def _cascade_blocker(self, instance: Item) -> str | None:
+        """Would terminating take a volume/interface we must not delete with it?
+
+        AWS deletes ``DeleteOnTermination`` volumes and interfaces with the
+        instance; if one of them is protected or carries another ref, the owner
+        is not terminated. Untagged ones (root disk, primary interface) are part
+        of the instance. A missing flag is read as "deleted with it".
+        """
+        doomed = {
+            VOLUME: [dig(b, ("Ebs", "VolumeId")) for b in instance.get("BlockDeviceMappings") or []
+                     if dig(b, ("Ebs", "DeleteOnTermination")) is not False],
+            NETWORK_INTERFACE: [n.get("NetworkInterfaceId") for n in instance.get("NetworkInterfaces") or []
+                                if dig(n, ("Attachment", "DeleteOnTermination")) is not False],
+        }
+        for spec, ids in doomed.items():
+            ids = sorted({str(i) for i in ids if i})
+            if not ids:
+                continue
+            reply = self.calls.call(spec.describe, frozenset(), Filters=[{"Name": spec.id_filter, "Values": ids}])
+            for item in spec.items(reply or {}):
+                reason = self.calls.foreign(spec, item)
+                if reason in ("protected", "ref_changed"):
+                    if spec.item_id(item) in self.group.resource_ids():
+                        self.skipped.append(SkippedResource(kind=spec.kind, id=spec.item_id(item), reason=reason))
+                    return f"dependent_{reason}"
+        return None
+
+    def _skip_group(self, primary: Resource, reason: str) -> DeleteStatus:
+        self.skipped.insert(0, SkippedResource(kind=primary.kind, id=primary.id, reason=reason))
+        listed = {s.id for s in self.skipped}
+        self.skipped.extend(
+            SkippedResource(kind=r.kind, id=r.id, reason="owner_skipped")
+            for r in self.group.resources
+            if r.id not in listed
+        )
+        return DeleteStatus.SKIPPED

@@ -1,0 +1,103 @@
+"""EC2 describe items as the listing's ``Resource``s: one item each (``to_resource``, an
+instance's controller from its tags), then the attachments a single item cannot tell
+(``link_resources``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from types import MappingProxyType
+from typing import Any
+
+from orphan_cleanup.core.backends import DEFAULT_CONTROLLER_TAG_KEYS
+from orphan_cleanup.core.listing import Resource, ResourceKind
+from orphan_cleanup.providers.aws_kinds import INSTANCE, AwsKind, as_utc, dig, tags_of
+
+#: How a controller tag key is named in ``Resource.controller`` (``asg:NAME``); a
+#: configured key not listed here is named by the key itself (``KEY:VALUE``).
+CONTROLLER_LABELS = MappingProxyType({
+    "aws:autoscaling:groupName": "asg",
+    "eks:nodegroup-name": "eks-nodegroup",
+    "aws:ec2:fleet-id": "ec2-fleet",
+    "aws:ec2spot:fleet-request-id": "spot-fleet",
+})
+
+
+def controller_of(tags: Mapping[str, str], controller_keys: Iterable[str]) -> str | None:
+    """The controller an instance's tags name (DESIGN §5 rule 14), or None. A key
+    present with an empty value still names one (fail closed)."""
+    for key in controller_keys:
+        if key in tags:
+            return f"{CONTROLLER_LABELS.get(key, key)}:{tags[key] or '?'}"
+    return None
+
+
+def to_resource(spec: AwsKind, item: Mapping[str, Any], region: str,
+                controller_keys: Iterable[str] = DEFAULT_CONTROLLER_TAG_KEYS) -> Resource:
+    """One describe item as a ``Resource`` (``attached_to`` as the item says; an
+    instance's ``controller`` from its ``controller_keys`` tags)."""
+    details: dict[str, Any] = {"state": spec.raw_state(item)}
+    for key in ("AvailabilityZone", "VpcId", "PublicIp", "GroupName", "Type", "InstanceLifecycle",
+                "SpotInstanceRequestId"):
+        if item.get(key):
+            details[key] = item[key]
+    attached = dig(item, spec.attached_path)
+    tags = tags_of(item, spec)
+    return Resource(
+        kind=spec.kind,
+        id=spec.item_id(item),
+        region=region,
+        state=spec.state(item),
+        tags=tags,
+        created_at=as_utc(dig(item, spec.created_path)),
+        attached_to=str(attached) if attached else None,
+        details=details,
+        controller=controller_of(tags, controller_keys) if spec.kind is ResourceKind.INSTANCE else None,
+    )
+
+
+def link_resources(
+    raw: Mapping[ResourceKind, list[Mapping[str, Any]]], resources: list[Resource], tag_key: str
+) -> list[Resource]:
+    """Fill the attachments a single item cannot tell.
+
+    An address associated to an interface (not directly to an instance) is
+    attached to that interface's instance, when the interface was listed.
+    A security group is attached to an instance only when exactly one listed
+    instance with the same ref uses it (directly or through a listed
+    interface); a group shared by several instances stays in the primary-less
+    group of its ref, so deleting one instance's group never targets it.
+    """
+    eni_instance = {
+        str(e["NetworkInterfaceId"]): str(i)
+        for e in raw.get(ResourceKind.NETWORK_INTERFACE, [])
+        if (i := dig(e, ("Attachment", "InstanceId")))
+    }
+    instance_ref: dict[str, str | None] = {}
+    sg_users: dict[str, set[str]] = {}
+    for inst in raw.get(ResourceKind.INSTANCE, []):
+        iid = str(inst["InstanceId"])
+        instance_ref[iid] = tags_of(inst, INSTANCE).get(tag_key)
+        for g in inst.get("SecurityGroups") or []:
+            sg_users.setdefault(str(g["GroupId"]), set()).add(iid)
+    for eni in raw.get(ResourceKind.NETWORK_INTERFACE, []):
+        user = eni_instance.get(str(eni["NetworkInterfaceId"]))
+        if user is None:
+            continue
+        for g in eni.get("Groups") or []:
+            sg_users.setdefault(str(g["GroupId"]), set()).add(user)
+    addr_eni = {
+        str(a["AllocationId"]): str(a.get("NetworkInterfaceId") or "")
+        for a in raw.get(ResourceKind.ADDRESS, [])
+        if a.get("AllocationId")
+    }
+    linked: list[Resource] = []
+    for res in resources:
+        target = res.attached_to
+        if res.kind is ResourceKind.ADDRESS and target is None:
+            target = eni_instance.get(addr_eni.get(res.id, ""))
+        elif res.kind is ResourceKind.SECURITY_GROUP:
+            ref = res.tags.get(tag_key)
+            users = [i for i in sg_users.get(res.id, ()) if instance_ref.get(i) == ref]
+            target = users[0] if len(users) == 1 else None
+        linked.append(res if target == res.attached_to else res.model_copy(update={"attached_to": target}))
+    return linked
