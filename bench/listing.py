@@ -49,7 +49,7 @@ def run(quick: bool = False) -> list[Table]:
     from tests.support.gcp_fake import FakeCompute
 
     n_ours = 200 if quick else 1_000
-    # moto slows down super-linearly past ~1,000 instances (DESIGN §7); the fake does not.
+    # moto slows down super-linearly past ~1,000 instances (tests/support/moto.py); the fake does not.
     others = {"aws": 50 if quick else 200, "gcp": 400 if quick else 2_000}
     reps = 3
     table = Table(f"Listing cost: one region, {n_ours:,} instances of ours with their root volume and ENI "

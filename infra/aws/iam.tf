@@ -25,7 +25,7 @@ locals {
     "ec2:DescribeSpotInstanceRequests",
     "ec2:DescribeSnapshots",
   ]
-  # The deleter also reads termination protection, which no describe shows (DESIGN §5 rule 14).
+  # The deleter also reads termination protection, which no describe shows (SAFETY.md rule 14).
   ec2_deleter_read_actions = [
     "ec2:DescribeInstances",
     "ec2:DescribeVolumes",

@@ -10,7 +10,7 @@ locals {
   account_id = data.aws_caller_identity.current.account_id
   partition  = data.aws_partition.current.partition
 
-  # Handlers per DESIGN C5: functions/aws/<step>.py:handler.
+  # Handlers per README, Deploy: functions/aws/<step>.py:handler.
   functions = {
     lister = {
       handler     = "functions.aws.lister.handler"

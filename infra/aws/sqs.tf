@@ -1,5 +1,5 @@
 locals {
-  # Each work queue feeds one function and is fed by one role (DESIGN section 2:
+  # Each work queue feeds one function and is fed by one role (ARCHITECTURE.md:
   # tick -> jobs -> lister -> listing -> classifier -> delete -> deleter);
   # visibility is 6 x the consumer's timeout, as AWS advises for SQS event sources.
   queues = {

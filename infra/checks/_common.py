@@ -22,7 +22,7 @@ SAMPLE_PARAMETERS = {
 # More than one protect key, so the checks see the per-key Deny statements repeat.
 SAMPLE_PROTECT_KEYS = ("orphan-cleanup-protect", "platform-keep")
 # template.yaml: each work queue, the function consuming it and the role that alone
-# may send to it (DESIGN section 2: tick -> jobs -> lister -> listing -> classifier
+# may send to it (ARCHITECTURE.md: tick -> jobs -> lister -> listing -> classifier
 # -> delete -> deleter).
 SAM_QUEUES = {
     "JobsQueue": {"consumer": "ListerFunction", "producer": "ListerRole"},

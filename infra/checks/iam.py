@@ -10,7 +10,7 @@ from typing import Any
 from infra.checks._common import TAG_KEY, TARGET_ROLES, as_list, resources_of_type
 from infra.checks.intrinsics import parameter_values, policy_document
 
-# The EC2 writes the deleter needs (DESIGN: AWS resource kinds).
+# The EC2 writes the deleter needs (README, Permissions).
 DELETE_ACTIONS = frozenset({
     "ec2:TerminateInstances", "ec2:DeleteVolume", "ec2:DeleteNetworkInterface",
     "ec2:DeleteSecurityGroup", "ec2:ReleaseAddress", "ec2:DetachNetworkInterface",
@@ -30,7 +30,7 @@ DESCRIBE_ACTIONS = frozenset({
     "ec2:DescribeSecurityGroups", "ec2:DescribeAddresses", "ec2:DescribeSpotInstanceRequests",
     "ec2:DescribeSnapshots",
 })
-#: What the deleter reads besides: termination protection (DESIGN §5 rule 14).
+#: What the deleter reads besides: termination protection (SAFETY.md rule 14).
 DELETER_READ_ACTIONS = frozenset({"ec2:DescribeInstanceAttribute"})
 READ_PREFIXES = ("Describe", "Get", "List", "Search")
 

@@ -1,4 +1,4 @@
-"""template.yaml's shape (DESIGN section 2): one tick schedule, the jobs queue
+"""template.yaml's shape (ARCHITECTURE.md): one tick schedule, the jobs queue
 wired to the lister, queue policies that admit only each queue's producer,
 encryption at rest, an alarm on every dead-letter queue."""
 

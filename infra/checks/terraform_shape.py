@@ -1,4 +1,4 @@
-"""The Terraform stacks' shape, read with python-hcl2 (DESIGN section 2): one
+"""The Terraform stacks' shape, read with python-hcl2 (ARCHITECTURE.md): one
 tick schedule posting ``{}``, the jobs queue/topic wired to the lister, a
 protect Deny per configured key, sends and publishes only by the producer."""
 

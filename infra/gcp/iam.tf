@@ -32,11 +32,11 @@ resource "google_service_account" "jobs_push" {
 # GCP IAM conditions cannot test resource labels (only names, types and
 # Resource Manager tags), so unlike AWS the delete permission cannot be limited
 # to resources labelled provider_ref: the deleter re-reads each resource by its
-# numeric id and checks the label before deleting (DESIGN section 5 rule 3).
+# numeric id and checks the label before deleting (docs/SAFETY.md rule 3).
 
 locals {
-  # aggregatedList per kind; projects.get for the identity check (DESIGN
-  # section 5 rule 11); snapshots.list for retain_snapshots_days (issue #15).
+  # aggregatedList per kind; projects.get for the identity check (docs/SAFETY.md
+  # rule 11); snapshots.list for retain_snapshots_days.
   lister_permissions = [
     "compute.addresses.list",
     "compute.disks.list",
@@ -46,7 +46,7 @@ locals {
   ]
   # Re-read by name, check the numeric id and the label, delete, wait for the
   # operation, read again to confirm; projects.get for the identity check.
-  # snapshot_before_delete (issue #15): disks.createSnapshot makes a labelled
+  # snapshot_before_delete: disks.createSnapshot makes a labelled
   # snapshot (snapshots.create, setLabels), read back by name before the disk
   # goes; retain_snapshots_days deletes expired ones (a global operation).
   deleter_permissions = [

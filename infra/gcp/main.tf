@@ -14,7 +14,7 @@ locals {
   pubsub_agent     = "serviceAccount:service-${data.google_project.this.number}@gcp-sa-pubsub.iam.gserviceaccount.com"
   pubsub_kms_key   = var.pubsub_kms_key_name != null ? var.pubsub_kms_key_name : var.kms_key_name
 
-  # Entry points in functions/gcp/main.py (DESIGN C5). The lister is an HTTP
+  # Entry points in functions/gcp/main.py (README, Deploy). The lister is an HTTP
   # function: Cloud Scheduler posts the tick ({}), the jobs push subscription
   # posts Pub/Sub envelopes. The classifier and deleter receive Pub/Sub push
   # deliveries, which functions-framework turns into CloudEvents.

@@ -49,7 +49,7 @@ def add_backend(db: Database, mode: str | None = None, settings: dict[str, Any] 
 
 
 def check_c3(doc: Any) -> None:
-    """The `run --json` document of DESIGN C3, exactly."""
+    """The `run --json` document of README contract C3, exactly."""
     assert isinstance(doc, dict) and set(doc) == TOP_KEYS, sorted(doc)
     assert doc["backend"] == BACKEND
     assert isinstance(doc["cycle_id"], str) and doc["cycle_id"]
@@ -127,7 +127,7 @@ def test_delete_run_that_deletes_exits_0_and_a_protected_one_is_not_a_failure(db
     assert by_primary(doc)[leaked.instance_id] == ("orphan", "owner_terminated", "deleted")
     assert platform.instance_state(leaked.instance_id) == "terminated"
 
-    stuck = platform.terminated_leak(termination_protection=True)  # DESIGN §5 rule 14: a verdict, not a failure
+    stuck = platform.terminated_leak(termination_protection=True)  # SAFETY.md rule 14: a verdict, not a failure
     settle(platform)
     code, doc, _ = run_json(db, "--mode", "delete")
 
@@ -171,7 +171,7 @@ def test_bad_input_exits_2_with_one_line_on_stderr(db, args):
 
 
 def test_the_table_shows_the_detail_of_a_group_that_has_one(db, platform):
-    # Given: an orphan that an Auto Scaling group launched (DESIGN §5 rule 14) and a plain orphan
+    # Given: an orphan that an Auto Scaling group launched (SAFETY.md rule 14) and a plain orphan
     add_backend(db)
     asg = platform.asg_leak("web-asg")
     leaked = platform.terminated_leak()

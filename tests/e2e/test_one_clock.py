@@ -1,4 +1,4 @@
-"""One clock (DESIGN §5 rule 13): the functions' clocks are skewed two hours
+"""One clock (SAFETY.md rule 13): the functions' clocks are skewed two hours
 either way with libfaketime (Debian's ``faketime``), far above the 300 s
 margin, while Postgres and moto keep the real time. Every compared timestamp
 must still come from the database: ``listed_at`` is the database's now,

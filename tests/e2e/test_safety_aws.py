@@ -1,4 +1,4 @@
-"""The safety rules of DESIGN §5 on real parts: `orphan-cleanup run` as a
+"""The safety rules of docs/SAFETY.md on real parts: `orphan-cleanup run` as a
 subprocess and the real AWS Lambda handlers, against a real Postgres ledger and
 EC2/SQS on the moto server (whose credentials reach account 123456789012).
 

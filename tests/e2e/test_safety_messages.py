@@ -1,4 +1,4 @@
-"""Messages are hints, the database is the truth (DESIGN §5 rule 12), through
+"""Messages are hints, the database is the truth (SAFETY.md rule 12), through
 the real classifier and deleter Lambda handlers with Powertools SQS events,
 real SQS and EC2 on the moto server and a real Postgres ledger.
 

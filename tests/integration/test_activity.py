@@ -1,4 +1,4 @@
-"""STEP 1's activity query (DESIGN §5 rule 9): every ledger change that may
+"""STEP 1's activity query (SAFETY.md rule 9): every ledger change that may
 concern a backend is visible after T, and nothing else is.
 
 The query is scoped by time, so the tests of this module share one migrated
@@ -163,7 +163,7 @@ BACKEND_EDITS = {
 
 @pytest.mark.parametrize("statement", BACKEND_EDITS.values(), ids=BACKEND_EDITS.keys())
 def test_an_edit_of_a_backend_row_is_activity_for_that_backend_only(L, statement):
-    # DESIGN §5 rule 9: the next scheduled run of the edited backend lists (a new region, ...)
+    # SAFETY.md rule 9: the next scheduled run of the edited backend lists (a new region, ...)
     sql(L, statement, b=L["b"])
     assert active(L["db"], L["b"], L["t"])
     assert not active(L["db"], L["a"], L["t"])

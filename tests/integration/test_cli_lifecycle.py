@@ -277,7 +277,7 @@ def test_update_while_a_cycle_runs_changes_only_the_mode(db):
     line = fails(db, 3, "backend", "update", "aws-prod", "--regions", "us-east-1,eu-west-1")
     assert f"cycle {cycle_id} is running" in line and "only --mode" in line
     assert row(db, "aws-prod")["regions"] == ["us-east-1"]
-    # the running cycle keeps its own mode (DESIGN §5 rule 12): a mode change is safe
+    # the running cycle keeps its own mode (SAFETY.md rule 12): a mode change is safe
     ok(db, "backend", "update", "aws-prod", "--mode", "off")
     assert row(db, "aws-prod")["mode"] == "off"
 

@@ -1,4 +1,4 @@
-"""DESIGN §5 rule 14 on GCP: the real google-cloud-compute client against the fake
+"""SAFETY.md rule 14 on GCP: the real google-cloud-compute client against the fake
 Compute server. A managed instance group's member (metadata ``created-by``) and an
 instance with ``deletionProtection`` are seen by the listing, checked again by the
 delete's re-read, and never deleted; a reply whose fields do not fit the API's

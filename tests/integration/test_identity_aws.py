@@ -1,4 +1,4 @@
-"""The AWS adapter's identity check (DESIGN §5 rule 11) against the moto server.
+"""The AWS adapter's identity check (SAFETY.md rule 11) against the moto server.
 
 moto's default credentials reach account 123456789012; credentials from
 ``AssumeRole`` on ``arn:aws:iam::210987654321:role/x`` reach 210987654321 (moto

@@ -1,4 +1,4 @@
-"""The GCP adapter's identity check (DESIGN §5 rule 11): the real google-cloud-compute
+"""The GCP adapter's identity check (SAFETY.md rule 11): the real google-cloud-compute
 client reads the project (``projects.get``) from the fake Compute server."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""DESIGN §5 rules 10-13 through the real pipeline and a real ledger: ownership
+"""SAFETY.md rules 10-13 through the real pipeline and a real ledger: ownership
 by account (the STEP 3 join computes each owner's account the way ``Backend.scope``
 does), identity before action, messages as hints, ``off`` as final, and every
 compared timestamp from the database clock. The provider is the in-memory cloud

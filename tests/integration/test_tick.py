@@ -1,4 +1,4 @@
-"""The tick (DESIGN C5): one schedule for any number of backends. It selects the due
+"""The tick (README, Deploy): one schedule for any number of backends. It selects the due
 backends in one statement, queues one listing job per group of backends that share a
 listing, and a job lists once for all of them while each backend keeps its own cycle,
 lease, mode and outcome. Real pipeline, real Postgres, the in-memory cloud behind the

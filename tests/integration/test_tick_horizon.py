@@ -1,7 +1,7 @@
 """The tick's horizon (issue #17 item 5): the statement sends no STEP 1 facts for a
 backend that holds no lease and is due later than any tolerance
 (``queries.TICK_HORIZON_SECONDS``), and the tick calls it not due. The filter must be
-conservative: every backend Python would call due (DESIGN §5 rule 9), at the edges of
+conservative: every backend Python would call due (SAFETY.md rule 9), at the edges of
 the tolerance, in a backoff, on a short interval, never cleaned, enrolled by the same
 statement, or active through a sibling of its account, still comes with its facts.
 Real pipeline, real Postgres, the database's clock."""

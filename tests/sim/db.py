@@ -11,7 +11,7 @@ it runs (the server rolls the transaction back) or lose its answer after it ran
 killed for real with ``pg_terminate_backend`` between steps.
 
 Clock choice (documented in README.md): the product reads every compared
-timestamp from the database clock ``oc_clock()`` (DESIGN §5 rule 13), and the
+timestamp from the database clock ``oc_clock()`` (SAFETY.md rule 13), and the
 simulation puts that clock on simulated time:
 
 - ``oc_sim_now()`` is the time the platform set for its transaction

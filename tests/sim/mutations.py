@@ -1,4 +1,4 @@
-"""Mutations: each disables one safety rule of DESIGN §5, to show that the
+"""Mutations: each disables one safety rule of docs/SAFETY.md, to show that the
 simulation notices (tests/sim/test_mutations.py).
 
 Monkeypatching our own code is the point here. A mutation is a context

@@ -1,4 +1,4 @@
-"""Other controllers and provider protections (DESIGN §5 rule 14; a mixin of ``Platform``).
+"""Other controllers and provider protections (SAFETY.md rule 14; a mixin of ``Platform``).
 
 In a share of the seeds (``Simulation.rule14``) the world has, from the start:
 

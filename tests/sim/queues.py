@@ -5,7 +5,7 @@ delayed, lost (e.g. dead-lettered after a poison run), delivered in any
 order, or altered in flight: ``forger`` (set by the simulation) makes an
 altered copy that is injected next to the real message, which still flows
 (``message_forged``, ``request_forged``, ``job_forged``); the product must refuse
-the copy, or for a listing job treat it as the hint it is (DESIGN §5 rule 12).
+the copy, or for a listing job treat it as the hint it is (SAFETY.md rule 12).
 A delivery that fails (the function raised or crashed) is redelivered
 after a visibility timeout; after ``max_receives`` (5; 3 for the jobs queue, as
 template.yaml sets it) it goes to the dead-letter queue, i.e. is dropped for the pipeline.

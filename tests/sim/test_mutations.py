@@ -1,4 +1,4 @@
-"""Disabling any one safety rule of DESIGN §5 makes the simulation report a
+"""Disabling any one safety rule of docs/SAFETY.md makes the simulation report a
 violation, within a fixed seed budget (the first seed that catches each mutant
 is noted; the budget leaves room for changes in the simulation).
 

@@ -1,4 +1,4 @@
-"""DESIGN §5 rule 14 against the in-memory cloud the simulation runs on: it refuses to
+"""SAFETY.md rule 14 against the in-memory cloud the simulation runs on: it refuses to
 terminate a protected or controller-managed instance as the real adapters do, and the
 real pipeline reports such a group and never loops on it (P1/P2 in the simulation)."""
 

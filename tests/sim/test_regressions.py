@@ -38,7 +38,7 @@ def test_a_redelivered_delete_waits_for_the_running_one(db: Database) -> None:
     """Seeds 4, 28, 32, 33 (G1): SQS redelivers a delete request while the first
     delivery is still in its provider call (visibility timeout). Both deliveries
     used the same gate holder (``cycle:group``), so the gate let the second one in
-    and two deletes of one ref ran at once (DESIGN §5 rule 4)."""
+    and two deletes of one ref ran at once (SAFETY.md rule 4)."""
     add_backend(db)
     cloud = MemoryCloud()
     platform = Platform(db, cloud)
@@ -67,7 +67,7 @@ def test_an_owner_that_moved_on_after_classification_keeps_its_resources(db: Dat
     """Seed 88 (S1): a leaked earlier attempt of a live owner (seed 002's race) is
     classified an orphan (``primary_mismatch``); before the delete request runs, the
     owner becomes terminating (or pending again). The deleter re-read the resource
-    but not the ledger, and deleted a resource of a terminating owner (DESIGN §5
+    but not the ledger, and deleted a resource of a terminating owner (SAFETY.md
     rule 1, STEP 4: pending and terminating owners are skipped)."""
     add_backend(db)
     cloud = MemoryCloud()

@@ -3,7 +3,7 @@ simulation and benchmarks. It keeps the port's contract (re-read by id before
 acting, confirm termination, dependents after the owner) so a change to the
 port breaks it like it breaks the real adapters.
 
-DESIGN §5 rule 14 as the real adapters meet it: an instance a controller
+SAFETY.md rule 14 as the real adapters meet it: an instance a controller
 manages (``controller``, listed like the AWS adapter's controller tags) or that
 carries a deletion protection the listing shows (``protection``, GCP
 ``deletionProtection``) or one it does not (``termination_protected``, AWS

@@ -1,4 +1,4 @@
-"""AWS for tests: one moto server per session, over real HTTP (DESIGN §7).
+"""AWS for tests: one moto server per session, over real HTTP.
 
 Fixtures (a pytest plugin listed in ``tests/conftest.py``):
 

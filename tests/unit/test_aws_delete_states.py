@@ -169,7 +169,7 @@ def test_throttled_re_read_raises_our_type_with_the_region(ec2):
     assert err.value.region == REGION
 
 
-# ---- DESIGN §5 rule 14: controllers and termination protection on the re-read ----------
+# ---- SAFETY.md rule 14: controllers and termination protection on the re-read ----------
 
 def test_termination_protection_read_first_is_protected_and_never_terminated(ec2):
     client, stub = ec2

@@ -95,7 +95,7 @@ RULES = [
     ("mismatched primary created before provisioning", G2, live(), O, "primary_mismatch", False),
     ("mismatched primary created within provisioned_at+margin", group(REF, "i-2", created_at=OLD + MARGIN),
      live(), O, "primary_mismatch", False),
-    # DESIGN §5 rule 10: ownership is by provider account, not by backend id.
+    # SAFETY.md rule 10: ownership is by provider account, not by backend id.
     ("owner in another backend of this account, matching", G1,
      live(backend_id="aws-other", owner_backend_scope=SCOPE), T, "tracked", False),
     ("owner in another backend of this account, another primary", G2,
@@ -137,7 +137,7 @@ RULES = [
     ("mismatched primary with unknown created_at", group(REF, "i-2", created_at=None), live(),
      P, "suspected_copy", False),
     ("mismatched primary without provisioned_at", G2, live(provisioned_at=None), P, "suspected_copy", False),
-    # DESIGN §5 rule 14: an orphan candidate another controller would re-create, or protected by the provider
+    # SAFETY.md rule 14: an orphan candidate another controller would re-create, or protected by the provider
     ("ASG member of a terminated owner", ASG, terminated(), P, "managed_by_controller", False),
     ("MIG member of a hard-deleted owner", MIG, gone(), P, "managed_by_controller", False),
     ("controller member created within the margin: protected, not left unsettled",

@@ -1,4 +1,4 @@
-"""``settings.controller_tag_keys`` (DESIGN §5 rule 14): the AWS tag keys naming a
+"""``settings.controller_tag_keys`` (SAFETY.md rule 14): the AWS tag keys naming a
 controller, defaults and validation."""
 
 from __future__ import annotations

@@ -291,7 +291,7 @@ def test_gcp_custom_roles_are_minimal(modules):
                 if key in block:
                     perms[key] = {checks.unquote(p) for p in block[key]}
     kinds = ("instances", "disks", "addresses")
-    identity = {"compute.projects.get"}  # DESIGN §5 rule 11, before listing and before deleting
+    identity = {"compute.projects.get"}  # SAFETY.md rule 11, before listing and before deleting
     # issue #15 item 4: snapshots listed past retain_snapshots_days, taken with snapshot_before_delete
     snapshots = {f"compute.snapshots.{v}" for v in ("create", "get", "list", "delete", "setLabels")}
     assert perms["lister_permissions"] == {f"compute.{k}.list" for k in kinds} | identity | {"compute.snapshots.list"}

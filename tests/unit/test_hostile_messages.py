@@ -6,8 +6,8 @@
   ``MalformedMessage`` (a ``ConfigError``: a clear 400 / a dead-lettered event).
 - A listed group that is malformed (resources without the group's ref,
   duplicated, a primary that is not among them or not an instance, no
-  resources) is never classified an orphan, whatever the ledger says (DESIGN
-  §5 rule 1: an unexpected shape means skip, never orphan). Regions are left
+  resources) is never classified an orphan, whatever the ledger says (SAFETY.md
+   rule 1: an unexpected shape means skip, never orphan). Regions are left
   to the adapters' delete-time shape check: a GCP instance's group
   legitimately holds its regional address.
 """

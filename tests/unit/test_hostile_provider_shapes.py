@@ -150,7 +150,7 @@ def test_a_gcp_item_of_any_content_parses_or_fails_its_zone(spec: gcp_kinds.GcpK
         assert all(isinstance(r.created_at, (datetime, type(None))) for r in group.resources)
 
 
-# ---- DESIGN §5 rule 14: controller and protection fields of any shape fail closed -------
+# ---- SAFETY.md rule 14: controller and protection fields of any shape fail closed -------
 
 NS = SimpleNamespace
 MIG_LINK = "projects/p/zones/us-central1-a/instanceGroupManagers/web"

@@ -1,5 +1,5 @@
 """`orphan-cleanup`: migrate, backend add|list|show|update|remove, run, status, psql,
-demo, --version (DESIGN C3).
+demo, --version (README contract C3).
 
 Exit codes: 0 success (a cycle that finished clean or unsettled), 1 a failed
 cycle, 2 bad input (arguments, settings, unknown backend, unreachable or

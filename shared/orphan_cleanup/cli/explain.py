@@ -1,4 +1,4 @@
-"""``orphan-cleanup explain --backend ID REF_OR_RESOURCE_ID [--json]`` (DESIGN C3):
+"""``orphan-cleanup explain --backend ID REF_OR_RESOURCE_ID [--json]`` (README contract C3):
 for the latest cycles of a backend that recorded a ref, or a group holding a
 resource id, the evidence behind each verdict: the ledger values read, each
 owner time against the listing time and the margin, the tags that mattered, the

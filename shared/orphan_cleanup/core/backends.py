@@ -15,7 +15,7 @@ DEFAULT_TAG_KEY = "provider_ref"
 DEFAULT_PROTECT_KEY = "orphan-cleanup-protect"
 #: The tag on a snapshot the deleter takes, naming the volume it was taken of.
 SNAPSHOT_SOURCE_KEY = "orphan-cleanup-source"
-#: AWS tags naming a controller that re-creates an instance it loses (DESIGN §5 rule 14):
+#: AWS tags naming a controller that re-creates an instance it loses (SAFETY.md rule 14):
 #: an Auto Scaling group, an EKS managed node group, an EC2 Fleet, a Spot Fleet.
 DEFAULT_CONTROLLER_TAG_KEYS: tuple[str, ...] = (
     "aws:autoscaling:groupName", "eks:nodegroup-name", "aws:ec2:fleet-id", "aws:ec2spot:fleet-request-id")
@@ -52,9 +52,9 @@ class BackendSettings(BaseModel):
     max_delete_share: float | None = Field(default=None, ge=0, le=1)
     max_concurrency: int = Field(default=4, ge=1, le=64)
     # AWS: tag keys naming a controller (ASG, node group, fleet) that would replace an
-    # instance; such an instance is never terminated (DESIGN §5 rule 14).
+    # instance; such an instance is never terminated (SAFETY.md rule 14).
     controller_tag_keys: tuple[str, ...] = DEFAULT_CONTROLLER_TAG_KEYS
-    # Issue #15 item 4: snapshot an orphan data volume / disk (one that did not go with its
+    # Snapshots before deleting: snapshot an orphan data volume / disk (one that did not go with its
     # instance) and delete it only once the snapshot completed; the snapshot carries the
     # ref and ``SNAPSHOT_SOURCE_KEY``. ``retain_snapshots_days`` unset keeps them forever;
     # set, a snapshot older than that is listed as a leftover of its ref and deleted.
@@ -156,7 +156,7 @@ class Backend(BaseModel):
     @property
     def scope_account(self) -> str:
         """The account (AWS) or project (GCP: ``settings.project``, else ``account``)
-        this backend's adapter lists: what ownership (DESIGN §5 rule 10) and the
+        this backend's adapter lists: what ownership (SAFETY.md rule 10) and the
         identity check (rule 11) compare."""
         if self.provider == "gcp" and self.settings.project:
             return self.settings.project

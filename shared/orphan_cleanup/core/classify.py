@@ -42,7 +42,7 @@ class Limits:
 class ClassifyContext:
     backend_id: str
     # ``provider:account`` of this backend (``Backend.scope``): owners of any backend
-    # with the same scope are this account's owners (DESIGN §5 rule 10).
+    # with the same scope are this account's owners (SAFETY.md rule 10).
     scope: str
     listed_at: datetime
     margin: timedelta
@@ -98,7 +98,7 @@ def _classify_live(group: ResourceGroup, record: Record, ctx: ClassifyContext) -
     if record.backend_id is None or record.primary_id is None:
         return _v(VerdictKind.IGNORED, "no_provisioning_data",
                   "live owner has no provisioning data (backend_id, primary_id)")
-    # Ownership is by provider account, not by backend id (DESIGN §5 rule 10).
+    # Ownership is by provider account, not by backend id (SAFETY.md rule 10).
     if record.backend_id == ctx.backend_id or record.owner_backend_scope == ctx.scope:
         same_account = True
     elif record.owner_backend_scope is None:
@@ -158,7 +158,7 @@ def _orphan_unless_recent(group: ResourceGroup, record: Record, ctx: ClassifyCon
 
 
 def protection_of(group: ResourceGroup, record: Record) -> str | None:
-    """DESIGN §5 rule 14 for an orphan candidate: ``managed_by_controller`` when a
+    """SAFETY.md rule 14 for an orphan candidate: ``managed_by_controller`` when a
     resource names a controller (an ASG, fleet or managed instance group would
     replace it: deleting it fights that controller), else the provider protection a
     resource carries (seen by the listing) or an earlier delete found on its primary
@@ -181,7 +181,7 @@ def protection_of(group: ResourceGroup, record: Record) -> str | None:
 
 def malformed(group: ResourceGroup, tag_key: str) -> str | None:
     """Why a listed group could not have come from an adapter, or None. A group
-    about to become an orphan must be one: fail closed (DESIGN §5 rule 1).
+    about to become an orphan must be one: fail closed (SAFETY.md rule 1).
     (Regions are not compared: a GCP instance's group holds its regional address.)"""
     if not group.resources:
         return "no resources"
@@ -289,7 +289,7 @@ def backoff_delay(previous: int, interval_seconds: int, max_backoff_seconds: int
     return min(max_backoff_seconds, base if previous <= 0 else previous * 2)
 
 
-# ---- blast radius (DESIGN §5 rule 8) ---------------------------------------
+# ---- blast radius (SAFETY.md rule 8) ---------------------------------------
 
 def blast_radius_violation(to_delete: int, listed_groups: int, *, max_deletes: int,
                            max_share: float) -> BlastRadiusExceeded | None:

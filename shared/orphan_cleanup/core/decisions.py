@@ -89,7 +89,7 @@ class DeleteRecord:
     message: str  # the event's text
     result: DeleteResult | None = None
     skipped_reason: str | None = None
-    # A protection the delete found (DESIGN §5 rule 14): the group's verdict becomes
+    # A protection the delete found (SAFETY.md rule 14): the group's verdict becomes
     # ``protected`` with this reason and ``detail`` (cycle_groups and orphans).
     protection: str | None = None
     protection_detail: str | None = None

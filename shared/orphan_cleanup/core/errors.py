@@ -37,19 +37,19 @@ class BackendBusy(OrphanCleanupError):
 class LeaseLost(OrphanCleanupError):
     """A cycle's fence no longer matches: another cycle owns the backend now.
 
-    The holder must apply nothing and emit nothing (DESIGN §5 rule 6).
+    The holder must apply nothing and emit nothing (SAFETY.md rule 6).
     """
 
 
 class MessageRefused(OrphanCleanupError):
     """A queue message disagrees with its cycle's own rows (backend, mode, listing
     time) or is malformed: it is refused whole and nothing of it is applied
-    (DESIGN §5 rule 12). Raised so that the record fails alone."""
+    (SAFETY.md rule 12). Raised so that the record fails alone."""
 
 
 class BlastRadiusExceeded(OrphanCleanupError):
     """A cycle would delete more than the configured count or share of groups
-    (DESIGN §5 rule 8): it deletes nothing and reports this (c7n's
+    (SAFETY.md rule 8): it deletes nothing and reports this (c7n's
     ``max-resources`` / ``max-resources-percent``). ``limit_name`` is
     ``max_deletes`` (``limit`` a count) or ``max_delete_share`` (a fraction)."""
 
@@ -86,7 +86,7 @@ class ProviderTimeout(ProviderUnavailable):
 class ProviderThrottled(ProviderUnavailable):
     """Throttled past the retry budget (the SDK's retries and our request budget): the
     region is unavailable for this cycle, skipped and unsettled, never a failed cycle
-    (issue #17 item 2)."""
+    (SAFETY.md rule 5)."""
 
 
 class AccessDenied(ProviderError):
@@ -95,7 +95,7 @@ class AccessDenied(ProviderError):
 
 class IdentityMismatch(ProviderError):
     """The backend's credentials reach another account (AWS) or project (GCP) than
-    the backend row names (DESIGN §5 rule 11): the cycle fails and touches nothing."""
+    the backend row names (SAFETY.md rule 11): the cycle fails and touches nothing."""
 
 
 class ResourceNotFound(ProviderError):

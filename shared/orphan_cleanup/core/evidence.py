@@ -267,7 +267,7 @@ def snapshot_pairs(value: Any) -> list[tuple[str, str]] | None:
 
 
 def snapshot_note(taken: Sequence[tuple[str, str]], pending: Sequence[tuple[str, str]] = ()) -> str | None:
-    """The snapshots a deletion kept (issue #15 item 4) in words, for the group's ``detail``
+    """The snapshots a deletion kept in words, for the group's ``detail``
     and ``explain``: ``snapshot snap-0abc of vol-123``; None when it kept none."""
     words = [f"snapshot {sid} of {vid}" for vid, sid in taken]
     words += [f"snapshot {sid} of {vid} (still being taken: {vid} kept)" for vid, sid in pending]

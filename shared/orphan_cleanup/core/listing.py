@@ -37,7 +37,7 @@ class ResourceKind(StrEnum):
     ADDRESS = "address"
     DISK = "disk"
     SPOT_REQUEST = "spot-request"
-    # A snapshot the deleter took of a data volume before deleting it (issue #15 item 4):
+    # A snapshot the deleter took of a data volume before deleting it:
     # listed only once older than ``retain_snapshots_days``.
     SNAPSHOT = "snapshot"
 
@@ -70,7 +70,7 @@ class Resource(Frozen):
     details: dict[str, Any] = Field(default_factory=dict)
     # The controller that would re-create this instance if it went ("asg:NAME",
     # "mig:projects/P/zones/Z/instanceGroupManagers/NAME"), as the listing saw it
-    # (DESIGN §5 rule 14); an unreadable controller field is recorded too ("unknown:...").
+    # (SAFETY.md rule 14); an unreadable controller field is recorded too ("unknown:...").
     controller: str | None = None
     # A provider-side protection against deletion the listing can see (GCP
     # ``deletionProtection``): the reason it gives (``deletion_protection``).
@@ -87,7 +87,7 @@ class ResourceGroup(Frozen):
     ``malformed_ref``: the resources carry the ref tag key with a value that is not
     a ref (empty, too long, upper case ...); ``provider_ref`` is that raw value. Such a
     group is only ever shown (``ignored`` / ``malformed_ref``), never looked up or
-    deleted (DESIGN §5 rule 1). A valid ref can never be marked malformed.
+    deleted (SAFETY.md rule 1). A valid ref can never be marked malformed.
     """
 
     provider_ref: str = Field(max_length=1024)

@@ -1,5 +1,5 @@
 """Pure rules about a listing as a whole (no I/O): when a region's answer is too
-unlike its last clean listing to be believed (DESIGN §5 rule 1: an unexpected shape
+unlike its last clean listing to be believed (SAFETY.md rule 1: an unexpected shape
 means skip and stay unsettled, never orphan)."""
 
 from __future__ import annotations

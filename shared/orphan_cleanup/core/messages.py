@@ -1,5 +1,5 @@
 """The messages that cross a queue between the functions (each carries a ``v``
-field). Messages are hints; the database is the truth (DESIGN §5 rule 12)."""
+field). Messages are hints; the database is the truth (SAFETY.md rule 12)."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ from orphan_cleanup.core.backends import Mode
 
 
 class Settings(BaseSettings):
-    """Process-wide settings from the environment (DESIGN C4): every variable the
+    """Process-wide settings from the environment (README contract C4): every variable the
     product reads is a field here, so the settings are the whole configuration.
 
     Frozen, hence hashable: equal settings build equal pipelines, and the deployed
@@ -35,7 +35,7 @@ class Settings(BaseSettings):
     gcp_endpoint: str | None = Field(default=None, alias="ORPHAN_CLEANUP_GCP_ENDPOINT")
     sentry_dsn: str | None = Field(default=None, alias="SENTRY_DSN")
     data_dir: str = Field(default=".orphan-cleanup", alias="ORPHAN_CLEANUP_DATA_DIR")
-    # Queue wiring for the deployed functions (DESIGN C5).
+    # Queue wiring for the deployed functions (docs/DEPLOY.md).
     listing_queue_url: str | None = Field(default=None, alias="LISTING_QUEUE_URL")
     delete_queue_url: str | None = Field(default=None, alias="DELETE_QUEUE_URL")
     listing_topic: str | None = Field(default=None, alias="LISTING_TOPIC")
@@ -43,7 +43,7 @@ class Settings(BaseSettings):
     # The tick's listing jobs: the lister consumes them (one listing per due backend group).
     jobs_queue_url: str | None = Field(default=None, alias="JOBS_QUEUE_URL")
     jobs_topic: str | None = Field(default=None, alias="JOBS_TOPIC")
-    # Every provider call has a timeout (DESIGN §5 rule 5).
+    # Every provider call has a timeout (SAFETY.md rule 5).
     provider_connect_timeout: float = Field(default=5.0, gt=0, alias="ORPHAN_CLEANUP_CONNECT_TIMEOUT")
     provider_read_timeout: float = Field(default=20.0, gt=0, alias="ORPHAN_CLEANUP_READ_TIMEOUT")
     # A cycle not finished by then is failed by the next lister run.

@@ -85,11 +85,11 @@ class DeleteResult(Frozen):
     # ``deletion_protection``) and its evidence (the controller id, the attribute).
     protection: str | None = None
     protection_detail: str | None = None
-    # Spot requests cancelled so that EC2 does not replace the instance (AWS, issue #15):
+    # Spot requests cancelled so that EC2 does not replace the instance (AWS):
     # named in the record even when the request is not a member of the group.
     cancelled_requests: tuple[str, ...] = ()
     # Snapshots taken (or found completed) of data volumes before they were deleted, as
-    # ``(volume id, snapshot id)`` (issue #15 item 4); and those still being taken.
+    # ``(volume id, snapshot id)``; and those still being taken.
     snapshots: tuple[tuple[str, str], ...] = ()
     snapshots_pending: tuple[tuple[str, str], ...] = ()
 

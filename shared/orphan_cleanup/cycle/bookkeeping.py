@@ -3,7 +3,7 @@ store's units of work, reads its facts, asks ``classify`` for the decision
 (STEP 1, due selection, the blast-radius cap, STEP 7; ``delete_rules`` for deletions) and
 hands it back to the same unit, inside the same fenced transaction.
 
-``now=None`` everywhere means the database clock, read by the store (DESIGN §5
+``now=None`` everywhere means the database clock, read by the store (SAFETY.md
 rule 13); only tests and the simulation pass a time.
 """
 

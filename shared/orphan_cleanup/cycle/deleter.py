@@ -78,7 +78,7 @@ class Deleter:
         """Gate, delete, record. Raises ``GateBusy`` when the ref's gate is held
         (the message should be redelivered later).
 
-        The message only names a group (DESIGN §5 rule 12): the backend is the
+        The message only names a group (SAFETY.md rule 12): the backend is the
         cycle's, and the resources deleted are those the cycle recorded for that
         group as an orphan; a request that disagrees raises ``MessageRefused``."""
         with self.store.session() as session:
@@ -110,7 +110,7 @@ class Deleter:
         # The delete role when the backend has one (the listing role may only describe).
         provider = self.provider_for(backend.for_deleting())
         try:
-            provider.verify_identity()  # DESIGN §5 rule 11: before anything is deleted
+            provider.verify_identity()  # SAFETY.md rule 11: before anything is deleted
         except ProviderError as exc:
             self._record(cycle.id, group, limits, error=identity_failure(exc))
             return DeleteOutcome.IDENTITY_FAILED

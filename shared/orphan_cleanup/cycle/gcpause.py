@@ -1,4 +1,4 @@
-"""Pausing Python's cyclic garbage collector over one batch (issue #17 item 4).
+"""Pausing Python's cyclic garbage collector over one batch (docs/PERFORMANCE.md, the classifier).
 
 Decoding and classifying a 10k-group batch allocates a few hundred thousand objects
 (models, dicts, strings) that reference counting frees as soon as the batch is done:

@@ -208,8 +208,8 @@ class Lister(Deleter):
         no region, else record the believed region counts and publish the last batch.
 
         A cycle whose every region was throttled past its retry budget is not failed:
-        the regions are unavailable for this cycle, so it ends unsettled (issue #17:
-        throttling never fails a cycle; no failed-cycle backoff for a busy account)."""
+        the regions are unavailable for this cycle, so it ends unsettled (SAFETY.md
+        rule 5: throttling never fails a cycle; no failed-cycle backoff for a busy account)."""
         if batcher.suspects:
             with self.store.session() as session:
                 session.mark_suspect(s.backend.id, batcher.suspects)
@@ -252,7 +252,7 @@ class Lister(Deleter):
             provider = self.provider_for(live[0][0].backend) if live else None
             if provider is not None:
                 try:
-                    provider.verify_identity()  # DESIGN §5 rule 11: before anything is listed
+                    provider.verify_identity()  # SAFETY.md rule 11: before anything is listed
                 except ProviderThrottled as exc:
                     # Not a mismatch, and not an answer: every region is unavailable this cycle.
                     reason = identity_failure(exc)

@@ -49,7 +49,7 @@ class Pipeline(Lister):
     reporter: Reporter = field(default_factory=Reporter)
     # The tick's listing jobs (the deployed functions); None where there is no tick.
     jobs_queue: Queue | None = None
-    # None: every compared timestamp is the database's clock (DESIGN §5 rule 13).
+    # None: every compared timestamp is the database's clock (SAFETY.md rule 13).
     # Tests and the simulation may inject a time source.
     clock: Callable[[], datetime] | None = None
 
@@ -61,7 +61,7 @@ class Pipeline(Lister):
         apply status (applied, duplicate, fenced, unknown_cycle) and verdict counts.
         Three statements on one connection: the cycle with its backend, the join, the apply.
 
-        The message is a hint (DESIGN §5 rule 12): backend, mode and listing time
+        The message is a hint (SAFETY.md rule 12): backend, mode and listing time
         come from the cycle's row; a batch that disagrees raises ``MessageRefused``."""
         with self.store.session() as session:
             cycle = session.cycle_context(batch.cycle_id)

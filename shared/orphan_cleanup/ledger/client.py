@@ -29,6 +29,9 @@ from orphan_cleanup.core.errors import ConfigError, DatabaseError
 from orphan_cleanup.core.owners import OwnerStatus
 from orphan_cleanup.ledger.db import Database
 
+# What a platform imports from here: the client, the owner statuses it writes, the tag helpers.
+__all__ = ["IssuedRef", "LedgerClient", "OwnerStatus", "aws_tag_specifications", "gcp_labels", "new_ref"]
+
 REF_ALPHABET = string.ascii_lowercase + string.digits
 REF_LENGTH = 12
 AWS_TAGGABLE = ("instance", "volume", "network-interface")

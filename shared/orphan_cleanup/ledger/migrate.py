@@ -11,7 +11,7 @@ from orphan_cleanup.ledger.db import Database
 # Any constant works: it names this product's migration lock among advisory locks.
 MIGRATION_LOCK_KEY = 0x6F7270686E  # "orphn"
 
-# DESIGN C1: the columns a platform's own ledger tables must have (extra ones are fine).
+# README contract C1: the columns a platform's own ledger tables must have (extra ones are fine).
 C1_COLUMNS: dict[str, tuple[str, ...]] = {
     "backends": ("id", "provider", "account", "regions", "settings", "mode"),
     "provider_refs": ("provider_ref", "owner_type", "owner_id", "owner_name", "issued_at"),

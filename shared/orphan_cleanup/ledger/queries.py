@@ -51,7 +51,7 @@ SCOPE_SQL = ("{t}.provider || ':' || CASE WHEN {t}.provider = 'gcp'"
 
 # STEP 3 in one statement: every ref of the batch with its owner, including
 # soft-deleted owners and refs whose owner row is gone (LEFT JOIN), with the
-# account of the backend each owner names (DESIGN §5 rule 10). For refs
+# account of the backend each owner names (SAFETY.md rule 10). For refs
 # with leftover groups, the resource ids earlier cycles saw in orphan groups; for
 # every ref, the primaries an earlier delete found termination-protected (rule 14:
 # no listing shows that protection, the orphans row remembers it; an index probe
@@ -135,7 +135,7 @@ def load_records(conn: pg8000.native.Connection, backend_id: str,
 
 # STEP 1's question as an SQL expression over a backend id ``{backend}`` (``:b`` unless
 # given) and a time ``{since}``
-# (DESIGN §5 rule 9). A backend lists every owner's VMs in its account, so the
+# (SAFETY.md rule 9). A backend lists every owner's VMs in its account, so the
 # activity of every backend of the same provider and account counts; rows with a
 # NULL backend (a new ref, or an owner whose ``backend_id`` names no backend row:
 # the trigger logs those as NULL, migration 0007) may concern any backend. Both
@@ -152,7 +152,7 @@ def activity_since(conn: pg8000.native.Connection, backend_id: str, since: datet
     rows = conn.run("SELECT " + ACTIVITY_EXISTS.format(since=":t", backend=":b"), b=backend_id, t=since)
     return bool(rows[0][0])
 
-# The tick (DESIGN C5): enrollment, STEP 1's facts and due selection for every backend
+# The tick (docs/DEPLOY.md): enrollment, STEP 1's facts and due selection for every backend
 # in one statement. Rows the CTE inserts are not visible to the SELECT (one snapshot):
 # a backend enrolled by this very statement reads as never cleaned.
 #
@@ -178,7 +178,7 @@ def activity_since(conn: pg8000.native.Connection, backend_id: str, since: datet
 # has one.)
 #
 # The document: ``[clock, [[backend columns, facts or null], ...]]``, in backend id
-# order, the clock read once for the statement (DESIGN §5 rule 13).
+# order, the clock read once for the statement (SAFETY.md rule 13).
 TICK_HORIZON_SECONDS = 60  # the largest tolerance classify.due_tolerance gives (tests/integration/test_tick_horizon.py)
 
 TICK_SQL = (

@@ -26,7 +26,7 @@ def _json(value: Any, default: Any) -> Any:
 
 @dataclass(frozen=True)
 class Cycle:
-    """A ``cycles`` row: a cycle's bookkeeping state (DESIGN §6)."""
+    """A ``cycles`` row: a cycle's bookkeeping state (ARCHITECTURE.md, one cycle)."""
 
     id: str
     backend_id: str
@@ -117,7 +117,7 @@ class CycleRef:
 @dataclass(frozen=True)
 class CycleContext:
     """What a cycle's own row says about it: the truth that queue messages only
-    hint at (DESIGN §5 rule 12)."""
+    hint at (SAFETY.md rule 12)."""
 
     id: str
     backend_id: str

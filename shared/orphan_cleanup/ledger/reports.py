@@ -101,7 +101,7 @@ def lock_running_cycle(conn: pg8000.native.Connection, backend_id: str) -> Runni
 
 def write_backend(conn: pg8000.native.Connection, row: BackendRow) -> None:
     """Store ``row``'s account, regions, settings and mode (the trigger logs the edit as
-    activity: the backend's next scheduled run lists, DESIGN §5 rule 9)."""
+    activity: the backend's next scheduled run lists, SAFETY.md rule 9)."""
     conn.run("UPDATE backends SET account = :a, regions = CAST(:r AS text[]), settings = CAST(:s AS jsonb),"
              " mode = :m WHERE id = :i", a=row.account, r=list(row.regions), s=json.dumps(row.settings),
              m=row.mode, i=row.id)
@@ -110,7 +110,7 @@ def write_backend(conn: pg8000.native.Connection, row: BackendRow) -> None:
 def remove_backend(conn: pg8000.native.Connection, backend_id: str, *, force: bool) -> Removal:
     """Delete the backend row in one transaction: no future cycle. A live cycle refuses
     (``BackendBusy``) unless ``force``: then its fence is bumped and its lease cleared
-    first, so nothing of it applies afterwards (DESIGN §5 rule 6), and every unfinished
+    first, so nothing of it applies afterwards (SAFETY.md rule 6), and every unfinished
     cycle of the backend is marked failed. The cleanup row goes with the backend; cycles,
     orphans and events stay (migration 0009), and an event records the removal."""
     running = lock_running_cycle(conn, backend_id)

@@ -106,8 +106,8 @@ class LedgerSession:
 
     def tick_rows(self, known: dict[bytes, Backend] | None = None, *, horizon: bool = True) -> list[TickRow]:
         """The tick's one statement: enroll every backend once the ledger has issued refs,
-        and read every backend with STEP 1's facts (activity of its whole account, DESIGN
-        §5 rule 9) and the database clock. ``horizon``: a backend due later than any
+        and read every backend with STEP 1's facts (activity of its whole account, SAFETY.md
+        rule 9) and the database clock. ``horizon``: a backend due later than any
         tolerance comes without facts (``TickRow.due_later``); False (a caller on a clock
         of its own) reads the facts of every backend.
 

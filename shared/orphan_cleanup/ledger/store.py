@@ -17,7 +17,7 @@ Contracts:
   nothing and answers ``duplicate``; a delete request is keyed by (cycle, group),
   so queueing it twice adds nothing and recording its end twice writes nothing
   the second time (``record_delete`` returns False: "already applied").
-- **One clock** (DESIGN §5 rule 13). A method or unit taking ``now=None`` reads
+- **One clock** (SAFETY.md rule 13). A method or unit taking ``now=None`` reads
   the database clock (``oc_clock()``) inside its own statement or transaction;
   only tests and the simulation pass a time.
 - **Lock order**: the backend's ``cleanup`` row, then its ``cycles`` row.
@@ -86,7 +86,7 @@ class LedgerStore:
         with self.session() as s:
             return s.load_records(backend_id, groups)
 
-    # ---- per-ref delete gates (DESIGN §5 rule 4) ----------------------------------
+    # ---- per-ref delete gates (SAFETY.md rule 4) ----------------------------------
 
     def acquire_gate(self, scope: str, ref: str, holder: str, ttl_seconds: int) -> bool:
         """Take the per-ref delete gate (a lease row). Unrelated refs never wait. The gate is

@@ -117,7 +117,7 @@ class LockedCycle:
         self.now: datetime = now or clock
 
     def check_lease(self, fence: int, lease_owner: str | None) -> None:
-        """The fence (DESIGN §5 rule 6): the backend's fence and lease are still this
+        """The fence (SAFETY.md rule 6): the backend's fence and lease are still this
         cycle's and the cycle is not finished, or ``LeaseLost``."""
         c = self.state
         if fence != c.fence or lease_owner != c.id or c.outcome is not None:
@@ -216,7 +216,7 @@ class LockedCycle:
                       s=rec.orphan_state, e=rec.error, b=c.backend_id, k=group.key)
         note = evidence.snapshot_note(rec.result.snapshots, rec.result.snapshots_pending) if rec.result else None
         if note is not None:
-            # The snapshots kept of the group's data (issue #15 item 4) join its C3 ``detail``.
+            # The snapshots kept of the group's data join its C3 ``detail``.
             self.conn.run("UPDATE cycle_groups SET evidence = jsonb_set(coalesce(evidence, '{}'::jsonb), '{d}',"
                           " to_jsonb(concat_ws('; ', evidence->>'d', CAST(:n AS text))))"
                           " WHERE cycle_id = :c AND group_key = :k", n=note, c=c.id, k=group.key)

@@ -1,6 +1,6 @@
 """Deleting one orphan group on AWS: the deletion contract of ``ResourceProvider``.
 
-Safety rules this module keeps (DESIGN §5 rules 1 and 3, seed 002):
+Safety rules this module keeps (SAFETY.md rules 1 and 3, seed 002):
 
 - it only ever acts on ids that are in the group; other ids (the instance an
   interface or address is attached to) are only *read*;
@@ -13,7 +13,7 @@ Safety rules this module keeps (DESIGN §5 rules 1 and 3, seed 002):
 - an owner that now names a controller (its tags, as the listing reads them) or has
   termination protection (``DescribeInstanceAttribute disableApiTermination``, and
   ``OperationNotPermitted`` from ``TerminateInstances`` as the fallback) is never
-  terminated: the result is ``PROTECTED`` with the reason (DESIGN §5 rule 14);
+  terminated: the result is ``PROTECTED`` with the reason (SAFETY.md rule 14);
 - a spot owner whose ``persistent`` request could launch a replacement has that request
   cancelled (and the cancel confirmed by a re-read) before it is terminated; a request
   that cannot be read as one-time or cancelled, or whose cancel fails, stops the group

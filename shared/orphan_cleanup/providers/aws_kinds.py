@@ -40,8 +40,8 @@ class AwsKind:
     attached_path: Path | None = None  # the instance id it is attached to
     list_filters: tuple[Mapping[str, Any], ...] = field(default=())
     list_params: Mapping[str, Any] = field(default_factory=dict)  # more describe parameters
-    # ``MaxResults`` of each listing page: the API's documented maximum (issue #17: calls at
-    # the floor); ``None`` for a describe without paging (``DescribeAddresses``).
+    # ``MaxResults`` of each listing page: the API's documented maximum (calls at
+    # the floor: docs/PERFORMANCE.md); ``None`` for a describe without paging (``DescribeAddresses``).
     page_size: int | None = None
     delete_as_list: bool = False  # terminate_instances takes a list of ids
 

@@ -78,7 +78,7 @@ class OwnerSteps:
         return None
 
     def _protection(self, pid: str, instance: Item) -> tuple[str, str] | None:
-        """Why the owner must not be terminated (DESIGN §5 rule 14): (reason, detail) or None.
+        """Why the owner must not be terminated (SAFETY.md rule 14): (reason, detail) or None.
 
         Its controller tags as re-read now; then its ``disableApiTermination`` attribute,
         which no describe shows. Any value but ``False`` is protection (fail closed). A

@@ -23,7 +23,7 @@ CONTROLLER_LABELS = MappingProxyType({
 
 
 def controller_of(tags: Mapping[str, str], controller_keys: Iterable[str]) -> str | None:
-    """The controller an instance's tags name (DESIGN §5 rule 14), or None. A key
+    """The controller an instance's tags name (SAFETY.md rule 14), or None. A key
     present with an empty value still names one (fail closed)."""
     for key in controller_keys:
         if key in tags:

@@ -1,4 +1,4 @@
-"""Keeping an orphan's data (issue #15 item 4): with ``snapshot_before_delete`` a data
+"""Keeping an orphan's data: with ``snapshot_before_delete`` a data
 volume is snapshotted, and deleted only once that snapshot is ``completed``; with
 ``retain_snapshots_days`` the listing shows our snapshots once they are that old.
 

@@ -1,10 +1,10 @@
 """Spot instances and their requests: what must happen before a spot instance is
-terminated (issue #15 item 2). Pure reads of reply items; the calls are ``aws_delete``'s.
+terminated. Pure reads of reply items; the calls are ``aws_delete``'s.
 
 A ``persistent`` request whose instance is terminated launches a replacement, so it is
 cancelled first; a ``one-time`` request (or one already ``cancelled``/``closed``) needs
 nothing. Anything this module cannot read as one of those raises ``ProviderError``: the
-instance is not terminated and the group is not done (DESIGN §5 rules 1 and 14).
+instance is not terminated and the group is not done (SAFETY.md rules 1 and 14).
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ class ResourceProvider(ABC):
         ``RegionListing`` with ``failure`` set and no groups; it never hides
         the other regions; ``throttled`` says the failure was throttling.
 
-    Identity contract (``verify_identity``, DESIGN §5 rule 11):
+    Identity contract (``verify_identity``, SAFETY.md rule 11):
       - before anything is listed or deleted, the pipeline calls ``verify_identity``;
         it asks the provider which account (AWS ``sts:GetCallerIdentity``, after any
         role is assumed) or project (GCP ``projects.get``) the credentials reach and

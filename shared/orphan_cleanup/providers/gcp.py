@@ -182,7 +182,7 @@ class GcpProvider(ResourceProvider):
 
     def _assemble(self, entries: tuple[str, ...], fetched: dict[GcpKind, _Fetched]) -> Iterator[RegionListing]:
         failures: dict[str, str] = {}
-        # Entries whose only trouble is throttling (issue #17: unavailable this cycle, never failed).
+        # Entries whose only trouble is throttling (SAFETY.md rule 5: unavailable this cycle, never failed).
         other = {entry for got in fetched.values() if got.error and not got.throttled for entry in entries}
         other |= {entry for got in fetched.values() for loc in got.failed for entry in _touched(entries, loc)}
         throttled = {entry for got in fetched.values() if got.error and got.throttled for entry in entries} - other

@@ -8,7 +8,7 @@ alone, because deleting the instance can take auto-delete disks with it.
 
 An instance that now belongs to a managed instance group (metadata ``created-by``)
 or has ``deletionProtection`` is never deleted: the whole group is left alone and
-the result is ``PROTECTED`` with the reason (DESIGN §5 rule 14).
+the result is ``PROTECTED`` with the reason (SAFETY.md rule 14).
 
 Order: the instance first; it must then be gone or ``STOPPING``/``TERMINATED``
 (anything else after our delete is a ``ProviderError``: seed 002). While it

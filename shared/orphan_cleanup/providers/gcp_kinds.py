@@ -60,7 +60,7 @@ AFTER_DELETE: dict[str, ResourceState] = {"STOPPING": TERMINATING, "TERMINATED":
 #: Address ``status`` -> state. ``IN_USE``: assigned to a VM or forwarding rule.
 ADDRESS_STATES: dict[str, ResourceState] = {"RESERVING": ACTIVE, "RESERVED": AVAILABLE, "IN_USE": ACTIVE}
 
-#: Snapshot ``status`` -> state as listed (issue #15 item 4). ``FAILED`` exists and may be
+#: Snapshot ``status`` -> state as listed. ``FAILED`` exists and may be
 #: deleted, like AWS ``error``; ``CREATING``/``UPLOADING`` are still being taken; unknown
 #: statuses are ``active`` (exists and may be in use).
 SNAPSHOT_STATES: dict[str, ResourceState] = {
@@ -177,7 +177,7 @@ MIG = re.compile(r"(?:^|/)(projects/[^/]+/(?:zones|regions)/[^/]+/instanceGroupM
 
 
 def controller_of(instance: Any) -> str | None:
-    """The managed instance group an instance belongs to (DESIGN §5 rule 14), from its
+    """The managed instance group an instance belongs to (SAFETY.md rule 14), from its
     ``metadata.items`` entry ``created-by`` (``projects/P/zones/Z/instanceGroupManagers/N``,
     or ``regions/R``): ``mig:projects/...``; None without that entry. A shape that cannot
     be read (items not a list, an entry or value of another type, a ``created-by`` that

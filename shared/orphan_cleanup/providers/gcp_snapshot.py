@@ -1,4 +1,4 @@
-"""Keeping an orphan's data on Compute Engine (issue #15 item 4), as ``aws_snapshot`` does
+"""Keeping an orphan's data on Compute Engine, as ``aws_snapshot`` does
 on EC2: with ``snapshot_before_delete`` a disk the deleter deletes itself is snapshotted
 first (``disks.createSnapshot``) and deleted only once that snapshot is ``READY``.
 

@@ -1,5 +1,5 @@
 """Client-side request budgets: one token bucket per (account, region, API class),
-shared by every thread and every SDK client of the process (issue #17 item 2).
+shared by every thread and every SDK client of the process (SAFETY.md rule 5).
 
 EC2 throttles per account and region with token buckets (non-mutating calls: 100
 tokens refilled at 20/s, shared with every other client of the account); Compute

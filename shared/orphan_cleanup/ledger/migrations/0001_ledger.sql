@@ -36,7 +36,7 @@ CREATE TABLE IF NOT EXISTS instances (
 
 CREATE INDEX IF NOT EXISTS instances_backend_idx ON instances (backend_id);
 
--- Activity log for STEP 1 (DESIGN §5 rule 9). Written by triggers, so a
+-- Activity log for STEP 1 (SAFETY.md rule 9). Written by triggers, so a
 -- platform writing plain SQL is covered. backend_id NULL = may concern any backend.
 CREATE TABLE IF NOT EXISTS ledger_activity (
     id         bigserial PRIMARY KEY,

@@ -94,7 +94,7 @@ CREATE TABLE IF NOT EXISTS orphan_resources (
     PRIMARY KEY (backend_id, provider_ref, resource_id)
 );
 
--- Per-ref delete gate (DESIGN §5 rule 4): a lease row, never a global lock.
+-- Per-ref delete gate (SAFETY.md rule 4): a lease row, never a global lock.
 CREATE TABLE IF NOT EXISTS delete_gates (
     backend_id   text NOT NULL,
     provider_ref text NOT NULL,

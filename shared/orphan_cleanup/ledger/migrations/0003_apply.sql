@@ -1,4 +1,4 @@
--- Fenced, idempotent batch application in one round trip (DESIGN §5 rule 6, §6).
+-- Fenced, idempotent batch application in one round trip (SAFETY.md rule 6).
 
 ALTER TABLE cycles ADD COLUMN IF NOT EXISTS record_all boolean NOT NULL DEFAULT false;
 ALTER TABLE cycles ADD COLUMN IF NOT EXISTS manual boolean NOT NULL DEFAULT false;

@@ -1,4 +1,4 @@
--- DESIGN §5 rule 13, one clock: every timestamp that STEP 1, 5 and 7 and due
+-- SAFETY.md rule 13, one clock: every timestamp that STEP 1, 5 and 7 and due
 -- selection compare is read from the database through oc_clock() (the
 -- functions' own clocks are never compared with the ledger's).
 CREATE OR REPLACE FUNCTION oc_clock() RETURNS timestamptz
@@ -6,7 +6,7 @@ LANGUAGE sql VOLATILE AS $$ SELECT clock_timestamp() $$;
 
 ALTER TABLE ledger_activity ALTER COLUMN at SET DEFAULT oc_clock();
 
--- DESIGN §5 rule 9: an edit of a backend's own row (regions, account, settings,
+-- SAFETY.md rule 9: an edit of a backend's own row (regions, account, settings,
 -- mode, provider) is activity for that backend: its next scheduled run lists.
 CREATE OR REPLACE FUNCTION orphan_cleanup_backend_activity() RETURNS trigger
 LANGUAGE plpgsql AS $$

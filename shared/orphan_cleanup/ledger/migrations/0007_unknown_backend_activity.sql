@@ -1,4 +1,4 @@
--- STEP 1 (DESIGN §5 rule 9): a change to an owner whose backend_id names no backends
+-- STEP 1 (SAFETY.md rule 9): a change to an owner whose backend_id names no backends
 -- row (a platform writing 'aws') may concern any backend: it is logged with a NULL
 -- backend, like a new ref, so STEP 1's query stays a few indexed lookups.
 CREATE OR REPLACE FUNCTION orphan_cleanup_activity_backend(b text) RETURNS text

@@ -1,4 +1,4 @@
--- The evidence behind each recorded verdict (issue #14, `orphan-cleanup explain`):
+-- The evidence behind each recorded verdict (`orphan-cleanup explain`):
 -- the facts classify read (evidence.record_of: short keys, only non-null values, a
 -- few hundred bytes), kept with the cycle_groups row for as long as the row is.
 -- NULL on rows written before this migration.
