@@ -125,7 +125,7 @@ def installed() -> Iterator[None]:
     """Run ``Pipeline.handle_batch`` with the functions above (the "before")."""
     import orphan_cleanup.cycle.pipeline as pipeline
     import orphan_cleanup.ledger.queries as queries
-    import orphan_cleanup.ledger.store as store
+    import orphan_cleanup.ledger.session as store  # where LedgerSession.apply finds apply_payload
 
     shipped = store.apply_payload
 
