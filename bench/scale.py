@@ -76,7 +76,7 @@ def make_provider(n_groups: int) -> Callable[[Any], Any]:
                                for _, (i, kind) in zip(range(PER_REGION), it, strict=False))
                 yield RegionListing(region=region, groups=groups)
 
-        def delete_resource_group(self, group: Any) -> Any:
+        def delete_resource_group(self, group: Any, *args: Any, **kw: Any) -> Any:
             raise AssertionError("report mode deletes nothing")
 
     return lambda backend: SyntheticProvider(backend)

@@ -15,6 +15,18 @@ locals {
     "ec2:CancelSpotInstanceRequests",
     "ec2:DeleteSnapshot",
   ]
+  # Every delete but DeleteSnapshot, which the deleter may make only on the snapshots it
+  # took itself (their orphan-cleanup-source tag: statement DeleteOnlySnapshotsTheDeleterTook).
+  ec2_ref_delete_actions = [
+    "ec2:TerminateInstances",
+    "ec2:DeleteVolume",
+    "ec2:DeleteNetworkInterface",
+    "ec2:DeleteSecurityGroup",
+    "ec2:ReleaseAddress",
+    "ec2:DetachNetworkInterface",
+    "ec2:DisassociateAddress",
+    "ec2:CancelSpotInstanceRequests",
+  ]
   # Describe* support no resource-level permission: "*" is the only form.
   ec2_describe_actions = [
     "ec2:DescribeInstances",
@@ -193,7 +205,7 @@ data "aws_iam_policy_document" "deleter" {
   # needs the tag on each of them.
   statement {
     sid     = "DeleteOnlyRefTaggedResources"
-    actions = local.ec2_delete_actions
+    actions = local.ec2_ref_delete_actions
     resources = [
       "${local.ec2_arn}:instance/*",
       "${local.ec2_arn}:volume/*",
@@ -201,13 +213,32 @@ data "aws_iam_policy_document" "deleter" {
       "${local.ec2_arn}:security-group/*",
       "${local.ec2_arn}:elastic-ip/*",
       "${local.ec2_arn}:spot-instances-request/*",
-      local.snapshot_arn,
     ]
 
     condition {
       test     = "StringLike"
       variable = "aws:ResourceTag/${var.tag_key}"
       values   = ["????????????"]
+    }
+  }
+
+  # Only the snapshots the deleter took itself (their orphan-cleanup-source tag), never a
+  # backup that copied the ref tag (docs/SAFETY.md rule 15).
+  statement {
+    sid       = "DeleteOnlySnapshotsTheDeleterTook"
+    actions   = ["ec2:DeleteSnapshot"]
+    resources = [local.snapshot_arn]
+
+    condition {
+      test     = "StringLike"
+      variable = "aws:ResourceTag/${var.tag_key}"
+      values   = ["????????????"]
+    }
+
+    condition {
+      test     = "Null"
+      variable = "aws:ResourceTag/orphan-cleanup-source"
+      values   = ["false"]
     }
   }
 

@@ -30,6 +30,8 @@ DESCRIBE_ACTIONS = frozenset({
     "ec2:DescribeSecurityGroups", "ec2:DescribeAddresses", "ec2:DescribeSpotInstanceRequests",
     "ec2:DescribeSnapshots",
 })
+#: The tag on the snapshots the deleter takes: ec2:DeleteSnapshot needs it too (SAFETY.md rule 15).
+SNAPSHOT_SOURCE_KEY = "orphan-cleanup-source"
 #: What the deleter reads besides: termination protection (SAFETY.md rule 14).
 DELETER_READ_ACTIONS = frozenset({"ec2:DescribeInstanceAttribute"})
 READ_PREFIXES = ("Describe", "Get", "List", "Search")
@@ -115,8 +117,16 @@ def ec2_write_grants(statements: Iterable[dict], tag_key: str = TAG_KEY) -> list
                 action_guard = "snapshot-create" if ok else None
             elif guard == "request-tag":
                 action_guard = None  # a tag in the request limits nothing an existing resource has
+            elif action in ("ec2:DeleteSnapshot", "ec2:*", "*") and not _source_tagged(st.get("Condition") or {}):
+                action_guard = None  # a backup that copied the ref tag is not ours to delete
             grants.append(Grant(action, action_guard, sid))
     return grants
+
+
+def _source_tagged(condition: dict) -> bool:
+    """The condition requires the snapshot source tag (``Null: ... = false``)."""
+    values = [str(v) for v in as_list((condition.get("Null") or {}).get(f"aws:ResourceTag/{SNAPSHOT_SOURCE_KEY}", []))]
+    return values == ["false"]
 
 
 def _creates_snapshot_only(condition: dict) -> bool:

@@ -3,8 +3,12 @@
 --   owner    runs `orphan-cleanup migrate` and the operator commands (backend add, run,
 --            status ...): owns the product's tables, functions and triggers.
 --   runtime  the deployed functions: reads the platform's C1 tables (backends,
---            provider_refs, instances) and the activity log, reads and writes the
---            product's own tables, executes its functions; no DDL of any kind.
+--            provider_refs, instances) and the activity log; reads and inserts into the
+--            product's own tables, updates only the ones whose rows change (cleanup,
+--            cycles, cycle_groups, orphans, delete_requests, delete_gates,
+--            region_listings), deletes only delete gates; never updates or deletes the
+--            audit trail (events, provider_journal, cycle_batches, orphan_resources:
+--            docs/SAFETY.md rule 19); executes its functions; no DDL of any kind.
 --
 -- Run it with psql, as a superuser or the cloud's admin user (RDS master user, Cloud SQL
 -- `postgres`), connected to the ledger's database: once before the first
@@ -110,22 +114,42 @@ DO $$ BEGIN RAISE EXCEPTION 'roles.sql: the owner role neither owns the C1 table
 \endif
 
 -- ---- tables, sequences and functions migrate will create --------------------------
+-- A table a later migration creates is born readable and appendable, never mutable: the
+-- run of this script after that migrate grants it UPDATE if it is on the list below.
 ALTER DEFAULT PRIVILEGES FOR ROLE :"owner_role" IN SCHEMA :"schema"
-    GRANT SELECT, INSERT, UPDATE, DELETE ON TABLES TO :"runtime_role";
+    REVOKE UPDATE, DELETE, TRUNCATE ON TABLES FROM :"runtime_role";
+ALTER DEFAULT PRIVILEGES FOR ROLE :"owner_role" IN SCHEMA :"schema"
+    GRANT SELECT, INSERT ON TABLES TO :"runtime_role";
 ALTER DEFAULT PRIVILEGES FOR ROLE :"owner_role" IN SCHEMA :"schema"
     GRANT USAGE, SELECT ON SEQUENCES TO :"runtime_role";
 ALTER DEFAULT PRIVILEGES FOR ROLE :"owner_role" IN SCHEMA :"schema"
     GRANT EXECUTE ON FUNCTIONS TO :"runtime_role";
 
 -- ---- tables, sequences and functions migrate created -------------------------------
--- The product's tables: read and write. Read only: the C1 tables (the platform's),
--- the activity log (written by the triggers; deleting from it could hide activity
--- from STEP 1) and schema_migrations (migrate's).
-SELECT format('GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE %I.%I TO %I', n.nspname, c.relname, :'runtime_role')
+-- The product's tables: read and insert; update only the rows that change; delete only
+-- a released delete gate. The audit trail (events, provider_journal, and the batches and
+-- orphan resources a cycle saw) is append-only. Read only: the C1 tables (the
+-- platform's), the activity log (written by the triggers; deleting from it could hide
+-- activity from STEP 1) and schema_migrations (migrate's).
+SELECT format('REVOKE ALL ON TABLE %I.%I FROM %I', n.nspname, c.relname, :'runtime_role'),
+       format('GRANT SELECT, INSERT ON TABLE %I.%I TO %I', n.nspname, c.relname, :'runtime_role')
   FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
  WHERE n.nspname = :'schema' AND c.relkind IN ('r', 'p')
    AND c.relowner = (SELECT oid FROM pg_roles WHERE rolname = :'owner_role')
    AND c.relname NOT IN ('backends', 'provider_refs', 'instances', 'ledger_activity', 'schema_migrations')
+\gexec
+SELECT format('GRANT UPDATE ON TABLE %I.%I TO %I', n.nspname, c.relname, :'runtime_role')
+  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+ WHERE n.nspname = :'schema' AND c.relkind IN ('r', 'p')
+   AND c.relowner = (SELECT oid FROM pg_roles WHERE rolname = :'owner_role')
+   AND c.relname IN ('cleanup', 'cycles', 'cycle_groups', 'orphans', 'delete_requests', 'delete_gates',
+                     'region_listings')
+\gexec
+SELECT format('GRANT DELETE ON TABLE %I.%I TO %I', n.nspname, c.relname, :'runtime_role')
+  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+ WHERE n.nspname = :'schema' AND c.relkind IN ('r', 'p')
+   AND c.relowner = (SELECT oid FROM pg_roles WHERE rolname = :'owner_role')
+   AND c.relname = 'delete_gates'
 \gexec
 SELECT format('REVOKE ALL ON TABLE %I.%I FROM %I', n.nspname, c.relname, :'runtime_role'),
        format('GRANT SELECT ON TABLE %I.%I TO %I', n.nspname, c.relname, :'runtime_role')

@@ -420,7 +420,8 @@ def test_instance_is_kept_when_termination_would_delete_a_protected_volume(sessi
     result = provider.delete_resource_group(group)
 
     assert result.status is DeleteStatus.SKIPPED
-    assert (inst["InstanceId"], "dependent_protected") in [(s.id, s.reason) for s in result.skipped]
+    # the blast of TerminateInstances is the group (SAFETY.md rule 15): the blocking volume is named
+    assert (inst["InstanceId"], "blast_protected") in [(s.id, s.reason) for s in result.skipped]
     assert "TerminateInstances" not in calls.ops()
     assert exists(client, "instance", inst["InstanceId"])
 

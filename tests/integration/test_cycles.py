@@ -512,7 +512,10 @@ def test_a_recorded_deletion_finishes_the_cycle(ledger, kw, outcome, action, sta
     cycle, groups, _ = _deleting_cycle(ledger)
     dispatch = dispatch_deletes(S(ledger), cycle.id, LIM)
     assert (len(dispatch.groups), dispatch.blocked, dispatch.outcome) == (1, None, None)
-    assert dispatch_deletes(S(ledger), cycle.id, LIM).groups == []  # idempotent
+    # registered once: a repeated dispatch (a redelivered last batch) registers nothing more and
+    # gives back the requests still queued, to be published again (SAFETY.md rule 20)
+    assert dispatch_deletes(S(ledger), cycle.id, LIM).groups == groups
+    assert cycle_row(ledger, cycle.id)["open_deletes"] == 1
     assert delete_allowed(S(ledger), cycle.id, groups[0]) == DeleteDecision(None, groups[0])
     # when its deletion is recorded
     assert record_delete(S(ledger), cycle.id, groups[0], LIM, **kw) is outcome

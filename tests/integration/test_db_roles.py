@@ -50,7 +50,8 @@ PLATFORM_DDL = [
 C1 = ("backends", "provider_refs", "instances")
 READ_ONLY = C1 + ("ledger_activity", "schema_migrations")
 PRODUCT = ("cleanup", "cycles", "cycle_batches", "cycle_groups", "orphans", "orphan_resources", "delete_gates",
-           "delete_requests", "events")
+           "delete_requests", "events", "provider_journal", "region_listings")
+UPDATED = {"cleanup", "cycles", "cycle_groups", "orphans", "delete_requests", "delete_gates", "region_listings"}
 
 
 def _psql() -> str | None:
@@ -252,10 +253,12 @@ def test_greenfield_migrate_creates_the_c1_tables_and_the_runtime_only_reads_the
                 return {p for p in ("SELECT", "INSERT", "UPDATE", "DELETE", "TRUNCATE", "REFERENCES", "TRIGGER")
                         if conn.run("SELECT has_table_privilege(:r, :t, :p)", r=role, t=table, p=p)[0][0]}
 
-            # then the runtime reads the C1 tables and the logs, and reads and writes the product's tables
+            # then the runtime reads the C1 tables and the logs, reads and appends to the product's
+            # tables, updates only those whose rows change and deletes only gates (SAFETY.md rule 19)
             assert {t: privileges(ledger.runtime, t) for t in READ_ONLY} == {t: {"SELECT"} for t in READ_ONLY}
             assert {t: privileges(ledger.runtime, t) for t in PRODUCT} == \
-                {t: {"SELECT", "INSERT", "UPDATE", "DELETE"} for t in PRODUCT}
+                {t: {"SELECT", "INSERT"} | ({"UPDATE"} if t in UPDATED else set())
+                 | ({"DELETE"} if t == "delete_gates" else set()) for t in PRODUCT}
             # and the platform writes the C1 tables the owner role owns, and the activity log (its triggers)
             assert {t: privileges(ledger.platform, t) for t in C1} == \
                 {t: {"SELECT", "INSERT", "UPDATE", "DELETE"} for t in C1}

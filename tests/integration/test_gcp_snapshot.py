@@ -29,6 +29,15 @@ def provider(gcp: FakeCompute, regions: tuple[str, ...] = (REGION,), **settings:
                        timeout=5.0, poll_interval=0.01)
 
 
+def ours(gcp: FakeCompute, disk_id: str, *, zone: str = ZONE, **kw: object) -> dict:
+    """A snapshot as the deleter takes one (``gcp_snapshot``): named ``oc-<ref>-<disk id>``,
+    labelled with the ref and, as its source, the id of the disk it was taken of."""
+    disk = {"selfLink": f"https://compute.googleapis.com/compute/v1/projects/{gcp.project}/zones/{zone}/disks/d{disk_id}",
+            "id": disk_id, "sizeGb": "10"}
+    return gcp.add_snapshot(f"oc-{REF}-{disk_id}", disk=disk, zone=zone,
+                            labels={"provider_ref": REF, SOURCE: disk_id}, **kw)  # type: ignore[arg-type]
+
+
 def only_group(p: GcpProvider):
     [group] = collect(p).groups
     return group
@@ -143,15 +152,16 @@ def test_without_the_setting_no_snapshot_is_taken_nor_listed(gcp: FakeCompute) -
 
 def test_expired_snapshots_are_listed_and_deleted_young_ones_are_not(gcp: FakeCompute) -> None:
     old = datetime.now(UTC) - timedelta(days=8)
-    expired = gcp.add_snapshot("expired", zone=ZONE, labels={"provider_ref": REF}, created=old)
-    gcp.add_snapshot("young", zone=ZONE, labels={"provider_ref": REF},
-                     created=datetime.now(UTC) - timedelta(days=6))
+    expired = ours(gcp, "101", created=old)
+    young = ours(gcp, "102", created=datetime.now(UTC) - timedelta(days=6))
     gcp.add_snapshot("not-ours", zone=ZONE, created=old)
-    gcp.add_snapshot("elsewhere", zone="europe-west1-b", labels={"provider_ref": REF}, created=old)
-    gcp.add_snapshot("no-source", zone=ZONE, labels={"provider_ref": REF}, created=old)
-    gcp.set_snapshot_field("no-source", "sourceDisk", ...)
-    gcp.add_snapshot("no-time", zone=ZONE, labels={"provider_ref": REF})
-    gcp.set_snapshot_field("no-time", "creationTimestamp", ...)
+    # a backup that copied the disk's ref label (a snapshot schedule): not the deleter's (SAFETY.md rule 15)
+    gcp.add_snapshot("a-backup", zone=ZONE, labels={"provider_ref": REF}, created=old)
+    elsewhere = ours(gcp, "103", zone="europe-west1-b", created=old)
+    no_source = ours(gcp, "104", created=old)
+    gcp.set_snapshot_field(no_source["name"], "sourceDisk", ...)
+    no_time = ours(gcp, "105")
+    gcp.set_snapshot_field(no_time["name"], "creationTimestamp", ...)
     p = provider(gcp, retain_snapshots_days=7)
 
     listing = collect(p)
@@ -165,7 +175,8 @@ def test_expired_snapshots_are_listed_and_deleted_young_ones_are_not(gcp: FakeCo
     result = p.delete_resource_group(group)
 
     assert result.status is DeleteStatus.DELETED and result.deleted == (expired["id"],)
-    assert gcp.snapshot_names() == {"young", "not-ours", "elsewhere", "no-source", "no-time"}
+    assert gcp.snapshot_names() == {young["name"], "not-ours", "a-backup", elsewhere["name"], no_source["name"],
+                                    no_time["name"]}
     assert gcp.count("POST", "/global/operations/") >= 1  # waited at the fake's global operations
     # the young one is never listed: the next listing is empty, nothing to hold a cycle
     assert collect(p).groups == ()
@@ -173,7 +184,7 @@ def test_expired_snapshots_are_listed_and_deleted_young_ones_are_not(gcp: FakeCo
 
 def test_the_snapshot_listing_pages_and_a_failed_page_fails_every_region(gcp: FakeCompute) -> None:
     old = datetime.now(UTC) - timedelta(days=30)
-    ids = {gcp.add_snapshot(f"s{n}", zone=ZONE, labels={"provider_ref": REF}, created=old)["id"] for n in range(5)}
+    ids = {ours(gcp, f"20{n}", created=old)["id"] for n in range(5)}
     backend = Backend(id="gcp-snap", provider="gcp", account=gcp.project, regions=(REGION, "us-east1"),
                       settings={"retain_snapshots_days": 7})
     p = GcpProvider(backend, **build_gcp_clients(backend.settings, endpoint=gcp.url), timeout=5.0, page_size=2)
@@ -190,8 +201,7 @@ def test_the_snapshot_listing_pages_and_a_failed_page_fails_every_region(gcp: Fa
 def test_a_snapshot_is_not_deleted_while_a_disk_of_its_group_is_kept(gcp: FakeCompute) -> None:
     gcp.add_instance("other", zone=ZONE)  # not ours: it keeps the disk in use
     gcp.add_disk("lost", zone=ZONE, labels={"provider_ref": REF}, attached_to="other")
-    gcp.add_snapshot("expired", zone=ZONE, labels={"provider_ref": REF},
-                     created=datetime.now(UTC) - timedelta(days=8))
+    kept = ours(gcp, "301", created=datetime.now(UTC) - timedelta(days=8))
     p = provider(gcp, retain_snapshots_days=7, snapshot_before_delete=True)
     group = only_group(p)
     assert {r.kind for r in group.resources} == {ResourceKind.DISK, ResourceKind.SNAPSHOT}
@@ -199,4 +209,4 @@ def test_a_snapshot_is_not_deleted_while_a_disk_of_its_group_is_kept(gcp: FakeCo
     result = p.delete_resource_group(group)
 
     assert result.status is DeleteStatus.DELETING and len(result.pending) == 2
-    assert gcp.snapshot_names() == {"expired"} and gcp.count("DELETE", "/global/snapshots/") == 0
+    assert gcp.snapshot_names() == {kept["name"]} and gcp.count("DELETE", "/global/snapshots/") == 0

@@ -91,7 +91,8 @@ def test_a_delete_cycle_keeps_every_vm_tracked_by_any_backend_of_its_account(db)
     b_leak_ref = make_ref()
     b_leak = cloud.create(ResourceKind.INSTANCE, "us-east-1", {"provider_ref": b_leak_ref},
                           created_at=db_now(db) - 2 * OLD)
-    vm(db, cloud, b_leak_ref, backend_id="aws-b", primary="i-the-retry")  # the owner recorded the retry's VM
+    # the owner recorded the retry's VM, listed beside the leak (SAFETY.md rule 17)
+    b_retry = vm(db, cloud, b_leak_ref, backend_id="aws-b")
     moved_ref = make_ref()
     left_behind = cloud.create(ResourceKind.INSTANCE, "us-east-1", {"provider_ref": moved_ref},
                                created_at=db_now(db) - 2 * OLD)
@@ -105,8 +106,8 @@ def test_a_delete_cycle_keeps_every_vm_tracked_by_any_backend_of_its_account(db)
 
     # then nothing another backend of the account tracks is touched
     got = groups_by_vm(report)
-    assert (got[a_live]["verdict"], got[b_live]["verdict"]) == ("tracked", "tracked")
-    assert cloud.exists(a_live) and cloud.exists(b_live)
+    assert (got[a_live]["verdict"], got[b_live]["verdict"], got[b_retry]["verdict"]) == ("tracked",) * 3
+    assert cloud.exists(a_live) and cloud.exists(b_live) and cloud.exists(b_retry)
     assert (got[b_leak]["verdict"], got[b_leak]["reason"], got[b_leak]["action"]) == (
         "orphan", "primary_mismatch", "deleted")
     assert (got[left_behind]["reason"], got[left_behind]["action"]) == ("backend_mismatch", "deleted")

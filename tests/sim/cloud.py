@@ -32,6 +32,7 @@ from orphan_cleanup.core.errors import (
     ProviderTimeout,
     ProviderUnavailable,
 )
+from orphan_cleanup.core.journal import NO_JOURNAL, Journal
 from orphan_cleanup.core.listing import RegionListing, Resource, ResourceGroup, ResourceKind, ResourceState
 from orphan_cleanup.core.verdicts import DeleteResult
 from orphan_cleanup.providers.base import describe_error, group_resources
@@ -191,7 +192,8 @@ class SimProvider(MemoryProvider):
 
     # ---- deletion ------------------------------------------------------------
 
-    def delete_resource_group(self, group: ResourceGroup) -> DeleteResult:
+    def delete_resource_group(self, group: ResourceGroup, journal: Journal = NO_JOURNAL, *,
+                              remembered_protection: str | None = None) -> DeleteResult:
         sim = self.sim
         sim.checker.provider_call(self.backend, self.sim_cloud, f"delete {group.key}")
         sim.checker.delete_attempt(sim._cycle(), self.backend.id, self.sim_cloud, group)
@@ -207,7 +209,7 @@ class SimProvider(MemoryProvider):
             sim.concurrent_work(group)
             before = self.sim_cloud.snapshot()
             try:
-                result = super().delete_resource_group(group)
+                result = super().delete_resource_group(group, journal, remembered_protection=remembered_protection)
             finally:
                 after = self.sim_cloud.resources
                 sim.provider_touched(group, [rid for rid, (state, _tags) in before.items()

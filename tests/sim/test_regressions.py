@@ -7,6 +7,7 @@ Postgres, with the in-memory cloud behind the provider port.
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -46,12 +47,12 @@ def test_a_redelivered_delete_waits_for_the_running_one(db: Database) -> None:
     seen: list[str] = []
 
     class SlowProvider(MemoryProvider):
-        def delete_resource_group(self, group: ResourceGroup) -> DeleteResult:
+        def delete_resource_group(self, group: ResourceGroup, *args: Any, **kw: Any) -> DeleteResult:
             if not seen:  # the message becomes visible again and another deleter takes it
                 seen.append("nested")
                 with pytest.raises(GateBusy):
                     pipeline.handle_delete(request)
-            return super().delete_resource_group(group)
+            return super().delete_resource_group(group, *args, **kw)
 
     pipeline = _pipeline(db, lambda b: SlowProvider(b, cloud))
     [request] = _classify_all(pipeline)

@@ -23,6 +23,7 @@ from typing import Literal
 
 from orphan_cleanup.core.backends import Backend
 from orphan_cleanup.core.errors import ProviderError, ProviderUnavailable
+from orphan_cleanup.core.journal import NO_JOURNAL, Journal, journaled
 from orphan_cleanup.core.listing import RegionListing, Resource, ResourceGroup, ResourceKind, ResourceState
 from orphan_cleanup.core.verdicts import DeleteResult, DeleteStatus, SkippedResource
 from orphan_cleanup.providers.base import ResourceProvider, group_resources
@@ -110,7 +111,7 @@ class MemoryProvider(ResourceProvider):
         live = self.cloud.resources.get(res.id)
         if live is None or live.state is ResourceState.TERMINATED:
             return None, None
-        if self.protect_key in live.tags:
+        if not self.protect_keys.isdisjoint(live.tags):
             return live, "protected"
         if live.tags.get(self.tag_key) != ref:
             return live, "ref_changed" if self.tag_key in live.tags else "ref_missing"
@@ -128,7 +129,8 @@ class MemoryProvider(ResourceProvider):
             return "termination_protection", f"{live.id} has disableApiTermination True"
         return None
 
-    def delete_resource_group(self, group: ResourceGroup) -> DeleteResult:
+    def delete_resource_group(self, group: ResourceGroup, journal: Journal = NO_JOURNAL, *,
+                              remembered_protection: str | None = None) -> DeleteResult:
         self._check_region(group.region)
         skipped: list[SkippedResource] = []
         deleted: list[str] = []
@@ -146,9 +148,10 @@ class MemoryProvider(ResourceProvider):
                     return _protected(group, *protection)
                 if live is not None:
                     if live.state is ResourceState.ACTIVE:
-                        self.cloud.calls["terminate"] += 1
-                        live.state = ResourceState.TERMINATING
-                        live.terminating_reads = self.cloud.terminate_lag
+                        with journaled(journal, "memory:terminate", live.id, region=group.region):
+                            self.cloud.calls["terminate"] += 1
+                            live.state = ResourceState.TERMINATING
+                            live.terminating_reads = self.cloud.terminate_lag
                     if live.terminating_reads > 0:
                         live.terminating_reads -= 1
                         return DeleteResult(status=DeleteStatus.DELETING, pending=(primary.id,))
@@ -168,9 +171,10 @@ class MemoryProvider(ResourceProvider):
                     elif live.attached_to and self.cloud.exists(live.attached_to):
                         pending.append(res.id)
                     else:
-                        self.cloud.calls["delete"] += 1
-                        live.state = ResourceState.TERMINATED
-                        self.cloud.deleted.append(live.id)
+                        with journaled(journal, "memory:delete", live.id, region=group.region):
+                            self.cloud.calls["delete"] += 1
+                            live.state = ResourceState.TERMINATED
+                            self.cloud.deleted.append(live.id)
                         deleted.append(res.id)
         status = DeleteStatus.DELETING if pending else DeleteStatus.DELETED
         return DeleteResult(status=status, deleted=tuple(deleted), skipped=tuple(skipped), pending=tuple(pending))

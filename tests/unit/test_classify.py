@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 
-from orphan_cleanup.core.classify import ClassifyContext, classify
+from orphan_cleanup.core.classify import ClassifyContext, ListedInstances, classify
 from orphan_cleanup.core.listing import ResourceGroup
 from orphan_cleanup.core.owners import LedgerRecord, OwnerStatus
 from orphan_cleanup.core.verdicts import VerdictKind
@@ -23,8 +23,10 @@ LISTED = T0
 OLD = LISTED - timedelta(days=1)
 HORIZON = LISTED - MARGIN
 US = timedelta(microseconds=1)
+# The listing these groups come from shows REF's recorded primaries i-1 and i-3 as valid
+# instances (what makes another VM of a live owner a retry leak: SAFETY.md rule 17).
 CTX = ClassifyContext(backend_id=BACKEND, scope=SCOPE, listed_at=LISTED, margin=MARGIN, protect_key=PROTECT,
-                      stuck_after=timedelta(hours=1))
+                      stuck_after=timedelta(hours=1), listed=ListedInstances(known=[(REF, "i-1"), (REF, "i-3")]))
 
 O, T, S, I, P = (VerdictKind.ORPHAN, VerdictKind.TRACKED, VerdictKind.SKIPPED, VerdictKind.IGNORED,
                  VerdictKind.PROTECTED)
@@ -161,6 +163,13 @@ RULES = [
      live(primary_id="i-3", protected_primaries=REMEMBERED), O, "primary_mismatch", False),
     ("tracked with a remembered protection stays tracked", G1, live(protected_primaries=REMEMBERED), T, "tracked",
      False),
+    # SAFETY.md rule 17: a live owner's other VM is a retry leak only beside its listed primary.
+    ("recorded primary not listed (a mangled id)", G2, live(primary_id="i-1x"), S, "primary_not_listed", True),
+    ("recorded primary is the instance's name", G2, live(primary_id="train-1"), S, "primary_not_listed", True),
+    ("recorded primary of another backend of the account, not listed", G2,
+     live(backend_id="aws-other", owner_backend_scope=SCOPE, primary_id="i-9"), S, "primary_not_listed", True),
+    ("a failover leftover needs no listed primary", G2,
+     live(backend_id="aws-dr", owner_backend_scope=OTHER_ACCOUNT, primary_id="i-9"), O, "backend_mismatch", False),
     ("mismatched primary not among the group's resources",
      ResourceGroup(provider_ref=REF, region="us-east-1", primary_id="i-2",
                    resources=(resource("vol-1", kind="volume", created_at=OLD),)), live(), P, "suspected_copy", False),
@@ -239,3 +248,21 @@ def test_protect_key_is_the_configured_one():
     # then only the configured key protects
     assert classify(default_tagged, terminated(), ctx).kind is O
     assert classify(custom_tagged, terminated(), ctx).reason == "protect_tag"
+
+
+def test_the_recorded_primary_counts_only_when_the_listing_shows_it_as_an_instance_of_the_ref():
+    # given the owner's VM i-1 and a leaked VM i-2 of REF in one listing
+    listed = [G1, G2]
+    # when the leaked VM is judged beside that listing, it is a retry leak
+    ctx = ClassifyContext(backend_id=BACKEND, scope=SCOPE, listed_at=LISTED, margin=MARGIN, protect_key=PROTECT,
+                          listed=ListedInstances(listed))
+    assert classify(G2, live(), ctx).reason == "primary_mismatch"
+    # but not beside a listing where i-1 carries another ref, or is not listed at all
+    other = group(OTHER_REF, "i-1", created_at=OLD)
+    for groups in ([other, G2], [G2]):
+        ctx = ClassifyContext(backend_id=BACKEND, scope=SCOPE, listed_at=LISTED, margin=MARGIN, protect_key=PROTECT,
+                              listed=ListedInstances(groups))
+        assert classify(G2, live(), ctx).reason == "primary_not_listed"
+    # and with no listing known at all (the deleter without its cycle's record)
+    bare = ClassifyContext(backend_id=BACKEND, scope=SCOPE, listed_at=LISTED, margin=MARGIN, protect_key=PROTECT)
+    assert classify(G2, live(), bare).reason == "primary_not_listed"

@@ -292,7 +292,18 @@ def test_removing_the_tag_condition_from_the_deleter_is_caught(sam):
     del _statement(broken, "DeleterRole", "DeleteOnlyRefTaggedResources")["Condition"]
     problems = checks.deleter_policy_problems(checks.sam_transform(broken))
     unlimited = [p for p in problems if "is not limited to resources tagged provider_ref" in p]
-    assert len(unlimited) == len(checks.DELETE_ACTIONS)
+    # every delete of that statement: DeleteSnapshot has a statement of its own (below)
+    assert len(unlimited) == len(checks.DELETE_ACTIONS - {"ec2:DeleteSnapshot"})
+
+
+@pytest.mark.parametrize("drop", ["StringLike", "Null"])
+def test_deleting_snapshots_without_the_ref_or_the_source_tag_is_caught(sam, drop):
+    # the deleter may delete only the snapshots it took itself (SAFETY.md rule 15)
+    broken = checks.with_resolved_policies(sam)
+    del _statement(broken, "DeleterRole", "DeleteOnlySnapshotsTheDeleterTook")["Condition"][drop]
+    problems = checks.deleter_policy_problems(checks.sam_transform(broken))
+    assert any("ec2:DeleteSnapshot (statement DeleteOnlySnapshotsTheDeleterTook) is not limited" in p
+               for p in problems), problems
 
 
 @pytest.mark.parametrize(("sid", "drop", "action"), [

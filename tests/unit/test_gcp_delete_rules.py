@@ -28,7 +28,7 @@ class StubCalls:
     def get(self, spec: GcpKind, location: str, name: str) -> Any | None:
         return self.items.get(name)
 
-    def delete(self, spec: GcpKind, location: str, name: str) -> None:
+    def delete(self, spec: GcpKind, location: str, name: str, **_journaled: Any) -> None:
         self.deletes.append(name)
         if name in self.after_delete and self.after_delete[name] is not None:
             self.items[name] = self.after_delete[name]

@@ -112,18 +112,18 @@ def _failed(code: str, http: int = 400) -> compute.Operation:
 def test_operation_error_in_use_is_dependency_not_ready() -> None:
     with pytest.raises(DependencyNotReady):
         _calls(compute.Operation(name="op", status="RUNNING"), _failed("RESOURCE_IN_USE_BY_ANOTHER_RESOURCE")) \
-            .delete(KIND_BY_RESOURCE[ResourceKind.DISK], "us-central1-a", "d")
+            .delete(KIND_BY_RESOURCE[ResourceKind.DISK], "us-central1-a", "d", target="1")
 
 
 def test_operation_error_is_translated_by_http_status() -> None:
     with pytest.raises(ProviderThrottled):
-        _calls(_failed("QUOTA_EXCEEDED", 429)).delete(KIND_BY_RESOURCE[ResourceKind.DISK], "us-central1-a", "d")
+        _calls(_failed("QUOTA_EXCEEDED", 429)).delete(KIND_BY_RESOURCE[ResourceKind.DISK], "us-central1-a", "d", target="1")
     with pytest.raises(ProviderError):
-        _calls(_failed("SOMETHING", 0)).delete(KIND_BY_RESOURCE[ResourceKind.DISK], "us-central1-a", "d")
+        _calls(_failed("SOMETHING", 0)).delete(KIND_BY_RESOURCE[ResourceKind.DISK], "us-central1-a", "d", target="1")
 
 
 def test_operation_not_found_means_already_gone() -> None:
-    _calls(_failed("RESOURCE_NOT_FOUND", 404)).delete(KIND_BY_RESOURCE[ResourceKind.DISK], "us-central1-a", "d")
+    _calls(_failed("RESOURCE_NOT_FOUND", 404)).delete(KIND_BY_RESOURCE[ResourceKind.DISK], "us-central1-a", "d", target="1")
 
 
 def test_endpoint_clients_all_target_the_endpoint_over_http() -> None:

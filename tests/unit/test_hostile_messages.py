@@ -24,7 +24,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from orphan_cleanup.core.classify import ClassifyContext, classify
+from orphan_cleanup.core.classify import ClassifyContext, ListedInstances, classify
 from orphan_cleanup.core.listing import Resource, ResourceGroup, ResourceKind
 from orphan_cleanup.core.messages import DeleteRequest, ListerEvent, ListingBatch
 from orphan_cleanup.core.owners import LedgerRecord
@@ -36,8 +36,9 @@ from orphan_cleanup.entrypoints.gcp import MalformedMessage, parse
 REF, OTHER = "abcdefgh1234", "zzzzzzzz9999"
 NOW = datetime(2030, 1, 1, tzinfo=timezone.utc)
 OLD = NOW - timedelta(days=2)
+# The listing shows the live owner's recorded VM i-tracked (a retry leak is judged beside it).
 CTX = ClassifyContext(backend_id="aws-prod", scope="aws:123456789012", listed_at=NOW, margin=timedelta(minutes=5),
-                      protect_key="orphan-cleanup-protect")
+                      protect_key="orphan-cleanup-protect", listed=ListedInstances(known=[(REF, "i-tracked")]))
 
 JSON = st.recursive(
     st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False, allow_infinity=False),

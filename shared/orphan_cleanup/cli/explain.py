@@ -28,7 +28,7 @@ from orphan_cleanup.core.backends import DEFAULT_PROTECT_KEY, DEFAULT_TAG_KEY
 from orphan_cleanup.core.errors import ConfigError
 from orphan_cleanup.core.listing import ResourceKind
 from orphan_cleanup.ledger.db import Database
-from orphan_cleanup.ledger.explain import DeleteRow, ExplainedGroup, explained_groups
+from orphan_cleanup.ledger.explain import DeleteRow, ExplainedGroup, JournalEntry, explained_groups, journal_entries
 from orphan_cleanup.ledger.migrate import require_current_schema
 
 CYCLES = 5
@@ -36,8 +36,14 @@ CYCLES = 5
 #: How the providers' re-read by id names a resource it left alone (``SkippedResource.reason``).
 _SKIPPED = {"protected": "carries the protect tag now", "ref_changed": "carries another ref now",
             "ref_missing": "lost its ref tag", "owner_skipped": "left with its VM",
-            "dependent_protected": "would take a protected dependent with it",
-            "dependent_ref_changed": "would take a dependent of another ref with it"}
+            "blast_protected": "would take a protected disk, volume or interface with it (or is one)",
+            "blast_foreign": "would take another ref's disk, volume or interface with it (or is one)",
+            "blast_unlisted": "would take a resource of its ref that the listing did not show with it (or is one)",
+            "blast_unreadable": "would take a disk whose link cannot be read with it",
+            "not_our_snapshot": "is a snapshot the deleter did not take",
+            "spot_request_ref_missing": "its spot request carries no ref tag: not cancelled",
+            "spot_request_protected": "its spot request carries a protect tag: not cancelled",
+            "spot_request_ref_changed": "its spot request carries another ref: not cancelled"}
 
 
 def command(args: argparse.Namespace) -> int:
@@ -52,14 +58,16 @@ def command(args: argparse.Namespace) -> int:
     db = bootstrap.open_database(settings)  # never run_migrations: explain is read-only (C3)
     require_current_schema(db)
     groups = explain(db, args.backend, query)
-    if not groups:
+    journal = journal_entries(db, args.backend, query, sorted({g.group.provider_ref for g in groups}))
+    if not groups and not journal:
         print(f"orphan-cleanup: nothing recorded for {query!r} by the cycles of backend {args.backend}"
               " (tracked and ignored groups are recorded by manual runs only)", file=sys.stderr)
         return EXIT_NOT_FOUND
     if args.json:
-        print(json.dumps(document(args.backend, query, groups), indent=2))
+        print(json.dumps(document(args.backend, query, groups, journal), indent=2))
     else:
         print_explained(args.backend, query, groups)
+        print_journal(journal)
     return EXIT_OK
 
 
@@ -70,10 +78,19 @@ def explain(db: Database, backend_id: str, query: str, *, cycles: int = CYCLES) 
 
 # ---- the JSON document ---------------------------------------------------------------
 
-def document(backend_id: str, query: str, groups: Sequence[ExplainedGroup]) -> dict[str, Any]:
-    """``{"backend", "query", "cycles": [...]}``: one entry per recorded group, newest cycle
-    first (a cycle that recorded two groups of one ref, a retry leak and its kept VM, has two)."""
-    return {"backend": backend_id, "query": query, "cycles": [entry(g) for g in groups]}
+def document(backend_id: str, query: str, groups: Sequence[ExplainedGroup],
+             journal: Sequence[JournalEntry] = ()) -> dict[str, Any]:
+    """``{"backend", "query", "cycles": [...], "journal": [...]}``: one entry per recorded
+    group, newest cycle first (a cycle that recorded two groups of one ref, a retry leak and
+    its kept VM, has two); then every journaled provider call on those refs or that
+    resource, oldest first (SAFETY.md rule 19: also those of a cycle that lost its lease)."""
+    return {"backend": backend_id, "query": query, "cycles": [entry(g) for g in groups],
+            "journal": [journal_doc(j) for j in journal]}
+
+
+def journal_doc(j: JournalEntry) -> dict[str, Any]:
+    return {"at": j.at.isoformat(), "cycle_id": j.cycle_id, "phase": j.phase, "call": j.call, "target": j.target,
+            "region": j.region, "blast": list(j.blast), "outcome": j.outcome, "error": j.error}
 
 
 def entry(g: ExplainedGroup) -> dict[str, Any]:
@@ -156,6 +173,18 @@ def print_explained(backend_id: str, query: str, groups: Sequence[ExplainedGroup
         print(file=out)
         for line in block(g):
             print(line, file=out)
+
+
+def print_journal(journal: Sequence[JournalEntry], stream: TextIO | None = None) -> None:
+    """The journaled provider calls, oldest first: an intent and its result on one line."""
+    if not journal:
+        return
+    out = stream or sys.stdout
+    print(f"\nprovider calls (journal, {len(journal)} rows):", file=out)
+    for j in journal:
+        what = f"{j.call} {j.target}" + (f" (with {', '.join(j.blast)})" if j.blast else "")
+        end = "intent" if j.phase == "intent" else f"{j.outcome}" + (f": {j.error}" if j.error else "")
+        print(f"  {_at(j.at)}  {end:<8} {what}  cycle {j.cycle_id or '-'}", file=out)
 
 
 def block(g: ExplainedGroup) -> list[str]:

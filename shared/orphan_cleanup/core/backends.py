@@ -3,13 +3,15 @@ settings, typed and checked on every parse of a row. Pure pydantic models, no I/
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterable
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from orphan_cleanup.core import backend_rules
+from orphan_cleanup.core.errors import ConfigError
 
 DEFAULT_TAG_KEY = "provider_ref"
 DEFAULT_PROTECT_KEY = "orphan-cleanup-protect"
@@ -37,6 +39,9 @@ class BackendSettings(BaseModel):
 
     tag_key: str = DEFAULT_TAG_KEY
     protect_tag_key: str = DEFAULT_PROTECT_KEY
+    # More protect keys. A cycle adds every key of the other backends of its account
+    # (SAFETY.md rule 16: one account, one set of keys); a row may list some too.
+    protect_tag_keys: tuple[str, ...] = ()
     # AWS: role to assume for cross-account cleanup: ``role_arn`` lists (a describe-only
     # role), ``delete_role_arn`` deletes (the deleter falls back to ``role_arn``).
     role_arn: str | None = None
@@ -76,9 +81,9 @@ class BackendSettings(BaseModel):
             raise ValueError(f"must be a whole number of days, got {v!r}")
         return v
 
-    @field_validator("controller_tag_keys", mode="before")
+    @field_validator("controller_tag_keys", "protect_tag_keys", mode="before")
     @classmethod
-    def _controller_tag_keys(cls, v: Any) -> Any:
+    def _tag_key_lists(cls, v: Any) -> Any:
         problem = backend_rules.tag_key_list_problem(v)
         if problem:
             raise ValueError(problem)
@@ -149,9 +154,19 @@ class Backend(BaseModel):
             problem = backend_rules.tag_key_problem(self.provider, getattr(s, name))
             if problem:
                 raise ValueError(f"settings.{name}: {problem}")
-        if s.tag_key == s.protect_tag_key:
-            raise ValueError(f"settings.protect_tag_key: {s.protect_tag_key!r} is also the tag_key")
+        for key in s.protect_tag_keys:
+            problem = backend_rules.tag_key_problem(self.provider, key)
+            if problem:
+                raise ValueError(f"settings.protect_tag_keys: {problem}")
+        if s.tag_key in self.protect_keys:
+            raise ValueError(f"settings.protect_tag_key: {s.tag_key!r} is also the tag_key")
         return self
+
+    @property
+    def protect_keys(self) -> frozenset[str]:
+        """Every tag key whose presence protects a resource: ``protect_tag_key`` and
+        ``protect_tag_keys`` (in a cycle: the whole account's, SAFETY.md rule 16)."""
+        return frozenset((self.settings.protect_tag_key, *self.settings.protect_tag_keys))
 
     @property
     def scope_account(self) -> str:
@@ -184,3 +199,66 @@ class Backend(BaseModel):
         if not role or role == self.settings.role_arn:
             return self
         return self.model_copy(update={"settings": self.settings.model_copy(update={"role_arn": role})})
+
+
+# ---- a cycle's view of its backend (SAFETY.md rules 16 and 18) -------------------------
+
+def account_view(backend: Backend, account_settings: Iterable[Any]) -> Backend:
+    """``backend`` with the protect and controller keys of every backend of its account
+    (``account_settings``: their raw ``settings`` values, this backend's included): a
+    resource any of them would protect, or name a controller by, is protected whichever
+    backend's cycle looks at it. Read leniently, in the safe direction: a row whose
+    settings cannot be read adds the default keys; a key that cannot be a tag key of the
+    provider (or is the ref tag key) is left out, as no resource can carry it."""
+    s = backend.settings
+    protect = {s.protect_tag_key, *s.protect_tag_keys}
+    controllers = list(s.controller_tag_keys)
+    for raw in account_settings:
+        raw = raw if isinstance(raw, dict) else {}
+        for key in (raw.get("protect_tag_key", DEFAULT_PROTECT_KEY), *_strings(raw.get("protect_tag_keys"))):
+            if isinstance(key, str):
+                protect.add(key)
+        controllers += _strings(raw.get("controller_tag_keys", DEFAULT_CONTROLLER_TAG_KEYS))
+
+    def usable(key: str) -> bool:
+        return key != s.tag_key and backend_rules.tag_key_problem(backend.provider, key) is None
+
+    extra = tuple(sorted(k for k in protect - {s.protect_tag_key} if usable(k)))
+    keys = tuple(dict.fromkeys(k for k in controllers if k.strip() and len(k) <= backend_rules.AWS_TAG_KEY_MAX))
+    return backend.model_copy(update={"settings": s.model_copy(
+        update={"protect_tag_keys": extra, "controller_tag_keys": keys})})
+
+
+def _strings(value: Any) -> list[str]:
+    return [v for v in value if isinstance(v, str)] if isinstance(value, (list, tuple)) else []
+
+
+#: What a cycle keeps of ``settings.credentials_json`` (a key): its digest, never the key.
+CREDENTIALS_DIGEST = "credentials_json_sha256"
+
+
+def cycle_snapshot(backend: Backend) -> dict[str, Any]:
+    """The backend as its cycle keeps it (``cycles.backend_snapshot``): the row's values,
+    with a service-account key replaced by its digest (a key is not copied into every
+    cycle's row; the deleter takes the row's key only while its digest still matches)."""
+    doc = backend.model_dump(mode="json")
+    key = doc["settings"].pop("credentials_json", None)
+    if key is not None:
+        doc["settings"][CREDENTIALS_DIGEST] = hashlib.sha256(key.encode()).hexdigest()
+    return doc
+
+
+def from_snapshot(doc: dict[str, Any], row_credentials_json: str | None) -> Backend:
+    """A cycle's backend from its snapshot; the credentials key is the row's only when
+    it is the one the lease was taken with (else none: the cycle's identity check fails,
+    and nothing is listed or deleted with credentials the cycle did not start with)."""
+    settings = dict(doc.get("settings") or {})
+    digest = settings.pop(CREDENTIALS_DIGEST, None)
+    if digest is not None and row_credentials_json is not None \
+            and hashlib.sha256(row_credentials_json.encode()).hexdigest() == digest:
+        settings["credentials_json"] = row_credentials_json
+    try:
+        return Backend.model_validate({**doc, "settings": settings})
+    except ValidationError as e:
+        raise ConfigError(f"the cycle's snapshot of backend {doc.get('id')!r} cannot be read:"
+                          f" {backend_rules.describe_validation(e)}") from e

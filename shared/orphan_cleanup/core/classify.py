@@ -10,13 +10,14 @@ unsettled) or ``ignored``/``protected`` (never touched), never ``orphan``.
 from __future__ import annotations
 
 import random
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 from orphan_cleanup.core.backends import DEFAULT_TAG_KEY
 from orphan_cleanup.core.errors import BlastRadiusExceeded
-from orphan_cleanup.core.listing import ResourceGroup, ResourceKind
+from orphan_cleanup.core.listing import ResourceGroup, ResourceKind, ResourceState
 from orphan_cleanup.core.owners import OwnerStatus, Record
 from orphan_cleanup.core.verdicts import Action, Outcome, Verdict, VerdictKind
 
@@ -38,6 +39,28 @@ class Limits:
     max_delete_share: float
 
 
+class ListedInstances:
+    """The instances a listing shows, per ref: the primaries of its valid groups (an
+    instance carrying the group's ref, not terminated). What makes a live owner's other
+    VM a retry leak is its recorded primary listed beside it (SAFETY.md rule 17).
+    Indexed on first use: most batches never ask."""
+
+    def __init__(self, groups: Iterable[ResourceGroup] = (), tag_key: str = DEFAULT_TAG_KEY,
+                 known: Iterable[tuple[str, str]] = ()) -> None:
+        self._groups, self._tag_key = groups, tag_key
+        self._index: set[tuple[str, str]] | None = None
+        self._known = set(known)
+
+    def has(self, ref: str, primary_id: str) -> bool:
+        if self._index is None:
+            self._index = self._known | {
+                (g.provider_ref, g.primary_id) for g in self._groups
+                if g.primary_id is not None and not g.malformed_ref and (p := g.primary) is not None
+                and p.kind is ResourceKind.INSTANCE and p.tags.get(self._tag_key) == g.provider_ref
+                and p.state is not ResourceState.TERMINATED}
+        return (ref, primary_id) in self._index
+
+
 @dataclass(frozen=True)
 class ClassifyContext:
     backend_id: str
@@ -49,6 +72,16 @@ class ClassifyContext:
     protect_key: str
     stuck_after: timedelta = timedelta(hours=1)
     tag_key: str = DEFAULT_TAG_KEY
+    # The protect keys of the account's other backends (SAFETY.md rule 16).
+    more_protect_keys: frozenset[str] = frozenset()
+    # A delete cycle re-reads a remembered protection instead of trusting it (rule 14).
+    recheck_protections: bool = False
+    # The instances this listing shows (rule 17); None: none known.
+    listed: ListedInstances | None = None
+
+    @cached_property
+    def protect_keys(self) -> frozenset[str]:
+        return self.more_protect_keys | {self.protect_key}
 
 
 @lru_cache(maxsize=256)
@@ -116,6 +149,11 @@ def _classify_live(group: ResourceGroup, record: Record, ctx: ClassifyContext) -
         return _v(VerdictKind.PROTECTED, "unattached_of_live_owner")
     if record.primary_id == group.primary_id:
         return _TRACKED
+    if same_account and (ctx.listed is None or not ctx.listed.has(group.provider_ref, record.primary_id)):
+        # A mangled id, a name instead of an id, a primary in a region this listing does
+        # not cover: this VM may be the owner's only one (SAFETY.md rule 17).
+        return _v(VerdictKind.SKIPPED, "primary_not_listed",
+                  "live owner's recorded primary is not listed beside this VM of its ref")
     # Another primary with this ref: a leaked attempt (a retry's first VM) was
     # created before the owner's provisioning; a copy ("launch more like this")
     # was created after it.
@@ -133,7 +171,7 @@ def _orphan_unless_recent(group: ResourceGroup, record: Record, ctx: ClassifyCon
     controller would re-create, or that the provider protects, is protected; one
     whose owner changed (or whose resources appeared) within the margin of the
     listing is skipped."""
-    match protection_of(group, record):
+    match protection_of(group, record, recheck=ctx.recheck_protections):
         case None:
             pass
         case "managed_by_controller":
@@ -149,7 +187,8 @@ def _orphan_unless_recent(group: ResourceGroup, record: Record, ctx: ClassifyCon
         return _v(VerdictKind.SKIPPED, "recent_owner_change")
     if any(r.created_at is not None and r.created_at >= horizon for r in group.resources):
         return _v(VerdictKind.SKIPPED, "recent_resource")
-    if any(ctx.protect_key in r.tags for r in group.resources):
+    keys = ctx.protect_keys
+    if any(not keys.isdisjoint(r.tags) for r in group.resources):
         return _v(VerdictKind.PROTECTED, "protect_tag")
     problem = malformed(group, ctx.tag_key)
     if problem is not None:
@@ -157,14 +196,16 @@ def _orphan_unless_recent(group: ResourceGroup, record: Record, ctx: ClassifyCon
     return _v(VerdictKind.ORPHAN, reason)
 
 
-def protection_of(group: ResourceGroup, record: Record) -> str | None:
+def protection_of(group: ResourceGroup, record: Record, *, recheck: bool = False) -> str | None:
     """SAFETY.md rule 14 for an orphan candidate: ``managed_by_controller`` when a
     resource names a controller (an ASG, fleet or managed instance group would
     replace it: deleting it fights that controller), else the provider protection a
     resource carries (seen by the listing) or an earlier delete found on its primary
     (``record.protected_primaries``: AWS termination protection, which no listing
     shows), else None. Checked before the margin: a controller's churn of fresh
-    instances is reported, never left skipped (unsettled) cycle after cycle.
+    instances is reported, never left skipped (unsettled) cycle after cycle. With
+    ``recheck`` (a delete cycle) a remembered protection is not trusted: the group goes
+    to the deleter, whose re-read (read-only) finds it again or finds it lifted.
 
     Tracked, ignored and ledger-skipped groups never reach this: they are never
     deleted anyway, and a platform that launches through its own ASG keeps its
@@ -174,7 +215,7 @@ def protection_of(group: ResourceGroup, record: Record) -> str | None:
     for r in group.resources:
         if r.protection is not None:
             return r.protection
-    if group.primary_id is not None and group.primary_id in record.protected_primaries:
+    if not recheck and group.primary_id is not None and group.primary_id in record.protected_primaries:
         return record.protected_primaries[group.primary_id]
     return None
 

@@ -41,8 +41,10 @@ RULES: dict[str, str] = {
     "tracked": "a live owner of this account whose primary_id is this VM: tracked, never touched",
     "suspected_copy": "another VM with a live owner's ref made after its provisioning plus the margin is a copy:"
                       " protected",
-    "primary_mismatch": "a live owner of this account records another VM, provisioned after this one was created:"
-                        " a lost attempt, an orphan",
+    "primary_mismatch": "a live owner of this account records another VM, listed beside this one and provisioned"
+                        " after it was created: a lost attempt, an orphan",
+    "primary_not_listed": "a live owner of this account records a primary this listing does not show beside this VM"
+                          " (a mangled id, a name, an unlisted region): this VM may be its only one, skipped",
     "backend_mismatch": "the owner's provisioning data names a backend of another account or provider:"
                         " a failover leftover, an orphan",
     "recent_owner_change": "an orphan candidate whose owner changed within the margin of the listing: skipped",
@@ -51,7 +53,7 @@ RULES: dict[str, str] = {
     "managed_by_controller": "an orphan candidate that an Auto Scaling group, fleet or managed instance group would"
                              " re-create is reported, never deleted: cleanup never fights another controller",
     "termination_protection": "an orphan candidate with AWS termination protection is reported, never deleted"
-                              " (found by the delete's re-read, remembered for later cycles)",
+                              " (found by the delete's re-read, read again by every delete cycle)",
     "deletion_protection": "an orphan candidate with GCP deletion protection is reported, never deleted",
     "malformed_group": "a listed group that no adapter could have produced: skipped, fail closed",
 }
@@ -77,7 +79,7 @@ def record_of(group: ResourceGroup, record: Record | None, ctx: ClassifyContext,
     Short keys; a key whose value is null, empty or the default is left out:
 
     - ``m`` the margin (seconds); ``tk``, ``pk`` the ref and protect tag keys (when
-      not the defaults);
+      not the defaults), ``pkx`` the protect keys of the account's other backends;
     - the owner: ``o`` id, ``on`` name, ``ot`` type (when not instance), ``gone`` 1
       when its instances row is hard-deleted, ``st`` status, ``ob`` backend_id,
       ``os`` that backend's ``provider:account`` scope, ``sc`` this backend's scope
@@ -90,8 +92,9 @@ def record_of(group: ResourceGroup, record: Record | None, ctx: ClassifyContext,
       {id: protection} of protected resources (as listed, or remembered from an
       earlier delete), ``pt`` ids carrying the protect tag, ``rr`` ids created within the
       margin, ``ko`` how many of a VM-less group's resources earlier orphan groups
-      held, ``mg`` why the group is malformed. The resources' own times and tags
-      are in the row's ``resources``."""
+      held, ``mg`` why the group is malformed, ``lp`` (a retry leak) the owner's
+      recorded primary, listed beside this VM. The resources' own times and tags are
+      in the row's ``resources``."""
     # On the classifier's hot path (every recorded group): plain statements, no helpers.
     listed = ctx.listed_at
     ev: dict[str, Any] = {"m": int(ctx.margin.total_seconds())}
@@ -99,6 +102,8 @@ def record_of(group: ResourceGroup, record: Record | None, ctx: ClassifyContext,
         ev["tk"] = ctx.tag_key
     if ctx.protect_key != DEFAULT_PROTECT_KEY:
         ev["pk"] = ctx.protect_key
+    if ctx.more_protect_keys:
+        ev["pkx"] = sorted(ctx.more_protect_keys)
     if record is not None:
         status = record.status.value if isinstance(record.status, OwnerStatus) else record.status
         for key, value in (("o", _cut(record.owner_id)), ("on", _cut(record.owner_name)), ("st", status),
@@ -121,10 +126,13 @@ def record_of(group: ResourceGroup, record: Record | None, ctx: ClassifyContext,
                 times[key] = (listed - t).total_seconds()
         if times:
             ev["t"] = times
+        if verdict.reason == "primary_mismatch":
+            ev["lp"] = record.primary_id  # listed beside this VM: what the deleter relies on (rule 17)
         if group.primary_id is None and record.known_orphan_resource_ids:
             ev["ko"] = sum(1 for r in group.resources if r.id in record.known_orphan_resource_ids)
     horizon = listed - ctx.margin
-    protected = [r.id for r in group.resources if ctx.protect_key in r.tags]
+    keys = ctx.protect_keys
+    protected = [r.id for r in group.resources if not keys.isdisjoint(r.tags)]
     recent = [r.id for r in group.resources if r.created_at is not None and r.created_at >= horizon]
     if protected:
         ev["pt"] = protected
@@ -213,6 +221,8 @@ def detail(reason: str, ev: Mapping[str, Any], group: ResourceGroup, listed_at: 
     if reason in ("primary_mismatch", "backend_mismatch", "suspected_copy"):
         where = f" on backend {ev.get('ob')} ({ev.get('os')})" if reason == "backend_mismatch" else ""
         return f"owner {o} records {ev.get('pid')}{where}; {copy_gap(ev, group, listed_at)}"
+    if reason == "primary_not_listed":
+        return f"owner {o} records {ev.get('pid')!r}, which this listing does not show as an instance of its ref"
     if reason == "recent_owner_change":
         recent = ", ".join(f"{name} {when(key)}" for key, name in OWNER_TIMES if before.get(key, m + 1) <= m)
         return f"owner {o} {recent or 'changed'}, within the {margin} margin"
@@ -295,6 +305,7 @@ def expand(reason: str, ev: Mapping[str, Any] | None, group: ResourceGroup,
         return None
     margin = int(ev.get("m", 0))
     tag_key, protect_key = ev.get("tk", DEFAULT_TAG_KEY), ev.get("pk", DEFAULT_PROTECT_KEY)
+    protect_keys = {protect_key, *ev.get("pkx", ())}
 
     def judged(t: datetime) -> dict[str, Any]:
         return {"at": t.isoformat(), "seconds_before_listed_at": round((listed_at - t).total_seconds(), 3),
@@ -312,10 +323,10 @@ def expand(reason: str, ev: Mapping[str, Any] | None, group: ResourceGroup,
         "horizon": (listed_at - timedelta(seconds=margin)).isoformat(), "margin_applied": reason in STEP5,
         "owner": owner,
         "resources": [{"id": r.id, "kind": r.kind.value, "ref_tag": r.tags.get(tag_key),
-                       "protect_tag": protect_key in r.tags,
+                       "protect_tag": not protect_keys.isdisjoint(r.tags),
                        "created": judged(r.created_at) if r.created_at is not None else None}
                       for r in group.resources],
-        "tag_key": tag_key, "protect_key": protect_key,
+        "tag_key": tag_key, "protect_key": protect_key, "account_protect_keys": sorted(protect_keys - {protect_key}),
         "protected": list(ev.get("pt", [])), "recent_resources": list(ev.get("rr", [])),
         "known_orphan_resources": ev.get("ko"), "malformed": ev.get("mg"),
         "copy_check": copy_gap(ev, group, listed_at) if reason in ("primary_mismatch", "backend_mismatch",

@@ -3,6 +3,7 @@ writes (``BatchApplication``). Pure."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -30,6 +31,11 @@ def build_payload(batch: ListingBatch, records: Mapping[str, Record], ctx: class
     errors: list[tuple[str, GroupRow]] = []
     by_kind: dict[VerdictKind, int] = {}
     recorded = classify.RECORDED
+    # The batch holds every group of a ref in a region (``cycle.lister``'s batches never
+    # split one): what a live owner's other VM is judged beside (SAFETY.md rule 17). A
+    # delete cycle re-reads remembered protections (rule 14).
+    ctx = dataclasses.replace(ctx, listed=classify.ListedInstances(batch.groups, ctx.tag_key),
+                              recheck_protections=mode == "delete")
     for group in batch.groups:
         record = records.get(group.provider_ref)
         verdict = classify.classify(group, record, ctx)

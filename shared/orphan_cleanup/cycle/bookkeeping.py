@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from orphan_cleanup.core import classify, delete_rules
-from orphan_cleanup.core.backends import Mode
+from orphan_cleanup.core.backends import Backend, Mode, account_view, cycle_snapshot
 from orphan_cleanup.core.classify import Limits
 from orphan_cleanup.core.errors import BlastRadiusExceeded, LeaseLost
 from orphan_cleanup.core.listing import RegionFailure, ResourceGroup
@@ -28,6 +28,8 @@ from orphan_cleanup.ledger.unit import GateHold, LockedCycle
 class StartResult:
     cycle: CycleRef | None
     reason: str  # started: never_cleaned|mode_changed|activity|manual; else: no_activity|not_due|busy
+    # The backend as the started cycle works on it: its snapshot (SAFETY.md rules 16, 18).
+    backend: Backend | None = None
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,7 @@ class DeleteDecision:
 
     refusal: DeleteOutcome | None
     group: ResourceGroup | None
+    listed_primary: str | None = None  # see ``DeleteRequestRow``
 
 
 # ---- STEP 1 and the lease ---------------------------------------------------------
@@ -80,7 +83,8 @@ def start_cycle(store: LedgerStore, backend_id: str, mode: Mode, limits: Limits,
                 now: datetime | None = None) -> StartResult:
     """STEP 1 and the lease. A live lease makes this a no-op ("busy"); an expired
     one fails its cycle first. A scheduled run with no reason to list only marks
-    the row processed. Otherwise bumps the fence and creates the cycle."""
+    the row processed. Otherwise bumps the fence and creates the cycle, with the
+    backend as it is now and the keys of its whole account (SAFETY.md rules 16, 18)."""
     with store.lease(backend_id, now) as lease:
         state, now = lease.state, lease.now
         if state.lease_owner is not None:
@@ -98,8 +102,11 @@ def start_cycle(store: LedgerStore, backend_id: str, mode: Mode, limits: Limits,
             if not go:
                 lease.mark_processed(now + timedelta(seconds=limits.interval_seconds))
                 return StartResult(None, reason)
-        ref = lease.start(mode, now + timedelta(seconds=limits.cycle_deadline_seconds), manual=manual)
-    return StartResult(ref, reason)
+        row, account = lease.account_rows()
+        backend = account_view(row, account)
+        ref = lease.start(mode, now + timedelta(seconds=limits.cycle_deadline_seconds), manual=manual,
+                          snapshot=cycle_snapshot(backend))
+    return StartResult(ref, reason, backend)
 
 
 def renew_lease(store: LedgerStore, cycle_id: str, seconds: int, *, gate: GateHold | None = None,
@@ -177,10 +184,14 @@ def dispatch_deletes(store: LedgerStore, cycle_id: str, limits: Limits,
                      now: datetime | None = None) -> DispatchResult:
     """Once every batch is in: apply the blast-radius cap to the cycle's orphans
     and register one delete request per orphan group (or none, with the reason).
-    Finishes the cycle when there is nothing to delete. Idempotent."""
+    Finishes the cycle when there is nothing to delete. Idempotent: once dispatched, the
+    groups whose requests are still queued come back, to be published again (a
+    redelivered last batch whose first delivery failed to publish: SAFETY.md rule 20)."""
     with store.cycle(cycle_id, now) as cyc:
-        if cyc.state.dispatched or not cyc.state.listing_done:
+        if not cyc.state.listing_done:
             return DispatchResult([], None, None)
+        if cyc.state.dispatched:
+            return DispatchResult(cyc.queued_groups(), None, None)
         groups = cyc.orphan_groups()
         blocked = classify.blast_radius_violation(len(groups), cyc.state.groups_listed,
                                                   max_deletes=limits.max_deletes, max_share=limits.max_delete_share)
@@ -202,7 +213,7 @@ def delete_allowed(store: LedgerStore, cycle_id: str, requested: ResourceGroup) 
         why = delete_rules.delete_refusal(mode=cyc.state.mode, request_state=row.state, recorded=row.group,
                                           requested=requested, tripped_regions=cyc.state.tripped_regions)
     keeps_group = why in (None, DeleteOutcome.ALREADY_DONE, DeleteOutcome.REGION_TRIPPED)
-    return DeleteDecision(why, row.group if keeps_group else None)
+    return DeleteDecision(why, row.group if keeps_group else None, row.listed_primary if keeps_group else None)
 
 
 def record_delete(store: LedgerStore, cycle_id: str, group: ResourceGroup, limits: Limits, *,

@@ -4,6 +4,7 @@ re-classify against the current ledger, delete, record."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import uuid
 from collections.abc import Callable
@@ -23,9 +24,11 @@ from orphan_cleanup.core.errors import (
 )
 from orphan_cleanup.core.listing import ResourceGroup
 from orphan_cleanup.core.messages import DeleteRequest
+from orphan_cleanup.core.owners import Record
 from orphan_cleanup.core.verdicts import DeleteOutcome, VerdictKind
 from orphan_cleanup.cycle import bookkeeping
 from orphan_cleanup.ledger.db import Database
+from orphan_cleanup.ledger.journal import LedgerJournal
 from orphan_cleanup.ledger.records import CycleContext
 from orphan_cleanup.ledger.store import LedgerStore
 from orphan_cleanup.providers.base import ResourceProvider, describe_error
@@ -69,18 +72,21 @@ class Deleter:
         return policy.effective_mode(self.settings, backend)
 
     def _context(self, backend: Backend, listed_at: datetime, limits: Limits) -> classify.ClassifyContext:
+        own = backend.settings.protect_tag_key
         return classify.ClassifyContext(
             backend_id=backend.id, scope=backend.scope, listed_at=listed_at,
-            margin=timedelta(seconds=limits.margin_seconds), protect_key=backend.settings.protect_tag_key,
-            tag_key=backend.settings.tag_key, stuck_after=timedelta(seconds=self.settings.stuck_pending_seconds))
+            margin=timedelta(seconds=limits.margin_seconds), protect_key=own,
+            more_protect_keys=backend.protect_keys - {own}, tag_key=backend.settings.tag_key,
+            stuck_after=timedelta(seconds=self.settings.stuck_pending_seconds))
 
     def handle_delete(self, request: DeleteRequest, holder: str | None = None) -> DeleteOutcome:
         """Gate, delete, record. Raises ``GateBusy`` when the ref's gate is held
         (the message should be redelivered later).
 
         The message only names a group (SAFETY.md rule 12): the backend is the
-        cycle's, and the resources deleted are those the cycle recorded for that
-        group as an orphan; a request that disagrees raises ``MessageRefused``."""
+        cycle's, as the cycle took it (rule 18), and the resources deleted are those the
+        cycle recorded for that group as an orphan; a request that disagrees raises
+        ``MessageRefused``. Every provider mutation is journaled (rule 19)."""
         with self.store.session() as session:
             cycle = session.cycle_context(request.cycle_id)
             if cycle is None or cycle.listed_at is None:
@@ -93,13 +99,15 @@ class Deleter:
         backend = cycle.backend
         limits = self._limits(backend)
         try:
-            why_not, group = self._delete_allowed(cycle.id, request.group)
+            decision = bookkeeping.delete_allowed(self.store, cycle.id, request.group)
         except LeaseLost:
             return DeleteOutcome.FENCED
+        why_not, group = decision.refusal, decision.group
         if why_not is DeleteOutcome.GROUP_MISMATCH:
             self.reporter.error("delete request refused: its resources differ from the classified group",
                                 backend=backend.id, cycle_id=cycle.id, group=request.group.key)
-        if why_not is None and self._mode_of(backend) == "off":
+        if why_not is None and policy.effective_mode(self.settings, backend.model_copy(
+                update={"mode": cycle.row_mode})) == "off":
             why_not = DeleteOutcome.BACKEND_OFF  # switched off since the cycle started: off is final
         if why_not in (DeleteOutcome.REGION_TRIPPED, DeleteOutcome.BACKEND_OFF) and group is not None:
             self._record(cycle.id, group, limits, skipped_reason=why_not.value,
@@ -120,12 +128,15 @@ class Deleter:
         if not self.store.acquire_gate(backend.scope, group.provider_ref, holder, delete_rules.gate_ttl(limits)):
             raise GateBusy(f"delete gate of {group.provider_ref} is held")
         try:
-            changed = self._owner_changed(cycle, group, backend, limits)
+            changed, record = self._owner_changed(cycle, group, backend, limits, decision.listed_primary)
             if changed is not None:
                 self._record(cycle.id, group, limits, skipped_reason=changed)
                 return DeleteOutcome.SKIPPED
+            journal = LedgerJournal(self.db, backend_id=backend.id, cycle_id=cycle.id, scope=backend.scope,
+                                    provider_ref=group.provider_ref, group_key=group.key)
+            remembered = record.protected_primaries.get(group.primary_id or "") if record is not None else None
             try:
-                result = provider.delete_resource_group(group)
+                result = provider.delete_resource_group(group, journal, remembered_protection=remembered)
             except ProviderUnavailable as exc:
                 self._record(cycle.id, group, limits, error=describe_error(exc), trip_region=True)
                 return DeleteOutcome.REGION_TRIPPED
@@ -137,21 +148,21 @@ class Deleter:
         finally:
             self.store.release_gate(backend.scope, group.provider_ref, holder)
 
-    def _delete_allowed(self, cycle_id: str, requested: ResourceGroup) -> tuple[DeleteOutcome | None,
-                                                                                ResourceGroup | None]:
-        decision = bookkeeping.delete_allowed(self.store, cycle_id, requested)
-        return decision.refusal, decision.group
-
-    def _owner_changed(self, cycle: CycleContext, group: ResourceGroup, backend: Backend,
-                       limits: Limits) -> str | None:
+    def _owner_changed(self, cycle: CycleContext, group: ResourceGroup, backend: Backend, limits: Limits,
+                       listed_primary: str | None) -> tuple[str | None, Record | None]:
         """STEP 3-5 again, under the gate, right before acting. The batch was classified
         a while ago (queue latency, redeliveries) and the owner may have moved on since:
         pending or terminating again, or provisioned with this primary. Only a group that
-        is still an orphan against the current ledger is deleted; otherwise why not."""
+        is still an orphan against the current ledger is deleted; otherwise why not (and
+        the record read). A retry leak is judged beside the primary its cycle listed with
+        it (rule 17); a remembered protection goes to the provider's re-read (rule 14)."""
         record = self.store.load_records(backend.id, [group]).get(group.provider_ref)
         assert cycle.listed_at is not None
-        verdict = classify.classify(group, record, self._context(backend, cycle.listed_at, limits))
-        return None if verdict.kind is VerdictKind.ORPHAN else f"owner_changed:{verdict.reason}"
+        known = [(group.provider_ref, listed_primary)] if listed_primary else []
+        ctx = dataclasses.replace(self._context(backend, cycle.listed_at, limits), recheck_protections=True,
+                                  listed=classify.ListedInstances(known=known))
+        verdict = classify.classify(group, record, ctx)
+        return (None if verdict.kind is VerdictKind.ORPHAN else f"owner_changed:{verdict.reason}"), record
 
     def _record(self, cycle_id: str, group: ResourceGroup, limits: Limits, **kw: Any) -> None:
         try:

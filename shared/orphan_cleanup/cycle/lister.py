@@ -5,13 +5,14 @@ own batches."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from orphan_cleanup.core import listing_rules, policy
-from orphan_cleanup.core.backends import Backend, Mode
+from orphan_cleanup.core.backends import SNAPSHOT_SOURCE_KEY, Backend, Mode
 from orphan_cleanup.core.classify import Limits
 from orphan_cleanup.core.errors import (
     ConfigError,
@@ -49,7 +50,13 @@ class StartedCycle:
 
 class _Batcher:
     """Cuts one cycle's listing into ``ListingBatch`` messages below the queue's size
-    limit, in listing order; the last batch carries the count and the region failures."""
+    limit, region by region; the last batch carries the count and the region failures.
+
+    The groups of one ref in one region go into one batch, so a live owner's other VM is
+    judged beside its recorded primary (SAFETY.md rule 17; a run of one ref larger than a
+    batch is cut, and what cannot be judged is skipped, never an orphan). A group too
+    large for a message is reduced to what classification and deletion read; one still
+    too large fails alone, a failure of its region (rule 20)."""
 
     def __init__(self, started: StartedCycle, listed_at: datetime, limit: int,
                  baselines: dict[str, tuple[int | None, int | None]], settings: Settings) -> None:
@@ -88,12 +95,29 @@ class _Batcher:
             return
         self.regions_listed += 1
         self.counts[region.region] = len(region.groups)
-        for group in region.groups:
-            gsize = len(group.model_dump_json()) + 1
-            if self.pending and self.size + gsize > self.limit:
+        for _, run in itertools.groupby(sorted(region.groups, key=_ref_of), key=_ref_of):
+            sized = [self._sized(group) for group in run]
+            if self.pending and self.size + sum(n for _, n in sized) > self.limit:
                 yield self._batch(last=False)
-            self.pending.append(group)
-            self.size += gsize
+            for group, gsize in sized:
+                if gsize > self.limit:
+                    self.failures.append(RegionFailure(region=region.region, error=(
+                        f"group {group.key[:200]} of {len(group.resources)} resources is too large for one"
+                        f" message ({gsize} bytes, even reduced to its ids and keys): not classified")))
+                    continue
+                if self.pending and self.size + gsize > self.limit:
+                    yield self._batch(last=False)
+                self.pending.append(group)
+                self.size += gsize
+
+    def _sized(self, group: ResourceGroup) -> tuple[ResourceGroup, int]:
+        gsize = len(group.model_dump_json()) + 1
+        if gsize <= self.limit:
+            return group, gsize
+        s = self.started.backend.settings
+        keep = {s.tag_key, SNAPSHOT_SOURCE_KEY, *self.started.backend.protect_keys, *s.controller_tag_keys}
+        small = listing_rules.reduced(group, keep)
+        return small, len(small.model_dump_json()) + 1
 
     def add_failure(self, region: RegionListing) -> None:
         for _ in self.add(region):  # a failure yields no batch
@@ -101,6 +125,10 @@ class _Batcher:
 
     def close(self) -> ListingBatch:
         return self._batch(last=True)
+
+
+def _ref_of(group: ResourceGroup) -> str:
+    return group.provider_ref
 
 
 class Lister(Deleter):
@@ -199,9 +227,11 @@ class Lister(Deleter):
             return ListerResult(backend=backend_id, started=False, reason=skip)
         self.store.enroll()
         started = bookkeeping.start_cycle(self.store, backend_id, effective, limits, manual=manual, now=self._now())
-        if started.cycle is None:
+        if started.cycle is None or started.backend is None:
             return ListerResult(backend=backend_id, started=False, reason=started.reason)
-        return StartedCycle(backend=backend, cycle=started.cycle, limits=limits, reason=started.reason, manual=manual)
+        # From here on the cycle works on its snapshot of the backend (SAFETY.md rule 18).
+        return StartedCycle(backend=started.backend, cycle=started.cycle, limits=self._limits(started.backend),
+                            reason=started.reason, manual=manual)
 
     def _close(self, s: StartedCycle, batcher: _Batcher) -> ListerResult:
         """End one cycle's listing: remember anomalous regions, fail a cycle that listed

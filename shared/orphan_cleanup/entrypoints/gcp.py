@@ -60,12 +60,28 @@ def decode_pubsub(data: Any) -> Any:
     return data
 
 
+def is_pubsub_push(data: Any) -> bool:
+    """A Pub/Sub push delivery (``{"message": {"data": ...}, "subscription": ...}``), as
+    the jobs topic's subscription sends them, rather than a JSON body of its own."""
+    return isinstance(data, dict) and isinstance(data.get("message"), dict)
+
+
 def run_lister(body: Any) -> dict[str, Any]:
     """The lister's HTTP body: ``{}`` (Cloud Scheduler's tick), a listing job (a
-    Pub/Sub push of the jobs topic) or ``{"backend": ID[, "mode": M]}``. Bad input
-    raises ``MalformedMessage``; a job's unexpected error propagates (HTTP 500:
-    Pub/Sub redelivers it)."""
-    data = decode_pubsub(body)
+    Pub/Sub push of the jobs topic, or the same JSON posted) or ``{"backend": ID[,
+    "mode": M]}`` (an operator's invocation). A Pub/Sub push is only ever a listing job,
+    parsed strictly: whoever may publish to the topic never picks a backend's mode
+    (SAFETY.md rule 12), as on AWS's jobs queue. Bad input raises ``MalformedMessage``;
+    a job's unexpected error propagates (HTTP 500: Pub/Sub redelivers it)."""
+    raw = body
+    if isinstance(body, (bytes, str)):
+        try:
+            raw = json.loads(body)
+        except (ValueError, UnicodeDecodeError) as e:
+            raise MalformedMessage("payload is not JSON") from e
+    if is_pubsub_push(raw):
+        return pipeline().run_job(parse(ListingJob, raw)).model_dump()
+    data = decode_pubsub(raw)
     if data == {}:
         return pipeline().run_tick().model_dump()
     if isinstance(data, dict) and "backends" in data:

@@ -11,6 +11,7 @@ version first: ``migrate.require_current_schema``).
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -120,3 +121,39 @@ def _row(r: list[Any]) -> ExplainedGroup:
     return ExplainedGroup(cycle_id=cycle_id, listed_at=listed_at, mode=mode, manual=bool(manual), outcome=outcome,
                           blocked_reason=blocked, group=group, verdict=verdict, reason=reason, action=action,
                           error=error, evidence=json.loads(evidence) if evidence else None, delete=delete)
+
+
+@dataclass(frozen=True)
+class JournalEntry:
+    """One ``provider_journal`` row (SAFETY.md rule 19): a mutating call's intent or result."""
+
+    at: datetime
+    cycle_id: str | None
+    phase: str
+    call: str
+    target: str
+    region: str | None
+    blast: tuple[str, ...]
+    outcome: str | None
+    error: str | None
+
+
+_JOURNAL_SQL = ("SELECT at, cycle_id, phase, call, target, region, blast::text, outcome, error FROM provider_journal"
+                " WHERE backend_id = :b AND (provider_ref = ANY(CAST(:refs AS text[])) OR target = :q)"
+                " ORDER BY at, id LIMIT 500")
+
+
+def journal_entries(db: Database, backend_id: str, query: str, refs: Sequence[str]) -> list[JournalEntry]:
+    """The backend's journaled provider calls on ``refs`` (the explained groups' refs) or
+    on the resource ``query``, oldest first: every deletion on record, whether its cycle
+    held its lease to the end or not. Read-only; an old schema is ``SchemaNotMigrated``."""
+    try:
+        with db.connection() as conn:
+            conn.run("START TRANSACTION READ ONLY")
+            rows = conn.run(_JOURNAL_SQL, b=backend_id, refs=list(refs), q=query)
+    except PgDatabaseError as e:
+        if sqlstate(e) in _NOT_MIGRATED:
+            raise SchemaNotMigrated() from e
+        raise DatabaseError(describe(e)) from e
+    return [JournalEntry(at=at, cycle_id=c, phase=p, call=call, target=t, region=r, blast=tuple(json.loads(b)),
+                         outcome=o, error=e) for at, c, p, call, t, r, b, o, e in rows]

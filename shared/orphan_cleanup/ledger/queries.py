@@ -20,11 +20,20 @@ from orphan_cleanup.core.owners import LedgerRecord, LedgerRow, Record
 BACKEND_COLUMNS = "id, provider, account, regions, settings, mode"
 
 
+def json_value(value: Any) -> Any:
+    """A json/jsonb column as pg8000 returns it (decoded, or text for some types), decoded."""
+    return json.loads(value) if isinstance(value, (str, bytes)) else value
+
+
 def backend_from_row(row: list) -> Backend:
     """A ``backends`` row as a ``Backend``. A row the model refuses (plain SQL can write
-    anything) is a one-line ``ConfigError`` naming the backend and the field: only that
-    backend's work fails."""
-    settings = row[4] if isinstance(row[4], dict) else json.loads(row[4] or "{}")
+    anything, a ``settings`` that is not a JSON object included) is a one-line
+    ``ConfigError`` naming the backend and the field: only that backend's work fails."""
+    settings = {} if row[4] is None else json_value(row[4])
+    if not isinstance(settings, dict):
+        raise ConfigError(f"backend {row[0]!r} is misconfigured: settings: must be a JSON object, got"
+                          f" {type(settings).__name__} (fix it with `orphan-cleanup backend update {row[0]}"
+                          " --settings-replace '{...}'`)")
     try:
         return Backend.model_validate({"id": row[0], "provider": row[1], "account": row[2],
                                        "regions": row[3] or (), "settings": settings, "mode": row[5]})

@@ -124,7 +124,8 @@ class CycleContext:
     mode: Mode
     listed_at: datetime | None
     record_all: bool
-    backend: Backend  # the cycle's backend row, as it is now
+    backend: Backend  # the backend as the cycle took it (its snapshot), SAFETY.md rule 18
+    row_mode: Mode | None = None  # the backend row's own mode now (None: the global one)
 
 
 @dataclass(frozen=True)
@@ -144,6 +145,8 @@ class DeleteRequestRow:
 
     state: str | None  # None: never requested
     group: ResourceGroup | None
+    # A retry leak's: the owner's recorded primary, listed beside it (SAFETY.md rule 17).
+    listed_primary: str | None = None
 
 
 @dataclass(frozen=True)

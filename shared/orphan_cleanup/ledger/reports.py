@@ -15,7 +15,7 @@ from orphan_cleanup.core.backends import Backend
 from orphan_cleanup.core.errors import BackendBusy, ConfigError
 from orphan_cleanup.core.listing import RegionFailure
 from orphan_cleanup.ledger.db import sqlstate
-from orphan_cleanup.ledger.queries import BACKEND_COLUMNS, backend_from_row
+from orphan_cleanup.ledger.queries import BACKEND_COLUMNS, backend_from_row, json_value
 from orphan_cleanup.ledger.records import CycleReport, ReportGroup, ReportResource, StatusRow
 
 
@@ -61,7 +61,7 @@ class Removal:
 
 
 def _backend_row(row: list[Any]) -> BackendRow:
-    settings = row[4] if isinstance(row[4], dict) else json.loads(row[4] or "{}")
+    settings = {} if row[4] is None else json_value(row[4])
     fields = dict(id=row[0], provider=row[1], account=row[2], regions=tuple(row[3] or ()),
                   settings=settings if isinstance(settings, dict) else {"(not an object)": settings}, mode=row[5])
     try:

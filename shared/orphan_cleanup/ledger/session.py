@@ -13,7 +13,7 @@ from typing import Any
 import msgspec
 import pg8000.native
 
-from orphan_cleanup.core.backends import Backend
+from orphan_cleanup.core.backends import Backend, from_snapshot
 from orphan_cleanup.core.decisions import BatchApplication
 from orphan_cleanup.core.errors import ConfigError
 from orphan_cleanup.core.listing import ResourceGroup
@@ -69,15 +69,25 @@ class LedgerSession:
         return queries.get_backend(self.conn, backend_id)
 
     def cycle_context(self, cycle_id: str) -> CycleContext | None:
-        """The cycle's row and its backend's, in one statement (None: no such cycle)."""
+        """The cycle's row and its backend, in one statement (None: no such cycle, or its
+        backend row is gone). The backend is the cycle's snapshot (SAFETY.md rule 18),
+        with the row's own mode beside it (``off`` still stops what is left of a cycle);
+        a cycle without a snapshot (older than migration 0011) reads the row."""
         columns = ", ".join(f"b.{c.strip()}" for c in queries.BACKEND_COLUMNS.split(","))
-        rows = self.conn.run(f"SELECT c.id, c.backend_id, c.mode, c.listed_at, c.record_all, {columns}"
+        rows = self.conn.run(f"SELECT c.id, c.backend_id, c.mode, c.listed_at, c.record_all,"
+                             f" c.backend_snapshot::text, {columns}"
                              " FROM cycles c JOIN backends b ON b.id = c.backend_id WHERE c.id = :c", c=cycle_id)
         if not rows:
             return None
-        cid, backend_id, mode, listed_at, record_all, *backend = rows[0]
+        cid, backend_id, mode, listed_at, record_all, snapshot, *row = rows[0]
+        if snapshot is None:
+            backend = queries.backend_from_row(row)
+        else:
+            settings = queries.json_value(row[4])
+            key = settings.get("credentials_json") if isinstance(settings, dict) else None
+            backend = from_snapshot(json.loads(snapshot), key if isinstance(key, str) else None)
         return CycleContext(id=cid, backend_id=backend_id, mode=mode, listed_at=listed_at, record_all=record_all,
-                            backend=queries.backend_from_row(backend))
+                            backend=backend, row_mode=row[5])
 
     def load_records(self, backend_id: str, groups: Iterable[ResourceGroup]) -> dict[str, Record]:
         """STEP 3: the ledger records of the groups' refs, keyed by ref, in one statement."""

@@ -19,11 +19,12 @@ from typing import Any, NamedTuple
 import pg8000.native
 
 from orphan_cleanup.core import evidence
-from orphan_cleanup.core.backends import Mode
+from orphan_cleanup.core.backends import Backend, Mode
 from orphan_cleanup.core.decisions import DeleteRecord
-from orphan_cleanup.core.errors import BlastRadiusExceeded, LeaseLost
+from orphan_cleanup.core.errors import BlastRadiusExceeded, ConfigError, LeaseLost
 from orphan_cleanup.core.listing import RegionFailure, ResourceGroup
 from orphan_cleanup.core.verdicts import Outcome
+from orphan_cleanup.ledger import queries
 from orphan_cleanup.ledger.queries import activity_since
 from orphan_cleanup.ledger.records import CYCLE_COLUMNS, CleanupState, Cycle, CycleRef, DeleteRequestRow
 
@@ -83,17 +84,33 @@ class LeaseUnit:
             f"UPDATE cleanup SET last_processed_at = :n, next_due_at = :d WHERE backend_id = :b"
             f" RETURNING {_CLEANUP_COLUMNS}", n=self.now, d=next_due, b=self.backend_id)[0])
 
-    def start(self, mode: Mode, deadline: datetime, *, manual: bool) -> CycleRef:
-        """Take the lease: bump the fence and create the cycle that remembers it."""
+    def account_rows(self) -> tuple[Backend, list[Any]]:
+        """This backend's row as it is now (under the lease's transaction) and the raw
+        ``settings`` of every backend of its provider account, its own included: what the
+        cycle's snapshot is made of (SAFETY.md rules 16 and 18). ``ConfigError`` if gone
+        or misconfigured."""
+        rows = self.conn.run(f"SELECT {queries.BACKEND_COLUMNS} FROM backends WHERE id = :b", b=self.backend_id)
+        if not rows:
+            raise ConfigError(f"unknown backend {self.backend_id!r} (see `orphan-cleanup backend list`)")
+        siblings = self.conn.run(
+            "SELECT s.settings FROM backends me JOIN backends s ON " + queries.SCOPE_SQL.format(t="s") + " = "
+            + queries.SCOPE_SQL.format(t="me") + " WHERE me.id = :b", b=self.backend_id)
+        return queries.backend_from_row(rows[0]), [queries.json_value(r[0]) for r in siblings]
+
+    def start(self, mode: Mode, deadline: datetime, *, manual: bool,
+              snapshot: dict[str, Any] | None = None) -> CycleRef:
+        """Take the lease: bump the fence and create the cycle that remembers it, with
+        ``snapshot``, the backend as the cycle will work on it (SAFETY.md rule 18)."""
         if self.state.lease_owner is not None:
             raise LeaseLost(f"backend {self.backend_id} is leased by cycle {self.state.lease_owner}")
         cycle_id = uuid.uuid4().hex
         self.state = _cleanup(self.conn.run(
             "UPDATE cleanup SET fence = fence + 1, lease_owner = :c, lease_expires_at = :d WHERE backend_id = :b"
             f" RETURNING {_CLEANUP_COLUMNS}", c=cycle_id, d=deadline, b=self.backend_id)[0])
-        self.conn.run("INSERT INTO cycles (id, backend_id, fence, mode, started_at, deadline, manual, record_all)"
-                      " VALUES (:c, :b, :f, :m, :n, :d, :man, :man)", c=cycle_id, b=self.backend_id,
-                      f=self.state.fence, m=mode, n=self.now, d=deadline, man=manual)
+        self.conn.run("INSERT INTO cycles (id, backend_id, fence, mode, started_at, deadline, manual, record_all,"
+                      " backend_snapshot) VALUES (:c, :b, :f, :m, :n, :d, :man, :man, CAST(:snap AS jsonb))",
+                      c=cycle_id, b=self.backend_id, f=self.state.fence, m=mode, n=self.now, d=deadline, man=manual,
+                      snap=None if snapshot is None else json.dumps(snapshot))
         return CycleRef(cycle_id, self.backend_id, self.state.fence, mode)
 
 
@@ -186,6 +203,14 @@ class LockedCycle:
                       c=self.state.id, keys=[g.key for g in groups])
         self._update("dispatched = true, open_deletes = open_deletes + :n, planned_deletes = :n", n=len(groups))
 
+    def queued_groups(self) -> list[ResourceGroup]:
+        """The groups whose delete requests this cycle registered and nobody handled yet."""
+        rows = self.conn.run("SELECT g.provider_ref, g.region, g.primary_id, g.resources FROM delete_requests d"
+                             " JOIN cycle_groups g ON g.cycle_id = d.cycle_id AND g.group_key = d.group_key"
+                             " WHERE d.cycle_id = :c AND d.state = 'queued' AND g.verdict = 'orphan'"
+                             " ORDER BY d.group_key", c=self.state.id)
+        return [group_from_row(r) for r in rows]
+
     def mark_dispatched(self) -> None:
         self._update("dispatched = true")
 
@@ -194,10 +219,12 @@ class LockedCycle:
                               c=self.state.id, k=group_key)
         if not state:
             return DeleteRequestRow(None, None)
-        recorded = self.conn.run("SELECT provider_ref, region, primary_id, resources FROM cycle_groups"
-                                 " WHERE cycle_id = :c AND group_key = :k AND verdict = 'orphan'",
+        recorded = self.conn.run("SELECT provider_ref, region, primary_id, resources, evidence->>'lp'"
+                                 " FROM cycle_groups WHERE cycle_id = :c AND group_key = :k AND verdict = 'orphan'",
                                  c=self.state.id, k=group_key)
-        return DeleteRequestRow(state[0][0], group_from_row(recorded[0]) if recorded else None)
+        if not recorded:
+            return DeleteRequestRow(state[0][0], None)
+        return DeleteRequestRow(state[0][0], group_from_row(recorded[0]), listed_primary=recorded[0][4])
 
     def record_delete(self, group: ResourceGroup, rec: DeleteRecord) -> bool:
         """Record one deletion's end, once per (cycle, group): False (and nothing
@@ -255,12 +282,18 @@ class LockedCycle:
             e=c.error, b=c.backend_id)
 
     def _close_vanished_orphans(self, c: Cycle) -> None:
-        """Orphan rows this complete listing did not see again are closed ('gone'),
-        except in regions (or their zones) whose listing failed: those may still exist."""
+        """Orphan rows this complete listing did not see again are closed, except in
+        regions (or their zones) whose listing failed: those may still exist. Closed as
+        'deleted' when the journal holds a successful delete of the group (one whose
+        cycle lost its lease before recording it, SAFETY.md rule 19), else 'gone'."""
         if c.failed or not c.listing_done:
             return
         self.conn.run(
-            "UPDATE orphans o SET state = 'gone' WHERE o.backend_id = :b AND o.last_cycle_id IS DISTINCT FROM :c"
+            "UPDATE orphans o SET state = CASE WHEN EXISTS (SELECT 1 FROM provider_journal j"
+            "   WHERE j.backend_id = o.backend_id AND j.provider_ref = o.provider_ref AND j.group_key = o.group_key"
+            "   AND j.phase = 'result' AND j.outcome = 'ok' AND j.call NOT LIKE '%reateSnapshot')"
+            "  THEN 'deleted' ELSE 'gone' END"
+            " WHERE o.backend_id = :b AND o.last_cycle_id IS DISTINCT FROM :c"
             " AND o.state IN ('open', 'deleting', 'delete_failed', 'protected')"
             " AND NOT EXISTS (SELECT 1 FROM unnest(CAST(:f AS text[])) AS f(region)"
             "                 WHERE o.region = f.region OR o.region LIKE f.region || '-%')",

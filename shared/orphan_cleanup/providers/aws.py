@@ -25,13 +25,14 @@ from botocore.credentials import CredentialProvider, DeferredRefreshableCredenti
 
 from orphan_cleanup.core.backends import Backend
 from orphan_cleanup.core.errors import ConfigError, ProviderError
+from orphan_cleanup.core.journal import NO_JOURNAL, Journal
 from orphan_cleanup.core.listing import RegionListing, ResourceGroup, ResourceKind, ResourceState
 from orphan_cleanup.core.verdicts import DeleteResult
 from orphan_cleanup.providers.aws_delete import GroupDeletion
 from orphan_cleanup.providers.aws_errors import THROTTLING_CODES, translated
 from orphan_cleanup.providers.aws_kinds import SNAPSHOT, AwsKind
 from orphan_cleanup.providers.aws_resources import link_resources, to_resource
-from orphan_cleanup.providers.aws_snapshot import expired, listed_kinds
+from orphan_cleanup.providers.aws_snapshot import expired, listed_kinds, taken_by_us
 from orphan_cleanup.providers.base import ResourceProvider, group_resources, not_yet_is_deleting, parallel_regions
 from orphan_cleanup.providers.ratelimit import DEFAULT_BUDGETS, RateLimits, attach_to_boto3_client, process_limits
 
@@ -103,15 +104,18 @@ class AwsProvider(ResourceProvider):
     def iter_listing(self) -> Iterator[RegionListing]:
         yield from parallel_regions(self.backend.regions, self._list_region, self.backend.settings.max_concurrency)
 
-    def delete_resource_group(self, group: ResourceGroup) -> DeleteResult:
+    def delete_resource_group(self, group: ResourceGroup, journal: Journal = NO_JOURNAL, *,
+                              remembered_protection: str | None = None) -> DeleteResult:
         if group.region not in self.backend.regions:
             raise ProviderError(
                 f"group {group.key} is in {group.region}, not a region of backend {self.backend.id}",
                 region=group.region,
             )
         deletion = GroupDeletion(self.ec2(group.region), group, tag_key=self.tag_key, protect_key=self.protect_key,
+                                 protect_keys=self.protect_keys,
                                  controller_keys=self.backend.settings.controller_tag_keys,
-                                 snapshot_before_delete=self.backend.settings.snapshot_before_delete)
+                                 snapshot_before_delete=self.backend.settings.snapshot_before_delete,
+                                 journal=journal, remembered_protection=remembered_protection)
         return not_yet_is_deleting(group, deletion.run)
 
     def _list_region(self, region: str) -> list[ResourceGroup]:
@@ -125,7 +129,8 @@ class AwsProvider(ResourceProvider):
         try:
             if retain_days is not None:  # a retained snapshot is not listed: no orphan, no unsettled cycle
                 now = datetime.now(UTC)
-                raw[SNAPSHOT.kind] = [s for s in raw[SNAPSHOT.kind] if expired(s, retain_days=retain_days, now=now)]
+                raw[SNAPSHOT.kind] = [s for s in raw[SNAPSHOT.kind] if expired(s, retain_days=retain_days, now=now)
+                                      and taken_by_us(s, self.tag_key)]  # never a backup we did not take
             keys = self.backend.settings.controller_tag_keys
             resources = [to_resource(spec, item, region, keys) for spec in kinds for item in raw[spec.kind]]
             linked = link_resources(raw, resources, self.tag_key)

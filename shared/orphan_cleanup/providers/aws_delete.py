@@ -34,6 +34,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from orphan_cleanup.core.errors import DependencyNotReady, ProviderError
+from orphan_cleanup.core.journal import NO_JOURNAL, Journal
 from orphan_cleanup.core.listing import Resource, ResourceGroup, ResourceKind, ResourceState
 from orphan_cleanup.core.verdicts import DeleteResult, DeleteStatus, SkippedResource
 from orphan_cleanup.providers.aws_calls import Ec2Calls
@@ -43,13 +44,14 @@ from orphan_cleanup.providers.aws_kinds import (
     DELETE_ORDER,
     INSTANCE,
     NETWORK_INTERFACE,
+    SNAPSHOT,
     SPOT_REQUEST,
     VOLUME,
     AwsKind,
     dig,
 )
 from orphan_cleanup.providers.aws_owner import OwnerSteps
-from orphan_cleanup.providers.aws_snapshot import VolumeSnapshots
+from orphan_cleanup.providers.aws_snapshot import VolumeSnapshots, taken_by_us
 
 Item = Mapping[str, Any]
 _ASSOCIATION_GONE = frozenset({"InvalidAssociationID.NotFound"})
@@ -60,10 +62,13 @@ class GroupDeletion(OwnerSteps):
     """One ``delete_resource_group`` call against one region's EC2 client."""
 
     def __init__(self, ec2: Any, group: ResourceGroup, *, tag_key: str, protect_key: str,
-                 controller_keys: Iterable[str] = (), snapshot_before_delete: bool = False) -> None:
+                 protect_keys: Iterable[str] = (), controller_keys: Iterable[str] = (),
+                 snapshot_before_delete: bool = False, journal: Journal = NO_JOURNAL,
+                 remembered_protection: str | None = None) -> None:
         self.ec2 = ec2
         self.calls = Ec2Calls(ec2, region=group.region, ref=group.provider_ref, tag_key=tag_key,
-                              protect_key=protect_key)
+                              protect_keys={protect_key, *protect_keys}, journal=journal)
+        self.remembered = remembered_protection
         self.snapshots = VolumeSnapshots(self.calls.call, tag_key=tag_key, ref=group.provider_ref,
                                          region=group.region) if snapshot_before_delete else None
         self.controller_keys = tuple(controller_keys)
@@ -104,13 +109,15 @@ class GroupDeletion(OwnerSteps):
             self.deleted.append(res.id)
             return
         reason = self.calls.foreign(spec, item)
+        if reason is None and spec is SNAPSHOT and not taken_by_us(item, self.calls.tag_key, self.group.provider_ref):
+            reason = "not_our_snapshot"  # SAFETY.md rule 15: only snapshots the deleter took itself
         if reason is not None:
             self.skipped.append(SkippedResource(kind=spec.kind, id=res.id, reason=reason))
             return
         try:
             ready = self._prepare(spec, item)
             if ready:
-                self.calls.call(spec.delete, spec.not_found, **spec.delete_params(res.id))
+                self.calls.call(spec.delete, spec.not_found, target=res.id, **spec.delete_params(res.id))
                 if spec is SPOT_REQUEST:
                     self.cancelled.append(res.id)
         except DependencyNotReady:
@@ -139,7 +146,8 @@ class GroupDeletion(OwnerSteps):
         instance_id = attachment.get("InstanceId")
         if not instance_id or not self._instance_gone(str(instance_id)):
             return False
-        self.calls.call("detach_network_interface", _ATTACHMENT_GONE, AttachmentId=attachment["AttachmentId"])
+        self.calls.call("detach_network_interface", _ATTACHMENT_GONE, target=NETWORK_INTERFACE.item_id(eni),
+                        AttachmentId=attachment["AttachmentId"])
         return True
 
     def _disassociate_address(self, address: Item) -> bool:
@@ -158,7 +166,8 @@ class GroupDeletion(OwnerSteps):
                     return False
             elif instance_id is None:
                 return False  # an interface that is not ours and not of a gone instance
-        self.calls.call("disassociate_address", _ASSOCIATION_GONE, AssociationId=association)
+        self.calls.call("disassociate_address", _ASSOCIATION_GONE, target=ADDRESS.item_id(address),
+                        AssociationId=association)
         return True
 
     def _interface_free(self, eni_id: str) -> bool:

@@ -1,8 +1,9 @@
 """The owner step of a group's deletion on AWS (``aws_delete.GroupDeletion``): terminate
 the group's instance and confirm it, unless it is protected (a controller, termination
-protection), terminating it would take a volume or interface that is not the group's
-with it (``DeleteOnTermination``), or its spot request would replace it and cannot be
-cancelled first."""
+protection: SAFETY.md rule 14), terminating it would take a volume or interface that is
+not the group's with it (``DeleteOnTermination``: rule 15), or its spot request would
+replace it and cannot be cancelled first (an untagged, protected or foreign request is
+never cancelled)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from orphan_cleanup.providers.aws_calls import Ec2Calls, Refused
 from orphan_cleanup.providers.aws_kinds import INSTANCE, NETWORK_INTERFACE, SPOT_REQUEST, VOLUME, dig, tags_of
 from orphan_cleanup.providers.aws_resources import controller_of
 from orphan_cleanup.providers.aws_spot import is_final, must_cancel, request_of
+from orphan_cleanup.providers.base import blast_problem
 
 Item = Mapping[str, Any]
 #: ``TerminateInstances`` refusing an instance with termination protection.
@@ -34,6 +36,7 @@ class OwnerSteps:
     skipped: list[SkippedResource]
     pending: list[str]
     cancelled: list[str]
+    remembered: str | None  # a protection an earlier delete found on the primary
     _gone_instances: set[str]
 
     def _delete_owner(self, primary: Resource) -> DeleteStatus | None:
@@ -42,19 +45,22 @@ class OwnerSteps:
         item = self.calls.read(INSTANCE, pid)
         if item is None:
             return self._owner_gone(pid)
-        reason = self.calls.foreign(INSTANCE, item) or self._cascade_blocker(item)
+        reason = self.calls.foreign(INSTANCE, item)
         if reason is not None:
             return self._skip_group(primary, reason)
         if INSTANCE.state(item) is not ResourceState.TERMINATING:
             protection = self._protection(pid, item)
             if protection is not None:
                 return self._protect_group(primary, *protection)
+            blast = self._blast(item)
+            if isinstance(blast, str):
+                return self._skip_group(primary, blast)
             reason = self._stop_replacement(item)
             if reason is not None:
                 return self._skip_group(primary, reason)
             try:
-                self.calls.call(INSTANCE.delete, INSTANCE.not_found, refused=_TERMINATION_REFUSED,
-                           **INSTANCE.delete_params(pid))
+                self.calls.call(INSTANCE.delete, INSTANCE.not_found, refused=_TERMINATION_REFUSED, target=pid,
+                                blast=blast, **INSTANCE.delete_params(pid))
             except Refused as refused:
                 return self._protect_group(primary, "termination_protection",
                                            f"{pid}: TerminateInstances answered {refused}")
@@ -83,7 +89,9 @@ class OwnerSteps:
         Its controller tags as re-read now; then its ``disableApiTermination`` attribute,
         which no describe shows. Any value but ``False`` is protection (fail closed). A
         role without ``ec2:DescribeInstanceAttribute`` falls back to the terminate call's
-        own refusal (``OperationNotPermitted``), which AWS enforces anyway."""
+        own refusal (``OperationNotPermitted``), which AWS enforces anyway, except for a
+        protection an earlier delete found (``remembered``): it stays one, never probed
+        with a terminate call again."""
         controller = controller_of(tags_of(instance, INSTANCE), self.controller_keys)
         if controller is not None:
             return "managed_by_controller", f"{pid} is managed by {controller}"
@@ -91,6 +99,9 @@ class OwnerSteps:
             reply = self.calls.call("describe_instance_attribute", INSTANCE.not_found, InstanceId=pid,
                                Attribute="disableApiTermination")
         except AccessDenied:
+            if self.remembered is not None:
+                return self.remembered, f"{pid}: {self.remembered} found by an earlier delete; the attribute" \
+                    " cannot be read (ec2:DescribeInstanceAttribute denied) to see it lifted"
             return None
         if reply is None:
             return None  # gone since the re-read: the terminate finds it gone too
@@ -111,11 +122,11 @@ class OwnerSteps:
         if request is None or not must_cancel(request, region=self.region):
             return None
         reason = self.calls.foreign(SPOT_REQUEST, request)
-        if reason in ("protected", "ref_changed"):
-            if request_id in self.group.resource_ids():
-                self.skipped.append(SkippedResource(kind=SPOT_REQUEST.kind, id=request_id, reason=reason))
+        if reason is not None:  # protected, another ref's, or no ref at all: not ours to cancel
+            self.skipped.append(SkippedResource(kind=SPOT_REQUEST.kind, id=request_id, reason=reason))
             return f"spot_request_{reason}"
-        self.calls.call(SPOT_REQUEST.delete, SPOT_REQUEST.not_found, **SPOT_REQUEST.delete_params(request_id))
+        self.calls.call(SPOT_REQUEST.delete, SPOT_REQUEST.not_found, target=request_id,
+                        **SPOT_REQUEST.delete_params(request_id))
         if not is_final(self._read_request(request_id, confirming=True)):
             raise ProviderError(f"spot request {request_id} is not cancelled after cancel_spot_instance_requests",
                                 region=self.region)
@@ -143,32 +154,38 @@ class OwnerSteps:
         self._skip_group(primary, reason)
         return DeleteStatus.PROTECTED
 
-    def _cascade_blocker(self, instance: Item) -> str | None:
-        """Would terminating take a volume/interface we must not delete with it?
-
-        AWS deletes ``DeleteOnTermination`` volumes and interfaces with the
-        instance; if one of them is protected or carries another ref, the owner
-        is not terminated. Untagged ones (root disk, primary interface) are part
-        of the instance. A missing flag is read as "deleted with it".
-        """
+    def _blast(self, instance: Item) -> tuple[str, ...] | str:
+        """SAFETY.md rule 15: what ``TerminateInstances`` deletes along with the instance,
+        its ``DeleteOnTermination`` volumes and interfaces (a missing flag read as "deleted
+        with it"), read afresh. Each must be a member of the group that still carries its
+        ref and no protect tag, or carry neither the ref tag key nor a protect tag: the
+        instance's own root volume or primary interface (EC2 attaches later volumes and
+        interfaces with the flag false unless asked). Returns the blast's ids, or the
+        reason the group is skipped (every blocking resource named in ``skipped``)."""
+        members = set(self.group.resource_ids())
         doomed = {
             VOLUME: [dig(b, ("Ebs", "VolumeId")) for b in instance.get("BlockDeviceMappings") or []
                      if dig(b, ("Ebs", "DeleteOnTermination")) is not False],
             NETWORK_INTERFACE: [n.get("NetworkInterfaceId") for n in instance.get("NetworkInterfaces") or []
                                 if dig(n, ("Attachment", "DeleteOnTermination")) is not False],
         }
+        blast: list[str] = []
+        blocked: list[str] = []
         for spec, ids in doomed.items():
             ids = sorted({str(i) for i in ids if i})
             if not ids:
                 continue
             reply = self.calls.call(spec.describe, frozenset(), Filters=[{"Name": spec.id_filter, "Values": ids}])
             for item in spec.items(reply or {}):
-                reason = self.calls.foreign(spec, item)
-                if reason in ("protected", "ref_changed"):
-                    if spec.item_id(item) in self.group.resource_ids():
-                        self.skipped.append(SkippedResource(kind=spec.kind, id=spec.item_id(item), reason=reason))
-                    return f"dependent_{reason}"
-        return None
+                rid = spec.item_id(item)
+                why = blast_problem(tags_of(item, spec), member=rid in members, ref=self.group.provider_ref,
+                                    tag_key=self.calls.tag_key, protect_keys=self.calls.protect_keys)
+                if why is None:
+                    blast.append(rid)
+                else:
+                    self.skipped.append(SkippedResource(kind=spec.kind, id=rid, reason=why))
+                    blocked.append(why)
+        return blocked[0] if blocked else tuple(blast)
 
     def _skip_group(self, primary: Resource, reason: str) -> DeleteStatus:
         self.skipped.insert(0, SkippedResource(kind=primary.kind, id=primary.id, reason=reason))
@@ -179,3 +196,4 @@ class OwnerSteps:
             if r.id not in listed
         )
         return DeleteStatus.SKIPPED
+

@@ -34,6 +34,19 @@ def listed_kinds(retain_days: int | None) -> tuple[AwsKind, ...]:
     return tuple(k for k in KINDS if k is not SNAPSHOT or retain_days is not None)
 
 
+def taken_by_us(snapshot: Item, tag_key: str, ref: str | None = None) -> bool:
+    """Whether the deleter took this snapshot itself (SAFETY.md rule 15): the ref (``ref``,
+    else whatever ref tag it carries) and the source tag naming the very volume it was
+    taken of. A backup that copied the volume's ref tag (AWS Backup, DLM) has no source
+    tag; a copy of one of ours (``CopySnapshot`` with its tags) names another volume (a
+    copy's ``VolumeId`` is a placeholder): never listed, never deleted."""
+    tags = tags_of(snapshot, SNAPSHOT)
+    volume = snapshot.get("VolumeId")
+    if tag_key not in tags or (ref is not None and tags[tag_key] != ref):
+        return False
+    return isinstance(volume, str) and tags.get(SNAPSHOT_SOURCE_KEY) == volume
+
+
 def expired(snapshot: Item, *, retain_days: int, now: datetime) -> bool:
     """Is this snapshot older than the retention? One without a readable ``StartTime``
     is kept (never listed, never deleted: fail closed). The function's clock is enough
@@ -79,7 +92,7 @@ class VolumeSnapshots:
         False while it is pending."""
         found = state_of(self._ours(volume_id), volume_id=volume_id, region=self.region)
         if found is None:
-            reply = self.call("create_snapshot", frozenset(), VolumeId=volume_id,
+            reply = self.call("create_snapshot", frozenset(), target=volume_id, VolumeId=volume_id,
                               Description=f"orphan-cleanup: {volume_id} of {self.ref} before deleting it",
                               TagSpecifications=[{"ResourceType": "snapshot",
                                                   "Tags": snapshot_tags(self.tag_key, self.ref, volume_id)}])
@@ -102,6 +115,4 @@ class VolumeSnapshots:
         ])
         # The filters are the server's; the tags are checked again here.
         return [s for s in SNAPSHOT.items(reply or {})
-                if tags_of(s, SNAPSHOT).get(self.tag_key) == self.ref
-                and tags_of(s, SNAPSHOT).get(SNAPSHOT_SOURCE_KEY) == volume_id
-                and s.get("VolumeId") == volume_id]
+                if taken_by_us(s, self.tag_key, self.ref) and s.get("VolumeId") == volume_id]

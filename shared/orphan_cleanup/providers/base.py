@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from datetime import datetime, timedelta
 
 from orphan_cleanup.core.backends import Backend
 from orphan_cleanup.core.errors import DependencyNotReady, IdentityMismatch, OrphanCleanupError, ProviderThrottled
+from orphan_cleanup.core.journal import NO_JOURNAL, Journal
 from orphan_cleanup.core.listing import RegionListing, Resource, ResourceGroup, ResourceKind, is_valid_ref
 from orphan_cleanup.core.verdicts import DeleteResult, DeleteStatus
 
@@ -48,8 +49,22 @@ class ResourceProvider(ABC):
     Deletion contract (``delete_resource_group``):
       - re-reads every resource of the group by its immutable id right before
         acting; a resource that is gone counts as deleted ("already gone = done");
-        one that lost or changed its ref, or carries the protect tag, is left
-        alone and reported in ``DeleteResult.skipped``;
+        one that lost or changed its ref, or carries a protect tag (any of
+        ``protect_keys``: the account's, SAFETY.md rule 16), is left alone and
+        reported in ``DeleteResult.skipped``;
+      - the blast of a call is the group (SAFETY.md rule 15): before a call that makes
+        the provider delete more than its target (an instance's ``DeleteOnTermination``
+        volumes and interfaces, GCP ``autoDelete`` disks), that set is read afresh and
+        each member must be a verified member of the group (or carry no ref tag and no
+        protect tag: the instance's own boot disk or primary interface); otherwise the
+        group is skipped (``DeleteStatus.SKIPPED``) and ``skipped`` names the blocking
+        resource (``blast_protected``, ``blast_foreign``);
+      - every mutating call is journaled through ``journal`` (``core.journal``: intent
+        before, result after, SAFETY.md rule 19); a call whose intent cannot be written
+        is not made;
+      - ``remembered_protection``: an earlier delete found the primary protected in a
+        way no listing shows; the re-read checks it again, read-only, and a protection
+        it cannot read is still a protection (never a terminate attempt to find out);
       - deletes the owner resource first and confirms that it is terminating or
         terminated; while it is still shutting down returns ``DELETING`` and
         the dependents are deleted by a later call ("not yet terminated");
@@ -98,12 +113,18 @@ class ResourceProvider(ABC):
     def protect_key(self) -> str:
         return self.backend.settings.protect_tag_key
 
+    @property
+    def protect_keys(self) -> frozenset[str]:
+        """Every protect key that applies (the cycle's snapshot carries the account's)."""
+        return self.backend.protect_keys
+
     @abstractmethod
     def iter_listing(self) -> Iterator[RegionListing]:
         """Yield each configured region's listing as it completes."""
 
     @abstractmethod
-    def delete_resource_group(self, group: ResourceGroup) -> DeleteResult:
+    def delete_resource_group(self, group: ResourceGroup, journal: Journal = NO_JOURNAL, *,
+                              remembered_protection: str | None = None) -> DeleteResult:
         """Delete one orphan group, as described in the class docstring."""
 
 
@@ -185,3 +206,18 @@ def older_than_days(created: object, days: int, now: datetime) -> bool:
     """Whether a creation time is ``days`` old or more (a snapshot past its retention).
     An unreadable or naive time is not: what cannot be dated is kept (fail closed)."""
     return isinstance(created, datetime) and created.tzinfo is not None and created <= now - timedelta(days=days)
+
+
+def blast_problem(tags: Mapping[str, str], *, member: bool, ref: str, tag_key: str,
+                  protect_keys: frozenset[str]) -> str | None:
+    """Why a resource the provider would delete along with a call must not go with it
+    (SAFETY.md rule 15), or None: ``blast_protected`` (a protect tag), ``blast_foreign``
+    (another ref's), ``blast_unlisted`` (this ref's, but not a listed member of the group:
+    the next cycle lists it). No ref tag key and no protect tag: the instance's own."""
+    if not protect_keys.isdisjoint(tags):
+        return "blast_protected"
+    if tag_key not in tags:
+        return None
+    if tags[tag_key] != ref:
+        return "blast_foreign"
+    return None if member else "blast_unlisted"

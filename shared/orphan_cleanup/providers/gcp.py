@@ -41,6 +41,7 @@ from pydantic import ValidationError
 
 from orphan_cleanup.core.backends import Backend, BackendSettings
 from orphan_cleanup.core.errors import AccessDenied, ConfigError, ProviderError, ProviderThrottled
+from orphan_cleanup.core.journal import NO_JOURNAL, Journal
 from orphan_cleanup.core.listing import RegionListing, ResourceGroup, ResourceKind
 from orphan_cleanup.core.verdicts import DeleteResult
 from orphan_cleanup.providers.base import ResourceProvider, describe_error, group_resources, not_yet_is_deleting
@@ -56,6 +57,7 @@ from orphan_cleanup.providers.gcp_kinds import (
     source_zone,
     to_resource,
 )
+from orphan_cleanup.providers.gcp_snapshot import taken_by_us
 from orphan_cleanup.providers.ratelimit import DEFAULT_BUDGETS, RateLimits, process_limits
 
 __all__ = ["GcpProvider", "build_gcp_clients", "build_gcp_provider"]
@@ -109,7 +111,7 @@ class GcpProvider(ResourceProvider):
         super().__init__(backend)
         if backend.provider != "gcp":
             raise ConfigError(f"backend {backend.id} is not a gcp backend")
-        for key in (self.tag_key, self.protect_key):
+        for key in (self.tag_key, *sorted(self.protect_keys)):
             if not LABEL_KEY.fullmatch(key):
                 raise ConfigError(f"backend {backend.id}: {key!r} is not a valid GCP label key")
         self.project = backend.settings.project or backend.account
@@ -173,7 +175,8 @@ class GcpProvider(ResourceProvider):
             for page in self.calls.global_pages(spec, f"labels.{self.tag_key}:*"):
                 for item in page.items:
                     zone = source_zone(item)
-                    if zone is not None and expired(item, retain_days=retain, now=now):
+                    if zone is not None and expired(item, retain_days=retain, now=now) \
+                            and taken_by_us(item, self.tag_key):  # never a snapshot we did not take
                         out.items.append((zone, item))
         except ProviderError as e:
             out.error = f"{spec.client}: {describe_error(e)}"
@@ -226,9 +229,13 @@ class GcpProvider(ResourceProvider):
 
     # --- deletion --------------------------------------------------------------------
 
-    def delete_resource_group(self, group: ResourceGroup) -> DeleteResult:
+    def delete_resource_group(self, group: ResourceGroup, journal: Journal = NO_JOURNAL, *,
+                              remembered_protection: str | None = None) -> DeleteResult:
+        # GCP's protections (deletionProtection, a managed instance group) are read by every
+        # listing and re-read before the delete: nothing is remembered.
         return not_yet_is_deleting(
             group, lambda: delete_group(self.calls, group, tag_key=self.tag_key, protect_key=self.protect_key,
+                                        protect_keys=self.protect_keys, journal=journal,
                                         snapshot_before_delete=self.backend.settings.snapshot_before_delete))
 
 

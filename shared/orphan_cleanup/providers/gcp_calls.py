@@ -5,7 +5,7 @@ environment or creates a client."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from google.api_core import exceptions as gexc
@@ -19,6 +19,7 @@ from orphan_cleanup.core.errors import (
     ProviderTimeout,
     ResourceNotFound,
 )
+from orphan_cleanup.core.journal import NO_JOURNAL, Journal, journaled
 from orphan_cleanup.providers.gcp_kinds import (
     IN_USE_OP_CODES,
     NOT_FOUND_OP_CODES,
@@ -156,15 +157,18 @@ class GcpCalls:
             pager = self._clients[spec.client].list(request=request, timeout=self.timeout, retry=self.retry)
             yield from self._paced(pager.pages)
 
-    def create_snapshot(self, disk: GcpKind, zone: str, name: str, snapshot: Mapping[str, Any]) -> None:
-        """``disks.createSnapshot`` of the disk ``name`` and wait for its operation, at most
-        ``operation_timeout`` (the caller re-reads the snapshot: its status decides)."""
-        self._take(MUTATE)
-        with gcp_errors(zone):
-            op = self._clients[disk.client].create_snapshot_unary(
-                request={**self._request(disk, zone, name), "snapshot_resource": dict(snapshot)},
-                timeout=self.timeout, retry=None)
-        self._wait(disk, zone, op)
+    def create_snapshot(self, disk: GcpKind, zone: str, name: str, snapshot: Mapping[str, Any], *,
+                        target: str, journal: Journal = NO_JOURNAL) -> None:
+        """``disks.createSnapshot`` of the disk ``name`` (numeric id ``target``, journaled:
+        SAFETY.md rule 19) and wait for its operation, at most ``operation_timeout`` (the
+        caller re-reads the snapshot: its status decides)."""
+        with journaled(journal, "compute.disks.createSnapshot", target, region=zone):
+            self._take(MUTATE)
+            with gcp_errors(zone):
+                op = self._clients[disk.client].create_snapshot_unary(
+                    request={**self._request(disk, zone, name), "snapshot_resource": dict(snapshot)},
+                    timeout=self.timeout, retry=None)
+            self._wait(disk, zone, op)
 
     def _paced(self, pages: Iterator[Any]) -> Iterator[Any]:
         """The pager's pages, a token taken before each page after the first (fetched
@@ -185,23 +189,28 @@ class GcpCalls:
         except ResourceNotFound:
             return None
 
-    def delete(self, spec: GcpKind, location: str, name: str) -> None:
-        """Delete by name and wait for the operation, at most ``operation_timeout``.
+    def delete(self, spec: GcpKind, location: str, name: str, *, target: str, blast: Sequence[str] = (),
+               journal: Journal = NO_JOURNAL) -> None:
+        """Delete by name and wait for the operation, at most ``operation_timeout``; the
+        call is journaled with its numeric id ``target`` and what the API deletes along
+        with it (``blast``: an instance's auto-delete disks), SAFETY.md rule 19.
 
         Returns when the operation is done, or still running at the deadline
         (the caller confirms by re-reading). Already gone (404) returns quietly.
         Raises ``DependencyNotReady`` when the API says the resource is in use,
         another ``ProviderError`` when the call or the operation failed.
         """
-        try:
-            self._take(MUTATE)
-            with gcp_errors(location):
-                op = self._clients[spec.client].delete_unary(
-                    request=self._request(spec, location, name), timeout=self.timeout, retry=None
-                )
-        except ResourceNotFound:
-            return
-        self._wait(spec, location, op)
+        with journaled(journal, f"compute.{spec.client}.delete", target, region=location, blast=blast) as entry:
+            try:
+                self._take(MUTATE)
+                with gcp_errors(location):
+                    op = self._clients[spec.client].delete_unary(
+                        request=self._request(spec, location, name), timeout=self.timeout, retry=None
+                    )
+            except ResourceNotFound:
+                entry.outcome = "gone"
+                return
+            self._wait(spec, location, op)
 
     def _wait(self, spec: GcpKind, location: str, op: Any) -> None:
         ops = self._operations[spec.scope]

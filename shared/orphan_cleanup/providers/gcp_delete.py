@@ -10,6 +10,14 @@ An instance that now belongs to a managed instance group (metadata ``created-by`
 or has ``deletionProtection`` is never deleted: the whole group is left alone and
 the result is ``PROTECTED`` with the reason (SAFETY.md rule 14).
 
+The blast of ``instances.delete`` is the group (SAFETY.md rule 15): the API deletes the
+instance's ``autoDelete`` disks with it, so before the call each of them, read from the
+instance as re-read now, must be a member of the group that the re-read confirmed, or a
+disk that carries neither the ref label key nor a protect label (the instance's own boot
+disk); otherwise the group is skipped and ``skipped`` names the blocking disk
+(``blast_protected``, ``blast_foreign``, ``blast_unlisted``). Every delete and snapshot
+call is journaled (rule 19).
+
 Order: the instance first; it must then be gone or ``STOPPING``/``TERMINATED``
 (anything else after our delete is a ``ProviderError``: seed 002). While it
 is shutting down the result is ``DELETING`` and dependents wait for a later
@@ -29,25 +37,34 @@ and our delete call would be hit. Platforms should not reuse names quickly.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from orphan_cleanup.core.errors import DependencyNotReady, ProviderError
+from orphan_cleanup.core.journal import NO_JOURNAL, Journal
 from orphan_cleanup.core.listing import Resource, ResourceGroup, ResourceKind, ResourceState
 from orphan_cleanup.core.verdicts import DeleteResult, DeleteStatus, SkippedResource
+from orphan_cleanup.providers.base import blast_problem
 from orphan_cleanup.providers.gcp_calls import GcpCalls
 from orphan_cleanup.providers.gcp_kinds import (
     AFTER_DELETE,
+    DISK,
     KIND_BY_RESOURCE,
     ORDER,
     GcpKind,
     controller_of,
+    link_key,
     protection_of,
 )
-from orphan_cleanup.providers.gcp_snapshot import DiskSnapshots
+from orphan_cleanup.providers.gcp_snapshot import DiskSnapshots, taken_by_us
 
 #: Re-read findings that are a protection (rule 14), not a changed resource.
 PROTECTIONS = ("managed_by_controller", "deletion_protection")
+#: ``.../projects/P/zones/Z/disks/N``: an attached disk's ``source``.
+DISK_LINK = re.compile(r"(?:^|/)projects/[^/]+/zones/([a-z]+-[a-z]+\d+-[a-z])/disks/"
+                       r"([a-z](?:[-a-z0-9]{0,61}[a-z0-9])?)$")
 
 
 @dataclass
@@ -78,7 +95,7 @@ def _target(res: Resource, ref: str, tag_key: str) -> _Target:
     return t
 
 
-def _recheck(calls: GcpCalls, t: _Target, ref: str, tag_key: str, protect_key: str) -> None:
+def _recheck(calls: GcpCalls, t: _Target, ref: str, tag_key: str, protect_keys: frozenset[str]) -> None:
     """Re-read ``t`` and decide whether it is still ours to delete."""
     if t.spec is None or t.skip in ("unsupported_kind", "missing_details", "ref_mismatch"):
         return
@@ -88,17 +105,58 @@ def _recheck(calls: GcpCalls, t: _Target, ref: str, tag_key: str, protect_key: s
     labels = dict(t.live.labels)
     if str(t.live.id) != t.res.id:
         t.skip = "replaced"
-    elif protect_key in labels:
+    elif not protect_keys.isdisjoint(labels):
         t.skip = "protected"
     elif labels.get(tag_key) != ref:
         t.skip = "ref_changed"
+    elif t.res.kind is ResourceKind.SNAPSHOT and not taken_by_us(t.live, tag_key, ref):
+        t.skip = "not_our_snapshot"  # only snapshots the deleter took itself (SAFETY.md rule 15)
     elif t.spec.primary and (controller := controller_of(t.live)) is not None:
         t.skip, t.evidence = "managed_by_controller", f"{t.name} ({t.res.id}) is managed by {controller}"
     elif t.spec.primary and protection_of(t.live) is not None:
         t.skip, t.evidence = "deletion_protection", f"{t.name} ({t.res.id}) has deletionProtection"
 
 
-def _delete_instance(calls: GcpCalls, t: _Target) -> ResourceState | None:
+def _blast(calls: GcpCalls, primary: _Target, members: Iterable[_Target], ref: str, tag_key: str,
+           protect_keys: frozenset[str]) -> tuple[list[str], list[SkippedResource]]:
+    """SAFETY.md rule 15: the disks ``instances.delete`` deletes along with the instance
+    (``autoDelete``, as the instance reads now), and the ones that block it. A member of
+    the group must have passed its re-read; any other disk is read by name and must carry
+    neither the ref label key nor a protect label (the instance's own boot disk). A
+    ``source`` that names no zonal disk blocks too (fail closed)."""
+    by_link = {link_key(str(t.res.details.get("self_link") or "")): t for t in members
+               if t.res.kind is ResourceKind.DISK}
+    blast: list[str] = []
+    blocked: list[SkippedResource] = []
+    for attached in getattr(primary.live, "disks", ()) or ():
+        if getattr(attached, "auto_delete", True) is False:
+            continue  # kept by the API when the instance goes
+        source = str(getattr(attached, "source", "") or "")
+        member = by_link.get(link_key(source))
+        if member is not None:
+            if member.skip is None:
+                blast.append(member.res.id)
+            else:
+                why = "blast_protected" if member.skip == "protected" else "blast_foreign"
+                blocked.append(SkippedResource(kind=ResourceKind.DISK, id=member.res.id, reason=why))
+            continue
+        where = DISK_LINK.search(source)
+        if where is None:
+            blocked.append(SkippedResource(kind=ResourceKind.DISK, id=source[-200:] or "?", reason="blast_unreadable"))
+            continue
+        live = calls.get(DISK, where.group(1), where.group(2))
+        if live is None:
+            continue  # gone already
+        problem = blast_problem(dict(live.labels), member=False, ref=ref, tag_key=tag_key,
+                                protect_keys=protect_keys)
+        if problem is None:
+            blast.append(str(live.id))
+        else:
+            blocked.append(SkippedResource(kind=ResourceKind.DISK, id=str(live.id), reason=problem))
+    return blast, blocked
+
+
+def _delete_instance(calls: GcpCalls, t: _Target, blast: list[str], journal: Journal) -> ResourceState | None:
     """Delete the instance; ``None`` when it is gone, ``TERMINATING`` while shutting down."""
     if t.spec is None:
         raise ProviderError(f"cannot delete {t.res.kind} {t.res.id}", region=t.location or None)
@@ -106,7 +164,7 @@ def _delete_instance(calls: GcpCalls, t: _Target) -> ResourceState | None:
         return None
     if t.live.status == "STOPPING":
         return ResourceState.TERMINATING  # already shutting down: no second delete
-    calls.delete(t.spec, t.location, t.name)
+    calls.delete(t.spec, t.location, t.name, target=t.res.id, blast=blast, journal=journal)
     after = calls.get(t.spec, t.location, t.name)
     if after is None or str(after.id) != t.res.id:
         return None
@@ -118,15 +176,15 @@ def _delete_instance(calls: GcpCalls, t: _Target) -> ResourceState | None:
     return state
 
 
-def _delete_dependent(calls: GcpCalls, t: _Target, snapshots: DiskSnapshots | None = None) -> bool:
+def _delete_dependent(calls: GcpCalls, t: _Target, journal: Journal, snapshots: DiskSnapshots | None = None) -> bool:
     """Delete a disk, address or snapshot; ``True`` when confirmed gone, ``False`` when not yet."""
     if t.spec is None:
         return False
     if snapshots is not None and t.res.kind is ResourceKind.DISK:
-        if t.live.status != "READY" or not snapshots.ready(t.live, t.location):
+        if t.live.status != "READY" or not snapshots.ready(t.live, t.location, journal):
             return False
     try:
-        calls.delete(t.spec, t.location, t.name)
+        calls.delete(t.spec, t.location, t.name, target=t.res.id, journal=journal)
     except DependencyNotReady:
         return False
     after = calls.get(t.spec, t.location, t.name)
@@ -134,15 +192,17 @@ def _delete_dependent(calls: GcpCalls, t: _Target, snapshots: DiskSnapshots | No
 
 
 def delete_group(calls: GcpCalls, group: ResourceGroup, *, tag_key: str, protect_key: str,
-                 snapshot_before_delete: bool = False) -> DeleteResult:
+                 protect_keys: Iterable[str] = (), snapshot_before_delete: bool = False,
+                 journal: Journal = NO_JOURNAL) -> DeleteResult:
     """Delete one group. ``deleted``: ids confirmed gone, plus the instance while
     confirmed terminating; ``pending``: ids not finished yet (the terminating
     instance, dependents in use or waiting for it)."""
     ref = group.provider_ref
+    keys = frozenset({protect_key, *protect_keys})
     snapshots = DiskSnapshots(calls, tag_key=tag_key, ref=ref) if snapshot_before_delete else None
     targets = [_target(r, ref, tag_key) for r in sorted(group.resources, key=lambda r: ORDER.get(r.kind, 99))]
     for t in targets:
-        _recheck(calls, t, ref, tag_key, protect_key)
+        _recheck(calls, t, ref, tag_key, keys)
     protected = next((t for t in targets if t.skip in PROTECTIONS), None)
     if protected is not None:
         return DeleteResult(status=DeleteStatus.PROTECTED, protection=protected.skip,
@@ -165,8 +225,16 @@ def delete_group(calls: GcpCalls, group: ResourceGroup, *, tag_key: str, protect
     pending: list[str] = []
     dependents = [t for t in targets if t is not primary]
     if primary is not None:
+        blast: list[str] = []
+        if primary.live is not None and primary.live.status != "STOPPING":
+            blast, blocked = _blast(calls, primary, dependents, ref, tag_key, keys)
+            if blocked:
+                named = {b.id for b in blocked}
+                return DeleteResult(status=DeleteStatus.SKIPPED, skipped=(
+                    primary.skipped(blocked[0].reason), *blocked,
+                    *(t.skipped(t.skip or "owner_skipped") for t in dependents if t.res.id not in named)))
         was_live = primary.live is not None
-        state = _delete_instance(calls, primary)
+        state = _delete_instance(calls, primary, blast, journal)
         deleted.append(primary.res.id)
         if state is not None:
             pending = [primary.res.id] + [t.res.id for t in dependents if not t.skip]
@@ -175,7 +243,7 @@ def delete_group(calls: GcpCalls, group: ResourceGroup, *, tag_key: str, protect
         if was_live:
             # The instance went in this call: its disks and addresses changed (detached, auto-deleted).
             for t in dependents:
-                _recheck(calls, t, ref, tag_key, protect_key)
+                _recheck(calls, t, ref, tag_key, keys)
 
     skipped: list[SkippedResource] = []
     for t in dependents:
@@ -188,7 +256,7 @@ def delete_group(calls: GcpCalls, group: ResourceGroup, *, tag_key: str, protect
         elif t.res.kind is ResourceKind.SNAPSHOT and any(
                 d.res.kind is ResourceKind.DISK and d.res.id not in deleted for d in dependents):
             pending.append(t.res.id)  # a kept snapshot outlives the disks of its group
-        elif _delete_dependent(calls, t, snapshots):
+        elif _delete_dependent(calls, t, journal, snapshots):
             deleted.append(t.res.id)
         else:
             pending.append(t.res.id)

@@ -22,6 +22,7 @@ from typing import Any
 
 from orphan_cleanup.core.backends import SNAPSHOT_SOURCE_KEY
 from orphan_cleanup.core.errors import ProviderError
+from orphan_cleanup.core.journal import NO_JOURNAL, Journal
 from orphan_cleanup.providers.gcp_calls import GcpCalls
 from orphan_cleanup.providers.gcp_kinds import DISK, SNAPSHOT, SNAPSHOT_PROGRESS
 
@@ -47,6 +48,25 @@ def snapshot_labels(tag_key: str, ref: str, disk_id: str) -> dict[str, str]:
     return labels
 
 
+def taken_by_us(snapshot: Any, tag_key: str, ref: str | None = None) -> bool:
+    """Whether the deleter took this snapshot itself (SAFETY.md rule 15): the ref label
+    (``ref``, else whatever ref it carries), the source label naming the very disk it was
+    taken of (``sourceDiskId``), and the name the deleter gives it. A snapshot someone
+    else took that carries the ref (a scheduled snapshot policy copying the disk's
+    labels, a copy) lacks one of them: never listed, never deleted."""
+    labels = dict(getattr(snapshot, "labels", {}) or {})
+    own = labels.get(tag_key)
+    if not isinstance(own, str) or (ref is not None and own != ref):
+        return False
+    disk_id = str(getattr(snapshot, "source_disk_id", "") or "")
+    if not disk_id or labels.get(SNAPSHOT_SOURCE_KEY) != disk_id:
+        return False
+    try:
+        return str(getattr(snapshot, "name", "")) == snapshot_name(own, disk_id)
+    except ProviderError:
+        return False
+
+
 class DiskSnapshots:
     """The snapshot step of one group's deletion (``gcp_delete.delete_group``'s calls)."""
 
@@ -57,7 +77,7 @@ class DiskSnapshots:
         self.completed: list[tuple[str, str]] = []  # (disk id, snapshot name)
         self.pending: list[tuple[str, str]] = []
 
-    def ready(self, disk: Any, zone: str) -> bool:
+    def ready(self, disk: Any, zone: str, journal: Journal = NO_JOURNAL) -> bool:
         """True once a ``READY`` snapshot of the re-read ``disk`` exists; takes one if none
         does. False while it is being taken; ``ProviderError`` when it cannot be used."""
         disk_id, disk_name = str(disk.id), str(disk.name)
@@ -67,7 +87,8 @@ class DiskSnapshots:
             labels = snapshot_labels(self.tag_key, self.ref, disk_id)
             self.calls.create_snapshot(DISK, zone, disk_name, {
                 "name": name, "labels": labels,
-                "description": f"orphan-cleanup: disk {disk_name} ({disk_id}) of {self.ref} before deleting it"})
+                "description": f"orphan-cleanup: disk {disk_name} ({disk_id}) of {self.ref} before deleting it"},
+                target=disk_id, journal=journal)
             # Confirm by a re-read, never the operation (seed 002).
             snap = self.calls.get(SNAPSHOT, "global", name)
             if snap is None:
