@@ -18,6 +18,13 @@ run of requests is refused, spread evenly (at 0.5 every other one, at 1.0 all).
         provider = build_aws_provider(backend, ..., endpoint_url=proxy.url)
         ...
         proxy.refused, proxy.actions(), proxy.service_counts(), proxy.reply_bytes
+
+A test may also add a ``Rule`` for one action: hold its requests until released (a call
+in flight, to act while it is), answer them itself instead of forwarding (a failure
+moto would not give), or rewrite moto's reply body (a field moto leaves out):
+
+    hold = proxy.add_rule(Rule("TerminateInstances", hold=True))
+    hold.arrived.wait(30); ...; hold.release()
 """
 
 from __future__ import annotations
@@ -27,7 +34,8 @@ import math
 import threading
 import uuid
 from collections import Counter
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -47,8 +55,31 @@ class Request:
     action: str
     service: str  # of the SigV4 scope; "unsigned" without one
     region: str
-    refused: bool
+    refused: bool  # throttled, or answered by a ``Rule``'s ``reply`` instead of moto
     reply_bytes: int
+
+
+@dataclass
+class Rule:
+    """What the proxy does with the requests of ``action`` whose body ``match`` accepts,
+    ``times`` times (None: every one): with ``hold``, each waits until ``release()`` (at
+    most ``hold_timeout`` seconds) before it is forwarded; with ``reply`` (status, headers,
+    body) it is answered with that instead of being forwarded; ``rewrite`` is applied to
+    moto's reply body. ``arrived`` is set when a matching request came in."""
+
+    action: str
+    match: Callable[[bytes], bool] | None = None
+    times: int | None = None
+    hold: bool = False
+    hold_timeout: float = 120.0
+    reply: tuple[int, list[tuple[str, str]], bytes] | None = None
+    rewrite: Callable[[bytes], bytes] | None = None
+    arrived: threading.Event = field(default_factory=threading.Event)
+    released: threading.Event = field(default_factory=threading.Event)
+    seen: int = 0
+
+    def release(self) -> None:
+        self.released.set()
 
 
 class AwsProxy:
@@ -65,6 +96,7 @@ class AwsProxy:
         self._matched = 0
         self._lock = threading.Lock()
         self._log: list[Request] = []
+        self._rules: list[Rule] = []
         self._local = threading.local()
         handler = type("_BoundHandler", (_Handler,), {"proxy": self})
         self._http = ThreadingHTTPServer(("127.0.0.1", 0), handler)
@@ -79,6 +111,9 @@ class AwsProxy:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        with self._lock:
+            for rule in self._rules:
+                rule.release()  # a held request goes on rather than keep shutdown waiting
         self._http.shutdown()
         self._http.server_close()
         self._thread.join(timeout=5)
@@ -110,6 +145,24 @@ class AwsProxy:
     def reset(self) -> None:
         with self._lock:
             self._log.clear()
+
+    # --- rules (a test's knobs) -------------------------------------------------------
+
+    def add_rule(self, rule: Rule) -> Rule:
+        with self._lock:
+            self._rules.append(rule)
+        return rule
+
+    def rule_for(self, action: str, body: bytes) -> Rule | None:
+        """The first rule that takes this request (counting it), or None."""
+        with self._lock:
+            for rule in self._rules:
+                if rule.action == action and rule.times != 0 and (rule.match is None or rule.match(body)):
+                    if rule.times is not None:
+                        rule.times -= 1
+                    rule.seen += 1
+                    return rule
+        return None
 
     # --- handling --------------------------------------------------------------------
 
@@ -172,13 +225,23 @@ class _Handler(BaseHTTPRequestHandler):
         body = self.rfile.read(length) if length else b""
         action = _action(self.path, body, self.headers.get("X-Amz-Target"))
         service, region = _scope(self.headers.get("Authorization", ""))
-        refused = self.proxy.refuse(region)
-        if refused:
+        rule = self.proxy.rule_for(action, body)
+        if rule is not None:
+            rule.arrived.set()
+            if rule.hold:
+                rule.released.wait(rule.hold_timeout)
+        reply = rule.reply if rule is not None else None
+        refused = reply is not None or self.proxy.refuse(region)
+        if reply is not None:
+            status, reply_headers, data = reply
+        elif refused:
             status, reply_headers = 503, [("Content-Type", "text/xml;charset=UTF-8")]
             data = THROTTLED_BODY.format(rid=uuid.uuid4()).encode()
         else:
             headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP_HEADERS}
             status, reply_headers, data = self.proxy.forward(self.command, self.path, headers, body)
+            if rule is not None and rule.rewrite is not None:
+                data = rule.rewrite(data)
         self.proxy.record(Request(action, service, region, refused, len(data)))
         self.send_response(status)
         for key, value in reply_headers:
