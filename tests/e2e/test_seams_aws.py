@@ -2,9 +2,8 @@
 a real Postgres ledger and EC2 on the moto server (where moto leaves a field out or stamps
 times now, the recording proxy of ``tests/support/aws_proxy.py`` fills it into moto's reply,
 as EC2 would send it), and the in-process runner where a test acts between classification
-and deletion. Every test asserts the behaviour once the seam is closed; each is marked
-``xfail(strict=True)`` until then: the reason says what happens today, ``raises`` the failure it
-gives today, so any other error (a typo, a broken setup) fails outright instead of passing as xfail."""
+and deletion. Each test reproduced a defect of the code before docs/SAFETY.md rules 15-20
+(committed as a strict xfail naming the failure it gave), and asserts the behaviour now."""
 
 from __future__ import annotations
 
@@ -77,9 +76,6 @@ def spot_request_ids(requests: dict[str, str]) -> Callable[[bytes], bytes]:
 
 # ---- 2. snapshot retention deletes only the snapshots the deleter took -----------------------------
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="today every ref-tagged snapshot past retention is listed and deleted, "
-                          "with or without the orphan-cleanup-source tag")
 def test_retention_leaves_a_ref_tagged_snapshot_the_deleter_never_took(emptied_db, proxy):
     """Setup: retain_snapshots_days 7; a 10-day-old snapshot of the account tagged with the ref of
     an owner hard-deleted long ago, but without orphan-cleanup-source (someone else's backup).
@@ -116,9 +112,6 @@ def _requires_source_tag(statement: dict) -> bool:
     return value in ("false", ["false"])
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="today ec2:DeleteSnapshot is allowed on any ref-tagged snapshot: "
-                          "no condition on the orphan-cleanup-source tag")
 def test_the_deleter_may_delete_only_snapshots_carrying_the_source_tag():
     """Setup: the deleter's IAM as deployed: template.yaml's DeleterRole and infra/aws/iam.tf's
     deleter document (read as tests/unit/test_deploy_sam.py and test_deploy_terraform.py do).
@@ -142,9 +135,6 @@ def _two_backends_on_one_account(db: Database) -> MotoPlatform:
     return MotoPlatform(db, "aws-a")
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="today aws-a knows only its own protect and controller keys: "
-                          "it terminates both instances (orphan / owner_deleted / deleted)")
 def test_another_backends_protect_and_controller_keys_on_the_account_keep_its_instances(emptied_db):
     """Setup: aws-b (report; protect key platform-keep, controller key my-controller) and aws-a
     (delete, defaults) on one account and region; two orphans, one tagged platform-keep=yes, one
@@ -165,9 +155,6 @@ def test_another_backends_protect_and_controller_keys_on_the_account_keep_its_in
     assert platform.instance_state(kept) == platform.instance_state(managed) == "running"
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="today the deleter's re-read checks only aws-a's own protect key: "
-                          "the instance tagged platform-keep after classification is terminated")
 def test_the_deleters_reread_honours_another_backends_protect_key_on_the_account(emptied_db, moto_reset):
     """Setup: the same two backends; one orphan, classified by an in-process delete cycle of aws-a;
     between classification and deletion (the confirm callback) it is tagged platform-keep=yes.
@@ -189,9 +176,6 @@ def test_the_deleters_reread_honours_another_backends_protect_key_on_the_account
 
 # ---- 5. a primary_id that names no listed VM --------------------------------------------------------
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="today the live owner's own VM is taken for a lost attempt "
-                          "(orphan / primary_mismatch) and terminated")
 def test_a_live_owner_whose_primary_id_names_no_listed_vm_keeps_its_vm(emptied_db):
     """Setup: a busy owner whose primary_id is ``i-0`` and 15 zeros (mangled: no such instance),
     its one VM tagged with its ref and running. Shows: a delete run keeps the VM, skipped /
@@ -213,9 +197,6 @@ def test_a_live_owner_whose_primary_id_names_no_listed_vm_keeps_its_vm(emptied_d
 
 # ---- 9. one oversized group ---------------------------------------------------------------------------
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="today the one JUNK group does not fit a message: the run fails "
-                          "with 'message of N bytes exceeds 204800'")
 def test_an_oversized_malformed_group_does_not_fail_the_cycle(emptied_db):
     """Setup: twelve unattached volumes tagged provider_ref=JUNK (not a ref) with 45 long tags each
     (over 200 KB as one group), and one real orphan VM. Shows: a report run does not fail, the
@@ -241,9 +222,6 @@ def test_an_oversized_malformed_group_does_not_fail_the_cycle(emptied_db):
 
 # ---- 11. a persistent spot request without the ref ------------------------------------------------------
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="today a persistent request without the ref tag ('ref_missing') is "
-                          "cancelled and its instance terminated")
 def test_an_untagged_persistent_spot_request_is_not_cancelled(emptied_db, proxy):
     """Setup: an orphan spot instance (its owner hard-deleted long ago, the instance tagged with the
     ref) whose persistent spot request carries no ref tag; DescribeInstances names the request, as
@@ -276,9 +254,6 @@ def test_an_untagged_persistent_spot_request_is_not_cancelled(emptied_db, proxy)
 
 # ---- 12. a lifted termination protection ------------------------------------------------------------------
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="today the protection found once is remembered (orphans.protected) and "
-                          "classified up front forever: the instance stays protected")
 def test_an_orphan_whose_termination_protection_was_lifted_is_deleted(emptied_db):
     """Setup: an orphan instance with DisableApiTermination. A delete run finds it protected /
     termination_protection and leaves it; then the protection is lifted. Shows: the next delete
@@ -303,9 +278,6 @@ def test_an_orphan_whose_termination_protection_was_lifted_is_deleted(emptied_db
 
 # ---- 13. settings that are JSON but not an object ---------------------------------------------------------
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="today `run` on a backend whose settings are '[1,2]' crashes with a "
-                          "TypeError traceback")
 def test_settings_that_are_not_an_object_fail_that_backend_alone_in_one_line(emptied_db):
     """Setup: backends X and Y; X's settings are set to '[1,2]' with SQL (JSON, not an object).
     Shows: `run --backend X` exits 2 with one line on stderr (besides its indented progress lines)

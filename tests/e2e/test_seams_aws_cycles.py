@@ -2,9 +2,9 @@
 cycle loses its lease (the CLI as a subprocess, the call held at the recording proxy in front of
 moto), a backend row edited between classification and deletion (the in-process runner's
 ``confirm``), and a lost publish in the deployed path (the real Lambda handlers on real SQS
-queues, ``tests/support/sqs_harness.py``). Each test asserts the behaviour once the seam is
-closed and is marked ``xfail(strict=True, raises=...)`` until then (``raises``: the failure it
-gives today; any other error fails outright)."""
+queues, ``tests/support/sqs_harness.py``). Each test reproduced a defect of the code before
+docs/SAFETY.md rules 15-20 (committed as a strict xfail naming the failure it gave), and asserts
+the behaviour now."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ import json
 from collections.abc import Iterator
 
 import pytest
-from pg8000.exceptions import DatabaseError as PgDatabaseError
 
 from functions.aws import classifier, deleter, lister
 from orphan_cleanup.core.settings import Settings
@@ -72,9 +71,6 @@ def _lose_the_lease(db: Database, how: str, cycle_id: str) -> None:
         assert removed.returncode == 0, removed.stderr
 
 
-@pytest.mark.xfail(strict=True, raises=PgDatabaseError,
-                   reason="today nothing records a provider call once its cycle lost the lease: "
-                          "there is no provider_journal table (and explain has no 'journal')")
 @pytest.mark.parametrize("how", ["expired", "removed"], ids=["lease-expired", "backend-removed-force"])
 def test_a_terminate_in_flight_when_the_lease_is_lost_is_journaled(emptied_db, proxy, how):
     """Setup: a delete run (CLI) of one orphan VM whose TerminateInstances is held at the proxy;
@@ -112,10 +108,6 @@ def test_a_terminate_in_flight_when_the_lease_is_lost_is_journaled(emptied_db, p
 
 # ---- 8. a backend row edited while its cycle runs --------------------------------------------------
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="today the deleter reads the edited row: it assumes the other account's "
-                          "role, finds the ids gone there and records the group deleted while the "
-                          "VM runs on")
 def test_the_deleter_works_on_the_backend_as_it_was_when_the_lease_was_taken(emptied_db, moto_reset):
     """Setup: backend aws-prod lists moto's account 123456789012 with one orphan VM; an in-process
     delete cycle, whose confirm callback (between classification and deletion) rewrites the row:
@@ -153,9 +145,6 @@ def _source(stack: DeployedQueues, url: str, handler: object, name: str) -> SqsE
     return SqsEventSource(stack.sqs, QueueRef(url, queue_arn(stack.sqs, url), "", ""), handler, name)  # type: ignore[arg-type]
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="today the redelivered last batch is a duplicate that publishes nothing: "
-                          "the request stays queued, open_deletes = 1, the cycle never finishes")
 def test_a_lost_publish_of_a_delete_request_is_published_again_on_redelivery(db, moto_reset, monkeypatch, proxy):
     """Setup: the deployed AWS path (real handlers, real SQS queues on moto, the functions' AWS calls
     through the proxy); a delete-mode cycle of one orphan VM whose first SendMessage of the delete

@@ -3,8 +3,8 @@ Cloud Functions entry points (functions-framework's test client, Pub/Sub pushes 
 subscriptions post them, publishing through the real client to the fake Publisher), the real
 google-cloud-compute client against the fake Compute REST server (which deletes ``autoDelete``
 disks with their instance, as Compute Engine does) and a real Postgres ledger. Each test
-asserts the behaviour once the seam is closed and is marked ``xfail(strict=True, raises=...)`` until
-then (``raises``: the failure it gives today; any other error fails outright)."""
+reproduced a defect of the code before docs/SAFETY.md rules 15-20 (committed as a strict xfail
+naming the failure it gave), and asserts the behaviour now."""
 
 from __future__ import annotations
 
@@ -60,9 +60,6 @@ def run(db: Database, gcp: FakeCompute, *args: str) -> tuple[int, dict[str, Any]
 
 # ---- 1. an autoDelete disk outside the group ---------------------------------------------------------
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="today the orphan instance is deleted and Compute Engine takes both "
-                          "autoDelete disks with it: the protected one and another owner's")
 def test_an_auto_delete_disk_outside_the_group_keeps_the_instance(db, gcp):
     """Setup: an orphan instance I (owner hard-deleted long ago) with two disks attached with
     autoDelete: D1 labelled only orphan-cleanup-protect (no ref), D2 labelled with the ref of a
@@ -95,9 +92,6 @@ def test_an_auto_delete_disk_outside_the_group_keeps_the_instance(db, gcp):
 
 # ---- 2b. snapshot retention deletes only the snapshots the deleter took ----------------------------------
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="today every ref-labelled snapshot past retention is listed and deleted, "
-                          "with or without the orphan-cleanup-source label")
 def test_retention_leaves_a_ref_labelled_snapshot_the_deleter_never_took(db, gcp):
     """Setup: retain_snapshots_days 7; a 10-day-old snapshot (of a disk of the backend's zone)
     labelled with the ref of an owner hard-deleted long ago, without orphan-cleanup-source.
@@ -152,9 +146,6 @@ class Functions:
         raise AssertionError("topics not drained")
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="today the lister takes a pushed {'backend', 'mode': 'delete'} as a "
-                          "manual event: a delete cycle of a report-mode backend starts (HTTP 200)")
 def test_a_pushed_message_cannot_choose_the_mode_of_a_report_backend(db, gcp, pubsub, monkeypatch):  # noqa: F811
     """Setup: the deployed lister with JOBS_TOPIC; a report-mode backend X with an orphan; a Pub/Sub
     push envelope whose data is {"backend": "X", "mode": "delete"}. Shows: the lister answers 4xx,
@@ -180,9 +171,6 @@ def test_a_pushed_message_cannot_choose_the_mode_of_a_report_backend(db, gcp, pu
 
 # ---- 5. a mangled primary_id --------------------------------------------------------------------------------
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="today each live owner's own VM is taken for a lost attempt "
-                          "(orphan / primary_mismatch) and deleted")
 def test_live_owners_whose_primary_id_names_no_listed_vm_keep_their_vms(db, gcp):
     """Setup: two busy owners on GCP: O1's primary_id is 4100000007919000064 while its VM's id is
     4100000007919000013 (the id as a float64 would round it), O2's primary_id is its VM's name;

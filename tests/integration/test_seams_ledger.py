@@ -1,8 +1,8 @@
 """The audit trail against the functions' own database role, on real parts: Debian's PostgreSQL 15
 (the tests' server), ``infra/postgres/roles.sql`` run with psql as an operator runs it, ``migrate``
 as the owner role, and a real report cycle as the runtime role (as tests/integration/test_db_roles.py
-does). The test asserts the behaviour once the seam is closed and is marked ``xfail(strict=True, raises=...)``
-until then (``raises``: the failure it gives today; any other error fails outright)."""
+does). The test reproduced a defect of the code before docs/SAFETY.md rule 19 (committed as a
+strict xfail naming the failure it gave), and asserts the behaviour now."""
 
 from __future__ import annotations
 
@@ -19,16 +19,15 @@ from tests.support.platform import Platform, add_backend
 
 pytestmark = pytest.mark.skipif(PSQL is None, reason="roles.sql runs with psql: none found")
 
-# A terminate's two journal rows (the columns of the fix's append-only table): its intent, then its result.
+# A terminate's two journal rows (migration 0011's append-only table): its intent, then its result,
+# which names the intent's id.
 JOURNAL_ROWS = [f"INSERT INTO provider_journal (backend_id, cycle_id, scope, region, provider_ref, group_key, phase,"
                 f" intent_id, call, target, blast, outcome, error, at) VALUES ('mem', :c, 'aws:123456789012', 'r1',"
-                f" :ref, :k, '{phase}', :i, 'ec2:TerminateInstances', :vm, '{{}}'::jsonb, {outcome}, NULL, now())"
+                f" :ref, :k, '{phase}', CAST(:i AS bigint), 'ec2:TerminateInstances', :vm, '[]'::jsonb, {outcome},"
+                f" NULL, now()) RETURNING id"
                 for phase, outcome in (("intent", "NULL"), ("result", "'ok'"))]
 
 
-@pytest.mark.xfail(strict=True, raises=pytest.fail.Exception,  # pytest.raises: DID NOT RAISE
-                   reason="today the runtime role may UPDATE and DELETE events and DELETE cycles, "
-                          "and there is no provider_journal")
 def test_the_runtime_role_cannot_rewrite_or_erase_the_audit_trail(pg_server):
     """Setup: roles.sql, migrate as the owner role, roles.sql again; a report cycle run by the
     runtime role (its events and cycle are the audit trail). Shows: as the runtime role,
@@ -55,9 +54,10 @@ def test_the_runtime_role_cannot_rewrite_or_erase_the_audit_trail(pg_server):
         with runtime.transaction() as conn:
             conn.run("INSERT INTO events (backend_id, cycle_id, kind, message) VALUES ('mem', :c, 'note', 'kept')",
                      c=report.cycle_id)
+            intent = None
             for row in JOURNAL_ROWS:
-                conn.run(row, c=report.cycle_id, ref=ref, k=f"{ref}/r1/{vm}", vm=vm,
-                         i="00000000-0000-4000-8000-000000000001")
+                [[written]] = conn.run(row, c=report.cycle_id, ref=ref, k=f"{ref}/r1/{vm}", vm=vm, i=intent)
+                intent = intent or written
             conn.run("DELETE FROM delete_gates")
         for sql in ("UPDATE provider_journal SET outcome = 'error'", "DELETE FROM provider_journal"):
             denied(runtime, sql)
