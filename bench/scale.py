@@ -76,6 +76,9 @@ def make_provider(n_groups: int) -> Callable[[Any], Any]:
                                for _, (i, kind) in zip(range(PER_REGION), it, strict=False))
                 yield RegionListing(region=region, groups=groups)
 
+        def holds_instance(self, region: str, instance_id: str, ref: str) -> bool:
+            raise AssertionError("report mode deletes nothing")
+
         def delete_resource_group(self, group: Any, *args: Any, **kw: Any) -> Any:
             raise AssertionError("report mode deletes nothing")
 

@@ -248,3 +248,39 @@ def test_listing_time_and_clean_at_come_from_the_database_clock(db):
         clean_at, next_due = conn.run("SELECT clean_at, next_due_at FROM cleanup WHERE backend_id = 'aws-a'")[0]
     assert clean_at == cycle["listed_at"] - timedelta(seconds=300)
     assert before + timedelta(seconds=900) <= next_due <= after + timedelta(seconds=900)
+
+
+# ---- rule 17: a live owner's other VM is deleted only beside its recorded primary ------------------
+
+def test_a_listing_that_only_claims_the_recorded_primary_deletes_nothing(db):
+    # given a busy owner whose primary_id names no VM (a mangled id), and its only VM
+    add_backend(db, "aws-a", account=ACCOUNT, mode="delete")
+    cloud = MemoryCloud()
+    ref = make_ref()
+    only_vm = vm(db, cloud, ref, backend_id="aws-a", primary="i-0000000000000000")
+
+    class ClaimingProvider(MemoryProvider):
+        """Lists the cloud, plus a group claiming that the recorded primary exists: what a
+        forged listing batch (anyone who may write to the listing queue) would carry."""
+
+        def iter_listing(self):  # type: ignore[no-untyped-def]
+            for listing in super().iter_listing():
+                claimed = group(ref, "i-0000000000000000", created_at=db_now(db) - 2 * OLD)
+                yield listing.model_copy(update={"groups": (*listing.groups, claimed)})
+
+    p = Pipeline(settings=Settings(ORPHAN_CLEANUP_MARGIN_SECONDS=0), db=db,
+                 provider_for=lambda b: ClaimingProvider(b, cloud),
+                 listing_queue=InProcessQueue(), delete_queue=InProcessQueue())
+
+    # when a delete cycle classifies the VM beside the claimed primary (a retry leak, for the batch)
+    report = run_cycle(p, "aws-a")
+
+    # then the deleter asks the provider, which does not confirm the primary: nothing is deleted
+    got = groups_by_vm(report)
+    assert (got[only_vm]["verdict"], got[only_vm]["reason"]) == ("orphan", "primary_mismatch")
+    assert got[only_vm]["action"] == "reported"
+    assert cloud.exists(only_vm) and cloud.calls["terminate"] == 0
+    with db.connection() as conn:
+        [[skipped]] = conn.run("SELECT result->>'skipped' FROM delete_requests WHERE cycle_id = :c"
+                               " AND group_key LIKE :k", c=report.cycle_id, k=f"{ref}/%/{only_vm}")
+    assert skipped == "owner_changed:primary_not_listed"

@@ -129,6 +129,12 @@ class MemoryProvider(ResourceProvider):
             return "termination_protection", f"{live.id} has disableApiTermination True"
         return None
 
+    def holds_instance(self, region: str, instance_id: str, ref: str) -> bool:
+        self.cloud.calls["describe"] += 1
+        live = self.cloud.resources.get(instance_id)
+        return (live is not None and live.kind is ResourceKind.INSTANCE and live.region == region
+                and live.state is not ResourceState.TERMINATED and live.tags.get(self.tag_key) == ref)
+
     def delete_resource_group(self, group: ResourceGroup, journal: Journal = NO_JOURNAL, *,
                               remembered_protection: str | None = None) -> DeleteResult:
         self._check_region(group.region)

@@ -129,6 +129,9 @@ class Deleter:
             raise GateBusy(f"delete gate of {group.provider_ref} is held")
         try:
             changed, record = self._owner_changed(cycle, group, backend, limits, decision.listed_primary)
+            if changed is None and record is not None and decision.listed_primary is not None \
+                    and not provider.holds_instance(group.region, decision.listed_primary, group.provider_ref):
+                changed = "owner_changed:primary_not_listed"  # the provider does not confirm it (rule 17)
             if changed is not None:
                 self._record(cycle.id, group, limits, skipped_reason=changed)
                 return DeleteOutcome.SKIPPED

@@ -28,9 +28,10 @@ from orphan_cleanup.core.errors import ConfigError, ProviderError
 from orphan_cleanup.core.journal import NO_JOURNAL, Journal
 from orphan_cleanup.core.listing import RegionListing, ResourceGroup, ResourceKind, ResourceState
 from orphan_cleanup.core.verdicts import DeleteResult
+from orphan_cleanup.providers.aws_calls import Ec2Calls
 from orphan_cleanup.providers.aws_delete import GroupDeletion
 from orphan_cleanup.providers.aws_errors import THROTTLING_CODES, translated
-from orphan_cleanup.providers.aws_kinds import SNAPSHOT, AwsKind
+from orphan_cleanup.providers.aws_kinds import INSTANCE, SNAPSHOT, AwsKind, tags_of
 from orphan_cleanup.providers.aws_resources import link_resources, to_resource
 from orphan_cleanup.providers.aws_snapshot import expired, listed_kinds, taken_by_us
 from orphan_cleanup.providers.base import ResourceProvider, group_resources, not_yet_is_deleting, parallel_regions
@@ -117,6 +118,17 @@ class AwsProvider(ResourceProvider):
                                  snapshot_before_delete=self.backend.settings.snapshot_before_delete,
                                  journal=journal, remembered_protection=remembered_protection)
         return not_yet_is_deleting(group, deletion.run)
+
+    def holds_instance(self, region: str, instance_id: str, ref: str) -> bool:
+        if region not in self.backend.regions:
+            return False
+        calls = Ec2Calls(self.ec2(region), region=region, ref=ref, tag_key=self.tag_key,
+                         protect_keys=self.protect_keys)
+        try:
+            item = calls.read(INSTANCE, instance_id)
+        except ProviderError:  # a malformed id, an unavailable region: cannot confirm, so no
+            return False
+        return item is not None and tags_of(item, INSTANCE).get(self.tag_key) == ref
 
     def _list_region(self, region: str) -> list[ResourceGroup]:
         ec2 = self.ec2(region)

@@ -123,6 +123,13 @@ class ResourceProvider(ABC):
         """Yield each configured region's listing as it completes."""
 
     @abstractmethod
+    def holds_instance(self, region: str, instance_id: str, ref: str) -> bool:
+        """Whether ``instance_id`` is, now, a live instance of the backend's account carrying
+        ``ref`` (read-only): what makes another VM of that ref a retry leak (SAFETY.md rule
+        17), confirmed by the provider rather than by a listing message. A read that fails
+        or an id of the wrong shape answers False (fail closed: the leak is skipped)."""
+
+    @abstractmethod
     def delete_resource_group(self, group: ResourceGroup, journal: Journal = NO_JOURNAL, *,
                               remembered_protection: str | None = None) -> DeleteResult:
         """Delete one orphan group, as described in the class docstring."""

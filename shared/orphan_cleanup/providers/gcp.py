@@ -49,6 +49,7 @@ from orphan_cleanup.providers.gcp_calls import GcpCalls, read_retry
 from orphan_cleanup.providers.gcp_delete import delete_group
 from orphan_cleanup.providers.gcp_kinds import (
     BENIGN_WARNINGS,
+    KIND_BY_RESOURCE,
     GcpKind,
     expired,
     link_key,
@@ -226,6 +227,20 @@ class GcpProvider(ResourceProvider):
                 yield RegionListing(region=entry, failure=failures[entry], throttled=entry in throttled)
             else:
                 yield RegionListing(region=entry, groups=tuple(groups[entry]))
+
+    def holds_instance(self, region: str, instance_id: str, ref: str) -> bool:
+        if not instance_id.isdigit():
+            return False
+        spec = KIND_BY_RESOURCE[ResourceKind.INSTANCE]
+        try:
+            for page in self.calls.pages(spec, f"labels.{self.tag_key} = {ref}"):
+                for scoped in page.items.values():
+                    if any(str(item.id) == instance_id and dict(item.labels).get(self.tag_key) == ref
+                           for item in scoped.instances):
+                        return True
+        except ProviderError:  # cannot confirm, so no
+            return False
+        return False
 
     # --- deletion --------------------------------------------------------------------
 
