@@ -142,8 +142,26 @@ SELECT format('GRANT UPDATE ON TABLE %I.%I TO %I', n.nspname, c.relname, :'runti
   FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
  WHERE n.nspname = :'schema' AND c.relkind IN ('r', 'p')
    AND c.relowner = (SELECT oid FROM pg_roles WHERE rolname = :'owner_role')
-   AND c.relname IN ('cleanup', 'cycles', 'cycle_groups', 'orphans', 'delete_requests', 'delete_gates',
-                     'region_listings')
+   AND c.relname IN ('cleanup', 'cycle_groups', 'orphans', 'delete_requests', 'delete_gates', 'region_listings')
+\gexec
+-- A cycle's own facts are written once, with its row: its backend, fence, mode and the
+-- snapshot of its backend (docs/SAFETY.md rule 18) are never updated; only its progress is.
+SELECT format('GRANT UPDATE (listed_at, deadline, expected_batches, applied_batches, groups_listed, open_deletes,'
+              ' planned_deletes, failures, unsettled, failed, error, tripped_regions, outcome, finished_at,'
+              ' dispatched, blocked_reason, region_groups) ON TABLE %I.%I TO %I', n.nspname, c.relname, :'runtime_role')
+  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+ WHERE n.nspname = :'schema' AND c.relkind IN ('r', 'p')
+   AND c.relowner = (SELECT oid FROM pg_roles WHERE rolname = :'owner_role')
+   AND c.relname = 'cycles'
+\gexec
+-- A journal row's id and time are the database's: the runtime inserts the other columns only.
+SELECT format('REVOKE INSERT ON TABLE %I.%I FROM %I', n.nspname, c.relname, :'runtime_role'),
+       format('GRANT INSERT (backend_id, cycle_id, scope, region, provider_ref, group_key, phase, intent_id, call,'
+              ' target, blast, outcome, error) ON TABLE %I.%I TO %I', n.nspname, c.relname, :'runtime_role')
+  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+ WHERE n.nspname = :'schema' AND c.relkind IN ('r', 'p')
+   AND c.relowner = (SELECT oid FROM pg_roles WHERE rolname = :'owner_role')
+   AND c.relname = 'provider_journal'
 \gexec
 SELECT format('GRANT DELETE ON TABLE %I.%I TO %I', n.nspname, c.relname, :'runtime_role')
   FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace

@@ -164,7 +164,8 @@ def test_the_classifier_fails_exactly_the_bad_records(stack: Stack) -> None:
     # and the cycle went on to dispatch its orphans
     assert failures(response) == {r["messageId"] for r in bad_records.values()}
     requests = [DeleteRequest.model_validate_json(b) for b in stack.receive(stack.deletes)]
-    assert sorted(r.group.primary_id or "-" for r in requests) == sorted([stack.leaked, stack.terminated.instance_id])
+    # (each once, or twice: a redelivered last batch re-publishes the requests still queued, SAFETY.md rule 20)
+    assert sorted({r.group.primary_id or "-" for r in requests}) == sorted([stack.leaked, stack.terminated.instance_id])
     assert all(r.cycle_id == cycle_id for r in requests)
     assert stack.state(stack.tracked) == "running" and stack.state(stack.foreign.instance_id) == "running"
 

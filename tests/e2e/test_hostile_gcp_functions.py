@@ -138,7 +138,8 @@ def test_the_classifier_refuses_malformed_events_and_applies_only_real_batches(f
         applied = conn.run("SELECT applied_batches FROM cycles WHERE id = :c", c=summary["cycle_id"])[0][0]
     assert applied == 1
     requests = [DeleteRequest.model_validate_json(m.data) for m in functions.pubsub.take(DELETE_TOPIC)]
-    assert [r.group.primary_id for r in requests] == [functions.leaked_id]
+    # once, or twice: the redelivered last batch re-publishes the request still queued (SAFETY.md rule 20)
+    assert {r.group.primary_id for r in requests} == {functions.leaked_id} and len(requests) <= 2
     assert functions.deletes() == 0
 
 

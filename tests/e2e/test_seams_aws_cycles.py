@@ -112,8 +112,9 @@ def test_the_deleter_works_on_the_backend_as_it_was_when_the_lease_was_taken(emp
     """Setup: backend aws-prod lists moto's account 123456789012 with one orphan VM; an in-process
     delete cycle, whose confirm callback (between classification and deletion) rewrites the row:
     account 210987654321 and a role_arn of that account (moto lets the role be assumed).
-    Shows: the deleter acts on the backend as it was when the lease was taken: the orphan in
-    123456789012 is terminated and the group's action is deleted."""
+    Shows: the deleter neither follows the edit nor deletes against the account it no longer names:
+    the request is skipped as backend_changed, the orphan in 123456789012 is still running, nothing
+    is journaled, and the cycle does not settle (the next cycle lists the row as it is now)."""
     db = emptied_db
     platform, vm = placeholder_orphan(db)
 
@@ -129,8 +130,12 @@ def test_the_deleter_works_on_the_backend_as_it_was_when_the_lease_was_taken(emp
                                                   delete_queue=InProcessQueue())
     report = run_cycle(pipeline, BACKEND, mode="delete", confirm=edit_the_row)
 
-    assert platform.instance_state(vm) in GONE
-    assert {g.primary_id: g.action for g in report.groups}[vm] == "deleted"
+    assert platform.instance_state(vm) not in GONE
+    [group] = [g for g in report.groups if g.primary_id == vm]
+    assert group.action != "deleted", group
+    assert query(db, "SELECT result->>'skipped' FROM delete_requests") == [["backend_changed"]]
+    assert query(db, "SELECT count(*) FROM provider_journal") == [[0]]
+    assert report.outcome != "clean"
 
 
 # ---- 10. one lost publish ------------------------------------------------------------------------------

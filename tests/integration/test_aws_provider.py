@@ -317,10 +317,13 @@ def test_listing_honours_a_custom_tag_key(session):
 
 
 def delete_until_done(provider: AwsProvider, group: ResourceGroup, calls: CallLog) -> list[Any]:
-    results = []
+    """Call again while ``DELETING``, with what the earlier call saw attached (as the
+    deleter does, from the ledger)."""
+    results: list[Any] = []
     for _ in range(2):
         calls.clear()
-        results.append(provider.delete_resource_group(group))
+        known = results[-1].attached if results else ()
+        results.append(provider.delete_resource_group(group, known_attached=known))
         assert_reread_before_acting(calls, group)
         if results[-1].status is not DeleteStatus.DELETING:
             break
@@ -331,20 +334,19 @@ def test_orphan_group_with_all_kinds_is_deleted_and_leaves_the_rest(session, cal
     client = ec2(EAST)
     fleet = orphan_fleet(client, REF_A, "orphan")
     untagged_vol = create_volume(client, None, attach_to=fleet["raw"], device="/dev/sdg")
-    protected_vol = create_volume(client, REF_A, attach_to=fleet["raw"], device="/dev/sdh", **{PROTECT: "yes"})
     neighbour = run_instance(client, REF_A)
     provider = make_provider(session)
     group = group_of(provider, fleet["instance"])
-    assert protected_vol in group.resource_ids() and untagged_vol not in group.resource_ids()
+    assert untagged_vol not in group.resource_ids()
 
     results = delete_until_done(provider, group, calls)
 
     assert results[-1].status is DeleteStatus.DELETED
     for kind in ("instance", "volume", "eni", "sg", "eip"):
         assert not exists(client, kind, fleet[kind]), kind
-    assert exists(client, "volume", untagged_vol) and exists(client, "volume", protected_vol)
+    assert exists(client, "volume", untagged_vol)
     assert exists(client, "instance", neighbour["InstanceId"])
-    assert [(s.id, s.reason) for s in results[-1].skipped] == [(protected_vol, "protected")]
+    assert results[-1].skipped == ()
     assert set(results[-1].deleted) >= {fleet[k] for k in ("volume", "eni", "sg", "eip")}
 
     calls.clear()
@@ -396,22 +398,40 @@ def test_dependents_changed_after_listing_survive(session, calls):
     group = group_of(provider, fleet["instance"])
     set_tags(client, fleet["volume"], **{TAG: REF_B})
     client.delete_tags(Resources=[fleet["eip"]], Tags=[{"Key": TAG}])
-    set_tags(client, fleet["sg"], **{PROTECT: "keep"})
 
     results = delete_until_done(provider, group, calls)
 
     assert results[-1].status is DeleteStatus.DELETED
     assert {(s.id, s.reason) for s in results[-1].skipped} == {
-        (fleet["volume"], "ref_changed"), (fleet["eip"], "ref_missing"), (fleet["sg"], "protected")}
-    assert not exists(client, "instance", fleet["instance"]) and not exists(client, "eni", fleet["eni"])
-    assert all(exists(client, k, fleet[k]) for k in ("volume", "eip", "sg"))
+        (fleet["volume"], "ref_changed"), (fleet["eip"], "ref_missing")}
+    assert not any(exists(client, k, fleet[k]) for k in ("instance", "eni", "sg"))
+    assert all(exists(client, k, fleet[k]) for k in ("volume", "eip"))
+
+
+@pytest.mark.parametrize("member", ["volume", "eni", "sg", "eip"])
+def test_a_protect_tag_put_on_any_member_after_listing_keeps_the_whole_group(session, calls, member):
+    # SAFETY.md rule 12, as the classifier reads a listing: the whole group, not just that member
+    client = ec2(EAST)
+    fleet = orphan_fleet(client, REF_A, "late-protect")
+    provider = make_provider(session)
+    group = group_of(provider, fleet["instance"])
+    set_tags(client, fleet[member], **{PROTECT: "keep"})
+    calls.clear()
+
+    result = provider.delete_resource_group(group)
+
+    assert result.status is DeleteStatus.SKIPPED and result.deleted == ()
+    assert (fleet[member], "protected") in [(s.id, s.reason) for s in result.skipped]
+    assert not MUTATING & set(calls.ops())
+    assert all(exists(client, k, fleet[k]) for k in ("instance", "volume", "eni", "sg", "eip"))
 
 
 def test_instance_is_kept_when_termination_would_delete_a_protected_volume(session, calls):
     client = ec2(EAST)
     inst = client.run_instances(
         ImageId=AMI, MinCount=1, MaxCount=1,
-        TagSpecifications=tags("instance", REF_A) + tags("volume", REF_A, **{PROTECT: "root"}),
+        # the root volume: protected, not a member of the group (no ref tag), deleted on termination
+        TagSpecifications=tags("instance", REF_A) + tags("volume", None, **{PROTECT: "root"}),
     )["Instances"][0]
     provider = make_provider(session)
     group = group_of(provider, inst["InstanceId"])

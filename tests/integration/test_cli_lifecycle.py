@@ -130,7 +130,7 @@ def test_an_edit_is_activity_for_the_next_scheduled_run(db):
 
 BAD_UPDATES = [
     ("a misspelt key", ["--settings", '{"margin_secnods": 60}'],
-     "unknown setting 'margin_secnods'; known: tag_key, protect_tag_key, role_arn"),
+     "unknown setting 'margin_secnods'; known: tag_key, protect_tag_key, protect_tag_keys, role_arn"),
     ("an unknown key in a replacement", ["--settings-replace", '{"teem": "x"}'], "unknown setting 'teem'"),
     ("a role that is no role ARN", ["--settings", '{"role_arn": "arn:aws:iam::123:user/bob"}'],
      "settings.role_arn: 'arn:aws:iam::123:user/bob' is not an IAM role ARN"),

@@ -51,7 +51,7 @@ C1 = ("backends", "provider_refs", "instances")
 READ_ONLY = C1 + ("ledger_activity", "schema_migrations")
 PRODUCT = ("cleanup", "cycles", "cycle_batches", "cycle_groups", "orphans", "orphan_resources", "delete_gates",
            "delete_requests", "events", "provider_journal", "region_listings")
-UPDATED = {"cleanup", "cycles", "cycle_groups", "orphans", "delete_requests", "delete_gates", "region_listings"}
+UPDATED = {"cleanup", "cycle_groups", "orphans", "delete_requests", "delete_gates", "region_listings"}
 
 
 def _psql() -> str | None:
@@ -257,12 +257,22 @@ def test_greenfield_migrate_creates_the_c1_tables_and_the_runtime_only_reads_the
             # tables, updates only those whose rows change and deletes only gates (SAFETY.md rule 19)
             assert {t: privileges(ledger.runtime, t) for t in READ_ONLY} == {t: {"SELECT"} for t in READ_ONLY}
             assert {t: privileges(ledger.runtime, t) for t in PRODUCT} == \
-                {t: {"SELECT", "INSERT"} | ({"UPDATE"} if t in UPDATED else set())
-                 | ({"DELETE"} if t == "delete_gates" else set()) for t in PRODUCT}
+                {t: {"SELECT"} | ({"INSERT"} if t != "provider_journal" else set())  # the journal: by column
+                 | ({"UPDATE"} if t in UPDATED else set()) | ({"DELETE"} if t == "delete_gates" else set())
+                 for t in PRODUCT}
             # and the platform writes the C1 tables the owner role owns, and the activity log (its triggers)
             assert {t: privileges(ledger.platform, t) for t in C1} == \
                 {t: {"SELECT", "INSERT", "UPDATE", "DELETE"} for t in C1}
             assert privileges(ledger.platform, "ledger_activity") == {"INSERT"}
+            # of a cycle, only its progress changes: never its backend, fence, mode or snapshot (rule 18)
+            def column(table: str, name: str, privilege: str) -> bool:
+                return conn.run("SELECT has_column_privilege(:r, :t, :c, :p)", r=ledger.runtime, t=table, c=name,
+                                p=privilege)[0][0]
+
+            assert column("cycles", "outcome", "UPDATE") and column("cycles", "open_deletes", "UPDATE")
+            assert not any(column("cycles", c, "UPDATE") for c in ("backend_snapshot", "backend_id", "fence", "mode"))
+            # and a journal row's id and time are the database's
+            assert column("provider_journal", "target", "INSERT") and not column("provider_journal", "at", "INSERT")
         # a platform write fires the activity triggers under the platform's role
         add_backend(ledger.db(ledger.platform))
         Platform(ledger.db(ledger.platform), MemoryCloud()).tracked()

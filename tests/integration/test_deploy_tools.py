@@ -195,11 +195,16 @@ def test_aws_cloudformation_deploy_of_the_target_account_roles_against_moto(tmp_
     assert all(set(d["Action"]) == checks.DELETE_ACTIONS for d in denies)
     allows = {s["Sid"]: s for s in delete["Statement"] if s["Effect"] == "Allow"}
     assert set(allows) == {"DeleteOnlyRefTaggedResources", "SnapshotOnlyRefTaggedVolumes", "SnapshotsCarryTheRef",
-                           "TagSnapshotsAsTheyAreCreated"}
+                           "TagSnapshotsAsTheyAreCreated", "DeleteOnlySnapshotsTheDeleterTook"}
+    # ec2:DeleteSnapshot only on a snapshot with the deleter's source tag (SAFETY.md rule 15)
+    assert allows["DeleteOnlySnapshotsTheDeleterTook"]["Action"] == "ec2:DeleteSnapshot"
+    assert allows["DeleteOnlySnapshotsTheDeleterTook"]["Condition"] == {
+        "StringLike": {"aws:ResourceTag/provider_ref": "????????????"},
+        "Null": {"aws:ResourceTag/orphan-cleanup-source": "false"}}
     allow = allows["DeleteOnlyRefTaggedResources"]
+    assert not any(r.endswith(":snapshot/*") for r in allow["Resource"])
     assert allow["Condition"] == {"StringLike": {"aws:ResourceTag/provider_ref": "????????????"}}
-    assert all(r.startswith("arn:aws:ec2:*:123456789012:") or r == "arn:aws:ec2:*::snapshot/*"
-               for r in allow["Resource"])
+    assert all(r.startswith("arn:aws:ec2:*:123456789012:") for r in allow["Resource"])
     assert allows["TagSnapshotsAsTheyAreCreated"]["Condition"] == {
         "StringEquals": {"ec2:CreateAction": "CreateSnapshot"},
         "StringLike": {"aws:RequestTag/provider_ref": "????????????"}}

@@ -51,8 +51,9 @@ def test_orphan_group_is_deleted_over_two_calls(gcp: FakeCompute) -> None:
     assert first.deleted == (made["vm"]["id"],)
     assert set(first.pending) == {made[k]["id"] for k in made}
     assert gcp.get("disks", ZONE, "vm-data") is not None
-    # second call finds it gone and deletes the disks and the address
-    second = p.delete_resource_group(group)
+    # second call finds it gone and deletes the disks and the address the first saw attached
+    assert set(first.attached) == {made[k]["id"] for k in made if k != "vm"}
+    second = p.delete_resource_group(group, known_attached=first.attached)
     assert second.status is DeleteStatus.DELETED and second.pending == ()
     assert set(second.deleted) == {made[k]["id"] for k in made}
     assert gcp.names("instances") == gcp.names("disks") == gcp.names("addresses") == set()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from orphan_cleanup.core.errors import DatabaseError
 from orphan_cleanup.core.settings import Settings
 from orphan_cleanup.cycle.runner import run_cycle
 from orphan_cleanup.entrypoints import bootstrap
@@ -22,9 +23,9 @@ pytestmark = pytest.mark.skipif(PSQL is None, reason="roles.sql runs with psql: 
 # A terminate's two journal rows (migration 0011's append-only table): its intent, then its result,
 # which names the intent's id.
 JOURNAL_ROWS = [f"INSERT INTO provider_journal (backend_id, cycle_id, scope, region, provider_ref, group_key, phase,"
-                f" intent_id, call, target, blast, outcome, error, at) VALUES ('mem', :c, 'aws:123456789012', 'r1',"
+                f" intent_id, call, target, blast, outcome, error) VALUES ('mem', :c, 'aws:123456789012', 'r1',"
                 f" :ref, :k, '{phase}', CAST(:i AS bigint), 'ec2:TerminateInstances', :vm, '[]'::jsonb, {outcome},"
-                f" NULL, now()) RETURNING id"
+                f" NULL) RETURNING id"
                 for phase, outcome in (("intent", "NULL"), ("result", "'ok'"))]
 
 
@@ -65,5 +66,46 @@ def test_the_runtime_role_cannot_rewrite_or_erase_the_audit_trail(pg_server):
             assert conn.run("SELECT count(*) FROM cycles WHERE id = :c", c=report.cycle_id) == [[1]]
             assert conn.run("SELECT count(*) FROM events WHERE message = 'rewritten'") == [[0]]
             assert conn.run("SELECT count(*) FROM provider_journal") == [[2]]
+    finally:
+        _drop(ledger)
+
+
+def test_the_runtime_role_cannot_rewrite_a_cycles_snapshot_nor_forge_a_journal_result(pg_server):
+    """Setup: roles.sql, migrate, roles.sql; a cycle row and a journal intent written by the
+    owner. Shows: as the runtime role, the cycle's backend snapshot, backend, fence and mode
+    cannot be updated (SAFETY.md rule 18: its progress columns can); a journal result row
+    must end an existing intent and takes its call, target and time from the database, not
+    from the writer (rule 19)."""
+    ledger = _new_ledger(pg_server)
+    try:
+        ok(ledger.roles_sql(platform_role=ledger.platform))
+        migrate(ledger.db(ledger.owner))
+        ok(ledger.roles_sql(platform_role=ledger.platform))
+        add_backend(ledger.db(ledger.owner))
+        with ledger.db(ledger.owner).connection() as conn:
+            conn.run("INSERT INTO cleanup (backend_id, fence) VALUES ('mem', 1) ON CONFLICT DO NOTHING")
+            conn.run("INSERT INTO cycles (id, backend_id, fence, mode, started_at, deadline, backend_snapshot)"
+                     " VALUES ('c1', 'mem', 1, 'report', now(), now() + interval '1 hour',"
+                     " '{\"id\": \"mem\", \"account\": \"123456789012\", \"settings\": {}}')")
+            [[intent]] = conn.run("INSERT INTO provider_journal (backend_id, scope, phase, call, target)"
+                                  " VALUES ('mem', 'aws:1', 'intent', 'ec2:TerminateInstances', 'i-1') RETURNING id")
+        runtime = ledger.db(ledger.runtime)
+        for sql in ("UPDATE cycles SET backend_snapshot = '{}' WHERE id = 'c1'",
+                    "UPDATE cycles SET mode = 'delete' WHERE id = 'c1'",
+                    "UPDATE cycles SET fence = 2 WHERE id = 'c1'",
+                    "UPDATE cycles SET backend_id = 'other' WHERE id = 'c1'",
+                    "INSERT INTO provider_journal (backend_id, scope, phase, call, target, at)"
+                    " VALUES ('mem', 'aws:1', 'intent', 'x', 'y', now() - interval '30 days')"):
+            denied(runtime, sql)
+        with runtime.transaction() as conn:
+            conn.run("UPDATE cycles SET open_deletes = 0 WHERE id = 'c1'")  # progress: allowed
+            conn.run("INSERT INTO provider_journal (backend_id, scope, phase, intent_id, call, target, outcome)"
+                     " VALUES ('x', 'x', 'result', :i, 'ec2:DeleteVolume', 'vol-forged', 'ok')", i=intent)
+            [[call, target, backend]] = conn.run("SELECT call, target, backend_id FROM provider_journal"
+                                                 " WHERE phase = 'result'")
+        assert (call, target, backend) == ("ec2:TerminateInstances", "i-1", "mem")  # the intent's, not the writer's
+        with pytest.raises(DatabaseError), runtime.transaction() as conn:  # no intent, no result
+            conn.run("INSERT INTO provider_journal (backend_id, scope, phase, intent_id, call, target, outcome)"
+                     " VALUES ('mem', 'aws:1', 'result', 424242, 'ec2:TerminateInstances', 'i-9', 'ok')")
     finally:
         _drop(ledger)

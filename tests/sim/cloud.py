@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
@@ -193,7 +193,8 @@ class SimProvider(MemoryProvider):
     # ---- deletion ------------------------------------------------------------
 
     def delete_resource_group(self, group: ResourceGroup, journal: Journal = NO_JOURNAL, *,
-                              remembered_protection: str | None = None) -> DeleteResult:
+                              remembered_protection: str | None = None,
+                              known_attached: Iterable[str] = ()) -> DeleteResult:
         sim = self.sim
         sim.checker.provider_call(self.backend, self.sim_cloud, f"delete {group.key}")
         sim.checker.delete_attempt(sim._cycle(), self.backend.id, self.sim_cloud, group)
@@ -209,7 +210,8 @@ class SimProvider(MemoryProvider):
             sim.concurrent_work(group)
             before = self.sim_cloud.snapshot()
             try:
-                result = super().delete_resource_group(group, journal, remembered_protection=remembered_protection)
+                result = super().delete_resource_group(group, journal, remembered_protection=remembered_protection,
+                                                       known_attached=known_attached)
             finally:
                 after = self.sim_cloud.resources
                 sim.provider_touched(group, [rid for rid, (state, _tags) in before.items()

@@ -16,7 +16,7 @@ from __future__ import annotations
 import itertools
 import threading
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Literal
@@ -136,11 +136,14 @@ class MemoryProvider(ResourceProvider):
                 and live.state is not ResourceState.TERMINATED and live.tags.get(self.tag_key) == ref)
 
     def delete_resource_group(self, group: ResourceGroup, journal: Journal = NO_JOURNAL, *,
-                              remembered_protection: str | None = None) -> DeleteResult:
+                              remembered_protection: str | None = None,
+                              known_attached: Iterable[str] = ()) -> DeleteResult:
         self._check_region(group.region)
         skipped: list[SkippedResource] = []
         deleted: list[str] = []
         pending: list[str] = []
+        attached = set(known_attached) & set(group.resource_ids())
+        unverified = "not_attached"
         with self.cloud._lock:
             primary = group.primary
             if primary is not None:
@@ -152,7 +155,15 @@ class MemoryProvider(ResourceProvider):
                     and live.state is ResourceState.ACTIVE else None
                 if protection is not None:
                     return _protected(group, *protection)
-                if live is not None:
+                if live is None:
+                    unverified = "primary_gone"
+                else:  # the dependents the instance uses now (rule 15), and none of them protected (rule 12)
+                    rereads = [(r, *self._reread(r, group.provider_ref)) for r in group.resources if r.id != primary.id]
+                    attached |= {r.id for r, dep, _ in rereads if dep is not None and dep.attached_to == live.id}
+                    if any(w == "protected" for _, _, w in rereads):
+                        return DeleteResult(status=DeleteStatus.SKIPPED, skipped=tuple(
+                            SkippedResource(kind=r.kind, id=r.id, reason=w or "group_protected")
+                            for r, _, w in [(primary, live, None), *rereads]))
                     if live.state is ResourceState.ACTIVE:
                         with journaled(journal, "memory:terminate", live.id, region=group.region):
                             self.cloud.calls["terminate"] += 1
@@ -160,7 +171,8 @@ class MemoryProvider(ResourceProvider):
                             live.terminating_reads = self.cloud.terminate_lag
                     if live.terminating_reads > 0:
                         live.terminating_reads -= 1
-                        return DeleteResult(status=DeleteStatus.DELETING, pending=(primary.id,))
+                        return DeleteResult(status=DeleteStatus.DELETING, pending=(primary.id,),
+                                            attached=tuple(sorted(attached)))
                     live.state = ResourceState.TERMINATED
                     self.cloud.deleted.append(live.id)
                     for dep in self.cloud.resources.values():
@@ -174,6 +186,8 @@ class MemoryProvider(ResourceProvider):
                         skipped.append(SkippedResource(kind=res.kind, id=res.id, reason=why))
                     elif live is None:
                         deleted.append(res.id)
+                    elif primary is not None and res.id not in attached:  # not verified: the next listing regroups it
+                        skipped.append(SkippedResource(kind=res.kind, id=res.id, reason=unverified))
                     elif live.attached_to and self.cloud.exists(live.attached_to):
                         pending.append(res.id)
                     else:
@@ -182,8 +196,14 @@ class MemoryProvider(ResourceProvider):
                             live.state = ResourceState.TERMINATED
                             self.cloud.deleted.append(live.id)
                         deleted.append(res.id)
-        status = DeleteStatus.DELETING if pending else DeleteStatus.DELETED
-        return DeleteResult(status=status, deleted=tuple(deleted), skipped=tuple(skipped), pending=tuple(pending))
+        if pending:
+            status = DeleteStatus.DELETING
+        elif any(s.reason == unverified for s in skipped):
+            status = DeleteStatus.SKIPPED if unverified == "primary_gone" else DeleteStatus.DELETING
+        else:
+            status = DeleteStatus.DELETED
+        return DeleteResult(status=status, deleted=tuple(deleted), skipped=tuple(skipped), pending=tuple(pending),
+                            attached=tuple(sorted(attached)))
 
 
 def _protected(group: ResourceGroup, reason: str, detail: str) -> DeleteResult:

@@ -34,9 +34,14 @@ def group(*members: Resource, primary: str | None = PID) -> ResourceGroup:
 
 
 def instance_reply(state: str, iid: str = PID, tags: list[dict[str, str]] = TAGS) -> dict[str, Any]:
+    """The instance as EC2 describes it; ``PID`` uses ``VOL`` (kept on termination) and ``SG``."""
     code = {"running": 16, "shutting-down": 32, "terminated": 48, "stopped": 80}[state]
+    uses: dict[str, Any] = {"BlockDeviceMappings": [], "NetworkInterfaces": []}
+    if iid == PID and state != "terminated":
+        uses |= {"BlockDeviceMappings": [{"DeviceName": "/dev/sdf", "Ebs": {"VolumeId": VOL, "DeleteOnTermination": False}}],
+                 "SecurityGroups": [{"GroupId": SG, "GroupName": "g"}]}
     return {"Reservations": [{"Instances": [{"InstanceId": iid, "State": {"Name": state, "Code": code},
-                                              "Tags": tags, "BlockDeviceMappings": [], "NetworkInterfaces": []}]}]}
+                                              "Tags": tags} | uses]}]}
 
 
 def expect_instance(stub: Stubber, state: str, iid: str = PID) -> None:
@@ -46,6 +51,15 @@ def expect_instance(stub: Stubber, state: str, iid: str = PID) -> None:
 def expect_attribute(stub: Stubber, value: Any, iid: str = PID) -> None:
     stub.add_response("describe_instance_attribute", {"InstanceId": iid, "DisableApiTermination": {"Value": value}},
                       {"InstanceId": iid, "Attribute": "disableApiTermination"})
+
+
+def expect_members(stub: Stubber, vol_tags: list[dict[str, str]] = TAGS) -> None:
+    """The re-read of ``FULL``'s dependents before the terminate (a protect tag on any one
+    protects the group)."""
+    stub.add_response("describe_volumes", {"Volumes": [{"VolumeId": VOL, "State": "in-use", "Tags": vol_tags}]},
+                      {"Filters": [{"Name": "volume-id", "Values": [VOL]}]})
+    stub.add_response("describe_security_groups", {"SecurityGroups": [{"GroupId": SG, "Tags": TAGS}]},
+                      {"Filters": [{"Name": "group-id", "Values": [SG]}]})
 
 
 def delete(client: Any, g: ResourceGroup):
@@ -59,6 +73,7 @@ def test_shutting_down_after_terminate_is_deleting_and_leaves_dependents_for_lat
     client, stub = ec2
     expect_instance(stub, "running")
     expect_attribute(stub, False)
+    expect_members(stub)
     stub.add_response("terminate_instances", {}, {"InstanceIds": [PID]})
     expect_instance(stub, "shutting-down")
 
@@ -82,6 +97,7 @@ def test_termination_that_does_not_take_is_an_error(ec2):
     client, stub = ec2
     expect_instance(stub, "running")
     expect_attribute(stub, False)
+    expect_members(stub)
     stub.add_response("terminate_instances", {}, {"InstanceIds": [PID]})
     expect_instance(stub, "running")
 
@@ -93,6 +109,7 @@ def test_terminated_owner_lets_dependents_go_in_the_same_call_and_in_use_is_pend
     client, stub = ec2
     expect_instance(stub, "running")
     expect_attribute(stub, False)
+    expect_members(stub)
     stub.add_response("terminate_instances", {}, {"InstanceIds": [PID]})
     expect_instance(stub, "terminated")
     stub.add_response("describe_volumes", {"Volumes": [{"VolumeId": VOL, "State": "in-use", "Tags": TAGS,
@@ -187,6 +204,7 @@ def test_operation_not_permitted_on_terminate_is_protection_not_failure(ec2):
     client, stub = ec2
     expect_instance(stub, "running")
     expect_attribute(stub, False)  # raced: protected after the attribute read
+    expect_members(stub)
     stub.add_client_error("terminate_instances", "OperationNotPermitted", "may not be terminated",
                           expected_params={"InstanceIds": [PID]})
 
@@ -200,6 +218,7 @@ def test_an_attribute_read_denied_falls_back_to_the_terminate_refusal(ec2):
     client, stub = ec2
     expect_instance(stub, "running")
     stub.add_client_error("describe_instance_attribute", "UnauthorizedOperation", "not authorized")
+    expect_members(stub)
     stub.add_client_error("terminate_instances", "OperationNotPermitted", "may not be terminated")
 
     result = delete(client, FULL)
@@ -228,3 +247,66 @@ def test_an_attribute_reply_that_does_not_say_false_is_protection(ec2, reply):
     result = delete(client, FULL)
 
     assert result.status is DeleteStatus.PROTECTED and result.protection == "termination_protection"
+
+
+# ---- SAFETY.md rules 12 and 15: what goes with the instance is what the re-read shows ----
+
+def test_a_protect_tag_on_any_member_keeps_the_whole_group_and_nothing_is_terminated(ec2):
+    client, stub = ec2
+    expect_instance(stub, "running")
+    expect_attribute(stub, False)
+    # the data volume (kept on termination) got the protect tag since the listing
+    expect_members(stub, vol_tags=[*TAGS, {"Key": "orphan-cleanup-protect", "Value": "yes"}])
+    # no terminate_instances answer: a call would fail the test
+
+    result = delete(client, FULL)
+
+    assert result.status is DeleteStatus.SKIPPED and result.deleted == ()
+    assert {(s.id, s.reason) for s in result.skipped} == {(VOL, "protected"), (PID, "group_protected"),
+                                                          (SG, "owner_skipped")}
+
+
+def test_a_member_the_instance_does_not_use_is_left_for_the_next_listing(ec2):
+    client, stub = ec2
+    loose = "vol-0fedcba9876543210"
+    g = group(*FULL.resources, res(ResourceKind.VOLUME, loose))
+    expect_instance(stub, "running")
+    expect_attribute(stub, False)
+    stub.add_response("describe_volumes", {"Volumes": [{"VolumeId": VOL, "State": "in-use", "Tags": TAGS},
+                                                       {"VolumeId": loose, "State": "available", "Tags": TAGS}]},
+                      {"Filters": [{"Name": "volume-id", "Values": sorted([VOL, loose])}]})
+    stub.add_response("describe_security_groups", {"SecurityGroups": [{"GroupId": SG, "Tags": TAGS}]},
+                      {"Filters": [{"Name": "group-id", "Values": [SG]}]})
+    stub.add_response("terminate_instances", {}, {"InstanceIds": [PID]})
+    expect_instance(stub, "terminated")
+    for vid in (VOL, loose):  # each volume re-read by id; only the attached one deleted
+        stub.add_response("describe_volumes", {"Volumes": [{"VolumeId": vid, "State": "available", "Tags": TAGS}]},
+                          {"VolumeIds": [vid]})
+        if vid == VOL:
+            stub.add_response("delete_volume", {}, {"VolumeId": VOL})
+    stub.add_response("describe_security_groups", {"SecurityGroups": [{"GroupId": SG, "Tags": TAGS}]},
+                      {"GroupIds": [SG]})
+    stub.add_response("delete_security_group", {}, {"GroupId": SG})
+
+    result = delete(client, g)
+
+    assert set(result.deleted) == {PID, VOL, SG} and set(result.attached) == {VOL, SG}
+    assert [(s.id, s.reason) for s in result.skipped] == [(loose, "not_attached")]
+    assert result.status is DeleteStatus.DELETING  # not done: the loose volume is regrouped next time
+
+
+def test_a_primary_gone_before_the_call_lets_only_what_an_earlier_call_saw_attached_go(ec2):
+    client, stub = ec2
+    stub.add_client_error("describe_instances", "InvalidInstanceID.NotFound", expected_params={"InstanceIds": [PID]})
+    stub.add_response("describe_volumes", {"Volumes": [{"VolumeId": VOL, "State": "available", "Tags": TAGS}]},
+                      {"VolumeIds": [VOL]})
+    stub.add_response("delete_volume", {}, {"VolumeId": VOL})
+    stub.add_response("describe_security_groups", {"SecurityGroups": [{"GroupId": SG, "Tags": TAGS}]},
+                      {"GroupIds": [SG]})  # exists, never confirmed attached: not deleted
+
+    result = GroupDeletion(client, FULL, tag_key="provider_ref", protect_key="orphan-cleanup-protect",
+                           known_attached=[VOL]).run()
+
+    assert set(result.deleted) == {PID, VOL}
+    assert [(s.id, s.reason) for s in result.skipped] == [(SG, "primary_gone")]
+    assert result.status is DeleteStatus.SKIPPED

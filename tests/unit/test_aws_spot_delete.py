@@ -54,6 +54,14 @@ def expect_request(stub: Stubber, **fields: Any) -> None:
                       {"SpotInstanceRequestIds": [SIR]})
 
 
+def expect_member_read(stub: Stubber, tags: list[dict[str, str]] = TAGS) -> None:
+    """The re-read of the group's members before the terminate (a protect tag on any one
+    protects the group)."""
+    stub.add_response("describe_spot_instance_requests",
+                      {"SpotInstanceRequests": [{"SpotInstanceRequestId": SIR, "Tags": tags}]},
+                      {"Filters": [{"Name": "spot-instance-request-id", "Values": [SIR]}]})
+
+
 def expect_cancel(stub: Stubber) -> None:
     stub.add_response("cancel_spot_instance_requests", {"CancelledSpotInstanceRequests": [
         {"SpotInstanceRequestId": SIR, "State": "cancelled"}]}, {"SpotInstanceRequestIds": [SIR]})
@@ -67,6 +75,7 @@ def expect_terminate(stub: Stubber) -> None:
 def spot_owner_read(stub: Stubber, **request: Any) -> None:
     expect_spot_instance(stub)
     expect_attribute(stub)
+    expect_member_read(stub, request.get("Tags", TAGS))
     expect_request(stub, **request)
 
 
@@ -102,6 +111,7 @@ def test_a_request_ec2_no_longer_knows_is_gone(ec2):
     client, stub = ec2
     expect_spot_instance(stub)
     expect_attribute(stub)
+    expect_member_read(stub)
     stub.add_client_error("describe_spot_instance_requests", "InvalidSpotInstanceRequestID.NotFound",
                           expected_params={"SpotInstanceRequestIds": [SIR]})
     expect_terminate(stub)
@@ -128,6 +138,7 @@ def test_a_spot_instance_whose_request_cannot_be_named_is_not_terminated(ec2, in
     client, stub = ec2
     expect_spot_instance(stub, **instance_fields)
     expect_attribute(stub)
+    expect_member_read(stub)
 
     with pytest.raises(ProviderError, match="cannot tell whether a request would replace it"):
         delete(client)
@@ -142,6 +153,7 @@ def test_a_request_reply_that_is_not_that_request_stops_the_group(ec2, reply):
     client, stub = ec2
     expect_spot_instance(stub)
     expect_attribute(stub)
+    expect_member_read(stub)
     stub.add_response("describe_spot_instance_requests", reply, {"SpotInstanceRequestIds": [SIR]})
 
     with pytest.raises(ProviderError, match="describe_spot_instance_requests"):
@@ -168,18 +180,23 @@ def test_a_cancel_that_does_not_take_leaves_the_instance_running(ec2):
         delete(client)
 
 
-@pytest.mark.parametrize("tags, reason", [
-    ([*TAGS, {"Key": "orphan-cleanup-protect", "Value": ""}], "protected"),
-    ([{"Key": "provider_ref", "Value": "bbbbbbbbbbbb"}], "ref_changed"),
+@pytest.mark.parametrize("tags, reason, why", [
+    # a protect tag on the request protects the group as on any member: found by the members' re-read
+    ([*TAGS, {"Key": "orphan-cleanup-protect", "Value": ""}], "protected", "group_protected"),
+    ([{"Key": "provider_ref", "Value": "bbbbbbbbbbbb"}], "ref_changed", "spot_request_ref_changed"),
 ])
-def test_a_persistent_request_not_ours_to_cancel_keeps_the_group(ec2, tags, reason):
+def test_a_persistent_request_not_ours_to_cancel_keeps_the_group(ec2, tags, reason, why):
     client, stub = ec2
-    spot_owner_read(stub, Tags=tags)
+    expect_spot_instance(stub)
+    expect_attribute(stub)
+    expect_member_read(stub, tags)
+    if reason != "protected":
+        expect_request(stub, Tags=tags)
 
     result = delete(client)
 
     assert result.status is DeleteStatus.SKIPPED and result.deleted == () and result.cancelled_requests == ()
-    assert (PID, f"spot_request_{reason}") in [(s.id, s.reason) for s in result.skipped]
+    assert (PID, why) in [(s.id, s.reason) for s in result.skipped]
     assert (SIR, reason) in [(s.id, s.reason) for s in result.skipped]
 
 

@@ -26,7 +26,8 @@ US = timedelta(microseconds=1)
 # The listing these groups come from shows REF's recorded primaries i-1 and i-3 as valid
 # instances (what makes another VM of a live owner a retry leak: SAFETY.md rule 17).
 CTX = ClassifyContext(backend_id=BACKEND, scope=SCOPE, listed_at=LISTED, margin=MARGIN, protect_key=PROTECT,
-                      stuck_after=timedelta(hours=1), listed=ListedInstances(known=[(REF, "i-1"), (REF, "i-3")]))
+                      stuck_after=timedelta(hours=1),
+                      listed=ListedInstances(known=[(REF, "us-east-1", "i-1"), (REF, "us-east-1", "i-3")]))
 
 O, T, S, I, P = (VerdictKind.ORPHAN, VerdictKind.TRACKED, VerdictKind.SKIPPED, VerdictKind.IGNORED,
                  VerdictKind.PROTECTED)
@@ -266,3 +267,10 @@ def test_the_recorded_primary_counts_only_when_the_listing_shows_it_as_an_instan
     # and with no listing known at all (the deleter without its cycle's record)
     bare = ClassifyContext(backend_id=BACKEND, scope=SCOPE, listed_at=LISTED, margin=MARGIN, protect_key=PROTECT)
     assert classify(G2, live(), bare).reason == "primary_not_listed"
+
+
+def test_the_recorded_primary_counts_only_in_the_leaks_region():
+    # the owner's VM i-1 is listed, but in another region than the leaked VM i-2
+    ctx = ClassifyContext(backend_id=BACKEND, scope=SCOPE, listed_at=LISTED, margin=MARGIN, protect_key=PROTECT,
+                          listed=ListedInstances([group(REF, "i-1", region="eu-west-1", created_at=OLD), G2]))
+    assert classify(G2, live(), ctx).reason == "primary_not_listed"

@@ -38,7 +38,8 @@ NOW = datetime(2030, 1, 1, tzinfo=timezone.utc)
 OLD = NOW - timedelta(days=2)
 # The listing shows the live owner's recorded VM i-tracked (a retry leak is judged beside it).
 CTX = ClassifyContext(backend_id="aws-prod", scope="aws:123456789012", listed_at=NOW, margin=timedelta(minutes=5),
-                      protect_key="orphan-cleanup-protect", listed=ListedInstances(known=[(REF, "i-tracked")]))
+                      protect_key="orphan-cleanup-protect",
+                      listed=ListedInstances(known=[(REF, "us-east-1", "i-tracked")]))
 
 JSON = st.recursive(
     st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False, allow_infinity=False),
@@ -187,7 +188,7 @@ def test_a_batch_of_a_malformed_group_dispatches_nothing(shape: str) -> None:
 
     payload = build_payload(batch, records, CTX, mode="delete", record_all=False)
 
-    assert payload.orphans == () and payload.orphan_resources == ()
+    assert payload.orphans == ()
 
 
 def test_a_batch_with_a_group_key_twice_is_refused() -> None:

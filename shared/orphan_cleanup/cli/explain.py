@@ -134,6 +134,8 @@ def reread(g: ExplainedGroup, d: DeleteRow) -> str:
         return "its region timed out or was unavailable earlier in the cycle: not tried"
     if skipped_reason == "backend_off":
         return "the backend was switched off after the cycle started: not tried"
+    if skipped_reason == "backend_changed":
+        return "the backend's account, roles or key changed after the cycle started: not tried"
     if error:
         return f"delete failed: {error}"
     if not result:

@@ -203,6 +203,16 @@ class Backend(BaseModel):
 
 # ---- a cycle's view of its backend (SAFETY.md rules 16 and 18) -------------------------
 
+def deletes_reach(backend: Backend) -> tuple[Any, ...]:
+    """Where a backend's deletes go: its provider account, the roles and external id it
+    assumes, and its service-account key (by digest). A cycle deletes only while its
+    snapshot and the row agree on these (SAFETY.md rule 18)."""
+    s = backend.settings
+    key = s.credentials_json
+    digest = hashlib.sha256(key.encode()).hexdigest() if key else (s.model_extra or {}).get(CREDENTIALS_DIGEST)
+    return backend.provider, backend.scope_account, s.role_arn, s.delete_role_arn, s.external_id, digest
+
+
 def account_view(backend: Backend, account_settings: Iterable[Any]) -> Backend:
     """``backend`` with the protect and controller keys of every backend of its account
     (``account_settings``: their raw ``settings`` values, this backend's included): a
@@ -215,10 +225,11 @@ def account_view(backend: Backend, account_settings: Iterable[Any]) -> Backend:
     controllers = list(s.controller_tag_keys)
     for raw in account_settings:
         raw = raw if isinstance(raw, dict) else {}
-        for key in (raw.get("protect_tag_key", DEFAULT_PROTECT_KEY), *_strings(raw.get("protect_tag_keys"))):
-            if isinstance(key, str):
-                protect.add(key)
-        controllers += _strings(raw.get("controller_tag_keys", DEFAULT_CONTROLLER_TAG_KEYS))
+        own = raw.get("protect_tag_key")
+        protect.add(own if isinstance(own, str) and own else DEFAULT_PROTECT_KEY)
+        protect.update(_strings(raw.get("protect_tag_keys")))
+        listed = raw.get("controller_tag_keys")
+        controllers += _strings(listed) if isinstance(listed, (list, tuple)) else list(DEFAULT_CONTROLLER_TAG_KEYS)
 
     def usable(key: str) -> bool:
         return key != s.tag_key and backend_rules.tag_key_problem(backend.provider, key) is None
@@ -250,12 +261,15 @@ def cycle_snapshot(backend: Backend) -> dict[str, Any]:
 
 def from_snapshot(doc: dict[str, Any], row_credentials_json: str | None) -> Backend:
     """A cycle's backend from its snapshot; the credentials key is the row's only when
-    it is the one the lease was taken with (else none: the cycle's identity check fails,
-    and nothing is listed or deleted with credentials the cycle did not start with)."""
+    it is the one the lease was taken with. Otherwise the digest stays in the settings
+    and no key is there: the GCP adapter then refuses to fall back on the function's
+    own credentials (``providers.gcp``), and the deleter refuses the cycle's deletes
+    (``deletes_reach`` differs from the row's)."""
     settings = dict(doc.get("settings") or {})
-    digest = settings.pop(CREDENTIALS_DIGEST, None)
+    digest = settings.get(CREDENTIALS_DIGEST)
     if digest is not None and row_credentials_json is not None \
             and hashlib.sha256(row_credentials_json.encode()).hexdigest() == digest:
+        del settings[CREDENTIALS_DIGEST]
         settings["credentials_json"] = row_credentials_json
     try:
         return Backend.model_validate({**doc, "settings": settings})

@@ -46,19 +46,20 @@ class ListedInstances:
     Indexed on first use: most batches never ask."""
 
     def __init__(self, groups: Iterable[ResourceGroup] = (), tag_key: str = DEFAULT_TAG_KEY,
-                 known: Iterable[tuple[str, str]] = ()) -> None:
+                 known: Iterable[tuple[str, str, str]] = ()) -> None:
         self._groups, self._tag_key = groups, tag_key
-        self._index: set[tuple[str, str]] | None = None
+        self._index: set[tuple[str, str, str]] | None = None
         self._known = set(known)
 
-    def has(self, ref: str, primary_id: str) -> bool:
+    def has(self, ref: str, region: str, primary_id: str) -> bool:
+        """Whether ``primary_id`` is listed as a valid instance of ``ref`` in ``region``."""
         if self._index is None:
             self._index = self._known | {
-                (g.provider_ref, g.primary_id) for g in self._groups
+                (g.provider_ref, g.region, g.primary_id) for g in self._groups
                 if g.primary_id is not None and not g.malformed_ref and (p := g.primary) is not None
                 and p.kind is ResourceKind.INSTANCE and p.tags.get(self._tag_key) == g.provider_ref
                 and p.state is not ResourceState.TERMINATED}
-        return (ref, primary_id) in self._index
+        return (ref, region, primary_id) in self._index
 
 
 @dataclass(frozen=True)
@@ -149,7 +150,8 @@ def _classify_live(group: ResourceGroup, record: Record, ctx: ClassifyContext) -
         return _v(VerdictKind.PROTECTED, "unattached_of_live_owner")
     if record.primary_id == group.primary_id:
         return _TRACKED
-    if same_account and (ctx.listed is None or not ctx.listed.has(group.provider_ref, record.primary_id)):
+    if same_account and (ctx.listed is None
+                         or not ctx.listed.has(group.provider_ref, group.region, record.primary_id)):
         # A mangled id, a name instead of an id, a primary in a region this listing does
         # not cover: this VM may be the owner's only one (SAFETY.md rule 17).
         return _v(VerdictKind.SKIPPED, "primary_not_listed",

@@ -68,7 +68,6 @@ class BatchApplication:
     skipped: bool  # a group was skipped: the cycle cannot be clean
     rows: tuple[GroupRow, ...] = ()
     orphans: tuple[OrphanRow, ...] = ()
-    orphan_resources: tuple[tuple[str, str], ...] = ()  # (provider_ref, resource_id)
     events: tuple[ReportEvent, ...] = ()
     to_report: tuple[GroupRow, ...] = ()
     errors: tuple[tuple[str, GroupRow], ...] = ()

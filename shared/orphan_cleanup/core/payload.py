@@ -25,7 +25,6 @@ def build_payload(batch: ListingBatch, records: Mapping[str, Record], ctx: class
     (building its row was most of this function's time; see bench/classifier.py)."""
     rows: list[GroupRow] = []
     orphans: list[OrphanRow] = []
-    orphan_res: list[tuple[str, str]] = []
     events: list[ReportEvent] = []
     to_report: list[GroupRow] = []
     errors: list[tuple[str, GroupRow]] = []
@@ -57,15 +56,16 @@ def build_payload(batch: ListingBatch, records: Mapping[str, Record], ctx: class
         if kind in (VerdictKind.ORPHAN, VerdictKind.PROTECTED):
             orphans.append(OrphanRow(row=row, state="open" if kind is VerdictKind.ORPHAN else "protected",
                                      reported=action is Action.REPORTED))
-        if kind is VerdictKind.ORPHAN:
-            orphan_res.extend((group.provider_ref, r.id) for r in group.resources)
+        # ``orphan_resources`` are not written from a listing (a message anyone who may write
+        # to the queue could forge): only the deleter's re-read confirms which resources were
+        # attached to an orphan VM (``DeleteResult.attached``, SAFETY.md rule 15).
         if action is Action.REPORTED:
             to_report.append(row)
             events.append(ReportEvent(row=row, message=f"{kind.value} resource group {group.key}: {verdict.reason}"))
     return BatchApplication(
         cycle_id=batch.cycle_id, seq=batch.seq, last=batch.last, batch_count=batch.batch_count,
         failures=batch.failures, groups=len(batch.groups), skipped=VerdictKind.SKIPPED in by_kind,
-        rows=tuple(rows), orphans=tuple(orphans), orphan_resources=tuple(orphan_res), events=tuple(events),
+        rows=tuple(rows), orphans=tuple(orphans), events=tuple(events),
         to_report=tuple(to_report), errors=tuple(errors), counts={kind.value: n for kind, n in by_kind.items()})
 
 

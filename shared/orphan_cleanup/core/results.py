@@ -22,8 +22,8 @@ class _Result(BaseModel):
 
 class ListerResult(_Result):
     """A lister run (STEP 1-2). ``reason``: why it listed (never_cleaned, mode_changed,
-    activity, manual) or why not (off, not_due, no_activity, busy, identity_failed,
-    listing_failed, lease_lost)."""
+    activity, manual) or why not (off, not_due, no_activity, busy, backend_changed,
+    identity_failed, listing_failed, lease_lost)."""
 
     backend: str
     started: bool

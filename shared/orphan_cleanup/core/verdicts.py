@@ -57,6 +57,8 @@ class DeleteOutcome(StrEnum):
     FAILED = "failed"  # a provider call failed (the cycle fails)
     REGION_TRIPPED = "region_tripped"  # the region timed out / is unavailable this cycle (rule 5)
     BACKEND_OFF = "backend_off"  # the backend was switched off since the cycle started
+    # its account, roles or key changed since the cycle took its lease (SAFETY.md rule 18)
+    BACKEND_CHANGED = "backend_changed"
     IDENTITY_FAILED = "identity_failed"  # the credentials do not reach the backend's account (rule 11)
     # Refusals: nothing was done and nothing is recorded.
     FENCED = "fenced"  # the cycle lost its lease or finished (rule 6)
@@ -88,6 +90,10 @@ class DeleteResult(Frozen):
     # Spot requests cancelled so that EC2 does not replace the instance (AWS):
     # named in the record even when the request is not a member of the group.
     cancelled_requests: tuple[str, ...] = ()
+    # The group's dependents the re-read showed attached to its primary before it was
+    # terminated: the only ones a later cycle may take for leftovers of this orphan
+    # (``orphan_resources``; never the listing's word alone, SAFETY.md rule 15).
+    attached: tuple[str, ...] = ()
     # Snapshots taken (or found completed) of data volumes before they were deleted, as
     # ``(volume id, snapshot id)``; and those still being taken.
     snapshots: tuple[tuple[str, str], ...] = ()

@@ -9,6 +9,7 @@ rule 13); only tests and the simulation pass a time.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -80,7 +81,7 @@ def quick_skip(session: LedgerSession, backend_id: str, mode: str, limits: Limit
 
 
 def start_cycle(store: LedgerStore, backend_id: str, mode: Mode, limits: Limits, *, manual: bool,
-                now: datetime | None = None) -> StartResult:
+                now: datetime | None = None, mode_of: Callable[[Backend], Mode] | None = None) -> StartResult:
     """STEP 1 and the lease. A live lease makes this a no-op ("busy"); an expired
     one fails its cycle first. A scheduled run with no reason to list only marks
     the row processed. Otherwise bumps the fence and creates the cycle, with the
@@ -103,6 +104,8 @@ def start_cycle(store: LedgerStore, backend_id: str, mode: Mode, limits: Limits,
                 lease.mark_processed(now + timedelta(seconds=limits.interval_seconds))
                 return StartResult(None, reason)
         row, account = lease.account_rows()
+        if mode_of is not None and mode_of(row) != mode:
+            return StartResult(None, "backend_changed")  # its mode moved since ``mode`` was read: next run
         backend = account_view(row, account)
         ref = lease.start(mode, now + timedelta(seconds=limits.cycle_deadline_seconds), manual=manual,
                           snapshot=cycle_snapshot(backend))

@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from orphan_cleanup.core import classify, delete_rules, policy
-from orphan_cleanup.core.backends import Backend, Mode
+from orphan_cleanup.core.backends import Backend, Mode, account_view, deletes_reach
 from orphan_cleanup.core.classify import Limits
 from orphan_cleanup.core.errors import (
     IdentityMismatch,
@@ -96,7 +96,8 @@ class Deleter:
                                     backend=cycle.backend_id, cycle_id=cycle.id, group=request.group.key)
                 raise MessageRefused(f"delete request for {request.group.key} names backend {request.backend!r},"
                                      f" its cycle is of {cycle.backend_id!r}")
-        backend = cycle.backend
+            # The keys of the account now as well as when the lease was taken (the safe direction).
+            backend = account_view(cycle.backend, session.account_settings(cycle.backend_id))
         limits = self._limits(backend)
         try:
             decision = bookkeeping.delete_allowed(self.store, cycle.id, request.group)
@@ -109,7 +110,12 @@ class Deleter:
         if why_not is None and policy.effective_mode(self.settings, backend.model_copy(
                 update={"mode": cycle.row_mode})) == "off":
             why_not = DeleteOutcome.BACKEND_OFF  # switched off since the cycle started: off is final
-        if why_not in (DeleteOutcome.REGION_TRIPPED, DeleteOutcome.BACKEND_OFF) and group is not None:
+        if why_not is None and (cycle.row is None or deletes_reach(cycle.row) != deletes_reach(cycle.backend)):
+            # The row's account, roles or key changed since the lease (SAFETY.md rule 18): the
+            # cycle neither follows the edit nor deletes against it; the next cycle lists anew.
+            why_not = DeleteOutcome.BACKEND_CHANGED
+        if why_not in (DeleteOutcome.REGION_TRIPPED, DeleteOutcome.BACKEND_OFF, DeleteOutcome.BACKEND_CHANGED) \
+                and group is not None:
             self._record(cycle.id, group, limits, skipped_reason=why_not.value,
                          trip_region=why_not is DeleteOutcome.REGION_TRIPPED)
             return why_not
@@ -128,6 +134,12 @@ class Deleter:
         if not self.store.acquire_gate(backend.scope, group.provider_ref, holder, delete_rules.gate_ttl(limits)):
             raise GateBusy(f"delete gate of {group.provider_ref} is held")
         try:
+            try:
+                again = bookkeeping.delete_allowed(self.store, cycle.id, request.group).refusal
+            except LeaseLost:
+                return DeleteOutcome.FENCED
+            if again is not None:  # handled by another delivery while this one waited for the gate
+                return again
             changed, record = self._owner_changed(cycle, group, backend, limits, decision.listed_primary)
             if changed is None and record is not None and decision.listed_primary is not None \
                     and not provider.holds_instance(group.region, decision.listed_primary, group.provider_ref):
@@ -139,7 +151,9 @@ class Deleter:
                                     provider_ref=group.provider_ref, group_key=group.key)
             remembered = record.protected_primaries.get(group.primary_id or "") if record is not None else None
             try:
-                result = provider.delete_resource_group(group, journal, remembered_protection=remembered)
+                result = provider.delete_resource_group(
+                    group, journal, remembered_protection=remembered,
+                    known_attached=record.known_orphan_resource_ids if record is not None else ())
             except ProviderUnavailable as exc:
                 self._record(cycle.id, group, limits, error=describe_error(exc), trip_region=True)
                 return DeleteOutcome.REGION_TRIPPED
@@ -161,7 +175,7 @@ class Deleter:
         it (rule 17); a remembered protection goes to the provider's re-read (rule 14)."""
         record = self.store.load_records(backend.id, [group]).get(group.provider_ref)
         assert cycle.listed_at is not None
-        known = [(group.provider_ref, listed_primary)] if listed_primary else []
+        known = [(group.provider_ref, group.region, listed_primary)] if listed_primary else []
         ctx = dataclasses.replace(self._context(backend, cycle.listed_at, limits), recheck_protections=True,
                                   listed=classify.ListedInstances(known=known))
         verdict = classify.classify(group, record, ctx)

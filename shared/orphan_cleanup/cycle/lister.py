@@ -226,7 +226,8 @@ class Lister(Deleter):
         if skip is not None:
             return ListerResult(backend=backend_id, started=False, reason=skip)
         self.store.enroll()
-        started = bookkeeping.start_cycle(self.store, backend_id, effective, limits, manual=manual, now=self._now())
+        started = bookkeeping.start_cycle(self.store, backend_id, effective, limits, manual=manual, now=self._now(),
+                                          mode_of=lambda row: policy.effective_mode(self.settings, row, mode))
         if started.cycle is None or started.backend is None:
             return ListerResult(backend=backend_id, started=False, reason=started.reason)
         # From here on the cycle works on its snapshot of the backend (SAFETY.md rule 18).

@@ -68,7 +68,8 @@ class BackendOff(ConfigError):
 class CycleNotStarted(OrphanCleanupError):
     """A manual run could not start a cycle (another cycle holds the lease)."""
 
-    REASONS = {"busy": "another cycle of this backend is running (its lease has not expired)"}
+    REASONS = {"busy": "another cycle of this backend is running (its lease has not expired)",
+               "backend_changed": "the backend's row changed while the cycle started: run it again"}
 
     def __init__(self, backend_id: str, reason: str) -> None:
         super().__init__(f"no cycle started for {backend_id}: {self.REASONS.get(reason, reason)}")

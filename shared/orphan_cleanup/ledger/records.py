@@ -126,6 +126,7 @@ class CycleContext:
     record_all: bool
     backend: Backend  # the backend as the cycle took it (its snapshot), SAFETY.md rule 18
     row_mode: Mode | None = None  # the backend row's own mode now (None: the global one)
+    row: Backend | None = None  # the backend row as it is now (None: it no longer reads as one)
 
 
 @dataclass(frozen=True)

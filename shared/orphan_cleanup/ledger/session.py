@@ -49,7 +49,6 @@ def apply_payload(app: BatchApplication) -> dict[str, Any]:
             "failures": [f.model_dump() for f in app.failures], "groups": app.groups, "skipped": app.skipped,
             "rows": rows,
             "orphans": orphans,
-            "orphan_resources": [{"provider_ref": ref, "resource_id": rid} for ref, rid in app.orphan_resources],
             "events": [{"kind": f"{e.row.verdict.value}_reported", "provider_ref": e.row.group.provider_ref,
                         "message": e.message, "owner_type": e.row.owner_type, "owner_id": e.row.owner_id,
                         "owner_name": e.row.owner_name,
@@ -80,14 +79,24 @@ class LedgerSession:
         if not rows:
             return None
         cid, backend_id, mode, listed_at, record_all, snapshot, *row = rows[0]
+        try:
+            current: Backend | None = queries.backend_from_row(row)
+        except ConfigError:
+            if snapshot is None:
+                raise
+            current = None
         if snapshot is None:
-            backend = queries.backend_from_row(row)
+            backend = current
         else:
-            settings = queries.json_value(row[4])
-            key = settings.get("credentials_json") if isinstance(settings, dict) else None
-            backend = from_snapshot(json.loads(snapshot), key if isinstance(key, str) else None)
+            key = current.settings.credentials_json if current is not None else None
+            backend = from_snapshot(json.loads(snapshot), key)
+        assert backend is not None
         return CycleContext(id=cid, backend_id=backend_id, mode=mode, listed_at=listed_at, record_all=record_all,
-                            backend=backend, row_mode=row[5])
+                            backend=backend, row_mode=row[5], row=current)
+
+    def account_settings(self, backend_id: str) -> list[Any]:
+        """The raw ``settings`` of every backend of ``backend_id``'s provider account now."""
+        return queries.account_settings(self.conn, backend_id)
 
     def load_records(self, backend_id: str, groups: Iterable[ResourceGroup]) -> dict[str, Record]:
         """STEP 3: the ledger records of the groups' refs, keyed by ref, in one statement."""

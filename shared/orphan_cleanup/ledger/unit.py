@@ -23,7 +23,7 @@ from orphan_cleanup.core.backends import Backend, Mode
 from orphan_cleanup.core.decisions import DeleteRecord
 from orphan_cleanup.core.errors import BlastRadiusExceeded, ConfigError, LeaseLost
 from orphan_cleanup.core.listing import RegionFailure, ResourceGroup
-from orphan_cleanup.core.verdicts import Outcome
+from orphan_cleanup.core.verdicts import Action, Outcome
 from orphan_cleanup.ledger import queries
 from orphan_cleanup.ledger.queries import activity_since
 from orphan_cleanup.ledger.records import CYCLE_COLUMNS, CleanupState, Cycle, CycleRef, DeleteRequestRow
@@ -49,6 +49,14 @@ def group_from_row(row: list[Any]) -> ResourceGroup:
     resources = row[3] if isinstance(row[3], list) else json.loads(row[3])
     return ResourceGroup.model_validate(
         {"provider_ref": row[0], "region": row[1], "primary_id": row[2], "resources": resources})
+
+
+# A successful delete in the journal (SAFETY.md rule 19) of the resource ``{target}`` of the
+# orphan row ``o``, since it was first seen (detaching, disassociating, cancelling and
+# snapshotting delete nothing).
+_DELETED = ("SELECT 1 FROM provider_journal j WHERE j.backend_id = o.backend_id AND j.provider_ref = o.provider_ref"
+            " AND j.phase = 'result' AND j.outcome IN ('ok', 'gone') AND j.at >= o.first_seen"
+            " AND j.call !~ '(Detach|Disassociate|reateSnapshot|Cancel)' AND j.target = {target}")
 
 
 class LeaseUnit:
@@ -92,10 +100,7 @@ class LeaseUnit:
         rows = self.conn.run(f"SELECT {queries.BACKEND_COLUMNS} FROM backends WHERE id = :b", b=self.backend_id)
         if not rows:
             raise ConfigError(f"unknown backend {self.backend_id!r} (see `orphan-cleanup backend list`)")
-        siblings = self.conn.run(
-            "SELECT s.settings FROM backends me JOIN backends s ON " + queries.SCOPE_SQL.format(t="s") + " = "
-            + queries.SCOPE_SQL.format(t="me") + " WHERE me.id = :b", b=self.backend_id)
-        return queries.backend_from_row(rows[0]), [queries.json_value(r[0]) for r in siblings]
+        return queries.backend_from_row(rows[0]), queries.account_settings(self.conn, self.backend_id)
 
     def start(self, mode: Mode, deadline: datetime, *, manual: bool,
               snapshot: dict[str, Any] | None = None) -> CycleRef:
@@ -239,8 +244,20 @@ class LockedCycle:
             return False
         self.conn.run("UPDATE cycle_groups SET action = :a, error = :e, updated_at = now()"
                       " WHERE cycle_id = :c AND group_key = :k", a=rec.action.value, e=rec.error, c=c.id, k=group.key)
-        self.conn.run("UPDATE orphans SET state = :s, last_error = :e WHERE backend_id = :b AND group_key = :k",
-                      s=rec.orphan_state, e=rec.error, b=c.backend_id, k=group.key)
+        # A deletion ends a remembered protection (it was lifted: SAFETY.md rule 14): the row is the
+        # orphan its cycle classified again.
+        self.conn.run("UPDATE orphans o SET state = :s, last_error = :e,"
+                      " verdict = CASE WHEN :gone THEN g.verdict ELSE o.verdict END,"
+                      " reason = CASE WHEN :gone THEN g.reason ELSE o.reason END"
+                      " FROM cycle_groups g WHERE o.backend_id = :b AND o.group_key = :k"
+                      " AND g.cycle_id = :c AND g.group_key = :k",
+                      s=rec.orphan_state, e=rec.error, b=c.backend_id, k=group.key, c=c.id,
+                      gone=rec.action in (Action.DELETED, Action.DELETING))
+        if rec.result is not None and rec.result.attached and group.primary_id in rec.result.deleted:
+            # What the deleter saw attached to the orphan VM it terminated: its leftovers later.
+            self.conn.run("INSERT INTO orphan_resources (backend_id, provider_ref, resource_id)"
+                          " SELECT :b, :r, x FROM unnest(CAST(:ids AS text[])) AS x ON CONFLICT DO NOTHING",
+                          b=c.backend_id, r=group.provider_ref, ids=list(rec.result.attached))
         note = evidence.snapshot_note(rec.result.snapshots, rec.result.snapshots_pending) if rec.result else None
         if note is not None:
             # The snapshots kept of the group's data join its C3 ``detail``.
@@ -284,15 +301,18 @@ class LockedCycle:
     def _close_vanished_orphans(self, c: Cycle) -> None:
         """Orphan rows this complete listing did not see again are closed, except in
         regions (or their zones) whose listing failed: those may still exist. Closed as
-        'deleted' when the journal holds a successful delete of the group (one whose
-        cycle lost its lease before recording it, SAFETY.md rule 19), else 'gone'."""
+        'deleted' when the journal holds, since the orphan was first seen, a successful
+        delete of its VM (the call whose target is its primary) or, for a group without a
+        VM, of each of its resources: one whose cycle lost its lease before recording it
+        (SAFETY.md rule 19). Otherwise 'gone'."""
         if c.failed or not c.listing_done:
             return
+        vm, member = _DELETED.format(target="o.primary_id"), _DELETED.format(target="(r->>'id')")
         self.conn.run(
-            "UPDATE orphans o SET state = CASE WHEN EXISTS (SELECT 1 FROM provider_journal j"
-            "   WHERE j.backend_id = o.backend_id AND j.provider_ref = o.provider_ref AND j.group_key = o.group_key"
-            "   AND j.phase = 'result' AND j.outcome = 'ok' AND j.call NOT LIKE '%reateSnapshot')"
-            "  THEN 'deleted' ELSE 'gone' END"
+            f"UPDATE orphans o SET state = CASE WHEN CASE WHEN o.primary_id IS NOT NULL THEN EXISTS ({vm})"
+            " ELSE jsonb_array_length(o.resources) > 0 AND NOT EXISTS (SELECT 1 FROM"
+            f" jsonb_array_elements(o.resources) AS r WHERE NOT EXISTS ({member}))"
+            "   END THEN 'deleted' ELSE 'gone' END"
             " WHERE o.backend_id = :b AND o.last_cycle_id IS DISTINCT FROM :c"
             " AND o.state IN ('open', 'deleting', 'delete_failed', 'protected')"
             " AND NOT EXISTS (SELECT 1 FROM unnest(CAST(:f AS text[])) AS f(region)"

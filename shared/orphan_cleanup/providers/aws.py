@@ -14,7 +14,7 @@ boto3 resolves credentials and ``AWS_ENDPOINT_URL`` itself.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -106,7 +106,8 @@ class AwsProvider(ResourceProvider):
         yield from parallel_regions(self.backend.regions, self._list_region, self.backend.settings.max_concurrency)
 
     def delete_resource_group(self, group: ResourceGroup, journal: Journal = NO_JOURNAL, *,
-                              remembered_protection: str | None = None) -> DeleteResult:
+                              remembered_protection: str | None = None,
+                              known_attached: Iterable[str] = ()) -> DeleteResult:
         if group.region not in self.backend.regions:
             raise ProviderError(
                 f"group {group.key} is in {group.region}, not a region of backend {self.backend.id}",
@@ -116,7 +117,8 @@ class AwsProvider(ResourceProvider):
                                  protect_keys=self.protect_keys,
                                  controller_keys=self.backend.settings.controller_tag_keys,
                                  snapshot_before_delete=self.backend.settings.snapshot_before_delete,
-                                 journal=journal, remembered_protection=remembered_protection)
+                                 journal=journal, remembered_protection=remembered_protection,
+                                 known_attached=known_attached)
         return not_yet_is_deleting(group, deletion.run)
 
     def holds_instance(self, region: str, instance_id: str, ref: str) -> bool:

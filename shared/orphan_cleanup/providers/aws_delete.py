@@ -64,7 +64,7 @@ class GroupDeletion(OwnerSteps):
     def __init__(self, ec2: Any, group: ResourceGroup, *, tag_key: str, protect_key: str,
                  protect_keys: Iterable[str] = (), controller_keys: Iterable[str] = (),
                  snapshot_before_delete: bool = False, journal: Journal = NO_JOURNAL,
-                 remembered_protection: str | None = None) -> None:
+                 remembered_protection: str | None = None, known_attached: Iterable[str] = ()) -> None:
         self.ec2 = ec2
         self.calls = Ec2Calls(ec2, region=group.region, ref=group.provider_ref, tag_key=tag_key,
                               protect_keys={protect_key, *protect_keys}, journal=journal)
@@ -81,6 +81,10 @@ class GroupDeletion(OwnerSteps):
         self.skipped: list[SkippedResource] = []
         self.pending: list[str] = []
         self.cancelled: list[str] = []
+        self.attached: set[str] = set()
+        self.known_attached = frozenset(known_attached)
+        self.primary_was_gone = False
+        self.unverified: list[str] = []
         self._gone_instances: set[str] = set()
 
     def run(self) -> DeleteResult:
@@ -95,6 +99,10 @@ class GroupDeletion(OwnerSteps):
             for res in self._members(spec.kind):
                 if res.id == self.group.primary_id:
                     continue
+                if primary is not None and res.id not in self.attached and spec is not SNAPSHOT:
+                    # (a snapshot is verified as one the deleter took itself instead)
+                    self._unverified(spec, res)
+                    continue
                 if blocked:
                     self.pending.append(res.id)
                 else:
@@ -102,6 +110,16 @@ class GroupDeletion(OwnerSteps):
         return self._result(None)
 
     # -- dependents -----------------------------------------------------------------
+
+    def _unverified(self, spec: AwsKind, res: Resource) -> None:
+        """A dependent listed with the primary that no re-read showed attached to it: done
+        if it is gone, else left alone for the next listing to regroup (never deleted)."""
+        if self.calls.read(spec, res.id) is None:
+            self.deleted.append(res.id)
+            return
+        reason = "primary_gone" if self.primary_was_gone else "not_attached"
+        self.skipped.append(SkippedResource(kind=res.kind, id=res.id, reason=reason))
+        self.unverified.append(res.id)
 
     def _delete_dependent(self, spec: AwsKind, res: Resource) -> None:
         item = self.calls.read(spec, res.id)
@@ -213,6 +231,8 @@ class GroupDeletion(OwnerSteps):
         if status is None:
             if self.pending:
                 status = DeleteStatus.DELETING
+            elif self.unverified:  # the group is not done: unsettled, the next listing regroups them
+                status = DeleteStatus.SKIPPED if self.primary_was_gone else DeleteStatus.DELETING
             elif self.skipped and not self.deleted:
                 status = DeleteStatus.SKIPPED
             else:
@@ -226,6 +246,7 @@ class GroupDeletion(OwnerSteps):
             protection=self.protection[0] if protected and self.protection else None,
             protection_detail=self.protection[1] if protected and self.protection else None,
             cancelled_requests=tuple(self.cancelled),
+            attached=tuple(sorted(self.attached)),
             snapshots=tuple(self.snapshots.completed) if self.snapshots else (),
             snapshots_pending=tuple(self.snapshots.pending) if self.snapshots else (),
         )

@@ -14,7 +14,17 @@ from orphan_cleanup.core.errors import AccessDenied, ProviderError
 from orphan_cleanup.core.listing import Resource, ResourceGroup, ResourceState
 from orphan_cleanup.core.verdicts import DeleteStatus, SkippedResource
 from orphan_cleanup.providers.aws_calls import Ec2Calls, Refused
-from orphan_cleanup.providers.aws_kinds import INSTANCE, NETWORK_INTERFACE, SPOT_REQUEST, VOLUME, dig, tags_of
+from orphan_cleanup.providers.aws_kinds import (
+    ADDRESS,
+    BY_KIND,
+    INSTANCE,
+    KINDS,
+    NETWORK_INTERFACE,
+    SPOT_REQUEST,
+    VOLUME,
+    dig,
+    tags_of,
+)
 from orphan_cleanup.providers.aws_resources import controller_of
 from orphan_cleanup.providers.aws_spot import is_final, must_cancel, request_of
 from orphan_cleanup.providers.base import blast_problem
@@ -37,22 +47,41 @@ class OwnerSteps:
     pending: list[str]
     cancelled: list[str]
     remembered: str | None  # a protection an earlier delete found on the primary
+    attached: set[str]  # the group's dependents the owner's re-read shows attached to it
+    known_attached: frozenset[str]  # those an earlier deletion of this ref confirmed attached
+    primary_was_gone: bool
+    unverified: list[str]  # dependents that exist but were not verified attached: left for later
     _gone_instances: set[str]
 
     def _delete_owner(self, primary: Resource) -> DeleteStatus | None:
-        """Terminate and confirm; None means the instance is gone: go on."""
+        """Terminate and confirm; None means the instance is gone: go on.
+
+        Only the dependents the re-read shows attached to the primary (``attached``) may
+        go with it: a listing message may claim any primary and hang anything under it
+        (SAFETY.md rules 12 and 15). A primary already gone at this first re-read shows
+        nothing any more: then only the resources an earlier deletion of this ref
+        confirmed attached to it (``known_attached``) may go; the others wait for the
+        next listing to regroup them."""
         pid = primary.id
         item = self.calls.read(INSTANCE, pid)
         if item is None:
+            self.attached = set(self.known_attached) & set(self.group.resource_ids())
+            self.primary_was_gone = True
             return self._owner_gone(pid)
         reason = self.calls.foreign(INSTANCE, item)
         if reason is not None:
             return self._skip_group(primary, reason)
+        # A terminating instance no longer shows its volumes and interfaces: what an earlier
+        # call of this ref confirmed attached (before it terminated the instance) still counts.
+        self.attached = self._attached_members(item) | (set(self.known_attached) & set(self.group.resource_ids()))
         if INSTANCE.state(item) is not ResourceState.TERMINATING:
             protection = self._protection(pid, item)
             if protection is not None:
                 return self._protect_group(primary, *protection)
-            blast = self._blast(item)
+            fresh = self._protected_member()
+            if isinstance(fresh, str):
+                return self._skip_group(primary, fresh)
+            blast = self._blast(item, fresh)
             if isinstance(blast, str):
                 return self._skip_group(primary, blast)
             reason = self._stop_replacement(item)
@@ -154,7 +183,47 @@ class OwnerSteps:
         self._skip_group(primary, reason)
         return DeleteStatus.PROTECTED
 
-    def _blast(self, instance: Item) -> tuple[str, ...] | str:
+    def _attached_members(self, instance: Item) -> set[str]:
+        """The group's dependents that the instance as re-read now uses: its block device
+        mappings' volumes, its interfaces, its and their security groups, its spot request,
+        and the addresses associated with it or its interfaces (read by id). A dependent
+        the listing attached to it but the re-read does not show is not verified."""
+        enis = [n for n in instance.get("NetworkInterfaces") or [] if isinstance(n, Mapping)]
+        used = {dig(b, ("Ebs", "VolumeId")) for b in instance.get("BlockDeviceMappings") or []}
+        used |= {n.get("NetworkInterfaceId") for n in enis}
+        used |= {g.get("GroupId") for g in instance.get("SecurityGroups") or [] if isinstance(g, Mapping)}
+        used |= {g.get("GroupId") for n in enis for g in n.get("Groups") or [] if isinstance(g, Mapping)}
+        used.add(instance.get("SpotInstanceRequestId"))
+        addresses = sorted(r.id for r in self.group.resources if r.kind is ADDRESS.kind)
+        if addresses:
+            reply = self.calls.call(ADDRESS.describe, frozenset(),
+                                    Filters=[{"Name": ADDRESS.id_filter, "Values": addresses}])
+            eni_ids = {n.get("NetworkInterfaceId") for n in enis}
+            used |= {ADDRESS.item_id(a) for a in ADDRESS.items(reply or {})
+                     if a.get("InstanceId") == instance.get("InstanceId") or
+                     (a.get("NetworkInterfaceId") and a.get("NetworkInterfaceId") in eni_ids)}
+        return {str(i) for i in used if i} & set(self.group.resource_ids())
+
+    def _protected_member(self) -> dict[str, Item] | str:
+        """Every dependent of the group re-read by id right before the terminate: a protect
+        tag on any of them protects the whole group, as the classifier reads the listing
+        (SAFETY.md rule 12), whether or not the terminate would take it. Returns the items
+        read (by id), or ``group_protected`` with the protected members named in ``skipped``."""
+        fresh: dict[str, Item] = {}
+        for spec in KINDS:
+            ids = sorted(r.id for r in self.group.resources if r.kind is spec.kind and r.id != self.group.primary_id)
+            if not ids:
+                continue
+            reply = self.calls.call(spec.describe, frozenset(), Filters=[{"Name": spec.id_filter, "Values": ids}])
+            fresh.update((spec.item_id(i), i) for i in spec.items(reply or {}))
+        protected = [r for r in self.group.resources if r.id in fresh
+                     and not self.calls.protect_keys.isdisjoint(tags_of(fresh[r.id], BY_KIND[r.kind]))]
+        if not protected:
+            return fresh
+        self.skipped.extend(SkippedResource(kind=r.kind, id=r.id, reason="protected") for r in protected)
+        return "group_protected"
+
+    def _blast(self, instance: Item, fresh: Mapping[str, Item]) -> tuple[str, ...] | str:
         """SAFETY.md rule 15: what ``TerminateInstances`` deletes along with the instance,
         its ``DeleteOnTermination`` volumes and interfaces (a missing flag read as "deleted
         with it"), read afresh. Each must be a member of the group that still carries its
@@ -175,8 +244,15 @@ class OwnerSteps:
             ids = sorted({str(i) for i in ids if i})
             if not ids:
                 continue
-            reply = self.calls.call(spec.describe, frozenset(), Filters=[{"Name": spec.id_filter, "Values": ids}])
-            for item in spec.items(reply or {}):
+            items = [fresh[i] for i in ids if i in fresh]  # the group's own, just re-read
+            if rest := [i for i in ids if i not in fresh]:
+                reply = self.calls.call(spec.describe, frozenset(), Filters=[{"Name": spec.id_filter, "Values": rest}])
+                items += spec.items(reply or {})
+            unread = set(ids) - {spec.item_id(i) for i in items}
+            for rid in sorted(unread):  # named by the instance, not answered: cannot be verified (fail closed)
+                self.skipped.append(SkippedResource(kind=spec.kind, id=rid, reason="blast_unreadable"))
+                blocked.append("blast_unreadable")
+            for item in items:
                 rid = spec.item_id(item)
                 why = blast_problem(tags_of(item, spec), member=rid in members, ref=self.group.provider_ref,
                                     tag_key=self.calls.tag_key, protect_keys=self.calls.protect_keys)

@@ -62,6 +62,14 @@ class ResourceProvider(ABC):
       - every mutating call is journaled through ``journal`` (``core.journal``: intent
         before, result after, SAFETY.md rule 19); a call whose intent cannot be written
         is not made;
+      - a protect tag on any member, as re-read right before the owner's delete,
+        protects the whole group (``SKIPPED``: the member ``protected``, the others
+        ``group_protected``), as the classifier reads a listing (SAFETY.md rule 12);
+      - only the dependents the owner's re-read shows attached to it (or those an earlier
+        call confirmed attached: ``known_attached``, what ``DeleteResult.attached``
+        reported, kept by the ledger) go with it; any other member is left for the next
+        listing to regroup (``not_attached``; ``primary_gone`` when the owner was already
+        gone at the first re-read: ``SKIPPED``);
       - ``remembered_protection``: an earlier delete found the primary protected in a
         way no listing shows; the re-read checks it again, read-only, and a protection
         it cannot read is still a protection (never a terminate attempt to find out);
@@ -131,7 +139,8 @@ class ResourceProvider(ABC):
 
     @abstractmethod
     def delete_resource_group(self, group: ResourceGroup, journal: Journal = NO_JOURNAL, *,
-                              remembered_protection: str | None = None) -> DeleteResult:
+                              remembered_protection: str | None = None,
+                              known_attached: Iterable[str] = ()) -> DeleteResult:
         """Delete one orphan group, as described in the class docstring."""
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import functools
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -39,7 +39,7 @@ from google.cloud import compute_v1
 from google.oauth2 import service_account
 from pydantic import ValidationError
 
-from orphan_cleanup.core.backends import Backend, BackendSettings
+from orphan_cleanup.core.backends import CREDENTIALS_DIGEST, Backend, BackendSettings
 from orphan_cleanup.core.errors import AccessDenied, ConfigError, ProviderError, ProviderThrottled
 from orphan_cleanup.core.journal import NO_JOURNAL, Journal
 from orphan_cleanup.core.listing import RegionListing, ResourceGroup, ResourceKind
@@ -245,12 +245,14 @@ class GcpProvider(ResourceProvider):
     # --- deletion --------------------------------------------------------------------
 
     def delete_resource_group(self, group: ResourceGroup, journal: Journal = NO_JOURNAL, *,
-                              remembered_protection: str | None = None) -> DeleteResult:
+                              remembered_protection: str | None = None,
+                              known_attached: Iterable[str] = ()) -> DeleteResult:
         # GCP's protections (deletionProtection, a managed instance group) are read by every
         # listing and re-read before the delete: nothing is remembered.
         return not_yet_is_deleting(
             group, lambda: delete_group(self.calls, group, tag_key=self.tag_key, protect_key=self.protect_key,
                                         protect_keys=self.protect_keys, journal=journal,
+                                        known_attached=known_attached,
                                         snapshot_before_delete=self.backend.settings.snapshot_before_delete))
 
 
@@ -320,6 +322,10 @@ def build_gcp_clients(settings: BackendSettings, *, endpoint: str | None = None)
 
 
 def _credentials(settings: BackendSettings) -> Credentials:
+    if not settings.credentials_json and (settings.model_extra or {}).get(CREDENTIALS_DIGEST):
+        # A cycle that started with a key whose row no longer holds it (SAFETY.md rule 18):
+        # never the function's own credentials instead.
+        raise AccessDenied("the service-account key this cycle started with is no longer the backend's")
     if settings.credentials_json:
         try:
             info = json.loads(settings.credentials_json)

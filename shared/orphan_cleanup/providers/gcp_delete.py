@@ -63,7 +63,7 @@ from orphan_cleanup.providers.gcp_snapshot import DiskSnapshots, taken_by_us
 #: Re-read findings that are a protection (rule 14), not a changed resource.
 PROTECTIONS = ("managed_by_controller", "deletion_protection")
 #: ``.../projects/P/zones/Z/disks/N``: an attached disk's ``source``.
-DISK_LINK = re.compile(r"(?:^|/)projects/[^/]+/zones/([a-z]+-[a-z]+\d+-[a-z])/disks/"
+DISK_LINK = re.compile(r"(?:^|/)projects/([^/]+)/zones/([a-z]+-[a-z]+\d+-[a-z])/disks/"
                        r"([a-z](?:[-a-z0-9]{0,61}[a-z0-9])?)$")
 
 
@@ -123,14 +123,14 @@ def _blast(calls: GcpCalls, primary: _Target, members: Iterable[_Target], ref: s
     (``autoDelete``, as the instance reads now), and the ones that block it. A member of
     the group must have passed its re-read; any other disk is read by name and must carry
     neither the ref label key nor a protect label (the instance's own boot disk). A
-    ``source`` that names no zonal disk blocks too (fail closed)."""
+    ``source`` that names no zonal disk of this project blocks too (fail closed)."""
     by_link = {link_key(str(t.res.details.get("self_link") or "")): t for t in members
                if t.res.kind is ResourceKind.DISK}
     blast: list[str] = []
     blocked: list[SkippedResource] = []
     for attached in getattr(primary.live, "disks", ()) or ():
-        if getattr(attached, "auto_delete", True) is False:
-            continue  # kept by the API when the instance goes
+        if "auto_delete" in attached and attached.auto_delete is False:
+            continue  # kept by the API when the instance goes (a field left out counts as auto-delete)
         source = str(getattr(attached, "source", "") or "")
         member = by_link.get(link_key(source))
         if member is not None:
@@ -141,10 +141,10 @@ def _blast(calls: GcpCalls, primary: _Target, members: Iterable[_Target], ref: s
                 blocked.append(SkippedResource(kind=ResourceKind.DISK, id=member.res.id, reason=why))
             continue
         where = DISK_LINK.search(source)
-        if where is None:
+        if where is None or where.group(1) != calls.project:
             blocked.append(SkippedResource(kind=ResourceKind.DISK, id=source[-200:] or "?", reason="blast_unreadable"))
             continue
-        live = calls.get(DISK, where.group(1), where.group(2))
+        live = calls.get(DISK, where.group(2), where.group(3))
         if live is None:
             continue  # gone already
         problem = blast_problem(dict(live.labels), member=False, ref=ref, tag_key=tag_key,
@@ -154,6 +154,22 @@ def _blast(calls: GcpCalls, primary: _Target, members: Iterable[_Target], ref: s
         else:
             blocked.append(SkippedResource(kind=ResourceKind.DISK, id=str(live.id), reason=problem))
     return blast, blocked
+
+
+def _attached(primary: _Target, targets: Iterable[_Target]) -> set[str]:
+    """The group's disks and addresses that the instance, as re-read now, uses: its attached
+    disks (``disks[].source``) and the addresses whose ``users`` name it."""
+    sources = {link_key(str(getattr(d, "source", "") or "")) for d in getattr(primary.live, "disks", ()) or ()}
+    me = link_key(str(getattr(primary.live, "self_link", "") or primary.res.details.get("self_link") or ""))
+    found = set()
+    for t in targets:
+        if t is primary or t.live is None:
+            continue
+        if t.res.kind is ResourceKind.DISK and link_key(str(t.live.self_link)) in sources:
+            found.add(t.res.id)
+        elif t.res.kind is ResourceKind.ADDRESS and me in {link_key(str(u)) for u in t.live.users or ()}:
+            found.add(t.res.id)
+    return found
 
 
 def _delete_instance(calls: GcpCalls, t: _Target, blast: list[str], journal: Journal) -> ResourceState | None:
@@ -193,10 +209,16 @@ def _delete_dependent(calls: GcpCalls, t: _Target, journal: Journal, snapshots: 
 
 def delete_group(calls: GcpCalls, group: ResourceGroup, *, tag_key: str, protect_key: str,
                  protect_keys: Iterable[str] = (), snapshot_before_delete: bool = False,
-                 journal: Journal = NO_JOURNAL) -> DeleteResult:
+                 journal: Journal = NO_JOURNAL, known_attached: Iterable[str] = ()) -> DeleteResult:
     """Delete one group. ``deleted``: ids confirmed gone, plus the instance while
     confirmed terminating; ``pending``: ids not finished yet (the terminating
-    instance, dependents in use or waiting for it)."""
+    instance, dependents in use or waiting for it).
+
+    Only the disks and addresses the instance's re-read shows attached to it may go with
+    it (a listing message may claim any primary and hang anything under it: SAFETY.md
+    rules 12 and 15), or those an earlier deletion of this ref confirmed attached
+    (``known_attached``: a gone instance shows nothing any more); the others are left for
+    the next listing to regroup (``not_attached``, ``primary_gone``)."""
     ref = group.provider_ref
     keys = frozenset({protect_key, *protect_keys})
     snapshots = DiskSnapshots(calls, tag_key=tag_key, ref=ref) if snapshot_before_delete else None
@@ -213,6 +235,8 @@ def delete_group(calls: GcpCalls, group: ResourceGroup, *, tag_key: str, protect
                             skipped=tuple(t.skipped(t.skip or "group_protected") for t in targets))
 
     primary: _Target | None = None
+    attached: set[str] = set()
+    unverified = "not_attached"
     if group.primary_id is not None:
         primary = next((t for t in targets if t.res.id == group.primary_id
                         and t.res.kind is ResourceKind.INSTANCE), None)
@@ -220,11 +244,20 @@ def delete_group(calls: GcpCalls, group: ResourceGroup, *, tag_key: str, protect
             why = "primary_missing" if primary is None else "primary_skipped"
             return DeleteResult(status=DeleteStatus.SKIPPED,
                                 skipped=tuple(t.skipped(t.skip or why) for t in targets))
+        attached = set(known_attached) & set(group.resource_ids())
+        if primary.live is None:
+            unverified = "primary_gone"
+        else:
+            attached |= _attached(primary, targets)
 
     deleted: list[str] = []
     pending: list[str] = []
     dependents = [t for t in targets if t is not primary]
     if primary is not None:
+        for t in dependents:  # listed with the primary, not attached to it as re-read: not verified
+            if t.res.id not in attached and not t.skip and t.live is not None \
+                    and t.res.kind is not ResourceKind.SNAPSHOT:  # (a snapshot: taken_by_us instead)
+                t.skip = unverified
         blast: list[str] = []
         if primary.live is not None and primary.live.status != "STOPPING":
             blast, blocked = _blast(calls, primary, dependents, ref, tag_key, keys)
@@ -239,11 +272,13 @@ def delete_group(calls: GcpCalls, group: ResourceGroup, *, tag_key: str, protect
         if state is not None:
             pending = [primary.res.id] + [t.res.id for t in dependents if not t.skip]
             return DeleteResult(status=DeleteStatus.DELETING, deleted=tuple(deleted), pending=tuple(pending),
-                                skipped=tuple(t.skipped() for t in dependents if t.skip))
+                                skipped=tuple(t.skipped() for t in dependents if t.skip),
+                                attached=tuple(sorted(attached)))
         if was_live:
             # The instance went in this call: its disks and addresses changed (detached, auto-deleted).
             for t in dependents:
-                _recheck(calls, t, ref, tag_key, keys)
+                if t.skip != unverified:
+                    _recheck(calls, t, ref, tag_key, keys)
 
     skipped: list[SkippedResource] = []
     for t in dependents:
@@ -263,10 +298,13 @@ def delete_group(calls: GcpCalls, group: ResourceGroup, *, tag_key: str, protect
 
     if pending:
         status = DeleteStatus.DELETING
+    elif any(t.skip == unverified for t in dependents):  # not done: the next listing regroups them
+        status = DeleteStatus.SKIPPED if unverified == "primary_gone" else DeleteStatus.DELETING
     elif skipped and not deleted:
         status = DeleteStatus.SKIPPED
     else:
         status = DeleteStatus.DELETED
     return DeleteResult(status=status, deleted=tuple(deleted), skipped=tuple(skipped), pending=tuple(pending),
+                        attached=tuple(sorted(attached)),
                         snapshots=tuple(snapshots.completed) if snapshots else (),
                         snapshots_pending=tuple(snapshots.pending) if snapshots else ())
