@@ -121,7 +121,7 @@ def test_delete_run_that_deletes_exits_0_and_a_protected_one_is_not_a_failure(db
     leaked = platform.terminated_leak()
     settle(platform)
 
-    code, doc, _ = run_json(db, "--mode", "delete")
+    code, doc, _ = run_json(db, "--mode", "delete", "--yes")
 
     assert code == 0 and doc["outcome"] == "clean" and doc["mode"] == "delete"
     assert by_primary(doc)[leaked.instance_id] == ("orphan", "owner_terminated", "deleted")
@@ -129,7 +129,7 @@ def test_delete_run_that_deletes_exits_0_and_a_protected_one_is_not_a_failure(db
 
     stuck = platform.terminated_leak(termination_protection=True)  # SAFETY.md rule 14: a verdict, not a failure
     settle(platform)
-    code, doc, _ = run_json(db, "--mode", "delete")
+    code, doc, _ = run_json(db, "--mode", "delete", "--yes")
 
     assert code == 0 and doc["outcome"] == "clean"
     assert by_primary(doc)[stuck.instance_id] == ("protected", "termination_protection", "reported")
@@ -146,7 +146,7 @@ def test_unsettled_run_exits_0(db, platform):
     settle(platform)
     platform.ledger.mark_terminated(changed.owner_id)  # inside the margin at listing time
 
-    code, doc, _ = run_json(db)
+    code, doc, _ = run_json(db, "--yes")  # the backend deletes: consent
 
     assert code == 0 and doc["outcome"] == "unsettled" and doc["mode"] == "delete"
     assert by_primary(doc)[changed.instance_id] == ("skipped", "recent_owner_change", "none")
