@@ -149,15 +149,18 @@ as expected, 1 otherwise."""
 
 EXPLAIN_EPILOG = """For the latest 5 cycles of the backend that recorded it: the ledger values read, each
 owner time against the listing time and the margin, the tags, the rule that decided, the
-action and what the re-read before deleting found. Tracked and ignored groups are recorded
-by manual runs only. Never changes the database (migrate first).
+action and what the re-read before deleting found. Every cycle records its orphan, protected
+and skipped groups; manual runs (run) record every group they list. For an id no cycle
+recorded it exits 1 and says why that is: never listed (no ref tag, another region, account
+or kind), or listed by scheduled cycles only, which do not record tracked or ignored groups;
+and what the ledger holds for it. Never changes the database (migrate first).
 
 examples:
   orphan-cleanup explain --backend aws-prod k3j9x0q2m1ab          # a provider_ref
   orphan-cleanup explain --backend aws-prod i-0abc1234def567890   # a resource id
   orphan-cleanup explain --backend aws-prod vol-0123456789abcdef0 --json
 
-exit codes: 0 found, 1 nothing recorded, 2 bad input (unknown backend, database not migrated)"""
+exit codes: 0 found, 1 nothing recorded (and why), 2 bad input (unknown backend, database not migrated)"""
 
 
 class _Parser(argparse.ArgumentParser):
