@@ -116,6 +116,22 @@ def test_report_run_prints_one_c3_document_and_exits_0(db, platform):
     assert platform.instance_state(leaked.instance_id) == "running"
 
 
+def test_an_empty_aws_endpoint_variable_counts_as_unset(db, platform):
+    # given AWS_ENDPOINT_URL set but empty, and boto3's per-service variables naming moto
+    add_backend(db)
+    leaked = platform.terminated_leak()
+    settle(platform)
+    moto = os.environ["AWS_ENDPOINT_URL"]
+
+    proc = cli(db, "run", "--backend", BACKEND, "--json", AWS_ENDPOINT_URL="", AWS_ENDPOINT_URL_EC2=moto,
+               AWS_ENDPOINT_URL_STS=moto)
+
+    # then the run is a run (no "Invalid endpoint" traceback): boto3 finds moto through its own variables
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr and "Invalid endpoint" not in proc.stderr, (
+        proc.stderr)
+    assert by_primary(json.loads(proc.stdout))[leaked.instance_id] == ("orphan", "owner_terminated", "reported")
+
+
 def test_delete_run_that_deletes_exits_0_and_a_protected_one_is_not_a_failure(db, platform):
     add_backend(db)
     leaked = platform.terminated_leak()

@@ -80,14 +80,14 @@ def test_backend_add_then_list(cli):
     assert "aws-prod" in out
     assert cli("backend", "add", "gcp-main", "--provider", "gcp", "--account", "my-project-42",
                "--regions", "us-central1,europe-west4-b", "--mode", "delete",
-               "--settings", '{"credentials_secret": "gcp-sa"}')[0] == 0
+               "--settings", '{"project": "other-project-7"}')[0] == 0
     code, out, _ = cli("backend", "list", "--json")
     assert code == 0
     listed = json.loads(out)
     assert [(b["id"], b["provider"], b["account"], b["regions"], b["mode"]) for b in listed] == [
         ("aws-prod", "aws", "123456789012", ["us-east-1", "eu-west-1"], None),
         ("gcp-main", "gcp", "my-project-42", ["us-central1", "europe-west4-b"], "delete")]
-    assert listed[1]["settings"]["credentials_secret"] == "gcp-sa"
+    assert listed[1]["settings"]["project"] == "other-project-7"
     # the human table lists both
     code, out, _ = cli("backend", "list")
     assert code == 0 and "aws-prod" in out and "gcp-main" in out

@@ -77,8 +77,10 @@ def _add_epilog() -> str:
     return ADD_EPILOG.replace("{keys}", keys)
 
 
-SHOW_EPILOG = """The backend's row, its settings (defaults shown; keys your platform stored for itself listed
-as not used by orphan-cleanup; credentials_json hidden), its status and the cycle running now.
+SHOW_EPILOG = """The backend's row; every setting with the value a cycle uses and its source (backend: the row;
+environment: a limit left to ORPHAN_CLEANUP_*, set in this shell; default); keys your platform
+stored for itself, listed as not used by orphan-cleanup; credentials_json hidden; its status and
+the cycle running now.
 
 examples:
   orphan-cleanup backend show aws-prod
@@ -93,7 +95,8 @@ examples:
   orphan-cleanup backend update aws-prod --regions us-east-1,eu-west-1,us-west-2
   orphan-cleanup backend update aws-prod --mode delete   # from now on its scheduled cycles delete orphans
   orphan-cleanup backend update aws-prod --settings '{"max_deletes": 20, "external_id": null}'
-  orphan-cleanup backend update gcp-main --settings-replace '{"credentials_secret": "gcp-sa"}'"""
+  orphan-cleanup backend update gcp-main --settings "$(jq -n --rawfile key sa-key.json '{credentials_json: $key}')"
+      # a service-account key file, stored as JSON text (checked: a key, with client_email and private_key)"""
 REMOVE_EPILOG = """Deletes the backend's row: no cycle of it runs any more. Its history (cycles, orphans, events)
 stays in the database for audit, and an event records the removal. Refused while a cycle of it
 runs (exit 3) unless --force, which stops that cycle: nothing of it applies afterwards (a
@@ -259,6 +262,13 @@ def _database_where() -> str | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from orphan_cleanup.cli.pipes import closed_pipes_are_quiet
+
+    with closed_pipes_are_quiet():  # `explain ... | head -5`: the rest of the output is dropped, no traceback
+        return _main(argv)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s", stream=sys.stderr)
     from pg8000.exceptions import Error as PgError

@@ -52,7 +52,7 @@ def dispatch(args: argparse.Namespace) -> int:
             return bc.update(db, args)
         if action == "remove":
             return bc.remove(db, args)
-        return bc.show(db, args, settings.mode) if action == "show" else bc.list_(db, args)
+        return bc.show(db, args, settings) if action == "show" else bc.list_(db, args)
     if args.command == "status":
         return status(db, args)
     if args.command == "run":
