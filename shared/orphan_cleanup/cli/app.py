@@ -9,7 +9,6 @@ unmigrated database), 3 a backend busy with another live cycle.
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
@@ -270,7 +269,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s", stream=sys.stderr)
+    from orphan_cleanup.cli import logs
+
+    logs.configure()  # "LEVEL message: key=value ...": the fields the functions log, on the terminal too
     from pg8000.exceptions import Error as PgError
 
     try:

@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from orphan_cleanup.cli.exits import EXIT_OK
-from orphan_cleanup.cli.output import human_time, print_table, verdict_style
+from orphan_cleanup.cli.output import human_time, print_table, span, verdict_style
 from orphan_cleanup.cli.validation import validate_backend
 from orphan_cleanup.core.errors import ConfigError
 from orphan_cleanup.core.settings import Settings
@@ -26,7 +26,8 @@ def dispatch(args: argparse.Namespace) -> int:
         from orphan_cleanup.demo import Terminal, run_demo
 
         # The demo ends with this module's `status`, passed in: the demo never imports the CLI.
-        return run_demo(Terminal(show_status=lambda db, settings: print_status(status_rows(db, settings.mode)),
+        return run_demo(Terminal(show_status=lambda db, settings: print_status(
+            status_rows(db, settings.mode, settings.stuck_pending_seconds)),
                                  print_table=print_table, verdict_style=verdict_style))
     action = getattr(args, "action", None)
     checked = validate_backend(args) if (args.command, action) == ("backend", "add") else None
@@ -91,19 +92,29 @@ def _iso(v: datetime | None) -> str | None:
     return v.isoformat() if v else None
 
 
-def status_rows(db: Database, global_mode: str) -> list[dict[str, Any]]:
-    """``status --json``: one document per backend (its mode, else the global one), C3's keys
-    and ``running``: the cycle holding the backend's live lease, or null."""
+def status_rows(db: Database, global_mode: str, stuck_after: int = 3600) -> list[dict[str, Any]]:
+    """``status --json``: one document per backend (its mode, else the global one), C3's keys,
+    ``running``: the cycle holding the backend's live lease, or null, and ``stuck_pending``:
+    owners pending longer than ``stuck_after`` seconds whose resources its latest cycle skipped."""
     from orphan_cleanup.cli.backends import running_json
 
+    store = LedgerStore(db)
+    stuck: dict[str, list[dict[str, Any]]] = {}
+    for p in store.stuck_pending(stuck_after):
+        stuck.setdefault(p.backend_id, []).append(
+            {"provider_ref": p.provider_ref, "owner_id": p.owner_id, "owner_name": p.owner_name,
+             "created_at": _iso(p.created_at), "pending_seconds": p.pending_seconds, "region": p.region,
+             "primary_id": p.primary_id, "cycle_id": p.cycle_id})
     return [{"backend": r.backend, "provider": r.provider, "mode": r.mode or global_mode,
              "clean_at": _iso(r.clean_at), "last_outcome": r.last_outcome,
              "last_processed_at": _iso(r.last_processed_at), "next_due_at": _iso(r.next_due_at),
-             "open_orphans": r.open_orphans, "running": running_json(r.running)} for r in LedgerStore(db).status()]
+             "open_orphans": r.open_orphans, "running": running_json(r.running),
+             "stuck_pending": stuck.get(r.backend, [])} for r in store.status()]
 
 
 def status(db: Database, args: argparse.Namespace) -> int:
-    rows = status_rows(db, bootstrap.load_settings().mode)
+    settings = bootstrap.load_settings()
+    rows = status_rows(db, settings.mode, settings.stuck_pending_seconds)
     if args.json:
         print(json.dumps(rows, indent=2))
         return EXIT_OK
@@ -127,3 +138,11 @@ def print_status(rows: list[dict[str, Any]]) -> None:
         print("running now:")
         for line in running:
             print(f"  {line}")
+    stuck = [(r["backend"], p) for r in rows for p in r.get("stuck_pending", [])]
+    if stuck:
+        print("stuck pending owners (their resources are skipped every cycle, so clean_at cannot advance;"
+              " reap them: README, \"Stale pending owners\"):")
+        print_table(["backend", "ref", "owner", "pending for", "region", "primary"],
+                    [[b, p["provider_ref"], p["owner_id"] + (f" {json.dumps(p['owner_name'])}" if p["owner_name"]
+                                                           else ""),
+                      span(p["pending_seconds"]), p["region"], p["primary_id"] or "-"] for b, p in stuck], indent=2)
