@@ -146,8 +146,9 @@ examples:
 DEMO_EPILOG = """Starts an embedded Postgres in a temp dir and moto (a fake AWS) on 127.0.0.1, lets a small
 platform provision and leak VMs, then runs a report cycle, a delete cycle and one more after
 the margin, and checks that only the orphans were deleted. Cleans up after itself.
-Needs the dev extras (moto): pip install -e '.[dev]'. Exit 0 when every verdict came out
-as expected, 1 otherwise."""
+Needs moto, from the contributors' install (README.md, "Setup and tests"):
+  pip install --require-hashes -r requirements/dev.txt && pip install --no-deps --no-build-isolation -e .
+Exit 0 when every verdict came out as expected, 1 otherwise."""
 
 EXPLAIN_EPILOG = """For the latest 5 cycles of the backend that recorded it: the ledger values read, each
 owner time against the listing time and the margin, the tags, the rule that decided, the
