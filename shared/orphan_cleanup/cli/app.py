@@ -1,9 +1,10 @@
-"""`orphan-cleanup`: migrate, backend add|list|show|update|remove, run, status, psql,
-demo, --version (README contract C3).
+"""`orphan-cleanup`: migrate, backend add|list|show|update|remove, run, status, explain,
+psql, demo, --version (README contract C3).
 
-Exit codes: 0 success (a cycle that finished clean or unsettled), 1 a failed
-cycle, 2 bad input (arguments, settings, unknown backend, unreachable or
-unmigrated database), 3 a backend busy with another live cycle.
+Exit codes (``cli/exits.py``): 0 success (a cycle that finished clean or unsettled), 1 a
+failed cycle (explain: nothing recorded), 2 bad input (arguments, settings, unknown backend,
+a deleting run without consent, unreachable or unmigrated database), 3 a backend busy with
+another live cycle, 130 interrupted.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ EPILOG = """examples:
   orphan-cleanup demo         # the whole product on a fake AWS: no account, no database, ~30 s
   orphan-cleanup migrate      # create or upgrade the tables in $DATABASE_URL
   orphan-cleanup backend add aws-prod --provider aws --account 123456789012 --regions us-east-1,eu-west-1
-  orphan-cleanup run --backend aws-prod                  # report mode (the default): deletes nothing
+  orphan-cleanup run --backend aws-prod                  # its mode; report (the default) deletes nothing
   orphan-cleanup run --backend aws-prod --mode delete    # deletes the orphans once you type "aws-prod"
   orphan-cleanup run --backend aws-prod --mode delete --yes --json   # deletes the orphans, no prompt (cron)
   orphan-cleanup status
@@ -126,18 +127,21 @@ listing anything. --json is an output format, not consent.
 Ctrl-C stops at once: the cycle fails ("interrupted") and says what was left undone.
 
 examples:
-  orphan-cleanup run --backend aws-prod                 # report mode: deletes nothing
+  orphan-cleanup run --backend aws-prod                 # its mode; report (the default) deletes nothing
   orphan-cleanup run --backend aws-prod --mode delete   # shows the plan; deletes it once you type "aws-prod"
   orphan-cleanup run --backend aws-prod --mode delete | tee run.log   # the same: still asks on the terminal
   orphan-cleanup run --backend aws-prod --mode delete --yes           # deletes the orphans without asking
-  orphan-cleanup run --backend aws-prod --json | jq '.groups[] | select(.verdict == "orphan")'   # deletes nothing
+  orphan-cleanup run --backend aws-prod --mode report --json | jq '.groups[] | select(.verdict == "orphan")'
+      # --mode report: lists and reports, deletes nothing whatever the backend's mode
 
 exit codes: 0 clean or unsettled (a declined plan included), 1 failed, 2 bad input (an off backend,
 or a deleting run without a terminal and without --yes, included), 3 another cycle holds the backend,
 130 interrupted"""
 STATUS_EPILOG = """Per backend: effective mode, last outcome, clean_at (everything before it is known clean),
 when the next scheduled cycle is due, orphans found but not deleted yet, and the cycle running
-now (its id, start and lease end; "running" in --json, null when none). Read-only: never
+now (its id, start and lease end; "running" in --json, null when none), and the owners stuck in
+pending whose resources its latest cycle skipped (ref, owner, age; "stuck_pending" in --json:
+README.md, "Stale pending owners"). Read-only: never
 changes the schema (an unmigrated database exits 2).
 
 examples:
