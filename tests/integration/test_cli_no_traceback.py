@@ -64,8 +64,9 @@ def with_closed_stdout(db: Database, *args: str) -> tuple[int, str]:
 def test_a_closed_pipe_drops_the_output_quietly_and_keeps_the_commands_exit_code(db):
     iid = recorded_leak(db)
 
-    for args, code in [(["explain", "--backend", BACKEND, iid], 0), (["explain", "--backend", BACKEND, iid, "--json"], 0),
-                       (["status"], 0), (["backend", "list", "--json"], 0), (["backend", "show", BACKEND], 0),
+    for args, code in [(["explain", "--backend", BACKEND, iid], 0),
+                       (["explain", "--backend", BACKEND, iid, "--json"], 0), (["status"], 0),
+                       (["backend", "list", "--json"], 0), (["backend", "show", BACKEND], 0),
                        (["--help"], 0), (["explain", "--backend", BACKEND, "i-never"], 1)]:
         got, stderr = with_closed_stdout(db, *args)
         assert "Traceback" not in stderr and "BrokenPipe" not in stderr and "Exception ignored" not in stderr, (
