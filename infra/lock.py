@@ -19,6 +19,12 @@ Writes, with uv (a dev dependency, so the resolver is pinned too):
   requirements/gcp.txt     core + gcp, sentry: the Cloud Functions
                            requirements.txt, under the pins of dev.txt, universal
                            (Cloud Build's pip evaluates the markers itself).
+  requirements/install-{aws,gcp,all}.txt
+                           a user's install of the CLI with the [aws], [gcp] or
+                           [all] extra (README, "Install"): core + that extra, the
+                           build backend and pip, under the pins of dev.txt,
+                           universal, hashed: the tested pins, without the
+                           contributors' tools.
 
 Existing pins are kept where pyproject.toml still allows them (uv reads the
 output file as preferences). Each file's first line records a digest of what it
@@ -47,6 +53,9 @@ REGENERATE = "python -m infra.lock"
 # The build backend and pip itself are locked too: CI installs the project with
 # --no-build-isolation, and infra/package.py runs this pip to fill the Lambda zip.
 TOOLS = ("pip",)
+#: A user's install (README, "Install"): one lock per extra, the same pins as dev.txt.
+INSTALL_EXTRAS = ("aws", "gcp", "all")
+INSTALL_LOCKS = {extra: DEV_LOCK.parent / f"install-{extra}.txt" for extra in INSTALL_EXTRAS}
 
 
 @dataclass(frozen=True)
@@ -71,6 +80,9 @@ def uv_args(lock: Path) -> list[str]:
                 "--python-platform", "aarch64-manylinux2014", "--only-binary", ":all:"]
     if lock == GCP_LOCK:
         return ["pyproject.toml", *_extras(GCP_EXTRAS), *constrained, "--universal"]
+    for extra, path in INSTALL_LOCKS.items():
+        if lock == path:  # "-": the build backend and pip, as in dev.txt (--no-build-isolation)
+            return ["pyproject.toml", "-", "--extra", extra, *constrained, "--universal"]
     raise ValueError(f"not a lock of this repository: {lock}")
 
 
@@ -167,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     DEV_LOCK.parent.mkdir(parents=True, exist_ok=True)
     # dev.txt first: the bundle locks are constrained to its pins.
-    for lock in (DEV_LOCK, LAMBDA_LOCK, GCP_LOCK):
+    for lock in (DEV_LOCK, LAMBDA_LOCK, GCP_LOCK, *INSTALL_LOCKS.values()):
         generate(lock, upgrade=args.upgrade and lock == DEV_LOCK)
         print(f"{lock.relative_to(REPO)}  {len(read(lock))} pins")
     return 0

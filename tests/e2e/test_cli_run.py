@@ -116,12 +116,28 @@ def test_report_run_prints_one_c3_document_and_exits_0(db, platform):
     assert platform.instance_state(leaked.instance_id) == "running"
 
 
+def test_an_empty_aws_endpoint_variable_counts_as_unset(db, platform):
+    # given AWS_ENDPOINT_URL set but empty, and boto3's per-service variables naming moto
+    add_backend(db)
+    leaked = platform.terminated_leak()
+    settle(platform)
+    moto = os.environ["AWS_ENDPOINT_URL"]
+
+    proc = cli(db, "run", "--backend", BACKEND, "--json", AWS_ENDPOINT_URL="", AWS_ENDPOINT_URL_EC2=moto,
+               AWS_ENDPOINT_URL_STS=moto)
+
+    # then the run is a run (no "Invalid endpoint" traceback): boto3 finds moto through its own variables
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr and "Invalid endpoint" not in proc.stderr, (
+        proc.stderr)
+    assert by_primary(json.loads(proc.stdout))[leaked.instance_id] == ("orphan", "owner_terminated", "reported")
+
+
 def test_delete_run_that_deletes_exits_0_and_a_protected_one_is_not_a_failure(db, platform):
     add_backend(db)
     leaked = platform.terminated_leak()
     settle(platform)
 
-    code, doc, _ = run_json(db, "--mode", "delete")
+    code, doc, _ = run_json(db, "--mode", "delete", "--yes")
 
     assert code == 0 and doc["outcome"] == "clean" and doc["mode"] == "delete"
     assert by_primary(doc)[leaked.instance_id] == ("orphan", "owner_terminated", "deleted")
@@ -129,7 +145,7 @@ def test_delete_run_that_deletes_exits_0_and_a_protected_one_is_not_a_failure(db
 
     stuck = platform.terminated_leak(termination_protection=True)  # SAFETY.md rule 14: a verdict, not a failure
     settle(platform)
-    code, doc, _ = run_json(db, "--mode", "delete")
+    code, doc, _ = run_json(db, "--mode", "delete", "--yes")
 
     assert code == 0 and doc["outcome"] == "clean"
     assert by_primary(doc)[stuck.instance_id] == ("protected", "termination_protection", "reported")
@@ -146,7 +162,7 @@ def test_unsettled_run_exits_0(db, platform):
     settle(platform)
     platform.ledger.mark_terminated(changed.owner_id)  # inside the margin at listing time
 
-    code, doc, _ = run_json(db)
+    code, doc, _ = run_json(db, "--yes")  # the backend deletes: consent
 
     assert code == 0 and doc["outcome"] == "unsettled" and doc["mode"] == "delete"
     assert by_primary(doc)[changed.instance_id] == ("skipped", "recent_owner_change", "none")

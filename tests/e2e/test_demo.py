@@ -28,6 +28,7 @@ EXPECTED = {
     "protected": ("protected", "protect_tag"),
     "foreign": ("ignored", "no_record"),
     "just-failed": ("skipped", "recent_owner_change"),
+    "stuck-pending": ("skipped", "owner_pending"),
 }
 ORPHANS = {vm for vm, (verdict, _) in EXPECTED.items() if verdict == "orphan"}
 ACTIONS = {"tracked": "none", "ignored": "none", "skipped": "none", "protected": "reported"}
@@ -105,6 +106,26 @@ def test_the_skipped_vm_is_deleted_once_past_the_margin(demo):
 
     assert cycle_rows(text)["just-failed"][1:] == ("orphan", "owner_deleted", "deleted")
     assert outcome(text) == "clean"
+
+
+def test_a_stuck_pending_owner_is_shown_by_status_and_its_log_line_then_reaped_and_deleted(demo):
+    text = sections(demo.stdout)["2"]
+    instance = cycle_rows(text)["stuck-pending"][0]
+    ref = re.search(rf"^stuck-pending\s+{instance}\s+([a-z0-9]{{12}})\s", demo.stdout, re.M)[1]
+
+    # status lists it, with its ref, owner and age, and says what to do
+    status = text.split("$ orphan-cleanup status", 1)[1]
+    assert "stuck pending owners" in status and 'Stale pending owners' in status
+    row = next(line for line in status.splitlines() if ref in line)
+    assert row.split()[:2] == ["demo-aws", ref] and f"inst-{ref}" in row and '"batch-9"' in row
+    assert re.search(r"\s2h\s+us-east-1\s+" + instance, row), row
+    # the log line names the ref, the owner and the instance, as the functions' JSON logs do
+    logged = [line for line in demo.stderr.splitlines() if "pending owner's resources look stuck" in line]
+    assert logged and all(f"provider_ref={ref}" in line and f"owner_id=inst-{ref}" in line
+                          and f"primary_id={instance}" in line for line in logged), logged
+    # the platform reaps the row; the next cycle deletes what the crash left
+    assert f"ledger.reap_pending(inst-{ref})" in text
+    assert cycle_rows(sections(demo.stdout)["3"])["stuck-pending"][1:] == ("orphan", "owner_terminated", "deleted")
 
 
 def test_progress_goes_to_stderr_and_the_demo_cleans_up(demo):

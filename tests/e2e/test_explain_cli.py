@@ -37,7 +37,7 @@ def explain_json(db: Database, query: str) -> dict[str, Any]:
     proc = cli(db, "explain", "--backend", BACKEND, query, "--json")
     assert (proc.returncode, proc.stderr) == (0, ""), proc.stderr
     doc = json.loads(proc.stdout)  # exactly one document
-    assert set(doc) == {"backend", "query", "cycles"} and (doc["backend"], doc["query"]) == (BACKEND, query)
+    assert set(doc) == {"backend", "query", "cycles", "journal"} and (doc["backend"], doc["query"]) == (BACKEND, query)
     assert all(set(c) == ENTRY_KEYS for c in doc["cycles"])
     return doc
 
@@ -58,7 +58,7 @@ def test_explain_reads_back_a_delete_run(emptied_db):
                                       status=OwnerStatus.BUSY)
 
     # when a delete run goes through them
-    run = cli(db, "run", "--backend", BACKEND, "--mode", "delete", "--json")
+    run = cli(db, "run", "--backend", BACKEND, "--mode", "delete", "--yes", "--json")
     assert run.returncode == 0, run.stderr
     cycle_id = json.loads(run.stdout)["cycle_id"]
 
@@ -95,7 +95,26 @@ def test_explain_exits_1_when_nothing_is_recorded_and_2_for_an_unknown_backend(e
     nothing = cli(emptied_db, "explain", "--backend", BACKEND, "i-0123456789abcdef0", "--json")
     unknown = cli(emptied_db, "explain", "--backend", "nope", "i-0123456789abcdef0")
 
-    assert (nothing.returncode, nothing.stdout) == (1, "") and len(nothing.stderr.splitlines()) == 1
-    assert "nothing recorded for 'i-0123456789abcdef0'" in nothing.stderr
+    assert (nothing.returncode, nothing.stdout) == (1, "") and "Traceback" not in nothing.stderr
+    assert nothing.stderr.startswith("orphan-cleanup: nothing recorded for 'i-0123456789abcdef0'")
+    assert f"no cycle of {BACKEND} has finished a listing yet" in nothing.stderr
     assert (unknown.returncode, unknown.stdout) == (2, "")
     assert unknown.stderr.startswith("orphan-cleanup: error: unknown backend 'nope'")
+
+
+def test_explain_of_an_untagged_vm_after_a_manual_run_says_it_has_no_ref_tag(emptied_db):
+    # given a VM someone launched by hand, without the ref tag, and a manual run of the backend
+    db = emptied_db
+    add_backend(db, BACKEND)
+    platform = MotoPlatform(db, BACKEND)
+    platform.tracked()
+    untagged = platform.ec2.run_instances(ImageId="ami-12c6146b", MinCount=1, MaxCount=1)["Instances"][0]["InstanceId"]
+    run = cli(db, "run", "--backend", BACKEND)
+    assert run.returncode == 0, run.stderr
+
+    proc = cli(db, "explain", "--backend", BACKEND, untagged)
+
+    assert (proc.returncode, proc.stdout) == (1, ""), proc.stderr
+    assert "never listed: the latest manual run" in proc.stderr
+    assert "a resource without a 'provider_ref' tag is never listed" in proc.stderr
+    assert "recorded by manual runs only" not in proc.stderr and "Traceback" not in proc.stderr

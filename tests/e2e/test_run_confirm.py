@@ -1,9 +1,11 @@
-"""`orphan-cleanup run --mode delete` on a terminal: the plan first, then the question.
+"""`orphan-cleanup run --mode delete`: consent before deletion (README, "Running it by hand").
 
-The CLI runs as a user runs it (`python -m orphan_cleanup`, real Postgres, the moto
-server) with its stdin and stdout on a real pseudo-terminal (`os.openpty`: isatty is
-true, nothing is mocked) and stderr on a pipe. The test reads the terminal's master
-side as the user's screen and types into it.
+On a terminal: the plan first, then the question. The CLI runs as a user runs it
+(`python -m orphan_cleanup`, real Postgres, the moto server) with its stdin and stderr
+on a real pseudo-terminal (`os.openpty`: isatty is true, nothing is mocked) and its
+stdout on the same terminal or on a pipe (`run ... | tee log`). The test reads the
+terminal's master side as the user's screen and types into it. Without a terminal,
+a deleting run needs --yes and exits 2 before listing without it.
 """
 
 from __future__ import annotations
@@ -48,21 +50,23 @@ def _controlling_terminal() -> None:
 
 
 class Terminal:
-    """The CLI with stdin and stdout on a pseudo-terminal (its controlling terminal),
-    stderr on a pipe."""
+    """The CLI with stdin and stderr on a pseudo-terminal (its controlling terminal), and
+    stdout there too, or on a pipe (``stdout_piped``: ``run ... | tee log``)."""
 
-    def __init__(self, db: Database, *args: str, env: dict[str, str] | None = None) -> None:
+    def __init__(self, db: Database, *args: str, env: dict[str, str] | None = None,
+                 stdout_piped: bool = False) -> None:
         master, slave = os.openpty()
         self.proc = subprocess.Popen([sys.executable, "-m", "orphan_cleanup", *args],
-                                     env={**environment(db), **(env or {})}, stdin=slave, stdout=slave,
-                                     stderr=subprocess.PIPE, start_new_session=True,
-                                     preexec_fn=_controlling_terminal)
+                                     env={**environment(db), **(env or {})}, stdin=slave,
+                                     stdout=subprocess.PIPE if stdout_piped else slave, stderr=slave,
+                                     start_new_session=True, preexec_fn=_controlling_terminal)
         os.close(slave)
         self.master = master
-        self._screen, self._stderr = bytearray(), bytearray()
-        self._readers = [threading.Thread(target=self._read, args=(master, self._screen), daemon=True),
-                         threading.Thread(target=self._read, args=(self.proc.stderr.fileno(), self._stderr),
-                                          daemon=True)]
+        self._screen, self._stdout = bytearray(), bytearray()
+        self._readers = [threading.Thread(target=self._read, args=(master, self._screen), daemon=True)]
+        if stdout_piped:
+            self._readers.append(threading.Thread(target=self._read, args=(self.proc.stdout.fileno(), self._stdout),
+                                                  daemon=True))
         for reader in self._readers:
             reader.start()
 
@@ -82,14 +86,15 @@ class Terminal:
         return self._screen.decode(errors="replace").replace("\r\n", "\n")
 
     @property
-    def stderr(self) -> str:
-        return self._stderr.decode(errors="replace")
+    def stdout(self) -> str:
+        """What went to the pipe (``stdout_piped``)."""
+        return self._stdout.decode(errors="replace")
 
     def expect(self, text: str, timeout: float = 30) -> None:
         deadline = time.monotonic() + timeout
         while text not in self.screen:
-            assert self.proc.poll() is None, f"exited {self.proc.returncode}:\n{self.screen}\n{self.stderr}"
-            assert time.monotonic() < deadline, f"no {text!r} on the terminal:\n{self.screen}\n{self.stderr}"
+            assert self.proc.poll() is None, f"exited {self.proc.returncode}:\n{self.screen}"
+            assert time.monotonic() < deadline, f"no {text!r} on the terminal:\n{self.screen}"
             time.sleep(0.02)
 
     def type(self, keys: str) -> None:
@@ -104,7 +109,7 @@ class Terminal:
         for reader in self._readers:
             reader.join(timeout=5)
         os.close(self.master)
-        assert "Traceback" not in self.stderr, self.stderr
+        assert "Traceback" not in self.screen, self.screen
         return code
 
 
@@ -138,6 +143,17 @@ def plan_rows(screen: str) -> list[str]:
     return [line for line in table.splitlines()[2:] if line.strip()]
 
 
+def cycle_count(db: Database) -> int:
+    with db.connection() as conn:
+        return int(conn.run("SELECT count(*) FROM cycles")[0][0])
+
+
+def no_terminal(db: Database, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """The CLI as cron or ``ssh host cmd`` runs it: stdin, stdout and stderr are no terminal."""
+    return subprocess.run([sys.executable, "-m", "orphan_cleanup", *args], env={**environment(db), **env},
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+
+
 @pytest.mark.parametrize("answer", ["aws-pro\n", "\x04"], ids=["wrong-id", "end-of-input"])
 def test_the_plan_is_shown_and_anything_but_the_backend_id_deletes_nothing(db, platform, answer):
     leak = platform.terminated_leak()
@@ -155,9 +171,9 @@ def test_the_plan_is_shown_and_anything_but_the_backend_id_deletes_nothing(db, p
     assert leak.owner_id in rows[0] and "owner_terminated" in rows[0]
     assert re.search(r"owner terminated 1h ago; created \d+s ago", rows[0]), rows[0]
     assert tracked.instance_id not in term.screen.partition(QUESTION)[0]
-    assert code == 0, term.stderr
-    assert "nothing deleted" in term.screen and "nothing deleted" in term.stderr
-    assert "deleted group" not in term.stderr
+    assert code == 0, term.screen
+    assert "nothing deleted: the plan was not confirmed" in term.screen
+    assert "deleted group" not in term.screen
     assert platform.instance_state(leak.instance_id) == "running"
     assert platform.instance_state(tracked.instance_id) == "running"
     assert cycle_row(db) == {"outcome": "unsettled", "clean_at": None}  # declined: clean_at does not move
@@ -173,27 +189,50 @@ def test_typing_the_backend_id_deletes_exactly_the_planned_group(db, platform):
     term.type(f"{BACKEND}\n")
     code = term.wait()
 
-    assert code == 0, term.stderr
-    assert f"deleted group 1/1: ref {leak.ref} us-east-1 {leak.instance_id}" in term.stderr
+    assert code == 0, term.screen
+    assert f"deleted group 1/1: ref {leak.ref} us-east-1 {leak.instance_id}" in term.screen
     assert platform.instance_state(leak.instance_id) == "terminated"
     assert platform.instance_state(tracked.instance_id) == "running"
     assert cycle_row(db)["outcome"] == "clean"
 
 
-@pytest.mark.parametrize("flag", ["--yes", "--json"])
-def test_yes_or_json_on_a_terminal_deletes_without_asking(db, platform, flag):
+@pytest.mark.parametrize("output", [[], ["--json"]], ids=["table", "json"])
+def test_with_stdout_piped_the_run_still_asks_on_the_terminal_and_deletes_only_after_the_answer(db, platform, output):
+    # `orphan-cleanup run --backend aws-prod --mode delete | tee log`, typed in a shell
     leak = platform.terminated_leak()
     settle(platform)
 
-    term = Terminal(db, "run", "--backend", BACKEND, "--mode", "delete", flag)
+    term = Terminal(db, "run", "--backend", BACKEND, "--mode", "delete", *output, stdout_piped=True)
+    term.expect(QUESTION)
+    # the plan is on the terminal, not in the pipe, and nothing is deleted while the question waits
+    assert len(plan_rows(term.screen)) == 1 and leak.instance_id in plan_rows(term.screen)[0], term.screen
+    time.sleep(0.5)
+    assert platform.instance_state(leak.instance_id) == "running"
+    assert term.proc.poll() is None
+    term.type(f"{BACKEND}\n")
     code = term.wait()
 
-    assert code == 0, term.stderr
-    assert QUESTION not in term.screen and "plan: delete" not in term.screen
-    if flag == "--json":  # one document on the terminal; no progress on the (piped) stderr
-        assert json.loads(term.screen)["groups"][0]["action"] == "deleted"
+    assert code == 0, term.screen
+    assert QUESTION not in term.stdout and "plan: delete" not in term.stdout
+    assert platform.instance_state(leak.instance_id) == "terminated"
+    if output:  # --json is an output format: one document in the pipe, after the same question
+        doc = json.loads(term.stdout)
+        assert [(g["primary_id"], g["action"]) for g in doc["groups"]] == [(leak.instance_id, "deleted")]
     else:
-        assert f"deleted group 1/1: ref {leak.ref}" in term.stderr
+        assert re.search(rf"^{leak.ref}\s+us-east-1\s+{leak.instance_id}\s.*orphan\s+owner_terminated\s+deleted",
+                         term.stdout, re.M), term.stdout
+
+
+def test_yes_on_a_terminal_deletes_without_asking(db, platform):
+    leak = platform.terminated_leak()
+    settle(platform)
+
+    term = Terminal(db, "run", "--backend", BACKEND, "--mode", "delete", "--yes")
+    code = term.wait()
+
+    assert code == 0, term.screen
+    assert QUESTION not in term.screen and "plan: delete" not in term.screen
+    assert f"deleted group 1/1: ref {leak.ref}" in term.screen
     assert platform.instance_state(leak.instance_id) == "terminated"
 
 
@@ -204,22 +243,49 @@ def test_a_plan_the_blast_radius_cap_blocks_asks_nothing(db, platform):
     term = Terminal(db, "run", "--backend", BACKEND, "--mode", "delete", env={"ORPHAN_CLEANUP_MAX_DELETES": "0"})
     code = term.wait()
 
-    assert code == 0, term.stderr
+    assert code == 0, term.screen
     assert QUESTION not in term.screen
-    assert "blast-radius cap: deleted nothing" in term.stderr and "nothing to confirm" in term.stderr
-    assert "blast-radius cap: deleted nothing" in term.screen
+    assert "blast-radius cap: deleted nothing" in term.screen and "nothing to confirm" in term.screen
     assert platform.instance_state(leak.instance_id) == "running"
 
 
-def test_without_a_terminal_the_run_deletes_without_asking(db, platform):
+@pytest.mark.parametrize(("args", "mode", "env", "why"), [
+    (["--mode", "delete"], None, {}, "--mode delete"),
+    (["--mode", "delete", "--json"], None, {}, "--mode delete"),
+    ([], "delete", {}, f"backend {BACKEND}'s mode is delete"),
+    ([], None, {"ORPHAN_CLEANUP_MODE": "delete"}, "ORPHAN_CLEANUP_MODE=delete"),
+], ids=["flag", "json-is-no-consent", "backend-mode", "global-mode"])
+def test_without_a_terminal_a_deleting_run_without_yes_lists_nothing_deletes_nothing_and_exits_2(
+        db, platform, args, mode, env, why):
+    leak = platform.terminated_leak()
+    settle(platform)
+    if mode:
+        with db.transaction() as conn:
+            conn.run("UPDATE backends SET mode = :m WHERE id = :i", m=mode, i=BACKEND)
+
+    proc = no_terminal(db, "run", "--backend", BACKEND, *args, **env)
+
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--yes" in lines[0] and why in lines[0] and "Traceback" not in proc.stderr, lines
+    assert "listing" not in proc.stderr
+    assert cycle_count(db) == 0  # exited before listing: no cycle started
+    assert platform.instance_state(leak.instance_id) == "running"
+
+
+def test_without_a_terminal_yes_deletes_and_a_report_run_needs_no_consent(db, platform):
     leak = platform.terminated_leak()
     settle(platform)
 
-    proc = subprocess.run([sys.executable, "-m", "orphan_cleanup", "run", "--backend", BACKEND, "--mode", "delete"],
-                          env=environment(db), stdin=subprocess.PIPE, capture_output=True, text=True, timeout=60)
+    report = no_terminal(db, "run", "--backend", BACKEND)
+    assert report.returncode == 0, report.stderr
+    assert platform.instance_state(leak.instance_id) == "running"
+
+    proc = no_terminal(db, "run", "--backend", BACKEND, "--mode", "delete", "--yes")
 
     assert proc.returncode == 0, proc.stderr
-    assert QUESTION not in proc.stdout and "plan: delete" not in proc.stdout
+    assert QUESTION not in proc.stdout + proc.stderr and "plan: delete" not in proc.stdout + proc.stderr
     assert f"deleted group 1/1: ref {leak.ref} us-east-1 {leak.instance_id}" in proc.stderr
     assert platform.instance_state(leak.instance_id) == "terminated"
 
@@ -237,9 +303,9 @@ def test_a_group_whose_owner_is_tracked_again_while_the_question_waits_is_skippe
     term.type(f"{BACKEND}\n")
     code = term.wait()
 
-    assert code == 0, term.stderr
-    assert re.search(rf"skipped group \d/2: ref {back.ref} us-east-1 {back.instance_id}: it changed", term.stderr)
-    assert re.search(rf"deleted group \d/2: ref {gone.ref} us-east-1 {gone.instance_id}", term.stderr)
+    assert code == 0, term.screen
+    assert re.search(rf"skipped group \d/2: ref {back.ref} us-east-1 {back.instance_id}: it changed", term.screen)
+    assert re.search(rf"deleted group \d/2: ref {gone.ref} us-east-1 {gone.instance_id}", term.screen)
     assert platform.instance_state(back.instance_id) == "running"
     assert platform.instance_state(gone.instance_id) == "terminated"
     assert cycle_row(db)["outcome"] == "unsettled"
@@ -254,8 +320,8 @@ def test_ctrl_c_at_the_question_deletes_nothing_and_frees_the_backend(db, platfo
     term.type("\x03")  # Ctrl-C: the terminal sends SIGINT
     code = term.wait(timeout=5)
 
-    assert code == 130, term.stderr
-    assert "interrupted at the confirmation: nothing deleted" in term.stderr
+    assert code == 130, term.screen
+    assert "interrupted at the confirmation: nothing deleted" in term.screen
     assert platform.instance_state(leak.instance_id) == "running"
     assert cycle_row(db) == {"outcome": "unsettled", "clean_at": None}
     with db.connection() as conn:  # the backend is free at once: a new run is not refused as busy

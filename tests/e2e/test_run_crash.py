@@ -144,7 +144,7 @@ def interrupt(proc: subprocess.Popen[str]) -> tuple[float, str]:
 
 def test_ctrl_c_while_listing_exits_at_once_and_the_backend_runs_again_right_away(db, gcp, leak, arrived):
     answered = slow(gcp, 3, "GET", LISTING)  # the listing call hangs
-    proc = start(db, gcp, "--mode", "delete")
+    proc = start(db, gcp, "--mode", "delete", "--yes")
     poll("the listing call", lambda: arrived("GET", LISTING))
     cycle_id = listing_started(db)
 
@@ -164,7 +164,7 @@ def test_ctrl_c_while_listing_exits_at_once_and_the_backend_runs_again_right_awa
 
 def test_ctrl_c_while_deleting_says_what_was_left_undone(db, gcp, leak, arrived):
     answered = slow(gcp, 3, "DELETE")  # the delete call hangs
-    proc = start(db, gcp, "--mode", "delete")
+    proc = start(db, gcp, "--mode", "delete", "--yes")
     poll("the delete call", lambda: arrived("DELETE", "/instances/"))
     assert sql(db, "SELECT count(*) FROM delete_gates")[0][0] == 1
 
@@ -204,7 +204,7 @@ def test_a_live_run_renews_its_lease_and_a_killed_one_frees_the_backend_within_i
 
 def test_a_frozen_run_whose_lease_was_taken_over_applies_nothing(db, gcp, leak, arrived):
     slow(gcp, 1, "GET", LISTING)
-    frozen = start(db, gcp, "--mode", "delete")
+    frozen = start(db, gcp, "--mode", "delete", "--yes")
     poll("the listing call", lambda: arrived("GET", LISTING))
     old = listing_started(db)
     frozen.send_signal(signal.SIGSTOP)  # its listing in flight, its heartbeat stopped with it

@@ -113,7 +113,7 @@ def test_owners_of_another_backend_on_the_same_account_stay_tracked(emptied_db):
     b_leaked, b_kept = retry_leak(b)
 
     # when aws-a runs in delete mode
-    code, doc, _ = run_json(db, "aws-a", "--mode", "delete")
+    code, doc, _ = run_json(db, "aws-a", "--mode", "delete", "--yes")
 
     # then aws-b's tracked VMs are tracked and still run; its leaks are orphans of
     # this account, classified by the rule (not as another backend's leftovers)
@@ -143,7 +143,7 @@ def test_an_owner_naming_no_known_backend_is_skipped_never_deleted(emptied_db):
     tracked = a.tracked()
 
     # when aws-a runs in delete mode
-    code, doc, _ = run_json(db, "aws-a", "--mode", "delete")
+    code, doc, _ = run_json(db, "aws-a", "--mode", "delete", "--yes")
 
     # then they are skipped, not deleted, and the cycle stays unsettled
     assert code == 0 and doc["outcome"] == "unsettled", doc
@@ -170,7 +170,7 @@ def test_a_failover_to_another_account_leaves_a_backend_mismatch_orphan(emptied_
     tracked = a.tracked()
 
     # when aws-a runs in delete mode
-    code, doc, _ = run_json(db, "aws-a", "--mode", "delete")
+    code, doc, _ = run_json(db, "aws-a", "--mode", "delete", "--yes")
 
     # then the old VM is a failover leftover and is deleted; the tracked one stays
     assert code == 0 and doc["outcome"] == "clean", doc
@@ -193,7 +193,7 @@ def test_a_backend_whose_credentials_reach_another_account_fails_and_touches_not
     tracked = platform.tracked()
 
     # when it runs in delete mode
-    code, doc, stderr = run_json(db, "aws-wrong", "--mode", "delete")
+    code, doc, stderr = run_json(db, "aws-wrong", "--mode", "delete", "--yes")
 
     # then the cycle fails with one `*` failure, lists and deletes nothing
     expected = f"account_mismatch: credentials reach {ACCOUNT}, backend aws-wrong says {OTHER_ACCOUNT}"
@@ -202,7 +202,8 @@ def test_a_backend_whose_credentials_reach_another_account_fails_and_touches_not
     assert doc["groups"] == []
     assert platform.instance_state(leak.instance_id) == "running"
     assert platform.instance_state(tracked.instance_id) == "running"
-    lines = [line for line in stderr.splitlines() if "account_mismatch" in line]
+    # one error line says why (the log line before it carries the same error among its fields)
+    lines = [line for line in stderr.splitlines() if "account_mismatch" in line and not line.startswith("ERROR ")]
     assert len(lines) == 1 and expected in lines[0], stderr
     assert cycle_row(db, doc["cycle_id"])["outcome"] == "failed"
     assert count_rows(db, "cycle_groups") == 0
@@ -220,7 +221,7 @@ def test_the_deleter_assumes_the_delete_role_and_the_lister_the_listing_role(emp
     leak = platform.terminated_leak()
 
     # when it runs in delete mode
-    code, doc, stderr = run_json(db, "aws-roles", "--mode", "delete")
+    code, doc, stderr = run_json(db, "aws-roles", "--mode", "delete", "--yes")
 
     # then the listing (listing role: the right account) found the orphan, and the deleter
     # checked the identity of the delete role: a delete role of another account deletes nothing
@@ -349,7 +350,7 @@ def test_malformed_refs_are_shown_ignored_and_never_deleted(emptied_db):
     tracked = platform.tracked()
 
     # when the backend runs in delete mode
-    code, doc, _ = run_json(db, "aws-m", "--mode", "delete")
+    code, doc, _ = run_json(db, "aws-m", "--mode", "delete", "--yes")
 
     # then both are ignored / malformed_ref under their raw value, nothing is
     # terminated, and the cycle is clean

@@ -80,14 +80,14 @@ def test_backend_add_then_list(cli):
     assert "aws-prod" in out
     assert cli("backend", "add", "gcp-main", "--provider", "gcp", "--account", "my-project-42",
                "--regions", "us-central1,europe-west4-b", "--mode", "delete",
-               "--settings", '{"credentials_secret": "gcp-sa"}')[0] == 0
+               "--settings", '{"project": "other-project-7"}')[0] == 0
     code, out, _ = cli("backend", "list", "--json")
     assert code == 0
     listed = json.loads(out)
     assert [(b["id"], b["provider"], b["account"], b["regions"], b["mode"]) for b in listed] == [
         ("aws-prod", "aws", "123456789012", ["us-east-1", "eu-west-1"], None),
         ("gcp-main", "gcp", "my-project-42", ["us-central1", "europe-west4-b"], "delete")]
-    assert listed[1]["settings"]["credentials_secret"] == "gcp-sa"
+    assert listed[1]["settings"]["project"] == "other-project-7"
     # the human table lists both
     code, out, _ = cli("backend", "list")
     assert code == 0 and "aws-prod" in out and "gcp-main" in out
@@ -169,11 +169,11 @@ def test_status_json_matches_c3(cli, db, monkeypatch):
     rows = json.loads(out)
     # then one object per backend, with exactly the C3 keys and `running` (no cycle runs: null)
     assert isinstance(rows, list) and len(rows) == 2
-    assert all(set(r) == STATUS_KEYS | {"running"} and r["running"] is None for r in rows)
+    assert all(set(r) == STATUS_KEYS | {"running", "stuck_pending"} and r["running"] is None for r in rows)
     dev, prod = sorted(rows, key=lambda r: r["backend"])
     assert dev == {"backend": "aws-dev", "provider": "aws", "mode": "delete", "clean_at": None,
                    "last_outcome": None, "last_processed_at": None, "next_due_at": None, "open_orphans": 0,
-                   "running": None}
+                   "running": None, "stuck_pending": []}
     assert (prod["provider"], prod["mode"], prod["last_outcome"], prod["open_orphans"]) == (
         "aws", "report", "clean", 1)
     assert datetime.fromisoformat(prod["clean_at"]) == listed_at

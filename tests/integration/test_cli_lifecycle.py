@@ -146,6 +146,20 @@ BAD_UPDATES = [
     ("a malformed account", ["--account", "1234"], "AWS account '1234' must be 12 digits"),
     ("a limit out of range", ["--settings", '{"max_delete_share": 2}'], "settings.max_delete_share"),
     ("nothing to change", [], "nothing to update"),
+    ("a setting no code reads", ["--settings", '{"credentials_secret": "gcp-sa"}'],
+     "unknown setting 'credentials_secret'; known: tag_key,"),
+    ("credentials_json that is not JSON", ["--settings", json.dumps({"credentials_json": "{not json"})],
+     "credentials_json: is not JSON"),
+    ("credentials_json without a key", ["--settings", json.dumps({"credentials_json": '{"type": "service_account"}'})],
+     "credentials_json: is not a service-account key: no client_email, private_key, token_uri"),
+    ("credentials_json that is an object", ["--settings", '{"credentials_json": {"type": "service_account"}}'],
+     "credentials_json: Input should be a valid string"),
+    ("a margin of a thousand years", ["--settings", '{"margin_seconds": 31557600000}'],
+     "margin_seconds: Input should be less than or equal to 31622400"),
+    ("seconds as a string", ["--settings", '{"margin_seconds": "300"}'], "margin_seconds: Input should be a valid"),
+    ("a boolean as a count", ["--settings", '{"max_deletes": true}'], "max_deletes: Input should be a valid"),
+    ("a NUL character", ["--settings", '{"tag_key": "a\\u0000b"}'], "a NUL character"),
+    ("an empty external id", ["--settings", '{"external_id": ""}'], "settings.external_id: '' is not an STS"),
 ]
 
 
@@ -181,6 +195,60 @@ def test_backend_add_refuses_unknown_keys_and_accepts_every_partitions_region(db
     assert row(db, "gov")["regions"] == ["us-gov-west-1", "cn-north-1", "eu-central-2"]
 
 
+def service_account_key() -> str:
+    """A service-account key file as Google issues one, with a real RSA key made here."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    pem = rsa.generate_private_key(public_exponent=65537, key_size=2048).private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()).decode()
+    return json.dumps({"type": "service_account", "project_id": "my-project-42", "private_key_id": "k1",
+                       "private_key": pem, "client_email": "cleanup@my-project-42.iam.gserviceaccount.com",
+                       "client_id": "1", "token_uri": "https://oauth2.googleapis.com/token"})
+
+
+def test_credentials_json_is_checked_at_add_and_at_update_and_a_good_key_is_stored_hidden(db):
+    gcp = ["--provider", "gcp", "--account", "my-project-42", "--regions", "us-central1"]
+    line = fails(db, 2, "backend", "add", "gcp-main", *gcp, "--settings", json.dumps({"credentials_json": "{not json"}))
+    assert "settings.credentials_json: is not JSON" in line and row(db, "gcp-main") is None
+    broken = json.loads(service_account_key()) | {"private_key": "-----BEGIN PRIVATE KEY-----\nAAAA\n"
+                                                                 "-----END PRIVATE KEY-----\n"}
+    line = fails(db, 2, "backend", "add", "gcp-main", *gcp, "--settings",
+                 json.dumps({"credentials_json": json.dumps(broken)}))
+    assert "credentials_json: the key cannot be read" in line and "BEGIN" not in line  # never the secret
+
+    key = service_account_key()
+    ok(db, "backend", "add", "gcp-main", *gcp, "--settings", json.dumps({"credentials_json": key}))
+    assert row(db, "gcp-main")["settings"] == {"credentials_json": key}
+    line = fails(db, 2, "backend", "update", "gcp-main", "--settings", json.dumps({"credentials_json": "{x"}))
+    assert "credentials_json: is not JSON" in line and row(db, "gcp-main")["settings"] == {"credentials_json": key}
+    shown = ok(db, "backend", "show", "gcp-main")
+    assert "credentials_json" in shown and "(set, hidden)" in shown and "PRIVATE KEY" not in shown
+
+
+def test_show_prints_each_effective_value_with_its_source(db):
+    # given a backend with one limit of its own, and a margin left to the environment
+    add(db, "aws-prod", "--settings", json.dumps({"role_arn": ROLE, "max_deletes": 5}))
+
+    proc = cli(db, "backend", "show", "aws-prod", "--json", ORPHAN_CLEANUP_MARGIN_SECONDS="120")
+    human = cli(db, "backend", "show", "aws-prod", ORPHAN_CLEANUP_MARGIN_SECONDS="120").stdout
+
+    doc = json.loads(proc.stdout)
+    effective, sources = doc["effective_settings"], doc["setting_sources"]
+    assert set(effective) == set(sources) == set(Backend.model_fields["settings"].annotation.model_fields)
+    assert (effective["max_deletes"], sources["max_deletes"]) == (5, "backend")
+    assert (effective["margin_seconds"], sources["margin_seconds"]) == (120, "environment")
+    assert (effective["interval_seconds"], sources["interval_seconds"]) == (900, "default")
+    assert (effective["delete_role_arn"], effective["project"]) == (ROLE, ACCOUNT)  # what is used, never null
+    assert (effective["tag_key"], sources["tag_key"]) == ("provider_ref", "default")
+    lines = {line.split()[0]: line for line in human.splitlines() if line.startswith("  ") and line.split()}
+    assert lines["margin_seconds"].split()[1:] == ["120", "(environment:", "ORPHAN_CLEANUP_MARGIN_SECONDS)"]
+    assert lines["max_deletes"].split()[1:] == ["5", "(backend)"]
+    assert lines["interval_seconds"].split()[1:] == ["900", "(default", "of", "ORPHAN_CLEANUP_INTERVAL_SECONDS)"]
+    assert lines["delete_role_arn"].split()[1:] == [ROLE, "(default:", "role_arn)"]
+    assert " - " not in human and "  -  " not in human
+
+
 def test_update_of_an_unknown_backend_is_bad_input(db):
     assert "unknown backend 'nope'" in fails(db, 2, "backend", "update", "nope", "--mode", "off")
     assert "unknown backend 'nope'" in fails(db, 2, "backend", "show", "nope")
@@ -192,6 +260,9 @@ def test_update_of_an_unknown_backend_is_bad_input(db):
 
 BAD_ROWS = [
     ("empty tag key", "{us-east-1}", {"tag_key": ""}, "settings.tag_key: must not be empty"),
+    ("a margin past any clock", "{us-east-1}", {"margin_seconds": 10 ** 20}, "settings.margin_seconds"),
+    ("credentials_json not JSON", "{us-east-1}", {"credentials_json": "{not json"},
+     "settings.credentials_json: is not JSON"),
     ("no region", "{}", {}, "regions: is empty"),
     ("bad role ARN", "{us-east-1}", {"role_arn": "not-an-arn"}, "settings.role_arn: 'not-an-arn' is not an IAM"),
 ]

@@ -241,6 +241,22 @@ def test_migrate_as_the_runtime_role_fails_in_one_line(platform_first, monkeypat
     assert len(err_lines) == 1 and "permission denied" in err_lines[0] and "SQLSTATE 42501" in err_lines[0]
 
 
+def test_the_runtime_role_runs_the_read_only_commands_and_not_the_writers(platform_first, monkeypatch, capsys):
+    # docs/DATABASE.md, "Roles": status, backend list|show and explain only read
+    ledger = platform_first
+    ledger.admin_run("INSERT INTO backends (id, provider, account, regions, settings)"
+                     " VALUES ('aws-prod', 'aws', '123456789012', '{us-east-1}', '{}')", role=ledger.owner)
+    monkeypatch.setenv("DATABASE_URL", ledger.info(ledger.runtime).url())
+    for argv, code in [(["status"], 0), (["status", "--json"], 0), (["backend", "list"], 0),
+                       (["backend", "show", "aws-prod"], 0), (["explain", "--backend", "aws-prod", "i-0abc"], 1)]:
+        assert cli.main(argv) == code, argv
+        assert "permission denied" not in capsys.readouterr().err, argv
+    # writing backends is the owner role's
+    assert cli.main(["backend", "add", "aws-new", "--provider", "aws", "--account", "123456789012",
+                     "--regions", "us-east-1"]) == cli.EXIT_BAD_INPUT
+    assert "permission denied" in capsys.readouterr().err
+
+
 def test_greenfield_migrate_creates_the_c1_tables_and_the_runtime_only_reads_them(pg_server):
     # given no C1 tables yet: roles.sql, migrate as the owner (it creates them), roles.sql again
     ledger = _new_ledger(pg_server)

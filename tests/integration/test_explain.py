@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from datetime import datetime, timedelta
 
 import pytest
@@ -330,11 +331,103 @@ def test_the_command_exits_0_found_1_nothing_recorded_2_unknown_backend(db, clou
                                      "detail", "evidence", "delete"}
 
     code, out, err = run_cli(db, monkeypatch, capsys, "--backend", BACKEND, "i-never-listed")
-    assert (code, out) == (1, "") and len(err.splitlines()) == 1 and "nothing recorded" in err
+    assert (code, out) == (1, "") and err.startswith("orphan-cleanup: nothing recorded") and "never listed" in err
 
     code, out, err = run_cli(db, monkeypatch, capsys, "--backend", "nope", leaked)
     assert (code, out) == (2, "") and err == ("orphan-cleanup: error: unknown backend 'nope'"
                                               " (see `orphan-cleanup backend list`)\n")
+
+
+# ---- an id no cycle recorded: exit 1 with the reason that is true --------------------------------
+
+def nothing_recorded(db: Database, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+                     query: str) -> str:
+    code, out, err = run_cli(db, monkeypatch, capsys, "--backend", BACKEND, query)
+    assert (code, out) == (1, ""), err
+    assert err.startswith(f"orphan-cleanup: nothing recorded for {query!r} by the cycles of backend {BACKEND}:")
+    assert "Traceback" not in err
+    return err
+
+
+def test_an_untagged_vm_after_a_manual_run_was_never_listed_and_the_message_says_so(db, cloud, monkeypatch, capsys):
+    # given a manual run (it records every group it lists) and a VM without the ref tag
+    add_backend(db, BACKEND)
+    retry_leak(db, cloud)
+    untagged = cloud.create(ResourceKind.INSTANCE, REGION, {"Name": "by-hand"})
+    manual = run_cycle(pipeline(db, cloud), BACKEND).cycle_id
+
+    err = nothing_recorded(db, monkeypatch, capsys, untagged)
+
+    assert f"never listed: the latest manual run (cycle {manual}" in err
+    assert "a resource without a 'provider_ref' tag is never listed" in err
+    assert f"the ledger: no owner records {untagged} as its primary_id" in err
+    # not the untrue reason: a manual run records tracked and ignored groups too
+    assert "scheduled cycles record only" not in err and "manual runs only" not in err
+
+
+def test_a_tracked_vm_that_only_scheduled_cycles_listed_is_said_to_be_unrecorded_by_them(db, cloud, monkeypatch,
+                                                                                        capsys):
+    # given only a scheduled cycle: it records the leak, not the tracked VM
+    add_backend(db, BACKEND)
+    ref, owner_id, leaked, kept = retry_leak(db, cloud)
+    p = pipeline(db, cloud)
+    p.run_lister(BACKEND)
+    drain(p)
+
+    err = nothing_recorded(db, monkeypatch, capsys, kept)
+
+    assert "scheduled cycles record only orphan, protected and skipped groups: 1 of them listed so far" in err
+    assert f"no manual run of {BACKEND} has listed yet" in err
+    assert f"owner {owner_id} \"train-7\" (status busy, primary_id {kept}, backend {BACKEND}) records {kept}" in err
+    assert "never listed" not in err  # nothing says so: no manual run listed everything
+
+
+def test_a_ref_the_ledger_never_issued_and_a_backend_that_never_listed_say_so(db, cloud, monkeypatch, capsys):
+    add_backend(db, BACKEND)
+    foreign = make_ref()
+
+    err = nothing_recorded(db, monkeypatch, capsys, foreign)
+
+    assert f"no cycle of {BACKEND} has finished a listing yet: `orphan-cleanup run --backend {BACKEND}`" in err
+    assert f"the ledger has no ref {foreign} (provider_refs)" in err
+
+
+def test_a_manual_run_that_could_not_list_a_region_says_that_region_was_not_seen(db, cloud, monkeypatch, capsys):
+    add_backend(db, BACKEND, regions=(REGION, "eu-west-1"))
+    retry_leak(db, cloud)
+    cloud.failing_regions = {"eu-west-1"}
+    run_cycle(pipeline(db, cloud), BACKEND)
+
+    err = nothing_recorded(db, monkeypatch, capsys, "i-elsewhere")
+
+    assert "that run could not list eu-west-1: what is there was not seen" in err
+
+
+def test_created_lines_keep_every_id_shape_apart_from_its_date(db, cloud):
+    # given a group whose resources carry a long AWS id, a GCP numeric id and a GCP name
+    add_backend(db, BACKEND)
+    at = db_now(db) - timedelta(hours=2)
+    ref = make_ref()
+    ids = ["i-0123456789abcdef0", "8412390582343123456", "a-rather-long-gcp-disk-name-of-a-job"]
+    made = [cloud.create(ResourceKind.INSTANCE, REGION, {"provider_ref": ref}, created_at=at)]
+    made += [cloud.create(ResourceKind.VOLUME, REGION, {"provider_ref": ref}, attached_to=made[0], created_at=at)
+             for _ in ids[1:]]
+    for old, new in zip(made, ids, strict=True):
+        res = cloud.resources.pop(old)
+        res.id = new
+        res.attached_to = ids[0] if res.attached_to else None
+        cloud.resources[new] = res
+    owner(db, ref, status="terminated", primary=ids[0], at=at, terminated_at=at)
+    run_cycle(pipeline(db, cloud), BACKEND)
+
+    text = human(BACKEND, ids[0], explain.explain(db, BACKEND, ids[0]))
+
+    dated = [line for line in text.splitlines() if re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ is ", line)
+             and not line.startswith("  margin")]
+    for rid in ids:
+        assert re.search(rf"{re.escape(rid)}  +\d{{4}}-\d\d-\d\d ", text), text  # two spaces at least
+    columns = {line.index(re.search(r"\d{4}-\d\d-\d\d \d\d", line).group(0)) for line in dated}
+    assert len(dated) >= 4 and len(columns) == 1, text  # every time, owner's and resources', starts in one column
 
 
 NOT_MIGRATED = f"orphan-cleanup: error: {SchemaNotMigrated.MESSAGE}\n"

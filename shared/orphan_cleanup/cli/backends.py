@@ -14,6 +14,8 @@ from orphan_cleanup.cli.exits import EXIT_BAD_INPUT, EXIT_OK
 from orphan_cleanup.cli.output import human_time, print_fields, print_table, verdict_style
 from orphan_cleanup.core.backends import BackendSettings
 from orphan_cleanup.core.errors import BackendBusy, ConfigError
+from orphan_cleanup.core.policy import environment_variable, setting_sources
+from orphan_cleanup.core.settings import Settings
 from orphan_cleanup.ledger.db import Database
 from orphan_cleanup.ledger.reports import BackendRow, RunningCycle
 from orphan_cleanup.ledger.store import LedgerStore
@@ -63,16 +65,20 @@ def list_(db: Database, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def show(db: Database, args: argparse.Namespace, global_mode: str) -> int:
-    """One backend: its row, effective settings, the platform's own keys, status, running cycle."""
+def show(db: Database, args: argparse.Namespace, process: Settings) -> int:
+    """One backend: its row, effective settings (and where each comes from), the platform's
+    own keys, status, running cycle."""
     store = LedgerStore(db)
     row = store.backend_row(args.id)
     status = store.status(args.id)[0]
-    effective = row.backend.settings.model_dump(mode="json") if row.backend else None
+    sources = setting_sources(process, row.backend, row.settings) if row.backend else None
+    effective = None if sources is None else _hide(
+        {k: _json_value(v) for k, (v, _) in sources.items()})
     doc = {"id": row.id, "provider": row.provider, "account": row.account, "regions": list(row.regions),
-           "mode": row.mode, "effective_mode": row.mode or global_mode,
+           "mode": row.mode, "effective_mode": row.mode or process.mode,
            "settings": _hide({k: v for k, v in row.settings.items() if k in BackendSettings.model_fields}),
-           "effective_settings": _hide(effective) if effective is not None else None,
+           "effective_settings": effective,
+           "setting_sources": None if sources is None else {k: src for k, (_, src) in sources.items()},
            "unused_settings": _unused(row.settings),
            "status": {"clean_at": _iso(status.clean_at), "last_outcome": status.last_outcome,
                       "last_processed_at": _iso(status.last_processed_at), "next_due_at": _iso(status.next_due_at),
@@ -96,8 +102,11 @@ def _print_show(doc: dict[str, Any], row: BackendRow) -> None:
     if doc["effective_settings"] is None:  # the model refuses the row: the known keys as stored
         print_fields([(k, json.dumps(v)) for k, v in doc["settings"].items()] or [("(none set)", "")], indent=2)
     else:
-        print_fields([(k, ("-" if v is None else str(v)) + ("" if k in row.settings else " (default)"))
+        sources = doc["setting_sources"]
+        print_fields([(k, f"{_shown(v)}  ({_source(k, sources[k])})")
                       for k, v in doc["effective_settings"].items()], indent=2)
+        if "environment" in sources.values():
+            print("  (environment: this shell's variables; the deployed functions read their own)")
     if doc["unused_settings"]:
         print("not used by orphan-cleanup (the platform's own keys, kept as stored):")
         print_fields([(k, json.dumps(v)) for k, v in doc["unused_settings"].items()], indent=2)
@@ -108,6 +117,28 @@ def _print_show(doc: dict[str, Any], row: BackendRow) -> None:
                   ("running", _running_text(run) if run else "no cycle")], indent=2)
     if row.error:
         print(f"problem: {row.error}")
+
+
+def _json_value(v: Any) -> Any:
+    return list(v) if isinstance(v, tuple) else v
+
+
+def _shown(v: Any) -> str:
+    if v is None:
+        return "none"
+    return json.dumps(v) if isinstance(v, (list, bool)) else str(v)
+
+
+def _source(key: str, source: str) -> str:
+    if source == "environment":
+        return f"environment: {environment_variable(key)}"
+    if source == "default" and key == "delete_role_arn":
+        return "default: role_arn"
+    if source == "default" and key == "project":
+        return "default: the account"
+    if source == "default" and environment_variable(key):
+        return f"default of {environment_variable(key)}"
+    return source
 
 
 def update(db: Database, args: argparse.Namespace) -> int:

@@ -9,7 +9,8 @@ transaction. Exit codes: 0 found; 1 nothing recorded; 2 bad input (unknown
 backend, bad argument, database unreachable or not migrated).
 
 What is recorded: every orphan, protected and skipped group of every cycle;
-tracked and ignored groups only by manual runs (``run``), which record all.
+tracked and ignored groups only by manual runs (``run``), which record all. An id no
+cycle recorded exits 1 with the reasons that are true (``cli/absent.py``).
 """
 
 from __future__ import annotations
@@ -60,8 +61,10 @@ def command(args: argparse.Namespace) -> int:
     groups = explain(db, args.backend, query)
     journal = journal_entries(db, args.backend, query, sorted({g.group.provider_ref for g in groups}))
     if not groups and not journal:
-        print(f"orphan-cleanup: nothing recorded for {query!r} by the cycles of backend {args.backend}"
-              " (tracked and ignored groups are recorded by manual runs only)", file=sys.stderr)
+        from orphan_cleanup.cli.absent import why_not_recorded
+
+        for line in why_not_recorded(db, args.backend, query):  # the reasons that are true here
+            print(line, file=sys.stderr)
         return EXIT_NOT_FOUND
     if args.json:
         print(json.dumps(document(args.backend, query, groups, journal), indent=2))
@@ -216,11 +219,14 @@ def _evidence_lines(g: ExplainedGroup, ev: Mapping[str, Any], listed: datetime) 
     lines.append(_row("margin", f"{ev_text.span(margin)}: horizon listed_at - margin = "
                       f"{_at(listed - timedelta(seconds=margin))}"
                       + ("" if step5 else " (not applied: the verdict came before STEP 5)")))
-    for i, (name, t) in enumerate(times.items()):
-        lines.append(_row("times" if i == 0 else "", f"{name:<15}{_judge(t, listed, margin, step5)}"))
     created = [(r.id, r.created_at) for r in grp.resources if r.created_at is not None]
+    # One column for the time names and the resource ids, as wide as the longest of them
+    # (AWS ids, GCP numeric ids, names) and two spaces on: an id never runs into its date.
+    width = max((len(n) for n in [*times, *(rid for rid, _ in created)]), default=0) + 2
+    for i, (name, t) in enumerate(times.items()):
+        lines.append(_row("times" if i == 0 else "", f"{name:<{width}}{_judge(t, listed, margin, step5)}"))
     for i, (rid, t) in enumerate(created):
-        lines.append(_row("created" if i == 0 else "", f"{rid:<15}{_judge(t, listed, margin, step5)}"))
+        lines.append(_row("created" if i == 0 else "", f"{rid:<{width}}{_judge(t, listed, margin, step5)}"))
     if g.reason in ("primary_mismatch", "backend_mismatch", "suspected_copy"):
         lines.append(_row("copy?", ev_text.copy_gap(ev, grp, listed)))
     lines.append(_row("tags", _tags(g, ev)))

@@ -106,11 +106,15 @@ def human_time(value: str | datetime | None, now: datetime | None = None, *, nev
         f"{when:%Y-%m-%d %H:%M:%S}Z (in {_span(-delta)})"
 
 
-def _span(seconds: int) -> str:
+def span(seconds: int) -> str:
+    """``3d``, ``2h``, ``5m``, ``40s``: the largest whole unit."""
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
         if seconds >= size:
             return f"{seconds // size}{unit}"
     return f"{seconds}s"
+
+
+_span = span
 
 
 def ago(when: datetime | None, now: datetime | None = None) -> str:

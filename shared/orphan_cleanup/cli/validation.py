@@ -81,6 +81,7 @@ def parse_regions(provider: str, text: str) -> list[str]:
 def parse_settings(text: str, flag: str = "--settings") -> dict[str, Any]:
     """A JSON object of settings keys this version knows (values checked later, on the
     whole backend: ``checked_backend``)."""
+
     from orphan_cleanup.core.backends import BackendSettings
 
     try:
@@ -89,11 +90,39 @@ def parse_settings(text: str, flag: str = "--settings") -> dict[str, Any]:
         raise ConfigError(f"{flag} is not JSON: {e.msg}") from e
     if not isinstance(settings, dict):
         raise ConfigError(f"{flag} must be a JSON object")
+    if _has_nul(settings):
+        raise ConfigError(f"{flag}: a NUL character (\\u0000) cannot be stored (Postgres jsonb refuses it)")
     try:
         BackendSettings.refuse_unknown_keys(settings)
     except ValueError as e:
         raise ConfigError(f"{flag}: {e}") from e
     return settings
+
+
+def _has_nul(value: Any) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_has_nul(v) for v in value)
+    return False
+
+
+def _check_key(backend_id: str, key: Any) -> None:
+    """A service-account key the Google library itself reads (its private key parsed), when
+    the gcp extra is installed; the model has checked its fields already."""
+    if not isinstance(key, str):
+        return
+    try:
+        from google.oauth2 import service_account
+    except ImportError:  # the lean [aws] install: the model's check stands
+        return
+    try:
+        service_account.Credentials.from_service_account_info(json.loads(key))
+    except (ValueError, TypeError, KeyError) as e:
+        raise ConfigError(f"backend {backend_id!r}: settings.credentials_json: the key cannot be read"
+                          f" ({type(e).__name__}; check the key file)") from e
 
 
 def merge_settings(stored: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
@@ -116,11 +145,17 @@ def checked_backend(backend_id: str, provider: str, account: str, regions: list[
     from orphan_cleanup.core.backend_rules import describe_validation
     from orphan_cleanup.core.backends import Backend
 
+    doc = {"id": backend_id, "provider": provider, "account": account, "regions": list(regions),
+           "settings": settings, "mode": mode}
     try:
-        return Backend.model_validate({"id": backend_id, "provider": provider, "account": account,
-                                       "regions": list(regions), "settings": settings, "mode": mode})
+        backend = Backend.model_validate(doc)
+        # Then strictly typed, as JSON: "300" or true is no number of seconds (a row written
+        # with SQL is read leniently; what the CLI stores is exact).
+        Backend.model_validate_json(json.dumps(doc), strict=True)
     except ValidationError as e:
         raise ConfigError(f"backend {backend_id!r}: {describe_validation(e)}") from e
+    _check_key(backend_id, settings.get("credentials_json"))
+    return backend
 
 
 def validate_new_backend(backend_id: str, provider: str, account: str, regions_text: str,

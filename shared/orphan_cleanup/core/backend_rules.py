@@ -17,12 +17,36 @@ ROLE_ARN = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]{1,512}$")
 AWS_TAG_KEY_MAX = 128
 GCP_LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 GCP_LOCATION = re.compile(r"^[a-z]+-[a-z]+\d+(-[a-z])?$")  # a region (us-central1) or a zone (us-central1-a)
+EXTERNAL_ID = re.compile(r"^[\w+=,.@:/-]{2,1224}$")  # sts:AssumeRole's ExternalId
+#: What ``google.oauth2.service_account`` needs of a key: these fields, non-empty strings.
+SERVICE_ACCOUNT_FIELDS = ("client_email", "private_key", "token_uri")
 
 
 def role_arn_problem(value: str) -> str | None:
     if ROLE_ARN.match(value):
         return None
     return f"{value!r} is not an IAM role ARN (arn:aws:iam::<12-digit account>:role/<name>)"
+
+
+def service_account_key_problem(text: str) -> str | None:
+    """Why ``text`` is not a GCP service-account key (the JSON of a key file); None if it is.
+    Never quotes the key: it is a secret."""
+    import json
+
+    try:
+        key = json.loads(text)
+    except ValueError as e:
+        return f"is not JSON (a service-account key file's content): {getattr(e, 'msg', 'malformed')}"
+    if not isinstance(key, dict):
+        return "must be a service-account key: a JSON object"
+    if key.get("type", "service_account") != "service_account":
+        return f"is a key of type {str(key.get('type'))[:40]!r}, not 'service_account'"
+    missing = [f for f in SERVICE_ACCOUNT_FIELDS if not (isinstance(key.get(f), str) and key[f].strip())]
+    if missing:
+        return f"is not a service-account key: no {', '.join(missing)}"
+    if "PRIVATE KEY-----" not in key["private_key"]:
+        return "is not a service-account key: private_key is not a PEM key"
+    return None
 
 
 def tag_key_problem(provider: str, key: str) -> str | None:

@@ -23,6 +23,11 @@ DEFAULT_CONTROLLER_TAG_KEYS: tuple[str, ...] = (
     "aws:autoscaling:groupName", "eks:nodegroup-name", "aws:ec2:fleet-id", "aws:ec2spot:fleet-request-id")
 
 
+#: The longest duration a setting may hold (margin, interval, ...): a year. Longer ones are
+#: typos, and past ~2,000 years the time arithmetic of a cycle would overflow.
+MAX_SECONDS = 366 * 86400
+MAX_DAYS = 100 * 366
+
 Provider = Literal["aws", "gcp"]
 Mode = Literal["report", "delete", "off"]
 
@@ -47,12 +52,12 @@ class BackendSettings(BaseModel):
     role_arn: str | None = None
     delete_role_arn: str | None = None
     external_id: str | None = None
-    # GCP: project id (defaults to the backend's account) and credentials secret.
+    # GCP: project id (defaults to the backend's account) and a service-account key (JSON
+    # text; else Application Default Credentials).
     project: str | None = None
-    credentials_secret: str | None = None
     credentials_json: str | None = None
-    margin_seconds: int | None = Field(default=None, ge=0)
-    interval_seconds: int | None = Field(default=None, ge=1)
+    margin_seconds: int | None = Field(default=None, ge=0, le=MAX_SECONDS)
+    interval_seconds: int | None = Field(default=None, ge=1, le=MAX_SECONDS)
     max_deletes: int | None = Field(default=None, ge=0)
     max_delete_share: float | None = Field(default=None, ge=0, le=1)
     max_concurrency: int = Field(default=4, ge=1, le=64)
@@ -64,7 +69,7 @@ class BackendSettings(BaseModel):
     # ref and ``SNAPSHOT_SOURCE_KEY``. ``retain_snapshots_days`` unset keeps them forever;
     # set, a snapshot older than that is listed as a leftover of its ref and deleted.
     snapshot_before_delete: bool = False
-    retain_snapshots_days: int | None = Field(default=None, ge=1)
+    retain_snapshots_days: int | None = Field(default=None, ge=1, le=MAX_DAYS)
 
     @field_validator("snapshot_before_delete", mode="before")
     @classmethod
@@ -94,6 +99,21 @@ class BackendSettings(BaseModel):
     def _tag_key_given(cls, v: str) -> str:
         if not v:
             raise ValueError("must not be empty")
+        return v
+
+    @field_validator("credentials_json")
+    @classmethod
+    def _service_account_key(cls, v: str | None) -> str | None:
+        problem = None if v is None else backend_rules.service_account_key_problem(v)
+        if problem:
+            raise ValueError(problem)
+        return v
+
+    @field_validator("external_id")
+    @classmethod
+    def _external_id(cls, v: str | None) -> str | None:
+        if v is not None and not backend_rules.EXTERNAL_ID.match(v):
+            raise ValueError(f"{v[:40]!r} is not an STS external id (2-1224 of letters, digits and +=,.@:/-)")
         return v
 
     @field_validator("role_arn", "delete_role_arn")
@@ -189,7 +209,7 @@ class Backend(BaseModel):
         cycles. Limits, mode and the platform's own settings keys do not matter."""
         s = self.settings
         return json.dumps([self.scope, sorted(set(self.regions)), s.tag_key, s.protect_tag_key, s.role_arn,
-                           s.external_id, s.credentials_secret, s.credentials_json, s.max_concurrency,
+                           s.external_id, s.credentials_json, s.max_concurrency,
                            list(s.controller_tag_keys), s.retain_snapshots_days])
 
     def for_deleting(self) -> Backend:

@@ -214,6 +214,8 @@ def detail(reason: str, ev: Mapping[str, Any], group: ResourceGroup, listed_at: 
         return f"owner {o} soft-deleted {when('de')} (margin {margin})"
     if reason == "owner_deleted":
         return f"owner row of {o} is gone (hard-deleted); ref issued {when('is')}"
+    if reason == "owner_pending":  # a stuck one is never decided until the platform reaps its row (README)
+        return f"owner {o} pending since {when('cr')}: skipped until the platform records or reaps it"
     if reason == "leftover_of_orphan":
         return f"all {n} resource(s) were in an earlier orphan group of this ref; owner {o} is {st}"
     if reason == "unattached_of_live_owner":

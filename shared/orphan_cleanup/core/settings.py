@@ -7,7 +7,7 @@ from typing import Any
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from orphan_cleanup.core.backends import Mode
+from orphan_cleanup.core.backends import MAX_SECONDS, Mode
 
 
 class Settings(BaseSettings):
@@ -19,7 +19,10 @@ class Settings(BaseSettings):
     ``backends.settings`` (see ``BackendSettings``).
     """
 
-    model_config = SettingsConfigDict(env_prefix="", extra="ignore", populate_by_name=True, frozen=True)
+    # A variable set to the empty string counts as unset (``AWS_ENDPOINT_URL=`` is no endpoint),
+    # as shells and env files write "unset" that way (README, "Configuration").
+    model_config = SettingsConfigDict(env_prefix="", extra="ignore", populate_by_name=True, frozen=True,
+                                      env_ignore_empty=True)
 
     database_url: str | None = Field(default=None, alias="DATABASE_URL")
     # Deployed AWS functions: the Secrets Manager secret holding DATABASE_URL, when that is unset.
@@ -28,8 +31,8 @@ class Settings(BaseSettings):
     # and passed to every client the product builds.
     aws_endpoint_url: str | None = Field(default=None, alias="AWS_ENDPOINT_URL")
     mode: Mode = Field(default="report", alias="ORPHAN_CLEANUP_MODE")
-    margin_seconds: int = Field(default=300, ge=0, alias="ORPHAN_CLEANUP_MARGIN_SECONDS")
-    interval_seconds: int = Field(default=900, ge=1, alias="ORPHAN_CLEANUP_INTERVAL_SECONDS")
+    margin_seconds: int = Field(default=300, ge=0, le=MAX_SECONDS, alias="ORPHAN_CLEANUP_MARGIN_SECONDS")
+    interval_seconds: int = Field(default=900, ge=1, le=MAX_SECONDS, alias="ORPHAN_CLEANUP_INTERVAL_SECONDS")
     max_deletes: int = Field(default=100, ge=0, alias="ORPHAN_CLEANUP_MAX_DELETES")
     max_delete_share: float = Field(default=0.5, ge=0, le=1, alias="ORPHAN_CLEANUP_MAX_DELETE_SHARE")
     gcp_endpoint: str | None = Field(default=None, alias="ORPHAN_CLEANUP_GCP_ENDPOINT")
@@ -44,15 +47,16 @@ class Settings(BaseSettings):
     jobs_queue_url: str | None = Field(default=None, alias="JOBS_QUEUE_URL")
     jobs_topic: str | None = Field(default=None, alias="JOBS_TOPIC")
     # Every provider call has a timeout (SAFETY.md rule 5).
-    provider_connect_timeout: float = Field(default=5.0, gt=0, alias="ORPHAN_CLEANUP_CONNECT_TIMEOUT")
-    provider_read_timeout: float = Field(default=20.0, gt=0, alias="ORPHAN_CLEANUP_READ_TIMEOUT")
+    provider_connect_timeout: float = Field(default=5.0, gt=0, le=3600, alias="ORPHAN_CLEANUP_CONNECT_TIMEOUT")
+    provider_read_timeout: float = Field(default=20.0, gt=0, le=3600, alias="ORPHAN_CLEANUP_READ_TIMEOUT")
     # A cycle not finished by then is failed by the next lister run.
-    cycle_deadline_seconds: int = Field(default=1800, ge=1, alias="ORPHAN_CLEANUP_CYCLE_DEADLINE_SECONDS")
+    cycle_deadline_seconds: int = Field(default=1800, ge=1, le=MAX_SECONDS,
+                                        alias="ORPHAN_CLEANUP_CYCLE_DEADLINE_SECONDS")
     # A manual run's (`orphan-cleanup run`) lease, its cycle deadline: renewed by the run's
     # heartbeat every third of it, so a killed run frees its backend within this long.
-    lease_seconds: int = Field(default=60, ge=1, alias="ORPHAN_CLEANUP_LEASE_SECONDS")
-    stuck_pending_seconds: int = Field(default=3600, ge=0, alias="ORPHAN_CLEANUP_STUCK_PENDING_SECONDS")
-    max_backoff_seconds: int = Field(default=6 * 3600, ge=1, alias="ORPHAN_CLEANUP_MAX_BACKOFF_SECONDS")
+    lease_seconds: int = Field(default=60, ge=1, le=MAX_SECONDS, alias="ORPHAN_CLEANUP_LEASE_SECONDS")
+    stuck_pending_seconds: int = Field(default=3600, ge=0, le=MAX_SECONDS, alias="ORPHAN_CLEANUP_STUCK_PENDING_SECONDS")
+    max_backoff_seconds: int = Field(default=6 * 3600, ge=1, le=MAX_SECONDS, alias="ORPHAN_CLEANUP_MAX_BACKOFF_SECONDS")
     # A region listing that lost more than this share of its last clean listing's groups
     # (when that had at least the minimum) counts as not listed: an anomaly, not a fact.
     region_shrink_share: float = Field(default=0.9, gt=0, le=1, alias="ORPHAN_CLEANUP_REGION_SHRINK_SHARE")

@@ -85,7 +85,8 @@ class Pipeline(Lister):
             self.reporter.orphan(backend.id, batch.cycle_id, row.as_dict())
         for message, row in app.errors:
             self.reporter.error(message, backend=backend.id, provider_ref=row.group.provider_ref,
-                                group=row.group.key)
+                                group=row.group.key, region=row.group.region, primary_id=row.group.primary_id,
+                                owner_id=row.owner_id, owner_name=row.owner_name)
         if result.listing_complete:
             self._complete_listing(cycle, backend, limits)
         return BatchResult(status="applied", verdicts=app.counts)

@@ -117,6 +117,15 @@ class DemoPlatform:
         fleet.append(Scenario("crash", "server crashed between create and commit; placeholder deleted",
                               "orphan", "owner_deleted", vm, crashed.provider_ref))
 
+        # The server crashed after run_instances returned, before it recorded the provisioning
+        # data, and nothing reaped the placeholder: its owner stays pending, and every cycle
+        # skips the VM, until the platform reaps the row (README, "Stale pending owners").
+        stuck = self.ledger.issue_ref(owner_name="batch-9")
+        vm = self.launch(stuck.provider_ref)
+        self.backdate(stuck.owner_id, 2 * AN_HOUR)
+        fleet.append(Scenario("stuck-pending", "crashed after create, before recording it; the row stays pending",
+                              "skipped", "owner_pending", vm, stuck.provider_ref, later=("orphan", "owner_terminated")))
+
         # The provider raised after creating the VM; the placeholder was hard-deleted.
         failed = self.ledger.issue_ref(owner_name="job-7-placeholder")
         vm = self.launch(failed.provider_ref)
@@ -154,6 +163,13 @@ class DemoPlatform:
         self.ledger.hard_delete(owner.owner_id)
         return Scenario("just-failed", "a placeholder that failed seconds ago (inside the margin)", "skipped",
                         "recent_owner_change", vm, owner.provider_ref, later=("orphan", "owner_deleted"))
+
+
+    def reap_stale_pending(self, older_than_seconds: int = AN_HOUR) -> list[str]:
+        """What the README asks of a platform: give up on owners pending for longer than any
+        create call takes (marked terminated; cleanup deletes what they left)."""
+        return [p.owner_id for p in self.ledger.stale_pending(older_than_seconds)
+                if self.ledger.reap_pending(p.owner_id)]
 
 
 def running_instances(ec2: Any) -> dict[str, str]:

@@ -50,6 +50,9 @@ KEPT_BECAUSE = {
     "no_record": "its ref is not in this ledger: not ours, never touched",
     "recent_owner_change": "its owner changed within the margin, so the listing may predate the change:"
                            " skipped, and the cycle stays unsettled until a later one decides",
+    "owner_pending": "its owner is still pending two hours after its ref was issued: the create call may"
+                     " be in flight, so it is skipped every cycle (clean_at cannot advance) and listed by"
+                     " status as stuck, until the platform reaps the row",
 }
 
 
@@ -77,7 +80,8 @@ def _play(world: DemoWorld, out: Terminal) -> list[str]:
     """Provision and leak, run the three cycles, return what differed from the plan."""
     _register_backend(world)
     ec2 = world.client("ec2")
-    fleet = _provision(DemoPlatform(world.db, ec2, BACKEND, REGION), out)
+    platform = DemoPlatform(world.db, ec2, BACKEND, REGION)
+    fleet = _provision(platform, out)
     run = _runner(world)
 
     problems: list[str] = []
@@ -90,13 +94,19 @@ def _play(world: DemoWorld, out: Terminal) -> list[str]:
     _explain(fleet)
     problems += _check_running(ec2, fleet, out)
 
-    # Once its margin has passed, the skipped VM is judged like any other.
+    print("\n$ orphan-cleanup status")
+    out.show_status(world.db, world.settings)
+    # The platform reaps its stale pending rows (README, "Stale pending owners"); once the
+    # margin has passed, the reaped owner's VM and the skipped one are judged like any other.
+    reaped = platform.reap_stale_pending()
+    print(f"\n   The platform reaps its stale pending rows: ledger.reap_pending({', '.join(reaped)}) marks them"
+          " terminated.")
     recent = [s.key for s in fleet if s.later]
     fleet = [replace(s, verdict=s.later[0], reason=s.later[1]) if s.later else s for s in fleet]
     wait = MARGIN_SECONDS + 1.0
     say(f"waiting {wait:.0f} s for the margin of {', '.join(recent)} to pass ...")
     time.sleep(wait)
-    print(f"\n3. {wait:.0f} s later, the next delete cycle: {', '.join(recent)} is past the margin now"
+    print(f"\n3. {wait:.0f} s later, the next delete cycle: {', '.join(recent)} are past the margin now"
           " (the other VMs come out as before).\n")
     still_listed = [s for s in fleet if s.key in recent or not s.is_orphan]
     problems += _show_cycle(run("delete"), still_listed, "delete", out, expected_outcome="clean",

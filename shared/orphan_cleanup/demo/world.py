@@ -84,7 +84,9 @@ def moto_server() -> Iterator[str]:
     try:
         from moto.server import ThreadedMotoServer
     except ImportError as e:
-        raise ConfigError("the demo needs moto and boto3: pip install -e '.[dev]'") from e
+        raise ConfigError("the demo needs moto, from the contributors' install (README, \"Setup and tests\"):"
+                          " pip install --require-hashes -r requirements/dev.txt"
+                          " && pip install --no-deps --no-build-isolation -e .") from e
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()

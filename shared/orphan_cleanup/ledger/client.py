@@ -49,6 +49,13 @@ class IssuedRef:
     issued_at: datetime
 
 
+@dataclass(frozen=True)
+class StalePending:
+    owner_id: str
+    provider_ref: str
+    created_at: datetime
+
+
 class LedgerClient:
     """Writes the ledger the way the cleanup expects. Every method commits before returning."""
 
@@ -105,6 +112,25 @@ class LedgerClient:
         """Delete a failed placeholder's row; its ref stays behind in ``provider_refs``."""
         with self.db.transaction() as conn:
             conn.run("DELETE FROM instances WHERE id = :i", i=instance_id)
+
+    def stale_pending(self, older_than_seconds: int = 3600) -> list[StalePending]:
+        """Owners still ``pending`` longer than that after their ref was issued: a create call
+        that never came back to record its provisioning data (a crash, a lost worker). Their
+        resources, if any, are skipped by every cycle (``owner_pending``) until the platform
+        records them (``mark_provisioning``) or gives up on them (``reap_pending``)."""
+        with self.db.connection() as conn:
+            rows = conn.run("SELECT id, provider_ref, created_at FROM instances WHERE status = 'pending'"
+                            " AND deleted_at IS NULL AND created_at < now() - make_interval(secs => :t)"
+                            " ORDER BY created_at", t=older_than_seconds)
+        return [StalePending(owner_id=i, provider_ref=r, created_at=c) for i, r, c in rows]
+
+    def reap_pending(self, instance_id: str) -> bool:
+        """Give up on a stale pending owner: mark it terminated, only if it is still pending
+        (False otherwise: it was provisioned meanwhile). Cleanup then deletes whatever its
+        create call left, once ``terminated_at`` is older than the margin (``owner_terminated``)."""
+        with self.db.transaction() as conn:
+            return bool(conn.run("UPDATE instances SET status = 'terminated', terminated_at = now()"
+                                 " WHERE id = :i AND status = 'pending' RETURNING id", i=instance_id))
 
     def _update(self, instance_id: str, assignments: str, **params: object) -> None:
         with self.db.transaction() as conn:

@@ -170,6 +170,43 @@ def status_rows(conn: pg8000.native.Connection, backend_id: str | None = None) -
                           if r[8] else None) for r in rows]
 
 
+@dataclass(frozen=True)
+class StuckPending:
+    """An owner still ``pending`` long after its ref was issued whose resources the backend's
+    latest finished cycle listed (and skipped: ``owner_pending``): the platform likely
+    crashed between the create call and recording the provisioning data. Every cycle skips
+    it, so ``clean_at`` never advances until the platform reaps the row (README)."""
+
+    backend_id: str
+    provider_ref: str
+    owner_id: str
+    owner_name: str | None
+    created_at: datetime
+    pending_seconds: int
+    region: str
+    primary_id: str | None
+    cycle_id: str
+
+
+def stuck_pending(conn: pg8000.native.Connection, older_than_seconds: int,
+                  backend_id: str | None = None) -> list[StuckPending]:
+    """Every backend's (or one's) stuck pending owners, by the database clock, oldest first."""
+    rows = conn.run(
+        "SELECT b.id, g.provider_ref, i.id, coalesce(i.name, r.owner_name), i.created_at,"
+        " CAST(extract(epoch FROM oc_clock() - i.created_at) AS bigint), g.region, g.primary_id, cy.id"
+        " FROM backends b"
+        " JOIN LATERAL (SELECT c.id FROM cycles c WHERE c.backend_id = b.id AND c.outcome IS NOT NULL"
+        "   ORDER BY c.started_at DESC LIMIT 1) cy ON true"
+        " JOIN cycle_groups g ON g.cycle_id = cy.id AND g.reason = 'owner_pending'"
+        " JOIN instances i ON i.provider_ref = g.provider_ref AND i.status = 'pending' AND i.deleted_at IS NULL"
+        " LEFT JOIN provider_refs r ON r.provider_ref = g.provider_ref"
+        " WHERE i.created_at < oc_clock() - make_interval(secs => :t)"
+        + (" AND b.id = :b" if backend_id is not None else "") + " ORDER BY b.id, i.created_at, g.group_key",
+        t=older_than_seconds, **({"b": backend_id} if backend_id is not None else {}))
+    return [StuckPending(backend_id=r[0], provider_ref=r[1], owner_id=r[2], owner_name=r[3], created_at=r[4],
+                         pending_seconds=int(r[5]), region=r[6], primary_id=r[7], cycle_id=r[8]) for r in rows]
+
+
 # One C3 group as JSON built by Postgres, keeping only each resource's kind and id:
 # decoding full rows of a 100k-group run cost ~400 MB.
 _GROUP_JSON = (

@@ -155,6 +155,11 @@ class LedgerStore:
         with self.db.connection() as conn:
             return reports.status_rows(conn, backend_id)
 
+    def stuck_pending(self, older_than_seconds: int, backend_id: str | None = None) -> list[reports.StuckPending]:
+        """Pending owners older than that whose resources the latest finished cycle skipped."""
+        with self.db.connection() as conn:
+            return reports.stuck_pending(conn, older_than_seconds, backend_id)
+
     def cycle_report(self, cycle_id: str, *, groups: bool = True) -> CycleReport:
         """The C3 report; ``groups=False``: its header only (stream the groups with ``report_groups``)."""
         with self.db.connection() as conn:

@@ -1,0 +1,210 @@
+"""``orphan-cleanup run --backend ID [--mode report|delete] [--json] [--yes]``: one cycle now.
+
+Consent before deletion (README, "Running it by hand"): a run whose effective mode is
+``delete`` deletes only with consent. With stdin on a terminal (whatever stdout is:
+``run ... | tee log`` still asks) it shows its plan on stderr and deletes only once the
+operator types the backend id; otherwise it needs ``--yes``, and without it exits 2
+before listing. ``--json`` is an output format, never consent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+from orphan_cleanup.cli.exits import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
+from orphan_cleanup.cli.output import human_time, print_plan, print_table, verdict_style, write_json_document
+from orphan_cleanup.core.errors import ConfigError
+from orphan_cleanup.core.settings import Settings
+from orphan_cleanup.entrypoints import bootstrap
+from orphan_cleanup.ledger.db import Database
+from orphan_cleanup.ledger.store import LedgerStore
+
+if TYPE_CHECKING:
+    from orphan_cleanup.cycle.plan import Plan
+
+
+def command(settings: Settings, db: Database, args: argparse.Namespace) -> int:
+    """One cycle now; in delete mode only with consent (the module docstring)."""
+    import logging
+
+    from orphan_cleanup.cycle.runner import run_cycle
+    from orphan_cleanup.queues.memory import InProcessQueue
+
+    confirm = consent(settings, db, args)  # exit 2 here, before anything is listed, without consent
+    # A manual run's deadline is a short lease that its heartbeat renews (runner.py): a
+    # killed run frees its backend within ORPHAN_CLEANUP_LEASE_SECONDS.
+    manual = settings.model_copy(update={"cycle_deadline_seconds": settings.lease_seconds})
+    pipeline = bootstrap.build_pipeline(manual, db=db, listing_queue=InProcessQueue(),
+                                        delete_queue=InProcessQueue())
+    # botocore logs a failed credential refresh with its traceback, then raises it to us:
+    # the cycle reports that failure in one line.
+    logging.getLogger("botocore.credentials").setLevel(logging.ERROR)
+
+    def progress(msg: str) -> None:
+        if sys.stderr.isatty() or not args.json:
+            print(f"  {msg}", file=sys.stderr, flush=True)
+
+    try:
+        # --json streams the groups from the ledger as it prints them (flat memory at any size);
+        # the table needs every group for its column widths.
+        cycle = run_cycle(pipeline, args.backend, mode=args.mode, progress=progress, confirm=confirm,
+                          groups=not args.json)
+    except KeyboardInterrupt as e:  # runner.RunInterrupted says what became of the cycle
+        print(f"orphan-cleanup: {e or 'interrupted'}", file=sys.stderr, flush=True)
+        _leave_calls_in_flight(EXIT_INTERRUPTED)
+        return EXIT_INTERRUPTED
+    report = cycle.c3()
+    notes = {"blocked_reason": cycle.blocked_reason, "error": cycle.error,
+             "declined": confirm is not None and confirm.declined}
+    for f in report["failures"]:
+        if f["region"] == "*":  # the whole cycle failed (identity, ownership): say why on stderr too
+            print(f"orphan-cleanup: error: {f['error']}", file=sys.stderr)
+    if args.json:
+        head = {k: v for k, v in report.items() if k != "groups"}
+        write_json_document(head, "groups", pipeline.store.report_groups(cycle.cycle_id))
+    else:
+        print_cycle(report, notes)
+    return EXIT_FAILED if report["outcome"] == "failed" else EXIT_OK
+
+
+def consent(settings: Settings, db: Database, args: argparse.Namespace) -> _Confirmation | _NoConsent | None:
+    """How this run may delete: ``None`` with ``--yes``; the operator's answer when stdin
+    is a terminal; else nothing at all: a run whose effective mode is ``delete`` is bad
+    input (``ConfigError``, exit 2, before listing), and any other run gets a refusal, so
+    that a backend switched to delete after this check deletes nothing either."""
+    if args.yes:
+        return None
+    if sys.stdin.isatty():
+        return _Confirmation(args.backend)
+    why = _deletes_because(settings, db, args)
+    if why is not None:
+        raise ConfigError(f"run --backend {args.backend} would delete ({why}) and stdin is not a terminal to ask"
+                          " on: nothing listed, nothing deleted; add --yes to delete without a prompt")
+    return _NoConsent(args.backend)
+
+
+def _deletes_because(settings: Settings, db: Database, args: argparse.Namespace) -> str | None:
+    """Why the run's effective mode is ``delete`` (the flag, the row, the environment),
+    or None when it is not (an ``off`` backend is refused by the cycle itself)."""
+    row = LedgerStore(db).backend_row(args.backend)  # an unknown backend: ConfigError, exit 2
+    base = row.mode or settings.mode
+    if base == "off":
+        return None
+    if args.mode is not None:
+        return "--mode delete" if args.mode == "delete" else None
+    if base != "delete":
+        return None
+    return f"backend {args.backend}'s mode is delete" if row.mode else "ORPHAN_CLEANUP_MODE=delete"
+
+
+class _Confirmation:
+    """Shows the plan on stderr (the terminal, also when stdout is piped) and accepts it only
+    when the operator types the backend id exactly on stdin (anything else, an empty line
+    or end of input, deletes nothing)."""
+
+    def __init__(self, backend_id: str) -> None:
+        self.backend_id = backend_id
+        self.declined = False
+
+    def __call__(self, plan: Plan) -> bool:
+        print_plan(plan, stream=sys.stderr)
+        print(f"Type the backend id ({self.backend_id}) to delete these {len(plan.deletes)} group(s);"
+              " anything else deletes nothing: ", end="", file=sys.stderr, flush=True)
+        line = sys.stdin.readline()
+        if not line.endswith("\n"):
+            print(file=sys.stderr)  # end of input: the next output starts on a line of its own
+        self.declined = line.rstrip("\n") != self.backend_id
+        return not self.declined
+
+
+class _NoConsent:
+    """A run without a terminal and without ``--yes`` whose cycle came out in delete mode
+    anyway (the backend's mode changed after ``consent`` read it): deletes nothing."""
+
+    def __init__(self, backend_id: str) -> None:
+        self.backend_id = backend_id
+        self.declined = False
+
+    def __call__(self, plan: Plan) -> bool:
+        self.declined = True
+        print(f"orphan-cleanup: the cycle of {self.backend_id} runs in delete mode, but this run has no consent"
+              " (no terminal, no --yes): nothing deleted", file=sys.stderr, flush=True)
+        return False
+
+
+def _leave_calls_in_flight(code: int) -> None:
+    """Exit at once while provider calls are still in flight in worker threads (their
+    cycle is failed, so nothing they bring back applies): the interpreter would join
+    the SDK's thread pools (daemon or not) first, up to a read timeout per call.
+    Exit handlers (the embedded Postgres, Sentry, logging) run first."""
+    import atexit
+    import os
+    import threading
+
+    if any(t.is_alive() for t in threading.enumerate() if t is not threading.current_thread()):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        atexit._run_exitfuncs()
+        os._exit(code)
+
+
+def print_cycle(report: dict[str, Any], notes: dict[str, Any]) -> None:
+    """The cycle as a table, then counts, the outcome and why (human output of ``run``)."""
+    groups = report["groups"]
+    print(f"backend {report['backend']}  mode {report['mode']}  listed at {human_time(report['listed_at'])}"
+          f"  cycle {report['cycle_id']}")
+
+    def others(g: dict[str, Any]) -> str:
+        rest = [f"{r['kind']}:{r['id']}" for r in g["resources"] if r["id"] != g["primary_id"]]
+        return ", ".join(rest) or "-"
+
+    # The C3 ``detail`` (a controller, a protection, a kept snapshot) gets a column when a group has one.
+    details = any(g.get("detail") for g in groups)
+    print_table(["ref", "region", "primary", "other resources", "verdict", "reason", "action"]
+                + (["detail"] if details else []),
+                [[_ref(g), g["region"], g["primary_id"] or "-", others(g), verdict_style(g["verdict"]),
+                  g["reason"], g["action"]] + ([g.get("detail") or "-"] if details else []) for g in groups])
+    counts = Counter(g["verdict"] for g in groups)
+    print(f"{len(groups)} group(s)" + (": " + ", ".join(f"{n} {v}" for v, n in sorted(counts.items()))
+                                       if counts else ""))
+    for f in report["failures"]:
+        print(f"region {f['region']} failed: {f['error']}")
+    if notes.get("blocked_reason"):
+        print(f"blast-radius cap: deleted nothing: {notes['blocked_reason']}")
+    if notes.get("declined"):
+        print("nothing deleted: the plan was not confirmed (delete_declined); the orphans stay open")
+    if notes.get("error"):
+        print(f"error: {notes['error']}")
+    print(f"outcome: {verdict_style(report['outcome'])}{_why(report, counts)}")
+    if report["mode"] == "report" and counts.get("orphan"):
+        print(f"report mode deleted nothing; to delete the orphans: "
+              f"orphan-cleanup run --backend {report['backend']} --mode delete")
+
+
+def _ref(g: dict[str, Any]) -> str:
+    # A malformed value is shown quoted, so an empty or odd one is visible as such.
+    return json.dumps(g["provider_ref"]) if g["reason"] == "malformed_ref" else g["provider_ref"]
+
+
+def _why(report: dict[str, Any], counts: Counter[str]) -> str:
+    if report["outcome"] == "clean":
+        return " (clean_at advances to the listing time minus the margin)"
+    reasons = []
+    if counts.get("skipped"):
+        reasons.append(f"{counts['skipped']} group(s) skipped, retried next cycle")
+    deleting = sum(1 for g in report["groups"] if g["action"] == "deleting")
+    if deleting:
+        reasons.append(f"{deleting} deletion(s) still in progress")
+    failed = sum(1 for g in report["groups"] if g["action"] == "delete_failed")
+    if failed:
+        reasons.append(f"{failed} deletion(s) failed")
+    left = sum(1 for g in report["groups"] if g["verdict"] == "orphan" and g["action"] == "reported")
+    if report["mode"] == "delete" and left:
+        reasons.append(f"{left} orphan(s) left in place, retried next cycle")
+    if report["failures"]:
+        reasons.append(f"{len(report['failures'])} region(s) not listed")
+    return f" ({'; '.join(reasons)})" if reasons else ""
