@@ -55,7 +55,8 @@ class CloudSqlOpener:
         except (PgInterfaceError, PgDatabaseError, OSError):
             raise  # the server's answer or the socket's: ledger.db.connect translates them
         except Exception as e:  # noqa: BLE001 - the Admin API, google-auth and aiohttp raise their own types
-            raise DatabaseError(f"cannot connect to the database at {self.where}: {type(e).__name__}:"
+            raise DatabaseError(f"cannot connect to the database at {self.where}/{kwargs.get('database')}:"
+                                f" {type(e).__name__}:"
                                 f" {' '.join(str(e).split())}") from e
         return as_native(conn)
 
