@@ -20,6 +20,7 @@ import json
 import secrets
 import time
 import uuid
+import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -214,3 +215,22 @@ def test_iam_auth_refuses_a_url_that_allows_clear_text(query, refused):
     with pytest.raises(ConfigError) as err:
         bootstrap.open_database(settings)
     assert "DATABASE_IAM_AUTH" in str(err.value) and refused in str(err.value) and "\n" not in str(err.value)
+
+
+def test_the_ca_shipped_in_the_lambda_zip_verifies_the_server(tls_server, role, tmp_path):
+    # given the zip built with the server's CA, unpacked as Lambda unpacks it into /var/task
+    from infra import package
+
+    assert package.main(["--out", str(tmp_path / "build"), "--no-deps", "--target", "aws",
+                         "--ca-bundle", str(tls_server.ca)]) == 0
+    task = tmp_path / "task"
+    with zipfile.ZipFile(tmp_path / "build" / package.LAMBDA_ZIP) as zf:
+        zf.extractall(task)
+    shipped = task / "certs" / tls_server.ca.name
+    # then a URL naming the shipped file connects with verify-full, as the functions' would
+    url = (f"postgresql://{role.name}:{role.password}@127.0.0.1:{tls_server.port}/{role.database}"
+           f"?sslrootcert={shipped}")
+    db = bootstrap.open_database(Settings.explicit(database_url=url), deployed=True)
+    with db.connection() as conn:
+        assert conn.run("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()") == [[True]]
+    assert db.info.sslmode == "verify-full" and shipped.read_bytes() == tls_server.ca.read_bytes()
