@@ -43,6 +43,28 @@ variable "database_secret_kms_key_arn" {
   default     = null
 }
 
+variable "database_iam_user" {
+  description = "RDS IAM database authentication: the database user the functions log in as (granted rds_iam in Postgres). Set with database_iam_resource_id: the roles get rds-db:connect for that user, and the functions DATABASE_IAM_AUTH=true (the URL in the secret then names no password). null: password login."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.database_iam_user == null || can(regex("^[A-Za-z_][A-Za-z0-9_$-]{0,62}$", var.database_iam_user))
+    error_message = "database_iam_user must be a Postgres role name."
+  }
+}
+
+variable "database_iam_resource_id" {
+  description = "The DB instance's DbiResourceId (db-...) or the Aurora cluster's resource id (cluster-...) that rds-db:connect names; required with database_iam_user."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.database_iam_resource_id == null || can(regex("^(db|cluster)-[A-Z0-9]+$", var.database_iam_resource_id))
+    error_message = "database_iam_resource_id must look like db-ABCDEFGHIJKL0123456789 or cluster-ABCDEFGHIJKL0123456789."
+  }
+}
+
 variable "schedule_expression" {
   description = "EventBridge Scheduler expression of the stack's one schedule (the tick): each tick invokes the lister with {}, which selects the due backends from the ledger and queues one listing job per listing, so a backend added to the ledger is picked up without an apply."
   type        = string
