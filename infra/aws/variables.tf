@@ -153,7 +153,7 @@ variable "target_delete_role_arn_pattern" {
 }
 
 variable "subnet_ids" {
-  description = "Subnets for the functions when the ledger is only reachable inside a VPC; empty runs them outside any VPC. The subnets need a route to the EC2, SQS, Secrets Manager and STS APIs."
+  description = "Subnets for the functions when the ledger is only reachable inside a VPC; empty runs them outside any VPC. The subnets need a route to the EC2, SQS, Secrets Manager, STS and X-Ray APIs (NAT or VPC endpoints; EC2 in other regions and Sentry need NAT), and the ledger's security group must admit security_group_ids on 5432."
   type        = list(string)
   default     = []
 }
