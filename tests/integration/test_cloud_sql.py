@@ -11,10 +11,14 @@ socket to the local server where the real one asks the Cloud SQL Admin API for t
 instance's address and an ephemeral certificate and opens TLS to port 3307. A fake Admin
 API and server-side proxy would be our guess at Google's protocol, so none is built:
 the Admin API, the certificates, IAM login and private IP are verified only on Cloud SQL.
+The default factory (``bootstrap.cloud_sql_connector``) is checked to build Google's
+``Connector`` with the settings' IP type, IAM flag and lazy refresh, and to turn missing
+credentials into one line.
 """
 
 from __future__ import annotations
 
+import json
 import socket
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,7 +26,7 @@ from typing import Any
 import pytest
 from google.cloud.sql.connector import pg8000 as connector_pg8000
 
-from orphan_cleanup.core.errors import DatabaseError
+from orphan_cleanup.core.errors import ConfigError, DatabaseError
 from orphan_cleanup.core.settings import Settings
 from orphan_cleanup.entrypoints import bootstrap
 from orphan_cleanup.ledger.migrate import available_migrations, migrate
@@ -116,3 +120,34 @@ def test_a_connector_failure_is_one_line(pg_server, empty_db):
     message = str(err.value)
     assert message.startswith(f"cannot connect to the database at Cloud SQL instance {INSTANCE}/")
     assert "cloudsql.instances.connect" in message and "\n" not in message
+
+
+def test_the_default_factory_builds_googles_connector_from_the_settings(tmp_path, monkeypatch):
+    # given Application Default Credentials: a service-account key made here (nothing is called with it)
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+    from google.cloud.sql.connector import Connector, IPTypes, RefreshStrategy
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048).private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()).decode()
+    (tmp_path / "sa.json").write_text(json.dumps({
+        "type": "service_account", "project_id": "my-project", "private_key_id": "1", "private_key": key,
+        "client_email": "lister@my-project.iam.gserviceaccount.com", "client_id": "1",
+        "token_uri": "https://oauth2.googleapis.com/token"}))
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(tmp_path / "sa.json"))
+    connector = bootstrap.cloud_sql_connector(Settings.explicit(cloud_sql_instance=INSTANCE, cloud_sql_iam_auth=True,
+                                                                cloud_sql_ip_type="private"))
+    try:
+        assert isinstance(connector, Connector)
+        # the connector's own defaults for every connect: what CLOUD_SQL_* asked for
+        assert connector._ip_type == IPTypes.PRIVATE and connector._enable_iam_auth is True
+        assert connector._refresh_strategy == RefreshStrategy.LAZY
+    finally:
+        connector.close()
+
+
+def test_no_google_credentials_is_one_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(tmp_path / "missing.json"))
+    with pytest.raises(ConfigError) as err:
+        bootstrap.cloud_sql_connector(Settings.explicit(cloud_sql_instance=INSTANCE))
+    assert str(err.value).startswith("CLOUD_SQL_INSTANCE: no Google credentials") and "\n" not in str(err.value)
