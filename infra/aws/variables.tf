@@ -28,7 +28,7 @@ variable "runtime" {
 }
 
 variable "database_url_secret_arn" {
-  description = "ARN of the Secrets Manager secret whose SecretString is the ledger's postgresql:// URL; the functions read it at cold start (DATABASE_URL_SECRET_ARN)."
+  description = "ARN of the Secrets Manager secret whose SecretString is the ledger's postgresql:// URL, or the JSON secret RDS rotates (rds!db-... ARNs too); the functions read it at cold start and after a refused password (DATABASE_URL_SECRET_ARN)."
   type        = string
 
   validation {
