@@ -80,17 +80,19 @@ def open_database(settings: Settings, *, run_migrations: bool = False, deployed:
     DATABASE_IAM_AUTH means ``verify-full`` by default too, and refuses a URL whose
     ``sslmode`` allows clear text: the token is a password. CLOUD_SQL_INSTANCE connects
     through the Cloud SQL connector that ``cloud_sql(settings)`` builds (default
-    ``cloud_sql_connector``)."""
+    ``cloud_sql_connector``) on the first connection."""
     default_sslmode = "verify-full" if deployed or settings.database_iam_auth else "prefer"
     if settings.database_url or settings.database_url_secret_arn:
-        secret = _SecretUrl(settings) if not settings.database_url and settings.database_url_secret_arn else None
-        url = settings.database_url or (secret.read() if secret else "")
+        reload: Callable[[], ConnInfo] | None = None
+        if settings.database_url:
+            info = _conn_info(settings.database_url, settings, default_sslmode)
+        else:
+            secret = _SecretUrl(settings)
+            info = _conn_info(secret.read(), settings, default_sslmode)
 
-        def info_of(text: str) -> ConnInfo:
-            return _conn_info(text, settings, default_sslmode)
+            def reload() -> ConnInfo:
+                return _conn_info(secret.read(), settings, default_sslmode)
 
-        info = info_of(url)
-        reload = (lambda: info_of(secret.read())) if secret else None
         password = _rds_token(settings) if settings.database_iam_auth else None
         opener = None
         if settings.cloud_sql_instance:
