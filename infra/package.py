@@ -1,6 +1,6 @@
 """Build the deploy artifacts of orphan-cleanup.
 
-    python infra/package.py [--out build/] [--target aws|gcp|all] [--no-deps]
+    python infra/package.py [--out build/] [--target aws|gcp|all] [--no-deps] [--ca-bundle FILE ...]
 
 Writes
   <out>/aws/lambda.zip          functions/aws/*.py, the orphan_cleanup package
@@ -12,6 +12,12 @@ Writes
                                 the orphan_cleanup package beside it and a
                                 requirements.txt that Cloud Build installs;
                                 infra/gcp uploads it.
+
+``--ca-bundle FILE`` (repeatable) puts each PEM file, byte for byte, at
+``certs/<its name>`` in both archives: /var/task/certs/NAME on Lambda,
+/workspace/certs/NAME on Cloud Functions, for the URL's ``sslrootcert`` (the
+RDS bundle, a Cloud SQL server CA; docs/DATABASE.md). A file that holds no PEM
+certificate is refused: a wrong file would fail every connection, closed but down.
 
 What ships is what was tested: the dependencies come from the lock files
 (``python -m infra.lock``), pinned identically to requirements/dev.txt, which CI
@@ -63,6 +69,8 @@ LAMBDA_TASK_ROOT = "/var/task"
 EXCLUDED_DIRS = frozenset({"__pycache__", ".pytest_cache", ".mypy_cache", "tests", "test"})
 EXCLUDED_SUFFIXES = (".pyc", ".pyo")
 FIXED_TIME = (1980, 1, 1, 0, 0, 0)
+CERTS_DIR = "certs"
+PEM_BEGIN = b"-----BEGIN CERTIFICATE-----"
 TOP = 10
 
 
@@ -165,7 +173,29 @@ def write_zip(src: Path, archive: Path) -> None:
     tmp.replace(archive)
 
 
-def build_lambda(out: Path, *, deps: bool = True, lock: Path = LAMBDA_LOCK) -> Path:
+def check_ca_bundles(bundles: list[Path]) -> list[Path]:
+    """The CA files as given, each a readable PEM with a certificate, names distinct."""
+    names: set[str] = set()
+    for bundle in bundles:
+        try:
+            data = bundle.read_bytes()
+        except OSError as e:
+            raise SystemExit(f"--ca-bundle {bundle}: cannot be read: {e.strerror or e}") from e
+        if PEM_BEGIN not in data:
+            raise SystemExit(f"--ca-bundle {bundle}: holds no PEM certificate ({PEM_BEGIN.decode()})")
+        if bundle.name in names:
+            raise SystemExit(f"--ca-bundle {bundle}: a second file named {bundle.name} (both go to certs/)")
+        names.add(bundle.name)
+    return bundles
+
+
+def copy_ca_bundles(bundles: list[Path], stage: Path) -> None:
+    for bundle in bundles:
+        (stage / CERTS_DIR).mkdir(exist_ok=True)
+        (stage / CERTS_DIR / bundle.name).write_bytes(bundle.read_bytes())
+
+
+def build_lambda(out: Path, *, deps: bool = True, lock: Path = LAMBDA_LOCK, ca_bundles: list[Path] = ()) -> Path:
     with tempfile.TemporaryDirectory(prefix="oc-lambda-") as tmp:
         stage = Path(tmp)
         if deps:
@@ -178,13 +208,14 @@ def build_lambda(out: Path, *, deps: bool = True, lock: Path = LAMBDA_LOCK) -> P
         if (REPO / "functions" / "__init__.py").is_file():
             shutil.copy2(REPO / "functions" / "__init__.py", functions / "__init__.py")
         copy_tree(REPO / "functions" / "aws", functions / "aws")
+        copy_ca_bundles(list(ca_bundles), stage)
         compile_pyc(stage)
         archive = out / LAMBDA_ZIP
         write_zip(stage, archive)
     return archive
 
 
-def build_gcp(out: Path, *, lock: Path = GCP_LOCK) -> Path:
+def build_gcp(out: Path, *, lock: Path = GCP_LOCK, ca_bundles: list[Path] = ()) -> Path:
     with tempfile.TemporaryDirectory(prefix="oc-gcp-") as tmp:
         stage = Path(tmp)
         for module in sorted((REPO / "functions" / "gcp").glob("*.py")):
@@ -194,6 +225,7 @@ def build_gcp(out: Path, *, lock: Path = GCP_LOCK) -> Path:
             raise SystemExit("functions/gcp/main.py is missing")
         copy_tree(REPO / "shared" / "orphan_cleanup", stage / "orphan_cleanup")
         shutil.copyfile(lock, stage / "requirements.txt")
+        copy_ca_bundles(list(ca_bundles), stage)
         archive = out / GCP_ZIP
         write_zip(stage, archive)
     return archive
@@ -245,13 +277,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--target", choices=("aws", "gcp", "all"), default="all")
     parser.add_argument("--no-deps", action="store_true",
                         help="do not install third-party wheels into the Lambda zip (layout checks only)")
+    parser.add_argument("--ca-bundle", type=Path, action="append", default=[], metavar="FILE",
+                        help="a PEM CA bundle to ship as certs/NAME (repeatable), e.g. RDS's global-bundle.pem")
     args = parser.parse_args(argv)
     out = args.out.resolve()
+    bundles = check_ca_bundles(args.ca_bundle)
     built = []
     if args.target in ("aws", "all"):
-        built.append(build_lambda(out, deps=not args.no_deps))
+        built.append(build_lambda(out, deps=not args.no_deps, ca_bundles=bundles))
     if args.target in ("gcp", "all"):
-        built.append(build_gcp(out))
+        built.append(build_gcp(out, ca_bundles=bundles))
     for archive in built:
         print(report(archive))
     return 0

@@ -139,6 +139,34 @@ resource "aws_iam_role_policy" "secret_key" {
   policy = data.aws_iam_policy_document.secret_key[0].json
 }
 
+# ------------------------------------------------------ RDS IAM authentication
+# With database_iam_user, each function's password is an RDS IAM token: its role may
+# connect as that one database user of that one instance or cluster, nothing else.
+data "aws_iam_policy_document" "database_iam_auth" {
+  count = local.iam_auth ? 1 : 0
+
+  statement {
+    sid       = "ConnectAsTheLedgerUser"
+    actions   = ["rds-db:connect"]
+    resources = ["arn:${local.partition}:rds-db:${data.aws_region.current.name}:${local.account_id}:dbuser:${var.database_iam_resource_id}/${var.database_iam_user}"]
+  }
+
+  lifecycle {
+    precondition {
+      condition     = var.database_iam_resource_id != null
+      error_message = "database_iam_user needs database_iam_resource_id (the instance's DbiResourceId or the cluster's resource id)."
+    }
+  }
+}
+
+resource "aws_iam_role_policy" "database_iam_auth" {
+  for_each = local.iam_auth ? local.functions : {}
+
+  name   = "database-iam-auth"
+  role   = aws_iam_role.fn[each.key].id
+  policy = data.aws_iam_policy_document.database_iam_auth[0].json
+}
+
 # --------------------------------------------------------------------- steps
 
 data "aws_iam_policy_document" "lister" {

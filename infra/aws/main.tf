@@ -44,7 +44,9 @@ locals {
       POWERTOOLS_METRICS_NAMESPACE    = "OrphanCleanup"
     },
     var.sentry_dsn == "" ? {} : { SENTRY_DSN = var.sentry_dsn },
+    local.iam_auth ? { DATABASE_IAM_AUTH = "true" } : {},
   )
+  iam_auth = var.database_iam_user != null
 }
 
 resource "aws_cloudwatch_log_group" "fn" {

@@ -28,7 +28,7 @@ variable "runtime" {
 }
 
 variable "database_url_secret_arn" {
-  description = "ARN of the Secrets Manager secret whose SecretString is the ledger's postgresql:// URL; the functions read it at cold start (DATABASE_URL_SECRET_ARN)."
+  description = "ARN of the Secrets Manager secret whose SecretString is the ledger's postgresql:// URL, or the JSON secret RDS rotates (rds!db-... ARNs too); the functions read it at cold start and after a refused password (DATABASE_URL_SECRET_ARN)."
   type        = string
 
   validation {
@@ -41,6 +41,28 @@ variable "database_secret_kms_key_arn" {
   description = "Customer-managed KMS key ARN encrypting the database secret; null when it uses aws/secretsmanager."
   type        = string
   default     = null
+}
+
+variable "database_iam_user" {
+  description = "RDS IAM database authentication: the database user the functions log in as (granted rds_iam in Postgres). Set with database_iam_resource_id: the roles get rds-db:connect for that user, and the functions DATABASE_IAM_AUTH=true (the URL in the secret then names no password). null: password login."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.database_iam_user == null || can(regex("^[A-Za-z_][A-Za-z0-9_$-]{0,62}$", var.database_iam_user))
+    error_message = "database_iam_user must be a Postgres role name."
+  }
+}
+
+variable "database_iam_resource_id" {
+  description = "The DB instance's DbiResourceId (db-...) or the Aurora cluster's resource id (cluster-...) that rds-db:connect names; required with database_iam_user."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.database_iam_resource_id == null || can(regex("^(db|cluster)-[A-Z0-9]+$", var.database_iam_resource_id))
+    error_message = "database_iam_resource_id must look like db-ABCDEFGHIJKL0123456789 or cluster-ABCDEFGHIJKL0123456789."
+  }
 }
 
 variable "schedule_expression" {
@@ -131,7 +153,7 @@ variable "target_delete_role_arn_pattern" {
 }
 
 variable "subnet_ids" {
-  description = "Subnets for the functions when the ledger is only reachable inside a VPC; empty runs them outside any VPC. The subnets need a route to the EC2, SQS, Secrets Manager and STS APIs."
+  description = "Subnets for the functions when the ledger is only reachable inside a VPC; empty runs them outside any VPC. The subnets need a route to the EC2, SQS, Secrets Manager, STS and X-Ray APIs (NAT or VPC endpoints; EC2 in other regions and Sentry need NAT), and the ledger's security group must admit security_group_ids on 5432."
   type        = list(string)
   default     = []
 }

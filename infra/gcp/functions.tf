@@ -29,7 +29,7 @@ resource "google_cloudfunctions2_function" "fn" {
     ingress_settings                 = var.ingress_settings
     all_traffic_on_latest_revision   = true
     service_account_email            = google_service_account.fn[each.key].email
-    environment_variables            = local.environment
+    environment_variables            = local.function_environment[each.key]
     vpc_connector                    = var.vpc_connector
     vpc_connector_egress_settings    = var.vpc_connector == null ? null : "PRIVATE_RANGES_ONLY"
 

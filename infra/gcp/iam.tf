@@ -117,6 +117,24 @@ resource "google_secret_manager_secret_iam_member" "database_url" {
   member    = each.value.member
 }
 
+# The Cloud SQL connector: every function connects (cloudsql.client); with IAM login each
+# also logs in as its own IAM database user (cloudsql.instanceUser).
+resource "google_project_iam_member" "cloud_sql_client" {
+  for_each = var.cloud_sql_instance == null ? {} : google_service_account.fn
+
+  project = local.cloud_sql_project
+  role    = "roles/cloudsql.client"
+  member  = each.value.member
+}
+
+resource "google_project_iam_member" "cloud_sql_instance_user" {
+  for_each = var.cloud_sql_instance != null && var.cloud_sql_iam_auth ? google_service_account.fn : {}
+
+  project = local.cloud_sql_project
+  role    = "roles/cloudsql.instanceUser"
+  member  = each.value.member
+}
+
 # Topic publishers: only the producing step (the tick runs in the lister).
 resource "google_pubsub_topic_iam_member" "lister_publishes_jobs" {
   project = var.project_id

@@ -54,7 +54,20 @@ locals {
       LOG_EXECUTION_ID                = "true"
     },
     var.sentry_dsn == "" ? {} : { SENTRY_DSN = var.sentry_dsn },
+    var.cloud_sql_instance == null ? {} : {
+      CLOUD_SQL_INSTANCE = var.cloud_sql_instance
+      CLOUD_SQL_IP_TYPE  = var.cloud_sql_ip_type
+      CLOUD_SQL_IAM_AUTH = tostring(var.cloud_sql_iam_auth)
+    },
   )
+  # With IAM database login each function is its own database user: its service account's
+  # email without .gserviceaccount.com, as Cloud SQL names IAM users.
+  function_environment = { for name, _ in local.functions : name => merge(local.environment,
+    var.cloud_sql_instance != null && var.cloud_sql_iam_auth ? {
+      DATABASE_USER = trimsuffix(google_service_account.fn[name].email, ".gserviceaccount.com")
+  } : {}) }
+  # The instance's project: all but the region and the name (a project may be domain-scoped).
+  cloud_sql_project = var.cloud_sql_instance == null ? null : join(":", slice(split(":", var.cloud_sql_instance), 0, length(split(":", var.cloud_sql_instance)) - 2))
 
   apis = [
     "artifactregistry.googleapis.com",
@@ -69,10 +82,12 @@ locals {
     "secretmanager.googleapis.com",
     "storage.googleapis.com",
   ]
+  # The Cloud SQL connector's Admin API calls (the address, an ephemeral certificate).
+  cloud_sql_apis = var.cloud_sql_instance == null ? [] : ["sqladmin.googleapis.com"]
 }
 
 resource "google_project_service" "api" {
-  for_each = var.enable_apis ? toset(local.apis) : toset([])
+  for_each = var.enable_apis ? toset(concat(local.apis, local.cloud_sql_apis)) : toset([])
 
   project            = var.project_id
   service            = each.value

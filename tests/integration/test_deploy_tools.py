@@ -299,3 +299,33 @@ def test_terraform_apply_infra_aws_against_moto(tmp_path, moto_reset):
     lister = lam.get_function_configuration(FunctionName="orphan-cleanup-lister")
     assert lister["Runtime"] == "python3.11" and lister["Environment"]["Variables"]["JOBS_QUEUE_URL"].endswith(
         "/orphan-cleanup-jobs")
+
+
+def test_terraform_plan_with_an_rds_managed_secret_and_iam_auth(tmp_path, moto_reset):
+    """The RDS-managed secret (``rds!db-...``) and its KMS key, and IAM database auth:
+    each function's role may read that secret, decrypt with that key through Secrets
+    Manager, and rds-db:connect as the one database user. (The GetSecretValue grant and
+    the functions' environment hold values known only after apply; the unit tests of
+    infra read DATABASE_IAM_AUTH in the environment.)"""
+    terraform, work, env = _terraform_work(tmp_path, moto_reset)
+    _lambda_zip(tmp_path)
+    secret = "arn:aws:secretsmanager:us-east-1:123456789012:secret:rds!db-0a1b2c3d-4e5f-6789-abcd-ef0123456789-AbCdEf"
+    key = "arn:aws:kms:us-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"
+    plan = _run([terraform, "plan", "-input=false", "-no-color", "-out", "tf.plan",
+                 f"-var=database_url_secret_arn={secret}", f"-var=database_secret_kms_key_arn={key}",
+                 "-var=database_iam_user=orphan_cleanup_runtime",
+                 "-var=database_iam_resource_id=db-ABCDEFGHIJKL01234567890123"], work, env)
+    assert plan.returncode == 0, plan.stdout + plan.stderr
+    shown = _run([terraform, "show", "-json", "tf.plan"], work, env)
+    changes = {c["address"]: c["change"]["after"] for c in json.loads(shown.stdout)["resource_changes"]}
+    for fn in ("lister", "classifier", "deleter"):
+        connect = json.loads(changes[f'aws_iam_role_policy.database_iam_auth["{fn}"]']["policy"])["Statement"]
+        assert connect == [{"Sid": "ConnectAsTheLedgerUser", "Effect": "Allow", "Action": "rds-db:connect",
+                            "Resource": "arn:aws:rds-db:us-east-1:123456789012:dbuser:"
+                                        "db-ABCDEFGHIJKL01234567890123/orphan_cleanup_runtime"}]
+        decrypt = json.loads(changes[f'aws_iam_role_policy.secret_key["{fn}"]']["policy"])["Statement"]
+        assert [(s["Action"], s["Resource"]) for s in decrypt] == [("kms:Decrypt", key)]
+    # without the resource id, the plan stops with one line saying what is missing
+    missing = _run([terraform, "plan", "-input=false", "-no-color", f"-var=database_url_secret_arn={secret}",
+                    "-var=database_iam_user=orphan_cleanup_runtime"], work, env)
+    assert missing.returncode != 0 and "database_iam_resource_id" in missing.stdout + missing.stderr

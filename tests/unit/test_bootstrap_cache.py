@@ -52,7 +52,14 @@ CHANGED = {
     "ORPHAN_CLEANUP_MUTATE_BURST": "5",
     "ORPHAN_CLEANUP_TERMINATE_RATE": "0.5",
     "ORPHAN_CLEANUP_TERMINATE_BURST": "10",
+    "DATABASE_USER": "someone-else",
+    "DATABASE_IAM_AUTH": "true",
+    "CLOUD_SQL_INSTANCE": "my-project:us-central1:ledger",
+    "CLOUD_SQL_IAM_AUTH": "true",
+    "CLOUD_SQL_IP_TYPE": "private",
 }
+# A setting that means something only beside another: both pipelines get that one.
+NEEDS = {"CLOUD_SQL_IAM_AUTH": {"CLOUD_SQL_INSTANCE": "my-project:us-central1:ledger"}}
 FIELD_OF = {f.alias: name for name, f in Settings.model_fields.items()}
 
 
@@ -93,6 +100,8 @@ def test_an_unchanged_environment_reuses_the_warm_pipeline(env):
 
 @pytest.mark.parametrize("variable", sorted(CHANGED))
 def test_changing_any_setting_builds_a_new_pipeline_with_it(env, variable):
+    for needed, value in NEEDS.get(variable, {}).items():
+        env.setenv(needed, value)
     first = common.pipeline(in_process_queues)
 
     env.setenv(variable, CHANGED[variable])

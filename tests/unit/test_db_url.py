@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import ssl
 
 import pytest
 
 from orphan_cleanup.core.errors import ConfigError
-from orphan_cleanup.ledger.url import SSL_MODES, ConnInfo, parse_database_url, ssl_context
+from orphan_cleanup.ledger.url import SSL_MODES, ConnInfo, parse_database_url, secret_url, ssl_context
 
 GOOD = [
     ("everything", "postgresql://alice:s3cret@db.example.com:6543/ledger",
@@ -142,3 +143,50 @@ def test_a_missing_certificate_file_is_a_one_line_config_error(info):
     with pytest.raises(ConfigError) as err:
         ssl_context(info)
     assert "/nonexistent/" in str(err.value) and "\n" not in str(err.value)
+
+
+# ---- options (search_path) and the secrets RDS manages ------------------------------
+
+def test_options_is_libpqs_form_and_survives_the_round_trip():
+    info = parse_database_url("postgresql://u@h/db?options=-csearch_path%3Dorphan_cleanup")
+    assert info.options == "-csearch_path=orphan_cleanup"
+    assert parse_database_url(info.url()) == info
+
+
+RDS_SECRET = {"engine": "postgres", "host": "ledger.abc.us-east-1.rds.amazonaws.com", "port": 5432,
+              "username": "orphan_cleanup_runtime", "password": "p@ss/w:rd#?%", "dbname": "platform",
+              "dbInstanceIdentifier": "ledger"}
+
+
+def test_an_rds_json_secret_is_the_url_of_its_keys():
+    url = secret_url(json.dumps({**RDS_SECRET, "sslrootcert": "/var/task/certs/global-bundle.pem",
+                                 "options": "-csearch_path=orphan_cleanup"}))
+    info = parse_database_url(url)
+    assert (info.user, info.password, info.host, info.port, info.database) == \
+        ("orphan_cleanup_runtime", "p@ss/w:rd#?%", "ledger.abc.us-east-1.rds.amazonaws.com", 5432, "platform")
+    assert info.sslrootcert == "/var/task/certs/global-bundle.pem" and info.sslmode == "verify-full"
+    assert info.options == "-csearch_path=orphan_cleanup"
+
+
+def test_a_bare_url_secret_is_itself():
+    assert secret_url("  postgresql://u:p@h/db?sslmode=require\n") == "postgresql://u:p@h/db?sslmode=require"
+
+
+@pytest.mark.parametrize("secret, named", [
+    ({k: v for k, v in RDS_SECRET.items() if k != "host"}, "'host'"),
+    ({k: v for k, v in RDS_SECRET.items() if k != "dbname"}, "'dbname'"),
+    ({**RDS_SECRET, "sslmod": "require"}, "'sslmod'"),
+    ({**RDS_SECRET, "port": True}, "'port'"),
+    ({**RDS_SECRET, "password": ["x"]}, "'password'"),
+])
+def test_a_bad_json_secret_names_the_key_never_the_password(secret, named):
+    with pytest.raises(ConfigError) as err:
+        parse_database_url(secret_url(json.dumps(secret)))
+    assert named in str(err.value) and "p@ss" not in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("text", ["{not json", "{\"username\": \"u\", \"password\": \"p@ss\""])
+def test_a_secret_that_is_neither_is_one_line(text):
+    with pytest.raises(ConfigError) as err:
+        secret_url(text)
+    assert "database secret" in str(err.value)

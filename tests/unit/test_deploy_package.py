@@ -13,6 +13,7 @@ import importlib.util
 import marshal
 import os
 import re
+import ssl
 import subprocess
 import sys
 import zipfile
@@ -261,3 +262,63 @@ def test_the_runtimes_are_the_python_the_locks_and_pyc_are_for():
     assert _tf_runtime_default("aws") == f"python{major}.{minor}"
     assert _tf_runtime_default("gcp") == f"python{major}{minor}"
     assert sys.version_info[:2] == package.LAMBDA_PYTHON, "the tests run on another Python than the functions"
+
+
+# ---- --ca-bundle --------------------------------------------------------------------
+
+def _pem(path: Path) -> Path:
+    """A real CA certificate (PEM), made here with the cryptography package."""
+    import datetime as dt
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "test RDS root")])
+    now = dt.datetime.now(dt.UTC)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now)
+            .not_valid_after(now + dt.timedelta(days=1))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(key, hashes.SHA256()))
+    # a bundle as RDS ships it: several certificates, CRLF line ends kept byte for byte
+    pem = cert.public_bytes(serialization.Encoding.PEM)
+    path.write_bytes(pem.replace(b"\n", b"\r\n") + b"\r\n" + pem)
+    return path
+
+
+def test_ca_bundles_go_byte_for_byte_to_certs_in_both_archives(tmp_path):
+    bundle = _pem(tmp_path / "global-bundle.pem")
+    out = tmp_path / "out"
+    assert package.main(["--out", str(out), "--no-deps", "--ca-bundle", str(bundle)]) == 0
+    for archive in (out / package.LAMBDA_ZIP, out / package.GCP_ZIP):
+        with zipfile.ZipFile(archive) as zf:
+            assert zf.read("certs/global-bundle.pem") == bundle.read_bytes(), archive
+            assert [n for n in zf.namelist() if n.startswith("certs/")] == ["certs/global-bundle.pem"]
+            zf.extract("certs/global-bundle.pem", tmp_path / archive.stem)
+        # and Python's TLS loads it as the URL's sslrootcert would
+        ssl.create_default_context(cafile=str(tmp_path / archive.stem / "certs" / "global-bundle.pem"))
+
+
+def test_without_ca_bundle_no_certs_ship(built):
+    for archive in (built / package.LAMBDA_ZIP, built / package.GCP_ZIP):
+        assert not [n for n in _names(archive) if n.startswith("certs/")]
+
+
+@pytest.mark.parametrize("case", ["missing", "not a certificate", "same name twice"])
+def test_a_bad_ca_bundle_is_refused_before_anything_is_built(tmp_path, case):
+    args = []
+    if case == "missing":
+        args = [str(tmp_path / "nope.pem")]
+    elif case == "not a certificate":
+        (tmp_path / "key.pem").write_text("-----BEGIN PRIVATE KEY-----\n...\n")
+        args = [str(tmp_path / "key.pem")]
+    else:
+        (tmp_path / "a").mkdir()
+        args = [str(_pem(tmp_path / "ca.pem")), str(_pem(tmp_path / "a" / "ca.pem"))]
+    with pytest.raises(SystemExit) as err:
+        package.main(["--out", str(tmp_path / "out"), "--no-deps", *[a for p in args for a in ("--ca-bundle", p)]])
+    assert "--ca-bundle" in str(err.value)
+    assert not (tmp_path / "out").exists()

@@ -4,6 +4,7 @@ SAM translator, and the safety properties of the IAM policies and queues."""
 from __future__ import annotations
 
 import copy
+import re
 import json
 
 import pytest
@@ -469,3 +470,29 @@ def test_docs_cover_parameters_and_every_delete_action(sam, target):
         assert text in deploy, text
     for gone in ("BackendIds", "LanguageExtensions", "TargetRoleArnPattern", "CAPABILITY_AUTO_EXPAND"):
         assert gone not in deploy, gone
+
+
+# ------------------------------------------------------------ managed databases
+
+
+def test_the_secret_arn_accepts_the_secrets_rds_manages(sam):
+    pattern = re.compile(sam["Parameters"]["DatabaseUrlSecretArn"]["AllowedPattern"])
+    for arn in ("arn:aws:secretsmanager:us-east-1:123456789012:secret:rds!db-3c1f8c6e-0b2d-4f5a-9e8b-1a2b3c4d5e6f-AbCdEf",
+                "arn:aws:secretsmanager:eu-west-1:123456789012:secret:rds!cluster-0a1b2c3d-AbCdEf",
+                "arn:aws:secretsmanager:us-east-1:123456789012:secret:orphan-cleanup/database-url-AbCdEf"):
+        assert pattern.fullmatch(arn), arn
+    assert not pattern.fullmatch("arn:aws:secretsmanager:us-east-1:123456789012:secret:*")
+
+
+def test_iam_auth_grants_rds_db_connect_for_the_one_user_and_sets_the_variable(sam, cfn):
+    for role in ("ListerRole", "ClassifierRole", "DeleterRole"):
+        st = _statement(sam, role, "ConnectAsTheLedgerUser")
+        assert st["Action"] == "rds-db:connect"
+        assert st["Resource"] == {"Fn::Sub": "arn:${AWS::Partition}:rds-db:${AWS::Region}:${AWS::AccountId}:dbuser:"
+                                             "${DatabaseIamResourceId}/${DatabaseIamUser}"}
+        granting = [p for p in cfn["Resources"][role]["Properties"]["Policies"] if "rds-db:connect" in json.dumps(p)]
+        assert [p["Fn::If"][0] for p in granting] == ["HasDatabaseIamAuth"]  # only when enabled
+    env = sam["Globals"]["Function"]["Environment"]["Variables"]
+    assert env["DATABASE_IAM_AUTH"] == {"Fn::If": ["HasDatabaseIamAuth", "true", {"Ref": "AWS::NoValue"}]}
+    rule = sam["Rules"]["DatabaseIamUserNeedsItsResource"]
+    assert rule["Assertions"][0]["Assert"] == {"Fn::Not": [{"Fn::Equals": [{"Ref": "DatabaseIamResourceId"}, ""]}]}

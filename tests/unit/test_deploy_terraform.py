@@ -300,3 +300,20 @@ def test_gcp_custom_roles_are_minimal(modules):
                                             | {"compute.zoneOperations.get", "compute.regionOperations.get",
                                                "compute.globalOperations.get", "compute.disks.createSnapshot"}
                                             | snapshots | identity)
+
+
+def test_managed_database_settings_reach_the_functions(modules):
+    aws, gcp = modules["aws"], modules["gcp"]
+    aws_locals = dict(aws.blocks("locals"))
+    assert 'local.iam_auth ? {DATABASE_IAM_AUTH = "true"} : {}' in str(aws_locals["environment"])
+    assert aws_locals["iam_auth"] == "${var.database_iam_user != null}"
+    gcp_locals = dict(gcp.blocks("locals"))
+    for variable in ("CLOUD_SQL_INSTANCE", "CLOUD_SQL_IP_TYPE", "CLOUD_SQL_IAM_AUTH"):
+        assert variable in str(gcp_locals["environment"])
+    assert "DATABASE_USER" in str(gcp_locals["function_environment"])
+    resources = {(t, n): body for t, n, body in gcp.labelled("resource")}
+    service = resources[("google_cloudfunctions2_function", "fn")]["service_config"][0]
+    assert service["environment_variables"] == "${local.function_environment[each.key]}"
+    assert resources[("google_project_iam_member", "cloud_sql_client")]["role"] == '"roles/cloudsql.client"'
+    assert resources[("google_project_iam_member", "cloud_sql_instance_user")]["role"] == \
+        '"roles/cloudsql.instanceUser"'

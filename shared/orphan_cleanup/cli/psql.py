@@ -16,7 +16,7 @@ from orphan_cleanup.ledger.url import ConnInfo
 
 # Connection variables of the caller's environment that would override or bypass ours.
 _CONNECTION_VARS = ("PGHOST", "PGHOSTADDR", "PGPORT", "PGUSER", "PGPASSWORD", "PGDATABASE", "PGSERVICE",
-                    "PGSSLMODE", "PGSSLROOTCERT", "PGSSLCERT", "PGSSLKEY", "PGAPPNAME")
+                    "PGSSLMODE", "PGSSLROOTCERT", "PGSSLCERT", "PGSSLKEY", "PGAPPNAME", "PGOPTIONS")
 
 
 def find_psql() -> str | None:
@@ -46,6 +46,8 @@ def psql_environment(info: ConnInfo, base: Mapping[str, str]) -> dict[str, str]:
                PGAPPNAME=info.application_name or "orphan-cleanup psql")
     if info.password:
         env["PGPASSWORD"] = info.password
+    if info.options:  # the URL's search_path: psql sees the tables the product uses
+        env["PGOPTIONS"] = info.options
     return env
 
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+import re
+from typing import Any, Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from orphan_cleanup.core.backends import MAX_SECONDS, Mode
+
+_INSTANCE = re.compile(r"(?:[a-z0-9.-]+:)?[a-z][a-z0-9-]*:[a-z0-9-]+:[a-z0-9][a-z0-9-]*")
 
 
 class Settings(BaseSettings):
@@ -27,6 +30,18 @@ class Settings(BaseSettings):
     database_url: str | None = Field(default=None, alias="DATABASE_URL")
     # Deployed AWS functions: the Secrets Manager secret holding DATABASE_URL, when that is unset.
     database_url_secret_arn: str | None = Field(default=None, alias="DATABASE_URL_SECRET_ARN")
+    # The login role, replacing the URL's user: the GCP stack sets each function's IAM
+    # database user (its service account) with CLOUD_SQL_IAM_AUTH.
+    database_user: str | None = Field(default=None, alias="DATABASE_USER")
+    # RDS IAM database authentication: each new connection's password is a fresh token
+    # (boto3 generate_db_auth_token for the URL's host, port and user); TLS is required.
+    database_iam_auth: bool = Field(default=False, alias="DATABASE_IAM_AUTH")
+    # Cloud SQL through the Cloud SQL Python Connector (pg8000): PROJECT:REGION:INSTANCE.
+    # The URL then names the user, password and database; the connector picks the address.
+    cloud_sql_instance: str | None = Field(default=None, alias="CLOUD_SQL_INSTANCE")
+    cloud_sql_iam_auth: bool = Field(default=False, alias="CLOUD_SQL_IAM_AUTH")
+    # Which of the instance's addresses the connector uses: private through a VPC connector.
+    cloud_sql_ip_type: Literal["public", "private", "psc"] = Field(default="public", alias="CLOUD_SQL_IP_TYPE")
     # boto3 honours it on its own; held here so that a changed endpoint builds new clients,
     # and passed to every client the product builds.
     aws_endpoint_url: str | None = Field(default=None, alias="AWS_ENDPOINT_URL")
@@ -84,6 +99,19 @@ class Settings(BaseSettings):
         given = {name: values[name] if name in values else f.get_default(call_default_factory=True)
                  for name, f in fields.items()}
         return cls(**{fields[name].alias or name: v for name, v in given.items()})
+
+    @field_validator("cloud_sql_instance", "database_user")
+    @classmethod
+    def _blank_is_unset(cls, v: str | None) -> str | None:
+        return None if v is not None and v.strip() == "" else v
+
+    @field_validator("cloud_sql_instance")
+    @classmethod
+    def _check_instance(cls, v: str | None) -> str | None:
+        # PROJECT:REGION:INSTANCE, the project maybe domain-scoped (example.com:project).
+        if v is not None and not _INSTANCE.fullmatch(v):
+            raise ValueError("CLOUD_SQL_INSTANCE must be PROJECT:REGION:INSTANCE (the instance connection name)")
+        return v
 
     @field_validator("database_url")
     @classmethod

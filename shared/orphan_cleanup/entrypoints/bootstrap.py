@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +17,11 @@ from orphan_cleanup.core.errors import ConfigError
 from orphan_cleanup.core.settings import Settings
 from orphan_cleanup.cycle.pipeline import Pipeline, ProviderFactory
 from orphan_cleanup.cycle.reporting import Reporter, sentry_sink
-from orphan_cleanup.ledger.db import Database
+from orphan_cleanup.ledger.cloudsql import CloudSqlOpener
+from orphan_cleanup.ledger.db import Database, PasswordSource
 from orphan_cleanup.ledger.embedded import ensure_database, start_embedded
 from orphan_cleanup.ledger.migrate import migrate
+from orphan_cleanup.ledger.url import TLS_ONLY_MODES, ConnInfo, parse_database_url, secret_url
 from orphan_cleanup.providers.base import ResourceProvider
 from orphan_cleanup.providers.ratelimit import process_limits, settings_budgets
 from orphan_cleanup.queues.base import Queue
@@ -27,6 +30,9 @@ EMBEDDED_DB_NAME = "orphan_cleanup"
 
 AwsSessionFactory = Callable[[], Any]
 """``() -> boto3.Session``: one per adapter, as a session is not thread-safe."""
+
+CloudSqlConnectorFactory = Callable[[Settings], Any]
+"""``settings -> google.cloud.sql.connector.Connector`` (``cloud_sql_connector``, the default)."""
 
 
 def load_settings() -> Settings:
@@ -61,19 +67,43 @@ def build_pipeline(settings: Settings, *, listing_queue: Queue, delete_queue: Qu
     )
 
 
-def open_database(settings: Settings, *, run_migrations: bool = False, deployed: bool = False) -> Database:
+def open_database(settings: Settings, *, run_migrations: bool = False, deployed: bool = False,
+                  cloud_sql: CloudSqlConnectorFactory | None = None) -> Database:
     """DATABASE_URL when set; else the URL in the secret DATABASE_URL_SECRET_ARN
-    names (the deployed AWS functions); else the embedded Postgres in the data dir.
+    names (the deployed AWS functions: a bare URL or RDS's JSON secret, re-read once
+    when the server refuses the password, SQLSTATE 28P01, as after a rotation); else
+    the embedded Postgres in the data dir.
 
     ``deployed`` (the functions' wiring): a URL without ``sslmode`` means
     ``verify-full`` (against the system trust store unless it names ``sslrootcert``)
-    instead of libpq's ``prefer``; the CLI and the embedded Postgres keep ``prefer``."""
-    default_sslmode = "verify-full" if deployed else "prefer"
-    if settings.database_url:
-        db = Database.from_url(settings.database_url, keep_idle=True, default_sslmode=default_sslmode)
-    elif settings.database_url_secret_arn:
-        db = Database.from_url(_secret_url(settings), keep_idle=True, default_sslmode=default_sslmode)
+    instead of libpq's ``prefer``; the CLI and the embedded Postgres keep ``prefer``.
+    DATABASE_IAM_AUTH means ``verify-full`` by default too, and refuses a URL whose
+    ``sslmode`` allows clear text: the token is a password. CLOUD_SQL_INSTANCE connects
+    through the Cloud SQL connector that ``cloud_sql(settings)`` builds (default
+    ``cloud_sql_connector``) on the first connection."""
+    default_sslmode = "verify-full" if deployed or settings.database_iam_auth else "prefer"
+    if settings.database_url or settings.database_url_secret_arn:
+        reload: Callable[[], ConnInfo] | None = None
+        if settings.database_url:
+            info = _conn_info(settings.database_url, settings, default_sslmode)
+        else:
+            secret = _SecretUrl(settings)
+            info = _conn_info(secret.read(), settings, default_sslmode)
+
+            def reload() -> ConnInfo:
+                return _conn_info(secret.read(), settings, default_sslmode)
+
+        password = _rds_token(settings) if settings.database_iam_auth else None
+        opener = None
+        if settings.cloud_sql_instance:
+            factory = cloud_sql or cloud_sql_connector
+            opener = CloudSqlOpener(lambda: factory(settings), settings.cloud_sql_instance,
+                                    iam_auth=settings.cloud_sql_iam_auth)
+        db = Database(info, keep_idle=True, password=password, reload=reload, opener=opener)
     else:
+        if settings.database_iam_auth or settings.cloud_sql_instance:
+            raise ConfigError("DATABASE_IAM_AUTH and CLOUD_SQL_INSTANCE need DATABASE_URL or DATABASE_URL_SECRET_ARN"
+                              " (the user and the database to log in to)")
         info = start_embedded(Path(settings.data_dir), cleanup="stop")
         db = Database(ensure_database(info, EMBEDDED_DB_NAME), keep_idle=True)
     if run_migrations:
@@ -81,11 +111,80 @@ def open_database(settings: Settings, *, run_migrations: bool = False, deployed:
     return db
 
 
-def _secret_url(settings: Settings) -> str:
-    import boto3
+def _conn_info(url: str, settings: Settings, default_sslmode: str) -> ConnInfo:
+    info = parse_database_url(url, default_sslmode=default_sslmode)
+    if settings.database_user:
+        info = replace(info, user=settings.database_user)
+    if settings.cloud_sql_iam_auth and not settings.cloud_sql_instance:
+        raise ConfigError("CLOUD_SQL_IAM_AUTH needs CLOUD_SQL_INSTANCE")
+    if settings.database_iam_auth:
+        if settings.cloud_sql_instance:
+            raise ConfigError("DATABASE_IAM_AUTH is RDS's; on Cloud SQL set CLOUD_SQL_IAM_AUTH instead")
+        if info.unix_sock or info.sslmode not in TLS_ONLY_MODES:
+            where = "a Unix socket" if info.unix_sock else f"sslmode {info.sslmode}"
+            raise ConfigError(f"DATABASE_IAM_AUTH sends a token as the password, so it needs TLS: sslmode require,"
+                              f" verify-ca or verify-full and a host, not {where}")
+    return info
 
-    secrets = boto3.client("secretsmanager", endpoint_url=settings.aws_endpoint_url)
-    return str(secrets.get_secret_value(SecretId=settings.database_url_secret_arn)["SecretString"]).strip()
+
+class _SecretUrl:
+    """The database URL of the Secrets Manager secret DATABASE_URL_SECRET_ARN names."""
+
+    def __init__(self, settings: Settings) -> None:
+        import boto3
+
+        self.arn = settings.database_url_secret_arn
+        self.client = boto3.client("secretsmanager", endpoint_url=settings.aws_endpoint_url)
+
+    def read(self) -> str:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            text = self.client.get_secret_value(SecretId=self.arn)["SecretString"]
+        except ClientError as e:
+            error = e.response.get("Error", {})
+            raise ConfigError(f"cannot read the database secret {self.arn}: {error.get('Code', '?')}"
+                              f" {' '.join(str(error.get('Message', '')).split())}".rstrip()) from e
+        except BotoCoreError as e:
+            raise ConfigError(f"cannot read the database secret {self.arn}: {' '.join(str(e).split())}") from e
+        return secret_url(str(text))
+
+
+def _rds_token(settings: Settings) -> PasswordSource:
+    """A fresh RDS IAM token per connection: a SigV4-presigned string made locally from
+    the function's credentials (no call to AWS), valid 15 minutes. The client is made on
+    the first connection, in the region of the environment (AWS_REGION on Lambda)."""
+    import boto3
+    from botocore.exceptions import BotoCoreError
+
+    clients: list[Any] = []
+
+    def token(info: ConnInfo) -> str:
+        try:
+            if not clients:
+                clients.append(boto3.client("rds", endpoint_url=settings.aws_endpoint_url))
+            return str(clients[0].generate_db_auth_token(DBHostname=info.host, Port=info.port, DBUsername=info.user))
+        except BotoCoreError as e:
+            raise ConfigError(f"DATABASE_IAM_AUTH: cannot make an RDS IAM token: {' '.join(str(e).split())}") from e
+
+    return token
+
+
+def cloud_sql_connector(settings: Settings) -> Any:
+    """The Cloud SQL Python Connector for CLOUD_SQL_INSTANCE: Application Default
+    Credentials, CLOUD_SQL_IP_TYPE's address, IAM login with CLOUD_SQL_IAM_AUTH. Lazy
+    refresh: a function's CPU is throttled between requests, so the certificate is
+    refreshed when a connection needs it, not by a background task."""
+    try:
+        from google.auth.exceptions import GoogleAuthError
+        from google.cloud.sql.connector import Connector
+    except ImportError as e:
+        raise ConfigError("CLOUD_SQL_INSTANCE needs the Cloud SQL connector: pip install 'orphan-cleanup[gcp]'") from e
+    try:
+        return Connector(ip_type=settings.cloud_sql_ip_type, enable_iam_auth=settings.cloud_sql_iam_auth,
+                         refresh_strategy="lazy")
+    except GoogleAuthError as e:
+        raise ConfigError(f"CLOUD_SQL_INSTANCE: no Google credentials: {' '.join(str(e).split())}") from e
 
 
 def provider_factory(settings: Settings, *, aws_session: AwsSessionFactory | None = None,

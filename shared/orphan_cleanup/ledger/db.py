@@ -7,10 +7,11 @@ from __future__ import annotations
 import select
 import ssl
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from functools import lru_cache
-from typing import Any
+from typing import Any, Protocol
 
 import pg8000.native
 from pg8000.exceptions import DatabaseError as PgDatabaseError
@@ -19,26 +20,51 @@ from pg8000.exceptions import InterfaceError as PgInterfaceError
 from orphan_cleanup.core.errors import DatabaseError
 from orphan_cleanup.ledger.url import ConnInfo, parse_database_url, ssl_context
 
-__all__ = ["ConnInfo", "Database", "connect", "describe", "parse_database_url", "sqlstate"]
+__all__ = ["ConnInfo", "Database", "Opener", "connect", "describe", "parse_database_url", "sqlstate"]
+
+INVALID_PASSWORD = "28P01"  # SQLSTATE invalid_password: a wrong or rotated password, an expired IAM token
+
+
+class Opener(Protocol):
+    """Opens the connection instead of pg8000's own socket code (the Cloud SQL Python
+    Connector: ``ledger.cloudsql``). It gets pg8000's keyword arguments but the
+    address and TLS, which are its own, and raises pg8000's or socket errors, or a
+    ``DatabaseError`` of its own."""
+
+    where: str
+    """How error lines name the server, e.g. ``Cloud SQL instance p:r:i``."""
+
+    def __call__(self, **kwargs: Any) -> pg8000.native.Connection: ...
+
+
+PasswordSource = Callable[[ConnInfo], str]
+"""The password of each new connection, asked afresh every time (an RDS IAM token)."""
 
 
 def connect(info: ConnInfo, *, timeout: float = 10.0, application_name: str = "orphan-cleanup",
-            statement_timeout_ms: int = 60_000) -> pg8000.native.Connection:
+            statement_timeout_ms: int = 60_000, opener: Opener | None = None) -> pg8000.native.Connection:
     """Open a connection with a socket timeout and a server-side statement timeout.
 
     TLS follows ``info.sslmode`` (see ``url.ssl_context``); a server whose certificate
     fails verification is a one-line ``DatabaseError``, never a clear-text retry.
-    The URL's ``application_name`` wins over the argument."""
+    The URL's ``application_name`` wins over the argument. The URL's ``options`` go in
+    the startup packet (pg8000's ``startup_params``), so a ``search_path`` set there
+    holds for the whole session, as with libpq."""
     kwargs: dict[str, Any] = dict(user=info.user, password=info.password, database=info.database,
                                   timeout=timeout, application_name=info.application_name or application_name)
-    if info.unix_sock:
+    if info.options:
+        kwargs["startup_params"] = {"options": info.options}
+    if opener is not None:
+        where = f"{opener.where}/{info.database}"  # the opener picks the address and does TLS itself
+    elif info.unix_sock:
         # No TLS on a local socket (as libpq); None would also build a CA-loaded context per connection.
         kwargs.update(unix_sock=info.unix_sock, ssl_context=False)
+        where = f"{info.unix_sock}/{info.database}"
     else:
         kwargs.update(host=info.host, port=info.port, ssl_context=_ssl_context(info))
-    where = f"{info.unix_sock or f'{info.host}:{info.port}'}/{info.database}"
+        where = f"{info.host}:{info.port}/{info.database}"
     try:
-        conn = pg8000.native.Connection(**kwargs)
+        conn = opener(**kwargs) if opener is not None else pg8000.native.Connection(**kwargs)
     except ssl.SSLCertVerificationError as e:
         ca = info.sslrootcert if info.sslrootcert not in (None, "system") else "the system trust store"
         raise DatabaseError(f"cannot connect to the database at {where}: its TLS certificate failed verification"
@@ -98,10 +124,20 @@ class Database:
       catches a silent drop and reconnects once. A drop that only shows on a later
       statement fails that one use (``DatabaseError``); the next use reconnects."""
 
-    def __init__(self, info: ConnInfo, *, keep_idle: bool = False) -> None:
+    def __init__(self, info: ConnInfo, *, keep_idle: bool = False, password: PasswordSource | None = None,
+                 reload: Callable[[], ConnInfo] | None = None, opener: Opener | None = None) -> None:
+        """``password``: asked for each new connection instead of ``info.password`` (an
+        RDS IAM token). ``reload``: the connection parameters read afresh (the secret
+        re-read) when the server refuses the password (SQLSTATE 28P01): once per refusal,
+        then one more attempt, whose failure is the caller's error. ``opener``: opens
+        connections instead of pg8000's sockets (the Cloud SQL connector)."""
         self.info = info
         self.keep_idle = keep_idle
         self._idle = threading.local()
+        self._password = password
+        self._reload = reload
+        self._opener = opener
+        self._lock = threading.Lock()
 
     @classmethod
     def from_url(cls, url: str, *, keep_idle: bool = False, default_sslmode: str = "prefer") -> Database:
@@ -109,7 +145,24 @@ class Database:
         return cls(parse_database_url(url, default_sslmode=default_sslmode), keep_idle=keep_idle)
 
     def connect(self) -> pg8000.native.Connection:
-        return connect(self.info)
+        """A new connection. With ``reload``, a refused password (a rotated secret: the
+        connection parameters are cached since the cold start) re-reads them once and
+        retries once; anything else, or a second refusal, is a ``DatabaseError``."""
+        info = self.info
+        try:
+            return self._open(info)
+        except DatabaseError as e:
+            if self._reload is None or sqlstate(e.__cause__) != INVALID_PASSWORD:
+                raise
+        fresh = self._reload()
+        with self._lock:
+            self.info = fresh
+        return self._open(fresh)
+
+    def _open(self, info: ConnInfo) -> pg8000.native.Connection:
+        if self._password is not None:
+            info = replace(info, password=self._password(info))
+        return connect(info, opener=self._opener)
 
     def close(self) -> None:
         """Close this thread's idle connection, if any."""
@@ -211,9 +264,9 @@ def _close(conn: pg8000.native.Connection) -> None:
         pass
 
 
-def sqlstate(exc: BaseException) -> str | None:
+def sqlstate(exc: BaseException | None) -> str | None:
     """The SQLSTATE code of a pg8000 server error, if any."""
-    if exc.args and isinstance(exc.args[0], dict):
+    if exc is not None and exc.args and isinstance(exc.args[0], dict):
         return exc.args[0].get("C")
     return None
 

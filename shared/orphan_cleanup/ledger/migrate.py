@@ -29,6 +29,43 @@ _EXISTING_C1 = (
     " WHERE c.relname = ANY(CAST(:t AS text[]))")
 
 
+# The schema search_path names first (a "$user" entry counts only when that schema exists,
+# as PostgreSQL resolves it), and the one the session actually creates in. They differ when
+# the first schema does not exist: then current_schema() is a later one (often public),
+# and migrate must not create the ledger there, beside a platform's same-named tables.
+_SCHEMAS = (
+    "SELECT current_schema(), current_setting('search_path'), current_user,"
+    " to_regnamespace(quote_ident(current_user)) IS NOT NULL")
+
+# The product's functions (triggers on the C1 tables included) resolve their tables by the
+# search_path of whoever runs them; a platform writing orphan_cleanup.instances from
+# search_path=public would otherwise make a trigger read public.backends, the platform's
+# own table. Each function is pinned to the schema it lives in.
+_UNPINNED_FUNCTIONS = (
+    "SELECT p.oid::regprocedure::text FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace"
+    " WHERE n.nspname = current_schema() AND (p.proname LIKE 'oc\\_%' OR p.proname LIKE 'orphan\\_cleanup\\_%')"
+    " AND NOT coalesce(p.proconfig @> ARRAY[format('search_path=%I, pg_temp', current_schema())], false)")
+
+
+def first_schema(search_path: str, user: str, user_schema_exists: bool) -> str | None:
+    """The schema ``search_path`` puts first, as PostgreSQL reads it: entries are
+    comma-separated, maybe double-quoted; ``$user`` is the session user's schema, skipped
+    when it does not exist; ``pg_temp``/``pg_catalog`` are never where tables go."""
+    for raw in search_path.split(","):
+        entry = raw.strip()
+        if entry.startswith('"') and entry.endswith('"') and len(entry) >= 2:
+            entry = entry[1:-1].replace('""', '"')
+        elif entry != "$user":
+            entry = entry.lower()
+        if entry == "$user":
+            if user_schema_exists:
+                return user
+            continue
+        if entry and entry not in ("pg_temp", "pg_catalog"):
+            return entry
+    return None
+
+
 def available_migrations() -> list[tuple[int, str, str]]:
     """(version, name, sql) of the packaged migrations, in order."""
     folder = resources.files("orphan_cleanup.ledger") / "migrations"
@@ -57,6 +94,12 @@ def migrate(db: Database) -> list[str]:
     applied_now: list[str] = []
     with db.transaction() as conn:
         conn.run("SELECT pg_advisory_xact_lock(:k)", k=MIGRATION_LOCK_KEY)
+        current, search_path, user, user_schema = conn.run(_SCHEMAS)[0]
+        wanted = first_schema(search_path, user, user_schema)
+        if current is None or (wanted is not None and current != wanted):
+            raise ConfigError(f"schema {wanted or search_path!r}, the first of search_path ({search_path}), does"
+                              " not exist: create it (infra/postgres/roles.sql -v schema=NAME does), then migrate"
+                              " again. Nothing was applied")
         found: dict[str, set[str]] = {}
         for table, column in conn.run(_EXISTING_C1, t=list(C1_COLUMNS)):
             found.setdefault(table, set()).update([column] if column else [])
@@ -77,7 +120,14 @@ def migrate(db: Database) -> list[str]:
             conn.run(sql)
             conn.run("INSERT INTO schema_migrations (version, name) VALUES (:v, :n)", v=version, n=name)
             applied_now.append(name)
+        for (function,) in conn.run(_UNPINNED_FUNCTIONS):
+            # SAFETY.md rule 9: a trigger that read another schema's table could miss activity.
+            conn.run(f"ALTER FUNCTION {function} SET search_path = {_ident(current)}, pg_temp")
     return applied_now
+
+
+def _ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
 
 
 def pending_migrations(db: Database) -> list[str]:

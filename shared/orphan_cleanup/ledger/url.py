@@ -6,6 +6,7 @@ docs/DATABASE.md is the user's side of this module."""
 
 from __future__ import annotations
 
+import json
 import ssl
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -21,7 +22,12 @@ SYSTEM_STORE = "system"
 """``sslrootcert=system``: the system trust store (as libpq 16), and verify-full by default."""
 
 # Every query parameter we act on; any other one is a ConfigError, never silently ignored.
-PARAMETERS = ("host", "port", "sslmode", "sslrootcert", "sslcert", "sslkey", "application_name")
+PARAMETERS = ("host", "port", "sslmode", "sslrootcert", "sslcert", "sslkey", "application_name", "options")
+
+# The keys of the JSON secret RDS creates and rotates that name the connection; the others
+# it may hold are RDS's own bookkeeping and are ignored. Any other key is refused.
+SECRET_KEYS = ("username", "password", "host", "port", "dbname", "sslmode", "sslrootcert", "options")
+RDS_BOOKKEEPING_KEYS = ("engine", "dbInstanceIdentifier", "dbClusterIdentifier", "masterarn", "proxyname")
 
 
 @dataclass(frozen=True)
@@ -40,6 +46,10 @@ class ConnInfo:
     sslcert: str | None = None
     sslkey: str | None = None
     application_name: str | None = None
+    options: str | None = None
+    """libpq's ``options``, e.g. ``-csearch_path=orphan_cleanup``: sent to the server as
+    the startup packet's ``options``, so it holds for the whole session, whatever the
+    connection is used for (and survives ``RESET ALL``, which returns to it)."""
 
     def with_database(self, database: str) -> ConnInfo:
         return replace(self, database=database)
@@ -49,7 +59,8 @@ class ConnInfo:
         auth = quote(self.user, safe="") + (f":{quote(self.password, safe='')}" if self.password else "")
         database = quote(self.database, safe="")
         extra = {k: v for k, v in (("sslrootcert", self.sslrootcert), ("sslcert", self.sslcert),
-                                   ("sslkey", self.sslkey), ("application_name", self.application_name)) if v}
+                                   ("sslkey", self.sslkey), ("application_name", self.application_name),
+                                   ("options", self.options)) if v}
         if self.unix_sock:
             query = {"host": str(Path(self.unix_sock).parent), "port": str(self.port), **extra}
             return f"postgresql://{auth}@/{database}?{urlencode(query, quote_via=quote, safe='')}"
@@ -108,7 +119,48 @@ def parse_database_url(url: str, *, default_sslmode: str = "prefer") -> ConnInfo
         sslcert=query.get("sslcert"),
         sslkey=query.get("sslkey"),
         application_name=query.get("application_name"),
+        options=query.get("options"),
     )
+
+
+def secret_url(secret: str) -> str:
+    """The ``postgresql://`` URL a Secrets Manager secret holds: the secret itself (a
+    bare URL), or the URL made of the JSON secret RDS creates and rotates (``username``,
+    ``password``, ``host``, ``port``, ``dbname``; optionally ``sslmode``, ``sslrootcert``,
+    ``options``). The URL is then parsed like any other (``parse_database_url``).
+
+    Errors are a one-line ``ConfigError`` that names keys, never values: the secret
+    holds a password."""
+    text = secret.strip()
+    if not text.startswith("{"):
+        return text
+    try:
+        fields = json.loads(text)
+    except ValueError:
+        raise ConfigError("the database secret is neither a postgresql:// URL nor valid JSON") from None
+    if not isinstance(fields, dict):
+        raise ConfigError("the database secret's JSON is not an object")
+    unknown = sorted(set(fields) - set(SECRET_KEYS) - set(RDS_BOOKKEEPING_KEYS))
+    if unknown:
+        raise ConfigError(f"the database secret's key {', '.join(map(repr, unknown))} is not supported"
+                          f" (supported: {', '.join(SECRET_KEYS)})")
+    wrong = [k for k in SECRET_KEYS if fields.get(k) is not None
+             and (isinstance(fields[k], bool) or not isinstance(fields[k], str | int))]
+    if wrong:
+        raise ConfigError(f"the database secret's {', '.join(map(repr, wrong))} must be a string")
+    values = {k: str(fields[k]) for k in SECRET_KEYS if fields.get(k) not in (None, "")}
+    missing = [k for k in ("username", "host", "dbname") if k not in values]
+    if missing:
+        raise ConfigError(f"the database secret lacks {', '.join(map(repr, missing))}"
+                          " (an RDS JSON secret names username, password, host, port and dbname)")
+    auth = quote(values["username"], safe="") + (f":{quote(values['password'], safe='')}"
+                                                 if "password" in values else "")
+    host = values["host"]
+    host = f"[{host}]" if ":" in host else host
+    port = f":{values['port']}" if "port" in values else ""
+    query: dict[str, str] = {k: values[k] for k in ("sslmode", "sslrootcert", "options") if k in values}
+    tail = f"?{urlencode(query, quote_via=quote, safe='')}" if query else ""
+    return f"postgresql://{auth}@{host}{port}/{quote(values['dbname'], safe='')}{tail}"
 
 
 def _check_tls_files(sslmode: str, rootcert: str | None, cert: str | None, key: str | None) -> None:
