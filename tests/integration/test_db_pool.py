@@ -1,5 +1,8 @@
 """Connection reuse across transactions (keep_idle) and recovery when the server drops it."""
 
+import pytest
+
+from orphan_cleanup.core.errors import DatabaseError
 from orphan_cleanup.ledger.db import Database
 
 
@@ -34,3 +37,14 @@ def test_a_failed_transaction_does_not_keep_its_connection(db):
         pass
     assert backend_pid(pooled) != first
     pooled.close()
+
+
+def test_a_socket_that_times_out_mid_statement_is_a_database_error_not_a_traceback(db):
+    # pg8000 lets the socket's own TimeoutError through; the CLI and the functions catch DatabaseError
+    pooled = Database(db.info, keep_idle=True)
+    for use in (pooled.transaction, pooled.connection):
+        with pytest.raises(DatabaseError, match="timed out"):
+            with use() as conn:
+                conn._usock.settimeout(0.2)  # the socket timeout every connection has, made short
+                conn.run("SELECT pg_sleep(3)")
+        assert backend_pid(pooled) > 0  # and the next use works on a fresh connection

@@ -37,6 +37,10 @@ class Opener(Protocol):
     def __call__(self, **kwargs: Any) -> pg8000.native.Connection: ...
 
 
+#: What pg8000 raises when a statement fails or its connection breaks: its own errors and
+#: the socket's (a read that timed out, a reset), which it lets through unwrapped.
+PG_FAILURES = (PgInterfaceError, PgDatabaseError, TimeoutError, ConnectionError)
+
 PasswordSource = Callable[[ConnInfo], str]
 """The password of each new connection, asked afresh every time (an RDS IAM token)."""
 
@@ -180,6 +184,8 @@ class Database:
         try:
             yield conn
             healthy = True
+        except (TimeoutError, ConnectionError) as e:  # (pg8000's own errors are the caller's to read)
+            raise DatabaseError(describe(e)) from e
         finally:
             self._release(conn, healthy)
 
@@ -224,7 +230,7 @@ class Database:
             yield conn
             conn.run("COMMIT")
             healthy = True
-        except (PgInterfaceError, PgDatabaseError) as e:
+        except PG_FAILURES as e:
             _rollback(conn)
             raise DatabaseError(describe(e)) from e
         except BaseException:

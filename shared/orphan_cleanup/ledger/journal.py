@@ -13,12 +13,9 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pg8000.exceptions import DatabaseError as PgDatabaseError
-from pg8000.exceptions import InterfaceError as PgInterfaceError
-
 from orphan_cleanup.core.errors import DatabaseError
 from orphan_cleanup.core.journal import Outcome
-from orphan_cleanup.ledger.db import Database, describe
+from orphan_cleanup.ledger.db import PG_FAILURES, Database, describe
 
 _log = logging.getLogger(__name__)
 
@@ -48,7 +45,7 @@ class LedgerJournal:
                 rows = conn.run(_INTENT, b=self.backend_id, c=self.cycle_id, s=self.scope, r=region,
                                 ref=self.provider_ref, k=self.group_key, call=call, t=target,
                                 blast=json.dumps(list(blast)))
-        except (PgInterfaceError, PgDatabaseError) as exc:
+        except (*PG_FAILURES, DatabaseError) as exc:
             raise DatabaseError(f"journal: the intent of {call} {target} was not written: {describe(exc)}") from exc
         return rows[0][0]
 
@@ -56,5 +53,5 @@ class LedgerJournal:
         try:
             with self.db.connection() as conn:
                 conn.run(_RESULT, o=outcome, e=error[:2000] if error else None, i=intent)
-        except (DatabaseError, PgInterfaceError, PgDatabaseError) as exc:  # the call happened; the intent says so
+        except (*PG_FAILURES, DatabaseError) as exc:  # the call happened; the intent says so
             _log.error("journal: the result of %s (%s) was not written: %s", intent, outcome, exc)
