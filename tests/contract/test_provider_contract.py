@@ -217,21 +217,19 @@ SCENARIOS = [
         outcome="unsettled", survivors=VM | {"live", "live.boot", "live.data"},
         left=VM | {"live.data"},
         reasons={"vm": "blast_foreign", "live.data": "blast_foreign", "vm.boot": "owner_skipped"}),
-    # vm.boot's reason differs (not asserted): AWS owner_skipped, GCP primary_skipped.
     Scenario(
         "retagged_ref", plain_orphan, between=retag_vm,
         verdicts={"vm": LEFT_IN_PLACE}, outcome="unsettled", survivors=VM,
-        left=VM, reasons={"vm": "ref_changed"}),
+        left=VM, reasons={"vm": "ref_changed", "vm.boot": "owner_skipped"}),
     Scenario(
         "retagged_protect", orphan_with_data, between=protect_data,
         verdicts={"vm": LEFT_IN_PLACE}, outcome="unsettled", survivors=VM_DATA,
         # (AWS terminated the VM here until every member was re-read before TerminateInstances)
-        left=VM_DATA, reasons={"vm.data": "protected", "vm": "group_protected"}),
-    # The reasons differ (observed, not asserted): AWS names vm and vm.boot blast_protected (its
-    # DeleteOnTermination check comes first); GCP names vm.boot protected and vm group_protected.
+        left=VM_DATA, reasons={"vm.data": "protected", "vm": "group_protected", "vm.boot": "group_protected"}),
     Scenario(
         "retagged_protect_boot", plain_orphan, between=protect_boot,
-        verdicts={"vm": LEFT_IN_PLACE}, outcome="unsettled", survivors=VM, left=VM),
+        verdicts={"vm": LEFT_IN_PLACE}, outcome="unsettled", survivors=VM, left=VM,
+        reasons={"vm.boot": "protected", "vm": "group_protected"}),
     Scenario(
         "vanished", orphan_with_data, between=vanish_data,
         verdicts={"vm": DELETED}, outcome="clean", survivors=frozenset(),

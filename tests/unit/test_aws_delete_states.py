@@ -263,7 +263,7 @@ def test_a_protect_tag_on_any_member_keeps_the_whole_group_and_nothing_is_termin
 
     assert result.status is DeleteStatus.SKIPPED and result.deleted == ()
     assert {(s.id, s.reason) for s in result.skipped} == {(VOL, "protected"), (PID, "group_protected"),
-                                                          (SG, "owner_skipped")}
+                                                          (SG, "group_protected")}
 
 
 def test_a_member_the_instance_does_not_use_is_left_for_the_next_listing(ec2):

@@ -80,7 +80,7 @@ class OwnerSteps:
                 return self._protect_group(primary, *protection)
             fresh = self._protected_member()
             if isinstance(fresh, str):
-                return self._skip_group(primary, fresh)
+                return self._skip_group(primary, fresh, others=fresh)
             blast = self._blast(item, fresh)
             if isinstance(blast, str):
                 return self._skip_group(primary, blast)
@@ -263,11 +263,13 @@ class OwnerSteps:
                     blocked.append(why)
         return blocked[0] if blocked else tuple(blast)
 
-    def _skip_group(self, primary: Resource, reason: str) -> DeleteStatus:
+    def _skip_group(self, primary: Resource, reason: str, others: str = "owner_skipped") -> DeleteStatus:
+        """The whole group left alone: the primary for ``reason``, each member not named
+        yet for ``others`` (``group_protected`` when a member's protect tag keeps it)."""
         self.skipped.insert(0, SkippedResource(kind=primary.kind, id=primary.id, reason=reason))
         listed = {s.id for s in self.skipped}
         self.skipped.extend(
-            SkippedResource(kind=r.kind, id=r.id, reason="owner_skipped")
+            SkippedResource(kind=r.kind, id=r.id, reason=others)
             for r in self.group.resources
             if r.id not in listed
         )

@@ -241,7 +241,7 @@ def delete_group(calls: GcpCalls, group: ResourceGroup, *, tag_key: str, protect
         primary = next((t for t in targets if t.res.id == group.primary_id
                         and t.res.kind is ResourceKind.INSTANCE), None)
         if primary is None or primary.skip:
-            why = "primary_missing" if primary is None else "primary_skipped"
+            why = "primary_missing" if primary is None else "owner_skipped"
             return DeleteResult(status=DeleteStatus.SKIPPED,
                                 skipped=tuple(t.skipped(t.skip or why) for t in targets))
         attached = set(known_attached) & set(group.resource_ids())
