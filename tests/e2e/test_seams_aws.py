@@ -174,6 +174,30 @@ def test_the_deleters_reread_honours_another_backends_protect_key_on_the_account
     assert platform.instance_state(vm) == "running"
 
 
+def test_a_backend_row_of_the_account_that_cannot_be_read_still_protects(emptied_db):
+    """Setup: aws-a (delete, protect key keep-a) and, on the same account, aws-b whose settings the
+    product refuses (``protect_tag_keys`` a string, not a list); two orphans, one tagged with the
+    default protect key, one keep-c. Shows: aws-a's delete run keeps both (a row that cannot be read
+    adds the default keys and every key string it holds: the safe direction)."""
+    db = emptied_db
+    add_backend(db, "aws-a", mode="delete", settings={"protect_tag_key": "keep-a"})
+    add_backend(db, "aws-b", mode="report")
+    with db.transaction() as conn:
+        conn.run("UPDATE backends SET settings = CAST(:s AS jsonb) WHERE id = 'aws-b'",
+                 s='{"protect_tag_key": "keep-b", "protect_tag_keys": "keep-c"}')
+    platform = MotoPlatform(db, "aws-a")
+    default = orphan(platform, tags={"orphan-cleanup-protect": "yes"})
+    theirs = orphan(platform, tags={"keep-c": "yes"})
+    platform.age_ledger()
+
+    code, doc, _ = run_json(db, "aws-a", "--mode", "delete", "--yes")
+
+    assert code == 0, doc
+    groups = verdicts(doc)
+    assert (groups[default][:2], groups[theirs][:2]) == (("protected", "protect_tag"), ("protected", "protect_tag"))
+    assert platform.instance_state(default) == platform.instance_state(theirs) == "running"
+
+
 # ---- 5. a primary_id that names no listed VM --------------------------------------------------------
 
 def test_a_live_owner_whose_primary_id_names_no_listed_vm_keeps_its_vm(emptied_db):

@@ -244,12 +244,17 @@ def account_view(backend: Backend, account_settings: Iterable[Any]) -> Backend:
     protect = {s.protect_tag_key, *s.protect_tag_keys}
     controllers = list(s.controller_tag_keys)
     for raw in account_settings:
+        readable = _readable(raw)
         raw = raw if isinstance(raw, dict) else {}
         own = raw.get("protect_tag_key")
         protect.add(own if isinstance(own, str) and own else DEFAULT_PROTECT_KEY)
         protect.update(_strings(raw.get("protect_tag_keys")))
         listed = raw.get("controller_tag_keys")
         controllers += _strings(listed) if isinstance(listed, (list, tuple)) else list(DEFAULT_CONTROLLER_TAG_KEYS)
+        if not readable:  # a row the product refuses still protects: its keys and the defaults
+            protect.add(DEFAULT_PROTECT_KEY)
+            protect.update(k for k in (raw.get("protect_tag_keys"), raw.get("protect_tag_key")) if isinstance(k, str))
+            controllers += list(DEFAULT_CONTROLLER_TAG_KEYS)
 
     def usable(key: str) -> bool:
         return key != s.tag_key and backend_rules.tag_key_problem(backend.provider, key) is None
@@ -258,6 +263,15 @@ def account_view(backend: Backend, account_settings: Iterable[Any]) -> Backend:
     keys = tuple(dict.fromkeys(k for k in controllers if k.strip() and len(k) <= backend_rules.AWS_TAG_KEY_MAX))
     return backend.model_copy(update={"settings": s.model_copy(
         update={"protect_tag_keys": extra, "controller_tag_keys": keys})})
+
+
+def _readable(raw: Any) -> bool:
+    """Whether a row's raw settings are settings the product accepts."""
+    try:
+        BackendSettings.model_validate(raw)
+    except (ValueError, TypeError):
+        return False
+    return True
 
 
 def _strings(value: Any) -> list[str]:
