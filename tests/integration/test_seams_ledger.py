@@ -74,8 +74,8 @@ def test_the_runtime_role_cannot_rewrite_a_cycles_snapshot_nor_forge_a_journal_r
     """Setup: roles.sql, migrate, roles.sql; a cycle row and a journal intent written by the
     owner. Shows: as the runtime role, the cycle's backend snapshot, backend, fence and mode
     cannot be updated (SAFETY.md rule 18: its progress columns can); a journal result row
-    must end an existing intent and takes its call, target and time from the database, not
-    from the writer (rule 19)."""
+    must end an existing intent, is its only one, and takes its call, target and time from the
+    database, not from the writer (rule 19)."""
     ledger = _new_ledger(pg_server)
     try:
         ok(ledger.roles_sql(platform_role=ledger.platform))
@@ -107,5 +107,8 @@ def test_the_runtime_role_cannot_rewrite_a_cycles_snapshot_nor_forge_a_journal_r
         with pytest.raises(DatabaseError), runtime.transaction() as conn:  # no intent, no result
             conn.run("INSERT INTO provider_journal (backend_id, scope, phase, intent_id, call, target, outcome)"
                      " VALUES ('mem', 'aws:1', 'result', 424242, 'ec2:TerminateInstances', 'i-9', 'ok')")
+        with pytest.raises(DatabaseError), runtime.transaction() as conn:  # one result per intent
+            conn.run("INSERT INTO provider_journal (backend_id, scope, phase, intent_id, call, target, outcome)"
+                     " VALUES ('x', 'x', 'result', :i, 'x', 'x', 'error')", i=intent)
     finally:
         _drop(ledger)

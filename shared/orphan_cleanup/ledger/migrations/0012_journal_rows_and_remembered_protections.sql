@@ -1,5 +1,5 @@
 -- The journal's rows tie together (SAFETY.md rule 19): a result row names an existing
--- intent and takes its call, target and cycle from it; every row's time is the
+-- intent, is its only result, and takes its call, target and cycle from it; every row's time is the
 -- database's. A writer can add rows, never make one say another call happened.
 DO $$ BEGIN
     ALTER TABLE provider_journal ADD CONSTRAINT provider_journal_intent_fk
@@ -27,6 +27,10 @@ BEGIN
     END IF;
     RETURN NEW;
 END $$;
+
+-- One result per intent: a later row cannot make a failed call say it succeeded.
+CREATE UNIQUE INDEX IF NOT EXISTS provider_journal_one_result ON provider_journal (intent_id)
+    WHERE phase = 'result';
 
 DROP TRIGGER IF EXISTS provider_journal_row ON provider_journal;
 CREATE TRIGGER provider_journal_row BEFORE INSERT ON provider_journal
