@@ -204,3 +204,25 @@ def test_slow_operation_is_confirmed_by_rereading(gcp: FakeCompute) -> None:
     result = p.delete_resource_group(listed_group(p))
     assert result.status is DeleteStatus.DELETED
     assert made["vm"]["id"] in result.deleted
+
+
+@pytest.mark.parametrize("boot", [False, True])
+def test_an_unlabeled_auto_delete_disk_goes_with_the_instance_only_as_its_boot_disk(gcp: FakeCompute,
+                                                                                   boot: bool) -> None:
+    # Given: an orphan instance and a disk carrying no label at all, attached with autoDelete:
+    # someone else's data disk attached later (boot false), or the instance's own boot disk
+    vm = gcp.add_instance("vm", zone=ZONE, labels={"provider_ref": REF})
+    other = gcp.add_disk("other-data", zone=ZONE, labels={}, attached_to="vm", auto_delete=True, boot=boot)
+    p = provider(gcp)
+    group = listed_group(p)
+
+    result = p.delete_resource_group(group)
+
+    if boot:  # SAFETY.md rule 15: the boot disk is the instance's own, it goes with it
+        assert result.status is DeleteStatus.DELETED and gcp.names("instances") == gcp.names("disks") == set()
+        return
+    # Then: only the boot disk is excepted; any other unlabeled disk blocks the call
+    assert result.status is DeleteStatus.SKIPPED
+    assert {(s.id, s.reason) for s in result.skipped} >= {(vm["id"], "blast_foreign"), (other["id"], "blast_foreign")}
+    assert gcp.count("DELETE") == 0
+    assert gcp.names("instances") == {"vm"} and gcp.names("disks") == {"other-data"}

@@ -13,8 +13,8 @@ the result is ``PROTECTED`` with the reason (SAFETY.md rule 14).
 The blast of ``instances.delete`` is the group (SAFETY.md rule 15): the API deletes the
 instance's ``autoDelete`` disks with it, so before the call each of them, read from the
 instance as re-read now, must be a member of the group that the re-read confirmed, or a
-disk that carries neither the ref label key nor a protect label (the instance's own boot
-disk); otherwise the group is skipped and ``skipped`` names the blocking disk
+disk that carries neither the ref label key nor a protect label and is the instance's boot
+disk (attached ``boot`` true: its own); otherwise the group is skipped and ``skipped`` names the blocking disk
 (``blast_protected``, ``blast_foreign``, ``blast_unlisted``). Every delete and snapshot
 call is journaled (rule 19).
 
@@ -121,9 +121,10 @@ def _blast(calls: GcpCalls, primary: _Target, members: Iterable[_Target], ref: s
            protect_keys: frozenset[str]) -> tuple[list[str], list[SkippedResource]]:
     """SAFETY.md rule 15: the disks ``instances.delete`` deletes along with the instance
     (``autoDelete``, as the instance reads now), and the ones that block it. A member of
-    the group must have passed its re-read; any other disk is read by name and must carry
-    neither the ref label key nor a protect label (the instance's own boot disk). A
-    ``source`` that names no zonal disk of this project blocks too (fail closed)."""
+    the group must have passed its re-read; any other disk is read by name and must be the
+    instance's boot disk (``boot`` true) carrying neither the ref label key nor a protect
+    label: an unlabeled disk attached later is ``blast_foreign``. A ``source`` that names no
+    zonal disk of this project blocks too (fail closed)."""
     by_link = {link_key(str(t.res.details.get("self_link") or "")): t for t in members
                if t.res.kind is ResourceKind.DISK}
     blast: list[str] = []
@@ -149,6 +150,8 @@ def _blast(calls: GcpCalls, primary: _Target, members: Iterable[_Target], ref: s
             continue  # gone already
         problem = blast_problem(dict(live.labels), member=False, ref=ref, tag_key=tag_key,
                                 protect_keys=protect_keys)
+        if problem is None and getattr(attached, "boot", False) is not True:
+            problem = "blast_foreign"  # unlabeled but attached later: only the boot disk is the instance's own
         if problem is None:
             blast.append(str(live.id))
         else:
