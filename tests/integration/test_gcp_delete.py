@@ -274,3 +274,31 @@ def test_holds_instance_only_in_the_zone_asked_and_only_in_the_backends_entries(
     assert not both.holds_instance(ZONE, far, REF)  # not in the zone asked
     assert not near.holds_instance(FAR, far, REF)  # in a zone the backend does not list
     assert not near.holds_instance(ZONE, far, REF)
+
+
+#: An attached local SSD as instances.get shows it: no ``source`` (there is no disk resource).
+LOCAL_SSD = {"kind": "compute#attachedDisk", "type": "SCRATCH", "mode": "READ_WRITE", "autoDelete": True,
+             "boot": False, "interface": "NVME", "deviceName": "local-ssd-0", "index": 1, "diskSizeGb": "375"}
+
+
+@pytest.mark.parametrize("disk_type", ["SCRATCH", "PERSISTENT"])
+def test_a_local_ssd_goes_with_its_instance_another_disk_without_source_blocks(gcp: FakeCompute,
+                                                                            disk_type: str) -> None:
+    # Given: an orphan instance with its boot disk and an attached disk that names no source
+    vm = gcp.add_instance("vm", zone=ZONE, labels={"provider_ref": REF})
+    boot = gcp.add_disk("vm-boot", zone=ZONE, labels={"provider_ref": REF}, attached_to="vm", auto_delete=True,
+                        boot=True)
+    disks = gcp.get("instances", ZONE, "vm")["disks"]  # type: ignore[index]
+    gcp.set_field("instances", ZONE, "vm", "disks", [*disks, dict(LOCAL_SSD, type=disk_type)])
+    p = provider(gcp)
+    group = listed_group(p)
+
+    result = p.delete_resource_group(group)
+
+    if disk_type == "SCRATCH":  # a local SSD exists only with its instance: never blocks it
+        assert result.status is DeleteStatus.DELETED and set(result.deleted) == {vm["id"], boot["id"]}
+        assert gcp.names("instances") == gcp.names("disks") == set()
+        return
+    # a persistent disk the re-read cannot name stays unverifiable: the group is left (fail closed)
+    assert result.status is DeleteStatus.SKIPPED and "blast_unreadable" in {s.reason for s in result.skipped}
+    assert gcp.count("DELETE") == 0 and gcp.names("instances") == {"vm"}

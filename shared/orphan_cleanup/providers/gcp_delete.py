@@ -124,7 +124,8 @@ def _blast(calls: GcpCalls, primary: _Target, members: Iterable[_Target], ref: s
     the group must have passed its re-read; any other disk is read by name and must be the
     instance's boot disk (``boot`` true) carrying neither the ref label key nor a protect
     label: an unlabeled disk attached later is ``blast_foreign``. A ``source`` that names no
-    zonal disk of this project blocks too (fail closed)."""
+    zonal disk of this project blocks too (fail closed), unless it names none because
+    it is a local SSD (``SCRATCH``: the instance's own, it has no disk resource)."""
     by_link = {link_key(str(t.res.details.get("self_link") or "")): t for t in members
                if t.res.kind is ResourceKind.DISK}
     blast: list[str] = []
@@ -133,6 +134,8 @@ def _blast(calls: GcpCalls, primary: _Target, members: Iterable[_Target], ref: s
         if "auto_delete" in attached and attached.auto_delete is False:
             continue  # kept by the API when the instance goes (a field left out counts as auto-delete)
         source = str(getattr(attached, "source", "") or "")
+        if not source and getattr(attached, "type_", None) == "SCRATCH":
+            continue  # a local SSD: it exists only with its instance, no disk resource to verify
         member = by_link.get(link_key(source))
         if member is not None:
             if member.skip is None:
