@@ -259,7 +259,8 @@ class GcpProvider(ResourceProvider):
             group, lambda: delete_group(self.calls, group, tag_key=self.tag_key, protect_key=self.protect_key,
                                         protect_keys=self.protect_keys, journal=journal,
                                         known_attached=known_attached,
-                                        snapshot_before_delete=self.backend.settings.snapshot_before_delete))
+                                        snapshot_before_delete=self.backend.settings.snapshot_before_delete,
+                                        retain_snapshots_days=self.backend.settings.retain_snapshots_days))
 
 
 # --- composition ---------------------------------------------------------------------
