@@ -204,3 +204,101 @@ def test_slow_operation_is_confirmed_by_rereading(gcp: FakeCompute) -> None:
     result = p.delete_resource_group(listed_group(p))
     assert result.status is DeleteStatus.DELETED
     assert made["vm"]["id"] in result.deleted
+
+
+@pytest.mark.parametrize("boot", [False, True])
+def test_an_unlabeled_auto_delete_disk_goes_with_the_instance_only_as_its_boot_disk(gcp: FakeCompute,
+                                                                                   boot: bool) -> None:
+    # Given: an orphan instance and a disk carrying no label at all, attached with autoDelete:
+    # someone else's data disk attached later (boot false), or the instance's own boot disk
+    vm = gcp.add_instance("vm", zone=ZONE, labels={"provider_ref": REF})
+    other = gcp.add_disk("other-data", zone=ZONE, labels={}, attached_to="vm", auto_delete=True, boot=boot)
+    p = provider(gcp)
+    group = listed_group(p)
+
+    result = p.delete_resource_group(group)
+
+    if boot:  # SAFETY.md rule 15: the boot disk is the instance's own, it goes with it
+        assert result.status is DeleteStatus.DELETED and gcp.names("instances") == gcp.names("disks") == set()
+        return
+    # Then: only the boot disk is excepted; any other unlabeled disk blocks the call
+    assert result.status is DeleteStatus.SKIPPED
+    assert {(s.id, s.reason) for s in result.skipped} >= {(vm["id"], "blast_foreign"), (other["id"], "blast_foreign")}
+    assert gcp.count("DELETE") == 0
+    assert gcp.names("instances") == {"vm"} and gcp.names("disks") == {"other-data"}
+
+
+FAR = "europe-west1-b"
+
+
+def backend_of(gcp: FakeCompute, *regions: str) -> GcpProvider:
+    backend = Backend(id=f"gcp-{len(regions)}", provider="gcp", account=gcp.project, regions=list(regions))
+    return GcpProvider(backend, **build_gcp_clients(backend.settings, endpoint=gcp.url), timeout=5.0,
+                       poll_interval=0.01)
+
+
+def far_orphan(gcp: FakeCompute) -> ResourceGroup:
+    """An orphan VM in a zone that only another backend of the project (``europe-west1``) lists."""
+    gcp.add_instance("far", zone=FAR, labels={"provider_ref": REF})
+    gcp.add_disk("far-boot", zone=FAR, labels={"provider_ref": REF}, attached_to="far", auto_delete=True, boot=True)
+    return listed_group(backend_of(gcp, "europe-west1"))
+
+
+def test_a_group_outside_the_backends_zones_and_regions_is_refused(gcp: FakeCompute) -> None:
+    # Given: a group a forged batch hands to the backend of us-central1 only (SAFETY.md rule 12)
+    group = far_orphan(gcp)
+    p = backend_of(gcp, REGION)
+
+    # When / Then: refused as it is, and with its region forged to one of the backend's zones
+    with pytest.raises(ProviderError, match=FAR):
+        p.delete_resource_group(group)
+    forged = group.model_copy(update={"region": ZONE})
+    with pytest.raises(ProviderError, match=FAR):
+        p.delete_resource_group(forged)
+    moved = forged.model_copy(update={"resources": tuple(r.model_copy(update={"region": ZONE})
+                                                          for r in group.resources)})
+    with pytest.raises(ProviderError, match=FAR):  # the zone it is addressed by (details) is still FAR
+        p.delete_resource_group(moved)
+    assert gcp.count("DELETE") == 0 and gcp.names("instances") == {"far"} and gcp.names("disks") == {"far-boot"}
+    # the backend that lists that zone deletes it
+    assert backend_of(gcp, "europe-west1").delete_resource_group(group).status is DeleteStatus.DELETED
+
+
+def test_holds_instance_only_in_the_zone_asked_and_only_in_the_backends_entries(gcp: FakeCompute) -> None:
+    far = far_orphan(gcp).primary_id
+    assert far is not None
+    near = backend_of(gcp, REGION)
+    both = backend_of(gcp, REGION, "europe-west1")
+
+    assert both.holds_instance(FAR, far, REF)  # control: there, and the backend lists it
+    assert not both.holds_instance(ZONE, far, REF)  # not in the zone asked
+    assert not near.holds_instance(FAR, far, REF)  # in a zone the backend does not list
+    assert not near.holds_instance(ZONE, far, REF)
+
+
+#: An attached local SSD as instances.get shows it: no ``source`` (there is no disk resource).
+LOCAL_SSD = {"kind": "compute#attachedDisk", "type": "SCRATCH", "mode": "READ_WRITE", "autoDelete": True,
+             "boot": False, "interface": "NVME", "deviceName": "local-ssd-0", "index": 1, "diskSizeGb": "375"}
+
+
+@pytest.mark.parametrize("disk_type", ["SCRATCH", "PERSISTENT"])
+def test_a_local_ssd_goes_with_its_instance_another_disk_without_source_blocks(gcp: FakeCompute,
+                                                                            disk_type: str) -> None:
+    # Given: an orphan instance with its boot disk and an attached disk that names no source
+    vm = gcp.add_instance("vm", zone=ZONE, labels={"provider_ref": REF})
+    boot = gcp.add_disk("vm-boot", zone=ZONE, labels={"provider_ref": REF}, attached_to="vm", auto_delete=True,
+                        boot=True)
+    disks = gcp.get("instances", ZONE, "vm")["disks"]  # type: ignore[index]
+    gcp.set_field("instances", ZONE, "vm", "disks", [*disks, dict(LOCAL_SSD, type=disk_type)])
+    p = provider(gcp)
+    group = listed_group(p)
+
+    result = p.delete_resource_group(group)
+
+    if disk_type == "SCRATCH":  # a local SSD exists only with its instance: never blocks it
+        assert result.status is DeleteStatus.DELETED and set(result.deleted) == {vm["id"], boot["id"]}
+        assert gcp.names("instances") == gcp.names("disks") == set()
+        return
+    # a persistent disk the re-read cannot name stays unverifiable: the group is left (fail closed)
+    assert result.status is DeleteStatus.SKIPPED and "blast_unreadable" in {s.reason for s in result.skipped}
+    assert gcp.count("DELETE") == 0 and gcp.names("instances") == {"vm"}

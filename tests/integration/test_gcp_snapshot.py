@@ -210,3 +210,29 @@ def test_a_snapshot_is_not_deleted_while_a_disk_of_its_group_is_kept(gcp: FakeCo
 
     assert result.status is DeleteStatus.DELETING and len(result.pending) == 2
     assert gcp.snapshot_names() == {kept["name"]} and gcp.count("DELETE", "/global/snapshots/") == 0
+
+
+@pytest.mark.parametrize(("settings", "age_days", "kept"), [
+    ({}, 400, True),  # retention unset: our snapshots are kept forever
+    ({"retain_snapshots_days": 7}, 6, True),  # younger than the retention
+    ({"retain_snapshots_days": 7}, 8, False),  # control: past it, it goes
+])
+def test_the_deleter_rechecks_a_snapshots_age_against_the_retention(gcp: FakeCompute, settings: dict,
+                                                                   age_days: int, kept: bool) -> None:
+    # Given: a leftover disk of the ref and one of our snapshots, in one group as a listing with a
+    # one-day retention builds it: what a forged listing batch can hand any backend (SAFETY.md rule 12)
+    disk = gcp.add_disk("lost", zone=ZONE, labels={"provider_ref": REF})
+    snap = ours(gcp, "401", created=datetime.now(UTC) - timedelta(days=age_days))
+    group = only_group(provider(gcp, retain_snapshots_days=1))
+    assert {r.id for r in group.resources} == {disk["id"], snap["id"]}
+
+    # When: the backend's own retention deletes
+    result = provider(gcp, **settings).delete_resource_group(group)
+
+    # Then: the snapshot's age as re-read decides, never the listing
+    if kept:
+        assert (snap["id"], "snapshot_retained") in {(s.id, s.reason) for s in result.skipped}
+        assert gcp.snapshot_names() == {snap["name"]} and gcp.count("DELETE", "/global/snapshots/") == 0
+    else:
+        assert snap["id"] in result.deleted and gcp.snapshot_names() == set()
+    assert result.status is DeleteStatus.DELETED and disk["id"] in result.deleted

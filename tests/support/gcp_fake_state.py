@@ -251,7 +251,7 @@ class FakeState:
         if stored is None or coll != "instances":
             return
         link = stored.body["selfLink"]
-        auto = {d["source"] for d in stored.body.get("disks", []) if d.get("autoDelete")}
+        auto = {d.get("source") for d in stored.body.get("disks", []) if d.get("autoDelete")}  # SCRATCH: none
         for (p, loc, n), disk in list(self._store["disks"].items()):
             if link in disk.body.get("users", []):
                 disk.body["users"].remove(link)

@@ -58,6 +58,7 @@ from orphan_cleanup.providers.gcp_kinds import (
     source_zone,
     to_resource,
 )
+from orphan_cleanup.providers.gcp_places import entry_for, location_of, outside_of, touched
 from orphan_cleanup.providers.gcp_snapshot import taken_by_us
 from orphan_cleanup.providers.ratelimit import DEFAULT_BUDGETS, RateLimits, process_limits
 
@@ -152,9 +153,9 @@ class GcpProvider(ResourceProvider):
         try:
             for page in self.calls.pages(spec, f"labels.{self.tag_key}:*"):
                 for scope in page.unreachables:
-                    out.failed[_location(scope)] = "UNREACHABLE"
+                    out.failed[location_of(scope)] = "UNREACHABLE"
                 for scope, scoped in page.items.items():
-                    loc = _location(scope)
+                    loc = location_of(scope)
                     out.seen.add(loc)
                     code = scoped.warning.code
                     if code and code not in BENIGN_WARNINGS:
@@ -188,13 +189,13 @@ class GcpProvider(ResourceProvider):
         failures: dict[str, str] = {}
         # Entries whose only trouble is throttling (SAFETY.md rule 5: unavailable this cycle, never failed).
         other = {entry for got in fetched.values() if got.error and not got.throttled for entry in entries}
-        other |= {entry for got in fetched.values() for loc in got.failed for entry in _touched(entries, loc)}
+        other |= {entry for got in fetched.values() for loc in got.failed for entry in touched(entries, loc)}
         throttled = {entry for got in fetched.values() if got.error and got.throttled for entry in entries} - other
         for got in fetched.values():
             for entry in entries if got.error else ():
                 failures.setdefault(entry, got.error or "")
             for loc, why in got.failed.items():
-                for entry in _touched(entries, loc):
+                for entry in touched(entries, loc):
                     failures.setdefault(entry, f"{loc}: {why}")
         seen = set().union(*(got.seen for got in fetched.values()))
         for entry in entries:
@@ -210,10 +211,10 @@ class GcpProvider(ResourceProvider):
                 try:
                     res = to_resource(spec, loc, item, instance_ids)
                 except ValidationError as e:  # an unexpected shape: fail closed for that place
-                    for entry in _touched(entries, loc):
+                    for entry in touched(entries, loc):
                         failures.setdefault(entry, f"{loc}: unexpected {spec.client} item: {describe_error(e)}")
                     continue
-                place = _entry_for(entries, loc) or entry_of.get((ResourceKind.INSTANCE, res.attached_to or ""))
+                place = entry_for(entries, loc) or entry_of.get((ResourceKind.INSTANCE, res.attached_to or ""))
                 if place is not None:
                     entry_of[(res.kind, res.id)] = place
                     resources.append(res)
@@ -229,14 +230,16 @@ class GcpProvider(ResourceProvider):
                 yield RegionListing(region=entry, groups=tuple(groups[entry]))
 
     def holds_instance(self, region: str, instance_id: str, ref: str) -> bool:
-        if not instance_id.isdigit():
+        """Only in ``region`` (the group's zone), and only a zone of this backend's entries."""
+        if not instance_id.isdigit() or entry_for(tuple(self.backend.regions), region) is None:
             return False
         spec = KIND_BY_RESOURCE[ResourceKind.INSTANCE]
         try:
             for page in self.calls.pages(spec, f"labels.{self.tag_key} = {ref}"):
-                for scoped in page.items.values():
-                    if any(str(item.id) == instance_id and dict(item.labels).get(self.tag_key) == ref
-                           for item in scoped.instances):
+                for scope, scoped in page.items.items():
+                    if location_of(scope) == region and any(
+                            str(item.id) == instance_id and dict(item.labels).get(self.tag_key) == ref
+                            for item in scoped.instances):
                         return True
         except ProviderError:  # cannot confirm, so no
             return False
@@ -249,30 +252,15 @@ class GcpProvider(ResourceProvider):
                               known_attached: Iterable[str] = ()) -> DeleteResult:
         # GCP's protections (deletionProtection, a managed instance group) are read by every
         # listing and re-read before the delete: nothing is remembered.
+        if (outside := outside_of(tuple(self.backend.regions), group)) is not None:
+            raise ProviderError(f"group {group.key} names {outside}, not in a zone or region of backend"
+                                f" {self.backend.id}", region=group.region)
         return not_yet_is_deleting(
             group, lambda: delete_group(self.calls, group, tag_key=self.tag_key, protect_key=self.protect_key,
                                         protect_keys=self.protect_keys, journal=journal,
                                         known_attached=known_attached,
-                                        snapshot_before_delete=self.backend.settings.snapshot_before_delete))
-
-
-def _location(scope: str) -> str:
-    """``zones/us-central1-a`` -> ``us-central1-a``; ``regions/x`` -> ``x``."""
-    return scope.partition("/")[2] or scope
-
-
-def _touched(entries: tuple[str, ...], location: str) -> list[str]:
-    """The configured entries a zone or region's trouble affects: a zone fails its
-    own entry and its region's; a region fails its entry and its zones' entries."""
-    return [e for e in entries if location in (e, region_of(e)) or e == region_of(location)]
-
-
-def _entry_for(entries: tuple[str, ...], location: str) -> str | None:
-    """The configured entry a zone or region belongs to: the zone itself, else its region."""
-    if location in entries:
-        return location
-    region = region_of(location)
-    return region if region != location and region in entries else None
+                                        snapshot_before_delete=self.backend.settings.snapshot_before_delete,
+                                        retain_snapshots_days=self.backend.settings.retain_snapshots_days))
 
 
 # --- composition ---------------------------------------------------------------------

@@ -13,8 +13,8 @@ the result is ``PROTECTED`` with the reason (SAFETY.md rule 14).
 The blast of ``instances.delete`` is the group (SAFETY.md rule 15): the API deletes the
 instance's ``autoDelete`` disks with it, so before the call each of them, read from the
 instance as re-read now, must be a member of the group that the re-read confirmed, or a
-disk that carries neither the ref label key nor a protect label (the instance's own boot
-disk); otherwise the group is skipped and ``skipped`` names the blocking disk
+disk that carries neither the ref label key nor a protect label and is the instance's boot
+disk (attached ``boot`` true: its own); otherwise the group is skipped and ``skipped`` names the blocking disk
 (``blast_protected``, ``blast_foreign``, ``blast_unlisted``). Every delete and snapshot
 call is journaled (rule 19).
 
@@ -28,7 +28,8 @@ With ``snapshot_before_delete`` a disk is deleted only once its snapshot is ``RE
 (``gcp_snapshot``): ``CREATING`` is "not yet", a failed or foreign snapshot fails the
 group and keeps the disk. A disk that is not ``READY`` itself is not snapshotted (pending).
 Snapshots (listed past ``retain_snapshots_days``) come last and are never deleted while a
-disk of their group is still there.
+disk of their group is still there, nor unless their age as re-read is past the cycle's
+``retain_snapshots_days`` (unset: never; ``snapshot_retained``), whatever the listing said.
 
 Known residual race: Compute Engine deletes by *name*, so a resource deleted
 and re-created under the same name in the milliseconds between our re-read
@@ -40,6 +41,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from orphan_cleanup.core.errors import DependencyNotReady, ProviderError
@@ -55,6 +57,7 @@ from orphan_cleanup.providers.gcp_kinds import (
     ORDER,
     GcpKind,
     controller_of,
+    expired,
     link_key,
     protection_of,
 )
@@ -95,7 +98,8 @@ def _target(res: Resource, ref: str, tag_key: str) -> _Target:
     return t
 
 
-def _recheck(calls: GcpCalls, t: _Target, ref: str, tag_key: str, protect_keys: frozenset[str]) -> None:
+def _recheck(calls: GcpCalls, t: _Target, ref: str, tag_key: str, protect_keys: frozenset[str],
+             retain_days: int | None) -> None:
     """Re-read ``t`` and decide whether it is still ours to delete."""
     if t.spec is None or t.skip in ("unsupported_kind", "missing_details", "ref_mismatch"):
         return
@@ -111,6 +115,9 @@ def _recheck(calls: GcpCalls, t: _Target, ref: str, tag_key: str, protect_keys: 
         t.skip = "ref_changed"
     elif t.res.kind is ResourceKind.SNAPSHOT and not taken_by_us(t.live, tag_key, ref):
         t.skip = "not_our_snapshot"  # only snapshots the deleter took itself (SAFETY.md rule 15)
+    elif t.res.kind is ResourceKind.SNAPSHOT and (
+            retain_days is None or not expired(t.live, retain_days=retain_days, now=datetime.now(UTC))):
+        t.skip = "snapshot_retained"  # its age as re-read, not as a listing message says; unset: kept forever
     elif t.spec.primary and (controller := controller_of(t.live)) is not None:
         t.skip, t.evidence = "managed_by_controller", f"{t.name} ({t.res.id}) is managed by {controller}"
     elif t.spec.primary and protection_of(t.live) is not None:
@@ -121,9 +128,11 @@ def _blast(calls: GcpCalls, primary: _Target, members: Iterable[_Target], ref: s
            protect_keys: frozenset[str]) -> tuple[list[str], list[SkippedResource]]:
     """SAFETY.md rule 15: the disks ``instances.delete`` deletes along with the instance
     (``autoDelete``, as the instance reads now), and the ones that block it. A member of
-    the group must have passed its re-read; any other disk is read by name and must carry
-    neither the ref label key nor a protect label (the instance's own boot disk). A
-    ``source`` that names no zonal disk of this project blocks too (fail closed)."""
+    the group must have passed its re-read; any other disk is read by name and must be the
+    instance's boot disk (``boot`` true) carrying neither the ref label key nor a protect
+    label: an unlabeled disk attached later is ``blast_foreign``. A ``source`` that names no
+    zonal disk of this project blocks too (fail closed), unless it names none because
+    it is a local SSD (``SCRATCH``: the instance's own, it has no disk resource)."""
     by_link = {link_key(str(t.res.details.get("self_link") or "")): t for t in members
                if t.res.kind is ResourceKind.DISK}
     blast: list[str] = []
@@ -132,6 +141,8 @@ def _blast(calls: GcpCalls, primary: _Target, members: Iterable[_Target], ref: s
         if "auto_delete" in attached and attached.auto_delete is False:
             continue  # kept by the API when the instance goes (a field left out counts as auto-delete)
         source = str(getattr(attached, "source", "") or "")
+        if not source and getattr(attached, "type_", None) == "SCRATCH":
+            continue  # a local SSD: it exists only with its instance, no disk resource to verify
         member = by_link.get(link_key(source))
         if member is not None:
             if member.skip is None:
@@ -149,6 +160,8 @@ def _blast(calls: GcpCalls, primary: _Target, members: Iterable[_Target], ref: s
             continue  # gone already
         problem = blast_problem(dict(live.labels), member=False, ref=ref, tag_key=tag_key,
                                 protect_keys=protect_keys)
+        if problem is None and getattr(attached, "boot", False) is not True:
+            problem = "blast_foreign"  # unlabeled but attached later: only the boot disk is the instance's own
         if problem is None:
             blast.append(str(live.id))
         else:
@@ -209,7 +222,8 @@ def _delete_dependent(calls: GcpCalls, t: _Target, journal: Journal, snapshots: 
 
 def delete_group(calls: GcpCalls, group: ResourceGroup, *, tag_key: str, protect_key: str,
                  protect_keys: Iterable[str] = (), snapshot_before_delete: bool = False,
-                 journal: Journal = NO_JOURNAL, known_attached: Iterable[str] = ()) -> DeleteResult:
+                 retain_snapshots_days: int | None = None, journal: Journal = NO_JOURNAL,
+                 known_attached: Iterable[str] = ()) -> DeleteResult:
     """Delete one group. ``deleted``: ids confirmed gone, plus the instance while
     confirmed terminating; ``pending``: ids not finished yet (the terminating
     instance, dependents in use or waiting for it).
@@ -224,7 +238,7 @@ def delete_group(calls: GcpCalls, group: ResourceGroup, *, tag_key: str, protect
     snapshots = DiskSnapshots(calls, tag_key=tag_key, ref=ref) if snapshot_before_delete else None
     targets = [_target(r, ref, tag_key) for r in sorted(group.resources, key=lambda r: ORDER.get(r.kind, 99))]
     for t in targets:
-        _recheck(calls, t, ref, tag_key, keys)
+        _recheck(calls, t, ref, tag_key, keys, retain_snapshots_days)
     protected = next((t for t in targets if t.skip in PROTECTIONS), None)
     if protected is not None:
         return DeleteResult(status=DeleteStatus.PROTECTED, protection=protected.skip,
@@ -278,7 +292,7 @@ def delete_group(calls: GcpCalls, group: ResourceGroup, *, tag_key: str, protect
             # The instance went in this call: its disks and addresses changed (detached, auto-deleted).
             for t in dependents:
                 if t.skip != unverified:
-                    _recheck(calls, t, ref, tag_key, keys)
+                    _recheck(calls, t, ref, tag_key, keys, retain_snapshots_days)
 
     skipped: list[SkippedResource] = []
     for t in dependents:
