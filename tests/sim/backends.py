@@ -51,7 +51,7 @@ from orphan_cleanup.core.backends import Backend
 from orphan_cleanup.core.listing import ResourceState, is_valid_ref
 from orphan_cleanup.core.messages import DeleteRequest, ListingBatch, ListingJob
 from tests.sim.cloud import SimCloud, _resource, listing_scope
-from tests.sim.owners import LIVE, PROTECT, TAG
+from tests.sim.owners import LIVE, PROTECT, PROTECT_B, PROTECT_KEYS, TAG
 from tests.sim.world import (
     ACCOUNT,
     BACKEND,
@@ -89,7 +89,8 @@ class BackendSpec:
 
     def listing_scope(self) -> tuple[object, ...]:
         """What a listing feeding this backend's cycle must cover, as its row is now (I2)."""
-        return listing_scope(self.account, self.row_regions, TAG, PROTECT, self.row_settings.get("role_arn"))
+        return listing_scope(self.account, self.row_regions, TAG, self.row_settings.get("protect_tag_key", PROTECT),
+                             self.row_settings.get("role_arn"))
 
 
 class AllClouds:
@@ -132,7 +133,10 @@ class Backends:
         shared, failover = roll < 0.3 or roll > 0.85, 0.55 < roll
         if shared:
             regs = tuple(sorted(topo.sample(ALL_REGIONS, topo.randint(1, 3))))
-            self.backends[BACKEND_B] = BackendSpec(BACKEND_B, ACCOUNT, regs, self.mode)
+            # its own protect key half the time (rule 16; a stream of its own: the other
+            # draws of a seed stay as they were)
+            keys = {"protect_tag_key": PROTECT_B} if stream(self.seed, "protect-keys").random() < 0.5 else {}
+            self.backends[BACKEND_B] = BackendSpec(BACKEND_B, ACCOUNT, regs, self.mode, keys)
         if failover:
             self.clouds[FAILOVER_ACCOUNT] = SimCloud(FAILOVER_ACCOUNT, id_base=0x40000000)
             regs = tuple(sorted(topo.sample(ALL_REGIONS, topo.randint(1, 2))))
@@ -321,6 +325,7 @@ class Backends:
         primaries = {o.vm_of(o.tracked) for o in self.platform.owners if o.committed in LIVE}
         same = [r for r in alive if r.tags.get(TAG) == req.group.provider_ref]
         # The most harmful first: the live owner's own VM, a protected resource, then any.
-        pool = ([r for r in same if r.id in primaries] or [r for r in same if PROTECT in r.tags] or same
+        protected = [r for r in same if not PROTECT_KEYS.isdisjoint(r.tags)]
+        pool = ([r for r in same if r.id in primaries] or protected or same
                 or [r for r in alive if is_valid_ref(r.tags.get(TAG)) and r.id in primaries])
         return _resource(self.rng_cloud.choice(sorted(pool, key=lambda r: r.id))) if pool else None

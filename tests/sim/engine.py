@@ -155,6 +155,17 @@ class Simulation(Functions, Settle, Backends):
         if self.rule14:
             self.rates["user_termination_protect"] = self.rng_rule14.choice((0.15, 0.3, 0.6))
         self.rule14_dice = Dice(stream(seed, "rule14:faults"), self.rates, counts)
+        # Rule 15's world (its own streams): people attach foreign volumes that the provider
+        # would delete with an instance (DeleteOnTermination / autoDelete).
+        self.rng_cascade = stream(seed, "cascade")
+        self.cascade = self.rng_cascade.random() < 0.4
+        if self.cascade:
+            self.rates["user_attach_auto_delete"] = self.rng_cascade.choice((0.2, 0.4))
+        self.cascade_dice = Dice(stream(seed, "cascade:faults"), self.rates, counts)
+        # Rule 17's world (its own stream): a platform that sometimes records a mangled
+        # primary_id (a float-rounded number, the VM's name).
+        self.rng_mangle = stream(seed, "mangle")
+        self.mangle = self.rng_mangle.random() < 0.3
         self.rng_sched, self.rng_platform = stream(seed, "sched"), stream(seed, "platform")
         self.rng_cloud, self.rng_db = stream(seed, "cloud"), stream(seed, "db")
         self.checker = Checker(self)
@@ -165,6 +176,7 @@ class Simulation(Functions, Settle, Backends):
         self.job_reasons: dict[str, str] = {}  # backend -> why its first job run of a settle round went so
         # The scheduler's share of runs that go through the tick (the rest: direct invokes).
         self.rng_tick = stream(seed, "tick")
+        self.rng_keys = stream(seed, "protect-key-choice")  # which key a user protects with (rule 16)
         self.tick_share = self.rng_tick.choice((0.6, 0.75, 0.8))
         self.delete_ctx: list[DeleteRequest] = []
         self.in_delivery: set[int] = set()
@@ -180,7 +192,8 @@ class Simulation(Functions, Settle, Backends):
         self.setup_backends(regions)
         pool = env.pipeline_pool
         pool.faults, pool.note = simdb.DbFaults(self.dice), self.trace
-        size = cfg.choice((2048, 4096, 200 * 1024))  # small messages: cycles of several batches
+        # small messages: cycles of several batches (the lister keeps 4 KiB of each for the envelope)
+        size = cfg.choice((4096 + 2048, 4096 + 4096, 200 * 1024))
         self.listing_q = SimQueue("listing", self.clock, self.dice, stream(seed, "lq"), self.trace, size)
         self.delete_q = SimQueue("delete", self.clock, self.dice, stream(seed, "dq"), self.trace, size)
         self.jobs_q = SimQueue("jobs", self.clock, self.dice, stream(seed, "jq"), self.trace, 256 * 1024,

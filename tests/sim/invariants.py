@@ -23,6 +23,11 @@ Safety (any step):
   B1  no cycle touches more groups than the blast-radius cap allows (rule 8);
   T1  after a delete in region r timed out / was unavailable, the cycle makes
       no further provider call in r (rule 5);
+  V1  a provider delete call removes only members of the group it was asked to
+      delete, nothing the provider would take along with them (rule 15);
+  J1  every resource a provider delete call removed has a journal intent row naming
+      it, written outside the cycle's fence (rule 19: no provider mutation without
+      a record);
   G1  two deletes of one ref never run at the same time (rule 4);
   G2  a delete is refused for its gate only while that ref's gate is held (rule 4);
   C1  per backend, clean_at only moves forward, to (at most) the listing time
@@ -40,10 +45,11 @@ Safety (any step):
       delete, which the simulated cloud refuses as AWS does);
   P2  never loop on a protection (rule 14): a delete whose provider call answered
       ``protected`` is not recorded as a failed deletion (the cycle is not failed
-      by it); once recorded, no cycle of that backend whose listing started
-      afterwards calls the provider to delete that primary again while the
-      protection holds and its orphans row is not closed (the product must
-      classify it protected up front).
+      by it); once recorded, while the protection holds and its orphans row is
+      not closed, a later delete of that primary answers ``protected`` again (a
+      delete cycle re-reads a remembered protection, read-only, to see it lifted)
+      and every report cycle of that backend whose listing started afterwards
+      classifies the group protected up front.
 Liveness (end of run):
   L1  once faults stop and the platform is quiet, every orphan is deleted within
       5 scheduled runs (delete mode) or reported by the last clean cycle (report mode).
@@ -239,6 +245,15 @@ class Checker:
         if not touched:
             return
         self.attributed.update(touched)
+        self.checks["V1"] += 1
+        if outside := sorted(set(touched) - set(group.resource_ids())):
+            self.fail("V1", f"a delete of {group.key} also removed {outside}, which are not members of the group")
+        self.checks["J1"] += 1
+        journaled = {t for (t,) in self.sim.admin.run(
+            "SELECT DISTINCT target FROM provider_journal WHERE phase = 'intent'"
+            " AND target = ANY(CAST(:t AS text[]))", t=touched)}
+        if unrecorded := sorted(set(touched) - journaled):
+            self.fail("J1", f"a delete of {group.key} removed {unrecorded} without a journal row")
         key = cycle_id or "?"
         self.touched_groups[key].add(group.key)
         row = self.cycles.get(key)
@@ -252,17 +267,37 @@ class Checker:
             self.fail("R2", f"cycle {key[:8]} touched {touched} after backend {row.backend} was switched off")
 
     def delete_attempt(self, cycle_id: str | None, backend_id: str, cloud: Any, group: ResourceGroup) -> None:
-        """P2: a provider delete of a primary whose protection a delete already found."""
+        """P2: a provider delete of a primary whose protection a delete already found comes
+        from a delete cycle (its re-read); ``protection_reported`` checks report cycles."""
         pid = group.primary_id
         found = self.protection_found.get((backend_id, pid)) if pid is not None else None
         if found is None or cycle_id is None:
             return
         self.checks["P2"] += 1
-        listing = self.listings.get(cycle_id)
-        live = cloud.resources.get(pid)
-        if listing is not None and listing.order > found and live is not None and live.termination_protected:
-            self.fail("P2", f"cycle {cycle_id[:8]} of {backend_id} tried to delete {pid} again, after an earlier"
-                            " delete found it termination-protected and recorded that (loops on a protection)")
+        row = self.cycles.get(cycle_id)
+        if row is not None and row.mode != "delete":
+            self.fail("P2", f"cycle {cycle_id[:8]} of {backend_id} ({row.mode}) tried to delete {pid}, which an"
+                            " earlier delete found termination-protected")
+
+    def protection_reported(self, finished: list[CycleRow]) -> None:
+        """P2: a finished report cycle whose listing started after a delete recorded a
+        termination protection classified that primary's group protected."""
+        for row in finished:
+            cid, listing = row.id, self.listings.get(row.id)
+            if row.mode != "report" or listing is None:
+                continue
+            pids = [pid for (b, pid), found in self.protection_found.items()
+                    if b == row.backend and listing.order > found
+                    and (live := self.sim.world.resources.get(pid)) is not None and live.termination_protected]
+            if not pids:
+                continue
+            self.checks["P2"] += 1
+            for pid, verdict, reason in self.sim.admin.run(
+                    "SELECT primary_id, verdict, reason FROM cycle_groups WHERE cycle_id = :c"
+                    " AND primary_id = ANY(CAST(:p AS text[]))", c=cid, p=pids):
+                if (verdict, reason) != ("protected", "termination_protection"):
+                    self.fail("P2", f"report cycle {cid[:8]} of {row.backend} classified {pid} {verdict}/{reason},"
+                                    " after an earlier delete found it termination-protected (forgot it)")
 
     def provider_answered(self, cycle_id: str | None, group: ResourceGroup, protection: str | None) -> None:
         """The last answer of a provider delete of ``group``: its protection, if protected."""
@@ -357,6 +392,8 @@ class Checker:
         if any(r.outcome is not None and (cid not in self.cycles or self.cycles[cid].outcome is None)
                for cid, r in after.items()):
             self._forgotten_protections()  # a finishing cycle closes the orphan rows it did not list
+            self.protection_reported([r for cid, r in after.items() if r.outcome is not None
+                                      and (cid not in self.cycles or self.cycles[cid].outcome is None)])
         self._fencing(after)
         self._clean_at(after, clean_at)
         self._blast_radius()

@@ -27,6 +27,7 @@ from orphan_cleanup.core.owners import LedgerRow
 from orphan_cleanup.core.results import JobResult
 from orphan_cleanup.core.verdicts import DeleteOutcome, DeleteStatus, Outcome, Verdict, VerdictKind
 from orphan_cleanup.cycle import bookkeeping, pipeline
+from orphan_cleanup.ledger.journal import LedgerJournal
 from orphan_cleanup.ledger.session import LedgerSession
 from orphan_cleanup.ledger.store import LedgerStore
 from orphan_cleanup.ledger.unit import LockedCycle
@@ -119,10 +120,13 @@ def _no_reread(env: SimEnv, stack: ExitStack) -> dict[str, Any]:
 
 
 def _protect_ignored(env: SimEnv, stack: ExitStack) -> None:
+    """No protect key applies: the classifier's, the account's (rule 16) and the re-read's."""
+    mutant = "mutant-ignores-protect"
     real = classify.classify
-    _patch(stack, classify, "classify",
-           lambda g, r, ctx: real(g, r, dataclasses.replace(ctx, protect_key="mutant-ignores-protect")))
-    _patch(stack, ResourceProvider, "protect_key", property(lambda self: "mutant-ignores-protect"))
+    _patch(stack, classify, "classify", lambda g, r, ctx: real(
+        g, r, dataclasses.replace(ctx, protect_key=mutant, more_protect_keys=frozenset())))
+    _patch(stack, ResourceProvider, "protect_key", property(lambda self: mutant))
+    _patch(stack, ResourceProvider, "protect_keys", property(lambda self: frozenset({mutant})))
 
 
 # ---- rule 4: per-ref delete gates ----------------------------------------------------------
@@ -251,13 +255,15 @@ def _trust_message_mode(env: SimEnv, stack: ExitStack) -> None:
         return dataclasses.replace(c, backend_id=msg.backend)
 
     def allowed(store, cycle_id, requested):  # type: ignore[no-untyped-def]
-        why = real_allowed(store, cycle_id, requested).refusal
+        decision = real_allowed(store, cycle_id, requested)
+        why = decision.refusal
         if why is DeleteOutcome.GROUP_MISMATCH:  # the other checks still apply, to the group as recorded
             with store.cycle(cycle_id) as cyc:
                 recorded = cyc.delete_request(requested.key).group
-            why = real_allowed(store, cycle_id, recorded).refusal if recorded else DeleteOutcome.NOT_DISPATCHED
+            decision = real_allowed(store, cycle_id, recorded) if recorded else decision
+            why = decision.refusal if recorded else DeleteOutcome.NOT_DISPATCHED
         trusted = why in (None, DeleteOutcome.NOT_DELETE_MODE)
-        return bookkeeping.DeleteDecision(None if trusted else why, requested)
+        return bookkeeping.DeleteDecision(None if trusted else why, requested, decision.listed_primary)
 
     def around(real):  # type: ignore[no-untyped-def]
         def handle(self, msg, *a, **k):  # type: ignore[no-untyped-def]
@@ -310,12 +316,12 @@ def _controller_ignored(env: SimEnv, stack: ExitStack) -> None:
     gate, ignore controllers), and the provider's re-read before terminating does too."""
     real_of, real_reread = classify.protection_of, MemoryProvider._protection
 
-    def protection_of(group: ResourceGroup, record: Any) -> str | None:
-        why = real_of(group, record)
+    def protection_of(group: ResourceGroup, record: Any, **kw: Any) -> str | None:
+        why = real_of(group, record, **kw)
         if why != "managed_by_controller":
             return why
         return real_of(group.model_copy(update={"resources": tuple(
-            r.model_copy(update={"controller": None}) for r in group.resources)}), record)
+            r.model_copy(update={"controller": None}) for r in group.resources)}), record, **kw)
 
     _patch(stack, classify, "protection_of", protection_of)
     _patch(stack, MemoryProvider, "_protection",
@@ -324,10 +330,10 @@ def _controller_ignored(env: SimEnv, stack: ExitStack) -> None:
 
 def _protection_forgotten(env: SimEnv, stack: ExitStack) -> None:
     """The classifier ignores the primaries an earlier delete found termination-protected
-    (``LedgerRecord.protected_primaries``): every cycle dispatches the delete again."""
+    (``LedgerRecord.protected_primaries``): a report cycle reports the group as an orphan."""
     real = classify.protection_of
-    _patch(stack, classify, "protection_of", lambda group, record: real(
-        group, _with(record, protected_primaries={})))
+    _patch(stack, classify, "protection_of", lambda group, record, **kw: real(
+        group, _with(record, protected_primaries={}), **kw))
 
 
 def _protection_fails_cycle(env: SimEnv, stack: ExitStack) -> None:
@@ -341,6 +347,36 @@ def _protection_fails_cycle(env: SimEnv, stack: ExitStack) -> None:
         return real(group, result=result, **kw)
 
     _patch(stack, delete_rules, "delete_record", delete_record)
+
+
+def _no_blast_check(env: SimEnv, stack: ExitStack) -> None:
+    """The deleter terminates an instance whatever the provider would delete with it."""
+    real = MemoryProvider._blast
+    _patch(stack, MemoryProvider, "_blast",
+           lambda self, live, group, rereads: (real(self, live, group, rereads)[0], []))
+
+
+def _primary_unchecked(env: SimEnv, stack: ExitStack) -> None:
+    """A live owner's VM that is not its recorded primary is a retry leak whether or not
+    that primary is listed (the classifier) or live (the deleter's question)."""
+    _patch(stack, classify.ListedInstances, "has", lambda self, ref, region, primary_id: True)
+    _patch(stack, MemoryProvider, "holds_instance", lambda self, region, instance_id, ref: True)
+
+
+def _keys_per_backend(env: SimEnv, stack: ExitStack) -> None:
+    """A cycle uses its own backend's protect and controller keys only, not its account's:
+    what another backend of the account protects is an orphan to this one."""
+    from orphan_cleanup.cycle import deleter
+
+    for module in (bookkeeping, deleter):
+        _patch(stack, module, "account_view", lambda backend, account_settings: backend)
+
+
+def _no_journal(env: SimEnv, stack: ExitStack) -> None:
+    """The deleter's journal records nothing: a provider call leaves no row (as a delete
+    recorded only inside the cycle's fenced transaction does once the lease is lost)."""
+    _patch(stack, LedgerJournal, "intent", lambda self, call, target, **kw: None)
+    _patch(stack, LedgerJournal, "result", lambda self, intent, outcome, error=None: None)
 
 
 MUTATIONS: dict[str, Mutation] = {m.name: m for m in (
@@ -383,4 +419,9 @@ MUTATIONS: dict[str, Mutation] = {m.name: m for m in (
              frozenset({"P2"}), _protection_forgotten),
     Mutation("protection_fails_cycle", "14: never loop on a protection (a protection counted as a failure)",
              frozenset({"P2"}), _protection_fails_cycle),
+    Mutation("no_blast_check", "15: the blast of a call is the group", frozenset({"V1"}), _no_blast_check),
+    Mutation("primary_unchecked", "17: a live owner's other VM is deleted only beside its recorded primary",
+             frozenset({"X1", "S1"}), _primary_unchecked),
+    Mutation("keys_per_backend", "16: one account, one set of keys", frozenset({"S3"}), _keys_per_backend),
+    Mutation("no_journal", "19: every provider mutation leaves a record", frozenset({"J1"}), _no_journal),
 )}

@@ -7,7 +7,7 @@ from datetime import timedelta
 from typing import Any
 
 from orphan_cleanup.core.listing import ResourceKind, ResourceState, is_valid_ref
-from tests.sim.owners import LIVE, PROTECT, TAG
+from tests.sim.owners import LIVE, PROTECT_KEYS, TAG
 from tests.sim.world import UNKNOWN_BACKEND
 
 
@@ -20,8 +20,8 @@ class Oracle:
         owner = self.by_ref.get(ref or "")
         if owner is None or owner.committed is None:
             return "S2", f"{rid} has ref {ref} with no ledger record"
-        if PROTECT in tags:
-            return "S3", f"{rid} carries the protect tag"
+        if not PROTECT_KEYS.isdisjoint(tags):
+            return "S3", f"{rid} carries a protect tag of its account ({sorted(PROTECT_KEYS & set(tags))})"
         meta = self.sim.world.meta.get(rid)
         st = owner.committed
         if st in LIVE and not owner.soft_deleted and owner.backend == UNKNOWN_BACKEND:
@@ -72,13 +72,19 @@ class Oracle:
         ref = r.tags.get(TAG)
         owner = self.by_ref.get(ref or "")
         meta = cloud.meta.get(rid)
-        if owner is None or owner.committed is None or PROTECT in r.tags or meta is None:
+        if owner is None or owner.committed is None or not PROTECT_KEYS.isdisjoint(r.tags) or meta is None:
             return False
-        if any(PROTECT in m.tags or m.controller is not None or m.protection is not None or m.termination_protected
+        if any(not PROTECT_KEYS.isdisjoint(m.tags) or m.controller is not None or m.protection is not None
+               or m.termination_protected
                for m in self._group_members(rid)):
             # The product protects a whole group when one member is protected: the protect
             # tag, or rule 14 (another controller's, or protected by the provider).
             return False
+        if r.kind is ResourceKind.INSTANCE and any(
+                d.attached_to == rid and d.auto_delete and d.state is not ResourceState.TERMINATED
+                and (d.tags.get(TAG) != ref or not PROTECT_KEYS.isdisjoint(d.tags))
+                for d in cloud.resources.values()):
+            return False  # terminating it would delete a non-member with it: kept (rule 15)
         vm = cloud.resources.get(r.attached_to or "")
         if r.kind is not ResourceKind.INSTANCE and vm is not None and cloud.exists(vm.id):
             # In use by an instance: deletable only with it (a re-tagged instance keeps it forever).
@@ -93,7 +99,11 @@ class Oracle:
         if owner.backend == UNKNOWN_BACKEND:
             return False  # skipped (unknown_owner_backend), never an orphan
         if r.kind is ResourceKind.INSTANCE:
-            return True  # a leaked attempt: created before the owner's provisioning
+            # A leaked attempt: created before the owner's provisioning; deleted only beside
+            # its recorded primary, live with the ref in the same region (rule 17).
+            primary = cloud.resources.get(owner.vm_of(owner.tracked) or "")
+            return (not owner.mangled and primary is not None and primary.state is not ResourceState.TERMINATED
+                    and primary.region == r.region and primary.tags.get(TAG) == ref)
         if r.attached_to and cloud.exists(r.attached_to):
             return True
         # A detached leftover of a live owner is protected unless it was seen in an orphan

@@ -12,6 +12,10 @@ from tests.sim.db import PooledConnection
 
 LIVE = ("provisioning", "idle", "busy")
 TAG, PROTECT = DEFAULT_TAG_KEY, DEFAULT_PROTECT_KEY
+#: The protect key ``sim-b`` sometimes has instead (rule 16: a key of one backend of an
+#: account protects the resource from every backend of it).
+PROTECT_B = "platform-keep"
+PROTECT_KEYS = frozenset({PROTECT, PROTECT_B})
 REF_ALPHABET = string.ascii_lowercase + string.digits
 MAX_ACTIVE_OWNERS = 10
 LISTING_LAG_MAX = 45  # seconds; the margin (120 s) covers it with room
@@ -50,6 +54,7 @@ class Owner:
     tx: OpenTx | None = None
     home: str = "sim"  # the backend the platform provisions it into
     backend: str | None = None  # the committed backend_id (None until provisioned)
+    mangled: bool = False  # its recorded primary_id names no instance (rule 17's world)
 
     def vm_of(self, attempt: int | None) -> str | None:
         return self.attempts[attempt].vm if attempt is not None else None

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from orphan_cleanup.core.listing import ResourceKind, ResourceState, is_valid_ref
-from tests.sim.owners import LISTING_LAG_MAX, LIVE, PROTECT, REF_ALPHABET, TAG
+from tests.sim.owners import LISTING_LAG_MAX, LIVE, PROTECT, PROTECT_B, PROTECT_KEYS, REF_ALPHABET, TAG
 
 
 class People:
@@ -25,8 +25,9 @@ class People:
                                                 visible_at=now + timedelta(seconds=lag)))
                 self.sim.trace(f"user: launched {rid} like {src.id} (copies ref {o.ref})")
         if dice.roll("user_protect") and (target := self._pick_target()) is not None:
-            cloud.resources[target].tags[PROTECT] = "yes"
-            self.sim.trace(f"user: protected {target}")
+            key = self._protect_key()
+            cloud.resources[target].tags[key] = "yes"
+            self.sim.trace(f"user: protected {target} ({key})")
         if dice.roll("user_untag") and (target := self._pick_target()) is not None:
             res = cloud.resources[target]
             if rng.random() < 0.5:
@@ -44,12 +45,21 @@ class People:
             self.sim.trace(f"other: {kind} resource {rid} tags={tags}")
         if self.sim.rule14:
             self.rule14_people()
+        if self.sim.cascade:
+            self.cascade_people()
+
+    def _protect_key(self) -> str:
+        """The default key, or, half the time when a backend of the account has it, that
+        backend's own key (rule 16: it protects from every backend of the account)."""
+        if not any(b.settings.get("protect_tag_key") == PROTECT_B for b in self.sim.backends.values()):
+            return PROTECT
+        return PROTECT_B if self.sim.rng_keys.random() < 0.5 else PROTECT
 
     def _pick_target(self) -> str | None:
         cloud = self.sim.world
         ours = [rid for rid, r in cloud.resources.items()
                 if r.state not in (ResourceState.TERMINATING, ResourceState.TERMINATED)
-                and is_valid_ref(r.tags.get(TAG)) and PROTECT not in r.tags]
+                and is_valid_ref(r.tags.get(TAG)) and PROTECT_KEYS.isdisjoint(r.tags)]
         # People act on what they were just told about: the groups being deleted, the
         # groups being classified (between the listing and the delete only the re-read
         # protects them), else the orphans they see, else anything of ours.

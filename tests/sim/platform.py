@@ -242,13 +242,17 @@ class Platform(History, People, Protections, Oracle):
         t = self.sim.clock()
         # A misconfigured platform names a backend that has no row ('aws').
         bid = UNKNOWN_BACKEND if self.sim.dice.roll("unknown_backend") else o.home
+        # Rule 17's world: the platform records an id that names no instance now and then.
+        mangled = self.sim.mangle and self.sim.rng_mangle.random() < 0.3
+        primary = (att.vm[:-3] + "000" if self.sim.rng_mangle.random() < 0.5 else f"vm-{o.id}") if mangled else att.vm
 
         def committed() -> None:
             o.committed, o.tracked, o.provisioned_at, o.phase, o.backend = "provisioning", att.n, t, "live", bid
+            o.mangled = mangled
 
-        self._write(o, f"{o.id} provisioning backend={bid} primary={att.vm}", [(
+        self._write(o, f"{o.id} provisioning backend={bid} primary={primary}", [(
             "UPDATE instances SET status = 'provisioning', backend_id = :b, primary_id = :p, region = :g,"
-            " provisioned_at = :t WHERE id = :i", dict(b=bid, p=att.vm, g=att.region, t=t, i=o.id))],
+            " provisioned_at = :t WHERE id = :i", dict(b=bid, p=primary, g=att.region, t=t, i=o.id))],
             committed, self._concerns(o, bid))
 
     def failover(self) -> None:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from orphan_cleanup.core.listing import ResourceKind, ResourceState
 from tests.sim.cloud import ResMeta
-from tests.sim.owners import TAG
+from tests.sim.owners import LIVE, PROTECT, TAG
 
 if TYPE_CHECKING:
     from tests.sim.platform import Platform
@@ -77,6 +77,33 @@ class Protections:
             rid = rng.choice(pool)
             cloud.resources[rid].termination_protected = True
             sim.trace(f"user: enabled termination protection on {rid}")
+
+    def cascade_people(self: Platform) -> None:
+        """Rule 15: someone attaches a volume of their own, with DeleteOnTermination, to an
+        instance about to be deleted (else one that looks orphaned): a live owner's
+        volume (another ref) or a protected one of the same ref. Terminating the instance
+        would delete it too; the deleter must see that and keep the group."""
+        sim = self.sim
+        if not sim.cascade_dice.roll("user_attach_auto_delete"):
+            return
+        rng, cloud, now = sim.rng_cascade, sim.world, sim.clock()
+        deleting, _listed = sim.resources_in_messages()
+        instances = sorted(rid for rid, r in cloud.resources.items()
+                           if r.kind is ResourceKind.INSTANCE and r.state is ResourceState.ACTIVE and TAG in r.tags)
+        pool = [rid for rid in instances if rid in deleting] if rng.random() < 0.7 else []
+        pool = pool or self._orphan_instances()
+        live = [o for o in self.owners if o.committed in LIVE and not o.soft_deleted]
+        if not pool:
+            return
+        vm = cloud.resources[rng.choice(pool)]
+        if live and rng.random() < 0.5:
+            tags = {TAG: rng.choice(live).ref}
+        else:
+            tags = {TAG: vm.tags[TAG], PROTECT: "yes"}
+        meta = ResMeta(origin="foreign", owner_id=None, attempt=None, visible_at=now)
+        rid = cloud.of(vm.id).add(ResourceKind.VOLUME, vm.region, tags, now=now, meta=meta, attached_to=vm.id)
+        cloud.resources[rid].auto_delete = True
+        sim.trace(f"user: attached {rid} {tags} to {vm.id} with DeleteOnTermination")
 
     def _orphan_instances(self: Platform) -> list[str]:
         cloud = self.sim.world

@@ -33,7 +33,7 @@ BUDGET: dict[str, int | range] = {                       # first seed that catch
     "clean_always": 8,           # 0
     "no_blast_cap": 15,          # 5
     "no_delete_activity": 10,    # 0
-    "no_backend_activity": range(46, 61),    # 55 (see README: rare, a quiet spell after an edit)
+    "no_backend_activity": range(26, 40),    # 31 (see README: rare, a quiet spell after an edit)
     "ownership_by_backend_id": 8,  # 2
     "listing_key_ignores_account": 8,  # 1 (the tick: a failover backend due with sim, in its regions)
     "no_identity_check": range(4, 25),       # 9
@@ -42,8 +42,12 @@ BUDGET: dict[str, int | range] = {                       # first seed that catch
     "off_overridable": range(9, 30),         # 14
     "function_clock": 8,         # 1
     "controller_ignored": 8,     # 0 (an Auto Scaling group's instance with a finished owner's ref)
-    "protection_forgotten": 8,   # 0 (a later cycle dispatches the termination-protected delete again)
+    "protection_forgotten": range(6, 25),    # 11 (a report cycle after a delete found the protection)
     "protection_fails_cycle": 8,  # 0 (the first delete that finds a termination protection)
+    "no_journal": 8,             # 0 (the first deletion)
+    "no_blast_check": 10,        # 6 (a foreign DeleteOnTermination volume on an instance being deleted)
+    "primary_unchecked": range(18, 40),      # 23 (a live owner whose recorded primary_id names no VM)
+    "keys_per_backend": range(18, 40),       # 22 (sim-b with its own protect key, a user's tag of either)
 }
 
 

@@ -14,10 +14,10 @@ from tests.support.memory_cloud import MemoryCloud, MemoryProvider
 from tests.support.platform import Platform, add_backend
 
 
-def _cycle(pipeline: Pipeline) -> list[DeleteRequest]:
-    """One manual delete-mode listing, classified: the delete requests it dispatched."""
+def _cycle(pipeline: Pipeline, mode: str = "delete") -> list[DeleteRequest]:
+    """One manual listing, classified: the delete requests it dispatched."""
     pipeline.delete_queue.items.clear()
-    pipeline.run_lister("mem", mode="delete", manual=True)
+    pipeline.run_lister("mem", mode=mode, manual=True)
     while (body := pipeline.listing_queue.pop()) is not None:
         pipeline.handle_batch(ListingBatch.model_validate_json(body))
     return [DeleteRequest.model_validate_json(b) for b in pipeline.delete_queue.items]
@@ -29,7 +29,7 @@ def _pipeline(db: Database, cloud: MemoryCloud) -> Pipeline:
                     listing_queue=InProcessQueue(), delete_queue=InProcessQueue())
 
 
-def test_a_termination_protected_orphan_is_found_once_then_protected_up_front(db: Database) -> None:
+def test_a_termination_protected_orphan_is_remembered_and_re_read_never_terminated(db: Database) -> None:
     # given an orphan whose termination protection no listing shows (AWS disableApiTermination)
     add_backend(db)
     cloud = MemoryCloud()
@@ -48,9 +48,27 @@ def test_a_termination_protected_orphan_is_found_once_then_protected_up_front(db
         state, reason = conn.run("SELECT state, reason FROM orphans WHERE primary_id = :p", p=vm)[0]
     assert outcome == "clean" and (state, reason) == ("protected", "termination_protection")
 
-    # and the next cycle classifies it protected up front: no delete is dispatched again
-    assert _cycle(pipeline) == []
-    assert cloud.calls["describe_attribute"] == 1
+    # and a report cycle classifies it protected up front, from what the delete recorded
+    assert _cycle(pipeline, mode="report") == []
+    with db.connection() as conn:
+        [verdict] = conn.run("SELECT g.verdict, g.reason FROM cycle_groups g JOIN cycles c ON c.id = g.cycle_id"
+                             " WHERE c.mode = 'report' AND g.primary_id = :p", p=vm)
+    assert verdict == ["protected", "termination_protection"]
+
+    # and the next delete cycle re-reads the remembered protection (read-only): still
+    # protected, no terminate, the orphan still recorded protected
+    [again] = _cycle(pipeline)
+    assert pipeline.handle_delete(again) == "protected"
+    assert cloud.calls["describe_attribute"] == 2 and cloud.calls["terminate"] == 0 and cloud.exists(vm)
+    with db.connection() as conn:
+        state, reason = conn.run("SELECT state, reason FROM orphans WHERE primary_id = :p", p=vm)[0]
+    assert (state, reason) == ("protected", "termination_protection")
+
+    # and once the protection is lifted, the next delete cycle deletes it
+    cloud.resources[vm].termination_protected = False
+    [lifted] = _cycle(pipeline)
+    pipeline.handle_delete(lifted)
+    assert cloud.calls["terminate"] == 1
 
 
 def test_a_controller_managed_instance_is_never_terminated(db: Database) -> None:

@@ -45,6 +45,9 @@ class CloudResource:
     controller: str | None = None  # "asg:NAME": a controller re-creates the instance if it goes
     protection: Literal["deletion_protection"] | None = None  # a protection the listing shows (GCP)
     termination_protected: bool = False  # AWS termination protection: no listing shows it
+    # Deleted by the provider with the instance it is attached to (GCP autoDelete, AWS
+    # DeleteOnTermination): SAFETY.md rule 15's blast of a terminate call.
+    auto_delete: bool = False
 
 
 @dataclass
@@ -129,6 +132,14 @@ class MemoryProvider(ResourceProvider):
             return "termination_protection", f"{live.id} has disableApiTermination True"
         return None
 
+    def _blast(self, live: CloudResource, group: ResourceGroup,
+               rereads: list[tuple[Resource, CloudResource | None, str | None]],
+               ) -> tuple[list[CloudResource], list[SkippedResource]]:
+        """What terminating ``live`` deletes along with it, and what of that blocks the call."""
+        blast = [r for r in self.cloud.resources.values()
+                 if r.attached_to == live.id and r.auto_delete and r.state is not ResourceState.TERMINATED]
+        return blast, _blast_blocked(self, blast, rereads)
+
     def holds_instance(self, region: str, instance_id: str, ref: str) -> bool:
         self.cloud.calls["describe"] += 1
         live = self.cloud.resources.get(instance_id)
@@ -165,10 +176,17 @@ class MemoryProvider(ResourceProvider):
                             SkippedResource(kind=r.kind, id=r.id, reason=w or "group_protected")
                             for r, _, w in [(primary, live, None), *rereads]))
                     if live.state is ResourceState.ACTIVE:
-                        with journaled(journal, "memory:terminate", live.id, region=group.region):
+                        blast, blocked = self._blast(live, group, rereads)
+                        if blocked:
+                            return DeleteResult(status=DeleteStatus.SKIPPED, skipped=tuple(blocked))
+                        with journaled(journal, "memory:terminate", live.id, region=group.region,
+                                       blast=[b.id for b in blast]):
                             self.cloud.calls["terminate"] += 1
                             live.state = ResourceState.TERMINATING
                             live.terminating_reads = self.cloud.terminate_lag
+                            for b in blast:  # the provider deletes them with the call
+                                b.attached_to, b.state = None, ResourceState.TERMINATED
+                                self.cloud.deleted.append(b.id)
                     if live.terminating_reads > 0:
                         live.terminating_reads -= 1
                         return DeleteResult(status=DeleteStatus.DELETING, pending=(primary.id,),
@@ -204,6 +222,24 @@ class MemoryProvider(ResourceProvider):
             status = DeleteStatus.DELETED
         return DeleteResult(status=status, deleted=tuple(deleted), skipped=tuple(skipped), pending=tuple(pending),
                             attached=tuple(sorted(attached)))
+
+
+def _blast_blocked(self: MemoryProvider, blast: list[CloudResource],
+                   rereads: list[tuple[Resource, CloudResource | None, str | None]]) -> list[SkippedResource]:
+    """Rule 15: what the terminate call would delete along with the instance must be
+    members of the group, re-read unchanged (this cloud has no root volume of its own)."""
+    why_of = {r.id: why for r, _dep, why in rereads}
+    blocked = []
+    for b in blast:
+        if b.id in why_of:
+            why = why_of[b.id]
+            if why is not None:
+                blocked.append(SkippedResource(kind=b.kind, id=b.id, reason="blast_protected"
+                                               if why == "protected" else "blast_foreign"))
+        else:
+            reason = "blast_foreign" if self.protect_keys.isdisjoint(b.tags) else "blast_protected"
+            blocked.append(SkippedResource(kind=b.kind, id=b.id, reason=reason))
+    return blocked
 
 
 def _protected(group: ResourceGroup, reason: str, detail: str) -> DeleteResult:
