@@ -228,12 +228,13 @@ def blast_problem(tags: Mapping[str, str], *, member: bool, ref: str, tag_key: s
                   protect_keys: frozenset[str]) -> str | None:
     """Why a resource the provider would delete along with a call must not go with it
     (SAFETY.md rule 15), or None: ``blast_protected`` (a protect tag), ``blast_foreign``
-    (another ref's), ``blast_unlisted`` (this ref's, but not a listed member of the group:
-    the next cycle lists it). No ref tag key and no protect tag: the instance's own."""
+    (another ref's, or a member that lost its ref since the listing: no longer the ref's),
+    ``blast_unlisted`` (this ref's, but not a listed member of the group: the next cycle
+    lists it). A non-member with no ref tag key and no protect tag: the instance's own."""
     if not protect_keys.isdisjoint(tags):
         return "blast_protected"
     if tag_key not in tags:
-        return None
+        return "blast_foreign" if member else None
     if tags[tag_key] != ref:
         return "blast_foreign"
     return None if member else "blast_unlisted"

@@ -1,0 +1,102 @@
+"""Safety seams of the AWS deleter that an attacker review found open, on real parts: a real
+Postgres ledger, EC2 on the moto server, the in-process runner whose ``confirm`` callback acts
+between classification and deletion, and the recording proxy of ``tests/support/aws_proxy.py``
+for replies EC2 can send and moto does not (an answer that leaves an id out, a transient
+``InvalidInstanceID.NotFound``). Each test failed on the code before its fix (SAFETY.md rules
+3, 12 and 15) and asserts the behaviour now."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from orphan_cleanup.core.settings import Settings
+from orphan_cleanup.cycle.plan import Plan
+from orphan_cleanup.cycle.runner import run_cycle
+from orphan_cleanup.entrypoints import bootstrap
+from orphan_cleanup.ledger.db import Database
+from orphan_cleanup.queues.memory import InProcessQueue
+from tests.support.aws_proxy import AwsProxy
+from tests.support.ledger_helpers import add_backend
+from tests.support.seams import GONE, delete_results, skip_reasons
+from tests.support.sqs_harness import MotoPlatform
+
+pytestmark = pytest.mark.usefixtures("moto_reset")
+BACKEND = "aws-prod"
+TAG = "provider_ref"
+
+
+@pytest.fixture
+def proxy(moto_reset: str) -> Iterator[AwsProxy]:
+    with AwsProxy(moto_reset) as p:
+        yield p
+
+
+def delete_cycle(db: Database, endpoint: str, between: Callable[[], None] = lambda: None) -> str:
+    """One in-process delete cycle against ``endpoint``; ``between`` runs between classification
+    and deletion. Returns the cycle id."""
+    def confirm(plan: Plan) -> bool:
+        between()
+        return True
+
+    settings = Settings.explicit(margin_seconds=0, aws_endpoint_url=endpoint)
+    pipeline = bootstrap.build_pipeline(settings, db=db, listing_queue=InProcessQueue(),
+                                        delete_queue=InProcessQueue())
+    return run_cycle(pipeline, BACKEND, mode="delete", confirm=confirm).cycle_id
+
+
+def orphan_vm(db: Database, **settings: Any) -> tuple[MotoPlatform, str]:
+    """A delete-mode backend with one orphan VM (its placeholder owner row hard-deleted an hour
+    ago; the instance and its root volume tagged with the ref). Returns (platform, VM id)."""
+    add_backend(db, BACKEND, mode="delete", settings=settings or None)
+    platform = MotoPlatform(db, BACKEND)
+    issued = platform.ledger.issue_ref(owner_name="placeholder")
+    vm, _ = platform.launch(issued.provider_ref, data_volume=False)
+    platform.ledger.hard_delete(issued.owner_id)
+    platform.age_ledger()
+    return platform, vm
+
+
+def attach(platform: MotoPlatform, vm: str, tags: dict[str, str], *, device: str = "/dev/sdf",
+           delete_on_termination: bool) -> str:
+    """A volume carrying ``tags`` attached to ``vm`` at ``device``; returns its id."""
+    [inst] = platform.ec2.describe_instances(InstanceIds=[vm])["Reservations"][0]["Instances"]
+    spec = [{"ResourceType": "volume", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}]
+    vol = platform.ec2.create_volume(AvailabilityZone=inst["Placement"]["AvailabilityZone"], Size=1,
+                                     **({"TagSpecifications": spec} if tags else {}))["VolumeId"]
+    platform.ec2.attach_volume(VolumeId=vol, InstanceId=vm, Device=device)
+    if delete_on_termination:  # EC2 attaches a volume with DeleteOnTermination false unless asked
+        platform.ec2.modify_instance_attribute(InstanceId=vm, BlockDeviceMappings=[
+            {"DeviceName": device, "Ebs": {"DeleteOnTermination": True}}])
+    return vol
+
+
+def ref_of(platform: MotoPlatform, vm: str) -> str:
+    [inst] = platform.ec2.describe_instances(InstanceIds=[vm])["Reservations"][0]["Instances"]
+    return next(t["Value"] for t in inst["Tags"] if t["Key"] == TAG)
+
+
+def only_result(db: Database, cycle_id: str) -> dict[str, Any]:
+    [recorded] = delete_results(db, cycle_id)
+    return recorded
+
+
+# ---- F1. a member that lost its ref tag before the terminate ----------------------------------------
+
+def test_a_member_whose_ref_tag_is_removed_before_the_delete_does_not_go_with_the_instance(emptied_db, moto_reset):
+    """Setup: an orphan VM with a data volume of its ref attached with DeleteOnTermination; between
+    classification and deletion someone removes the volume's ref tag (it is no longer the ref's).
+    Shows: TerminateInstances is not called (it would delete the volume): the VM runs, the volume
+    exists, and the result names the volume blast_foreign."""
+    db = emptied_db
+    platform, vm = orphan_vm(db)
+    data = attach(platform, vm, {TAG: ref_of(platform, vm)}, delete_on_termination=True)
+
+    cycle_id = delete_cycle(db, moto_reset, lambda: platform.ec2.delete_tags(Resources=[data], Tags=[{"Key": TAG}]))
+
+    assert platform.instance_state(vm) not in GONE
+    assert data in platform.all_volumes()
+    recorded = only_result(db, cycle_id)
+    assert recorded["state"] == "skipped" and skip_reasons(recorded)[data] == "blast_foreign", recorded
