@@ -100,3 +100,21 @@ def test_a_member_whose_ref_tag_is_removed_before_the_delete_does_not_go_with_th
     assert data in platform.all_volumes()
     recorded = only_result(db, cycle_id)
     assert recorded["state"] == "skipped" and skip_reasons(recorded)[data] == "blast_foreign", recorded
+
+
+# ---- F2. an untagged volume attached later with DeleteOnTermination ---------------------------------
+
+def test_an_untagged_volume_attached_later_with_delete_on_termination_keeps_the_instance(emptied_db, moto_reset):
+    """Setup: an orphan VM to which someone attached their own volume (no tags at all) at /dev/sdg
+    with DeleteOnTermination true. Shows: only the instance's root volume (its RootDeviceName) may
+    go untagged; this one is blast_foreign: the VM is not terminated and the volume exists."""
+    db = emptied_db
+    platform, vm = orphan_vm(db)
+    theirs = attach(platform, vm, {}, device="/dev/sdg", delete_on_termination=True)
+
+    cycle_id = delete_cycle(db, moto_reset)
+
+    assert platform.instance_state(vm) not in GONE
+    assert theirs in platform.all_volumes()
+    recorded = only_result(db, cycle_id)
+    assert recorded["state"] == "skipped" and skip_reasons(recorded)[theirs] == "blast_foreign", recorded

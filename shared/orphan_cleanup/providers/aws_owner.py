@@ -22,6 +22,7 @@ from orphan_cleanup.providers.aws_kinds import (
     NETWORK_INTERFACE,
     SPOT_REQUEST,
     VOLUME,
+    AwsKind,
     dig,
     tags_of,
 )
@@ -227,21 +228,27 @@ class OwnerSteps:
         """SAFETY.md rule 15: what ``TerminateInstances`` deletes along with the instance,
         its ``DeleteOnTermination`` volumes and interfaces (a missing flag read as "deleted
         with it"), read afresh. Each must be a member of the group that still carries its
-        ref and no protect tag, or carry neither the ref tag key nor a protect tag: the
-        instance's own root volume or primary interface (EC2 attaches later volumes and
-        interfaces with the flag false unless asked). Returns the blast's ids, or the
+        ref and no protect tag, or carry neither the ref tag key nor a protect tag and be the
+        instance's own root volume (its device is the instance's ``RootDeviceName``) or
+        primary interface (device index 0 on network card 0): anything else attached later
+        with the flag set is not the instance's to take. Returns the blast's ids, or the
         reason the group is skipped (every blocking resource named in ``skipped``)."""
         members = set(self.group.resource_ids())
-        doomed = {
-            VOLUME: [dig(b, ("Ebs", "VolumeId")) for b in instance.get("BlockDeviceMappings") or []
-                     if dig(b, ("Ebs", "DeleteOnTermination")) is not False],
-            NETWORK_INTERFACE: [n.get("NetworkInterfaceId") for n in instance.get("NetworkInterfaces") or []
-                                if dig(n, ("Attachment", "DeleteOnTermination")) is not False],
+        root = instance.get("RootDeviceName") or None
+        doomed: dict[AwsKind, dict[str, bool]] = {  # id -> whether it is the instance's own device
+            VOLUME: {str(dig(b, ("Ebs", "VolumeId"))): root is not None and b.get("DeviceName") == root
+                     for b in instance.get("BlockDeviceMappings") or []
+                     if dig(b, ("Ebs", "DeleteOnTermination")) is not False and dig(b, ("Ebs", "VolumeId"))},
+            NETWORK_INTERFACE: {str(n.get("NetworkInterfaceId")): dig(n, ("Attachment", "DeviceIndex")) == 0
+                                and dig(n, ("Attachment", "NetworkCardIndex")) in (None, 0)
+                                for n in instance.get("NetworkInterfaces") or []
+                                if dig(n, ("Attachment", "DeleteOnTermination")) is not False
+                                and n.get("NetworkInterfaceId")},
         }
         blast: list[str] = []
         blocked: list[str] = []
-        for spec, ids in doomed.items():
-            ids = sorted({str(i) for i in ids if i})
+        for spec, own in doomed.items():
+            ids = sorted(own)
             if not ids:
                 continue
             items = [fresh[i] for i in ids if i in fresh]  # the group's own, just re-read
@@ -255,7 +262,8 @@ class OwnerSteps:
             for item in items:
                 rid = spec.item_id(item)
                 why = blast_problem(tags_of(item, spec), member=rid in members, ref=self.group.provider_ref,
-                                    tag_key=self.calls.tag_key, protect_keys=self.calls.protect_keys)
+                                    tag_key=self.calls.tag_key, protect_keys=self.calls.protect_keys,
+                                    own_device=own.get(rid, False))
                 if why is None:
                     blast.append(rid)
                 else:
