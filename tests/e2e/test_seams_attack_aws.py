@@ -18,7 +18,7 @@ from orphan_cleanup.cycle.runner import run_cycle
 from orphan_cleanup.entrypoints import bootstrap
 from orphan_cleanup.ledger.db import Database
 from orphan_cleanup.queues.memory import InProcessQueue
-from tests.support.aws_proxy import AwsProxy
+from tests.support.aws_proxy import AwsProxy, Rule
 from tests.support.ledger_helpers import add_backend
 from tests.support.seams import GONE, delete_results, skip_reasons
 from tests.support.sqs_harness import MotoPlatform
@@ -26,6 +26,11 @@ from tests.support.sqs_harness import MotoPlatform
 pytestmark = pytest.mark.usefixtures("moto_reset")
 BACKEND = "aws-prod"
 TAG = "provider_ref"
+PROTECT = "orphan-cleanup-protect"
+# DescribeVolumes answering, without an error, with no volume at all
+NO_VOLUMES = (200, [("Content-Type", "text/xml;charset=UTF-8")],
+              b'<?xml version="1.0" encoding="UTF-8"?><DescribeVolumesResponse xmlns="http://ec2.amazonaws.com/doc/'
+              b'2016-11-15/"><requestId>x</requestId><volumeSet/></DescribeVolumesResponse>')
 
 
 @pytest.fixture
@@ -118,3 +123,33 @@ def test_an_untagged_volume_attached_later_with_delete_on_termination_keeps_the_
     assert theirs in platform.all_volumes()
     recorded = only_result(db, cycle_id)
     assert recorded["state"] == "skipped" and skip_reasons(recorded)[theirs] == "blast_foreign", recorded
+
+
+# ---- F4. a member the re-read before the terminate does not answer for -------------------------------
+
+@pytest.mark.parametrize("left_out", ["filtered", "filtered-and-by-id"])
+def test_a_member_the_reread_leaves_out_keeps_the_instance(emptied_db, proxy, left_out):
+    """Setup: an orphan VM with a data volume of its ref (DeleteOnTermination false: not in the
+    terminate's blast); between classification and deletion the volume gets a protect tag, and
+    DescribeVolumes leaves it out of its answer (no error): once (the members' filtered re-read),
+    or also when asked by its id. Shows: the VM is not terminated: the member asked by id shows its
+    protect tag (group_protected), or, never answered, is unreadable (member_unreadable), never
+    taken for unprotected or gone."""
+    db = emptied_db
+    platform, vm = orphan_vm(db)
+    data = attach(platform, vm, {TAG: ref_of(platform, vm)}, delete_on_termination=False)
+
+    def between() -> None:
+        platform.ec2.create_tags(Resources=[data], Tags=[{"Key": PROTECT, "Value": "yes"}])
+        proxy.add_rule(Rule("DescribeVolumes", match=lambda body: data.encode() in body,
+                            times=1 if left_out == "filtered" else 2, reply=NO_VOLUMES))
+
+    cycle_id = delete_cycle(db, proxy.url, between)
+
+    assert platform.instance_state(vm) not in GONE
+    assert "TerminateInstances" not in proxy.actions()
+    recorded = only_result(db, cycle_id)
+    reasons = skip_reasons(recorded)
+    expected = {vm: "group_protected", data: "protected"} if left_out == "filtered" else \
+        {vm: "member_unreadable", data: "unreadable"}
+    assert recorded["state"] == "skipped" and {k: reasons[k] for k in expected} == expected, recorded

@@ -81,7 +81,8 @@ class OwnerSteps:
                 return self._protect_group(primary, *protection)
             fresh = self._protected_member()
             if isinstance(fresh, str):
-                return self._skip_group(primary, fresh, others=fresh)
+                return self._skip_group(primary, fresh, others="group_protected" if fresh == "group_protected"
+                                        else "owner_skipped")
             blast = self._blast(item, fresh)
             if isinstance(blast, str):
                 return self._skip_group(primary, blast)
@@ -209,20 +210,44 @@ class OwnerSteps:
         """Every dependent of the group re-read by id right before the terminate: a protect
         tag on any of them protects the whole group, as the classifier reads the listing
         (SAFETY.md rule 12), whether or not the terminate would take it. Returns the items
-        read (by id), or ``group_protected`` with the protected members named in ``skipped``."""
+        read (by id), or why the group is skipped: ``group_protected`` (the protected members
+        named in ``skipped``), ``member_unreadable`` (a member neither answered nor said gone)."""
         fresh: dict[str, Item] = {}
+        unread: list[Resource] = []
         for spec in KINDS:
             ids = sorted(r.id for r in self.group.resources if r.kind is spec.kind and r.id != self.group.primary_id)
             if not ids:
                 continue
             reply = self.calls.call(spec.describe, frozenset(), Filters=[{"Name": spec.id_filter, "Values": ids}])
             fresh.update((spec.item_id(i), i) for i in spec.items(reply or {}))
+            for rid in (i for i in ids if i not in fresh):  # left out of the answer: asked by id
+                item = self._member_by_id(spec, rid)
+                if isinstance(item, Mapping):
+                    fresh[rid] = item
+                elif item:
+                    unread += [r for r in self.group.resources if r.id == rid]
         protected = [r for r in self.group.resources if r.id in fresh
                      and not self.calls.protect_keys.isdisjoint(tags_of(fresh[r.id], BY_KIND[r.kind]))]
-        if not protected:
-            return fresh
-        self.skipped.extend(SkippedResource(kind=r.kind, id=r.id, reason="protected") for r in protected)
-        return "group_protected"
+        if protected:
+            self.skipped.extend(SkippedResource(kind=r.kind, id=r.id, reason="protected") for r in protected)
+            return "group_protected"
+        if unread:  # fail closed: what cannot be read may carry a protect tag (SAFETY.md rule 1)
+            self.skipped.extend(SkippedResource(kind=r.kind, id=r.id, reason="unreadable") for r in unread)
+            return "member_unreadable"
+        return fresh
+
+    def _member_by_id(self, spec: AwsKind, rid: str) -> Item | bool:
+        """A member the filtered re-read left out, asked by its id: the item, False when EC2
+        says it is gone (its not-found code, or terminated), True when the answer leaves it
+        out again (unreadable: never taken for gone)."""
+        params: dict[str, Any] = {spec.ids_param: [rid]}
+        reply = self.calls.call(spec.describe, spec.not_found, **params)
+        if reply is None:
+            return False
+        items = [i for i in spec.items(reply) if spec.item_id(i) == rid]
+        if len(items) != 1:
+            return True
+        return False if spec.state(items[0]) is ResourceState.TERMINATED else items[0]
 
     def _blast(self, instance: Item, fresh: Mapping[str, Item]) -> tuple[str, ...] | str:
         """SAFETY.md rule 15: what ``TerminateInstances`` deletes along with the instance,

@@ -65,7 +65,9 @@ class ResourceProvider(ABC):
         is not made;
       - a protect tag on any member, as re-read right before the owner's delete,
         protects the whole group (``SKIPPED``: the member ``protected``, the others
-        ``group_protected``), as the classifier reads a listing (SAFETY.md rule 12);
+        ``group_protected``), as the classifier reads a listing (SAFETY.md rule 12); a member
+        that re-read neither answers for nor says gone keeps it too (``unreadable``, the
+        owner ``member_unreadable``: what cannot be read may carry a protect tag);
       - only the dependents the owner's re-read shows attached to it (or those an earlier
         call confirmed attached: ``known_attached``, what ``DeleteResult.attached``
         reported, kept by the ledger) go with it; any other member is left for the next
