@@ -21,7 +21,7 @@ from orphan_cleanup.queues.memory import InProcessQueue
 from tests.support.aws_proxy import AwsProxy, Rule
 from tests.support.ledger_helpers import add_backend
 from tests.support.seams import GONE, delete_results, skip_reasons
-from tests.support.sqs_harness import MotoPlatform
+from tests.support.sqs_harness import AMI, MotoPlatform
 
 pytestmark = pytest.mark.usefixtures("moto_reset")
 BACKEND = "aws-prod"
@@ -31,6 +31,12 @@ PROTECT = "orphan-cleanup-protect"
 NO_VOLUMES = (200, [("Content-Type", "text/xml;charset=UTF-8")],
               b'<?xml version="1.0" encoding="UTF-8"?><DescribeVolumesResponse xmlns="http://ec2.amazonaws.com/doc/'
               b'2016-11-15/"><requestId>x</requestId><volumeSet/></DescribeVolumesResponse>')
+
+# DescribeInstances answering InvalidInstanceID.NotFound, as EC2 does for an instance launched moments ago
+INSTANCE_NOT_FOUND = (400, [("Content-Type", "text/xml;charset=UTF-8")],
+                      b'<?xml version="1.0" encoding="UTF-8"?><Response><Errors><Error><Code>InvalidInstanceID.NotFound'
+                      b"</Code><Message>The instance ID does not exist</Message></Error></Errors><RequestID>x"
+                      b"</RequestID></Response>")
 
 
 @pytest.fixture
@@ -153,3 +159,52 @@ def test_a_member_the_reread_leaves_out_keeps_the_instance(emptied_db, proxy, le
     expected = {vm: "group_protected", data: "protected"} if left_out == "filtered" else \
         {vm: "member_unreadable", data: "unreadable"}
     assert recorded["state"] == "skipped" and {k: reasons[k] for k in expected} == expected, recorded
+
+
+# ---- F11. a transient InvalidInstanceID.NotFound is not "gone" ----------------------------------------
+
+@pytest.mark.parametrize("kind", ["address", "interface"])
+def test_a_transient_not_found_never_detaches_a_dependent_from_a_live_instance(emptied_db, proxy, kind):
+    """Setup: a leftover Elastic IP (or network interface) of a ref whose owner row was hard-deleted
+    an hour ago, no instance of the ref; between classification and deletion someone associates
+    it with (attaches it to) their new, untagged instance X, and EC2 answers the next
+    DescribeInstances of X with InvalidInstanceID.NotFound (eventual consistency). Shows: nothing
+    is disassociated or detached from X, which still runs with it; the dependent is pending
+    (the group deleting), never taken for one of a gone instance."""
+    db = emptied_db
+    add_backend(db, BACKEND, mode="delete")
+    platform = MotoPlatform(db, BACKEND)
+    issued = platform.ledger.issue_ref(owner_name="placeholder")
+    platform.ledger.hard_delete(issued.owner_id)
+    platform.age_ledger()
+    ec2 = platform.ec2
+    tagged = {"Tags": [{"Key": TAG, "Value": issued.provider_ref}]}
+    [x] = ec2.run_instances(ImageId=AMI, MinCount=1, MaxCount=1, InstanceType="t3.micro")["Instances"]
+    if kind == "address":
+        dep = ec2.allocate_address(Domain="vpc", TagSpecifications=[{"ResourceType": "elastic-ip", **tagged}])[
+            "AllocationId"]
+    else:
+        dep = ec2.create_network_interface(SubnetId=x["SubnetId"], TagSpecifications=[
+            {"ResourceType": "network-interface", **tagged}])["NetworkInterface"]["NetworkInterfaceId"]
+
+    def between() -> None:
+        if kind == "address":
+            ec2.associate_address(AllocationId=dep, InstanceId=x["InstanceId"])
+        else:
+            ec2.attach_network_interface(NetworkInterfaceId=dep, InstanceId=x["InstanceId"], DeviceIndex=1)
+        proxy.add_rule(Rule("DescribeInstances", match=lambda body: x["InstanceId"].encode() in body, times=1,
+                            reply=INSTANCE_NOT_FOUND))
+
+    cycle_id = delete_cycle(db, proxy.url, between)
+
+    assert not {"DisassociateAddress", "DetachNetworkInterface", "ReleaseAddress",
+                "DeleteNetworkInterface"} & set(proxy.actions()), proxy.actions()
+    if kind == "address":
+        [address] = ec2.describe_addresses(AllocationIds=[dep])["Addresses"]
+        assert address.get("InstanceId") == x["InstanceId"], address
+    else:
+        [eni] = ec2.describe_network_interfaces(NetworkInterfaceIds=[dep])["NetworkInterfaces"]
+        assert eni["Attachment"]["InstanceId"] == x["InstanceId"], eni
+    assert platform.instance_state(x["InstanceId"]) == "running"
+    recorded = only_result(db, cycle_id)
+    assert recorded["state"] == "deleting" and dep in recorded["result"]["pending"], recorded

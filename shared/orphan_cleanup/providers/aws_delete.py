@@ -23,7 +23,8 @@ Safety rules this module keeps (SAFETY.md rules 1 and 3, seed 002):
   with the ref and its id, is ``completed`` (``aws_snapshot``): pending is "not yet",
   ``error`` fails the group; a snapshot is deleted only after its group's volumes;
 - a dependent still in use by something alive is "not yet" (pending), never
-  detached from a live instance; while anything of a kind it depends on is
+  detached from a live instance: only an instance EC2 answers ``terminated`` is
+  gone (``InvalidInstanceID.NotFound`` is not proof); while anything of a kind it depends on is
   pending, a kind is not tried (an interface waits for the group's
   addresses, a security group for its interfaces) and is pending too.
 """
@@ -198,10 +199,21 @@ class GroupDeletion(OwnerSteps):
         return not instance_id or self._instance_gone(str(instance_id))
 
     def _instance_gone(self, instance_id: str) -> bool:
-        """Terminated or unknown to EC2. A read only: never acts on that id."""
-        if instance_id not in self._gone_instances and self.calls.read(INSTANCE, instance_id) is None:
+        """Whether EC2 answers, now, that the instance is ``terminated``: the only proof that
+        something may be detached from it (SAFETY.md rule 3). ``InvalidInstanceID.NotFound``
+        is not: EC2 answers it for an instance launched moments ago (eventual consistency),
+        so an unknown instance is "not yet" (pending), as a live one. The group's own
+        primary found gone at this call's first re-read counts (``_owner_gone``). A read
+        only: never acts on that id."""
+        if instance_id in self._gone_instances:
+            return True
+        params: dict[str, Any] = {INSTANCE.ids_param: [instance_id]}
+        reply = self.calls.call(INSTANCE.describe, INSTANCE.not_found, **params)
+        items = [i for i in INSTANCE.items(reply or {}) if INSTANCE.item_id(i) == instance_id]
+        if len(items) == 1 and INSTANCE.raw_state(items[0]) == "terminated":
             self._gone_instances.add(instance_id)
-        return instance_id in self._gone_instances
+            return True
+        return False
 
     # -- shape and result -----------------------------------------------------------------
 
