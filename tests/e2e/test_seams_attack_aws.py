@@ -7,11 +7,14 @@ for replies EC2 can send and moto does not (an answer that leaves an id out, a t
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
+from orphan_cleanup.core.backends import SNAPSHOT_SOURCE_KEY
+from orphan_cleanup.core.messages import DeleteRequest, ListingBatch
 from orphan_cleanup.core.settings import Settings
 from orphan_cleanup.cycle.plan import Plan
 from orphan_cleanup.cycle.runner import run_cycle
@@ -208,3 +211,47 @@ def test_a_transient_not_found_never_detaches_a_dependent_from_a_live_instance(e
     assert platform.instance_state(x["InstanceId"]) == "running"
     recorded = only_result(db, cycle_id)
     assert recorded["state"] == "deleting" and dep in recorded["result"]["pending"], recorded
+
+
+# ---- F6. a forged listing batch naming a snapshot its retention keeps ---------------------------------
+
+@pytest.mark.parametrize("retain", [None, 7], ids=["retain-unset", "retain-7-days"])
+def test_a_forged_batch_never_deletes_a_snapshot_its_retention_keeps(emptied_db, moto_reset, retain):
+    """Setup: snapshot_before_delete, retain_snapshots_days unset (keep forever) or 7; a snapshot
+    the deleter took of a volume of ref R (the ref and source tags; taken now), that volume gone, and
+    a leftover volume of R (an orphan group). The listing batch is altered in the queue (SAFETY.md
+    rule 12: a message is only a hint) to add that snapshot to R's group. Shows: the deleter deletes
+    the leftover volume but not the snapshot (snapshot_retained), checked on its re-read values."""
+    db = emptied_db
+    settings: dict[str, Any] = {"snapshot_before_delete": True}
+    if retain is not None:
+        settings["retain_snapshots_days"] = retain
+    add_backend(db, BACKEND, mode="delete", settings=settings)
+    platform = MotoPlatform(db, BACKEND)
+    issued = platform.ledger.issue_ref(owner_name="placeholder")
+    platform.ledger.hard_delete(issued.owner_id)
+    platform.age_ledger()
+    ref, ec2, region = issued.provider_ref, platform.ec2, platform.region
+    taken_of = platform.volume(ref)
+    snap = ec2.create_snapshot(VolumeId=taken_of, TagSpecifications=[{"ResourceType": "snapshot", "Tags": [
+        {"Key": TAG, "Value": ref}, {"Key": SNAPSHOT_SOURCE_KEY, "Value": taken_of}]}])["SnapshotId"]
+    ec2.delete_volume(VolumeId=taken_of)
+    leftover = platform.volume(ref)
+
+    pipeline = bootstrap.build_pipeline(Settings.explicit(margin_seconds=0, aws_endpoint_url=moto_reset), db=db,
+                                        listing_queue=InProcessQueue(), delete_queue=InProcessQueue())
+    cycle_id = pipeline.run_lister(BACKEND, mode="delete", manual=True).cycle_id
+    while (body := pipeline.listing_queue.pop()) is not None:
+        doc = json.loads(body)
+        for group in doc["groups"]:
+            if group["provider_ref"] == ref and group["primary_id"] is None:
+                group["resources"].append({"kind": "snapshot", "id": snap, "region": region, "state": "available",
+                                           "tags": {TAG: ref, SNAPSHOT_SOURCE_KEY: taken_of}})
+        pipeline.handle_batch(ListingBatch.model_validate(doc))
+    while (body := pipeline.delete_queue.pop()) is not None:
+        pipeline.handle_delete(DeleteRequest.model_validate_json(body))
+
+    assert snap in {s["SnapshotId"] for s in ec2.describe_snapshots(OwnerIds=["self"])["Snapshots"]}
+    assert leftover not in platform.all_volumes()
+    recorded = only_result(db, cycle_id)
+    assert skip_reasons(recorded).get(snap) == "snapshot_retained", recorded

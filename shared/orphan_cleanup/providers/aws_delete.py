@@ -32,6 +32,7 @@ Safety rules this module keeps (SAFETY.md rules 1 and 3, seed 002):
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from orphan_cleanup.core.errors import DependencyNotReady, ProviderError
@@ -52,7 +53,7 @@ from orphan_cleanup.providers.aws_kinds import (
     dig,
 )
 from orphan_cleanup.providers.aws_owner import OwnerSteps
-from orphan_cleanup.providers.aws_snapshot import VolumeSnapshots, taken_by_us
+from orphan_cleanup.providers.aws_snapshot import VolumeSnapshots, expired, taken_by_us
 
 Item = Mapping[str, Any]
 _ASSOCIATION_GONE = frozenset({"InvalidAssociationID.NotFound"})
@@ -64,7 +65,8 @@ class GroupDeletion(OwnerSteps):
 
     def __init__(self, ec2: Any, group: ResourceGroup, *, tag_key: str, protect_key: str,
                  protect_keys: Iterable[str] = (), controller_keys: Iterable[str] = (),
-                 snapshot_before_delete: bool = False, journal: Journal = NO_JOURNAL,
+                 snapshot_before_delete: bool = False, retain_snapshots_days: int | None = None,
+                 journal: Journal = NO_JOURNAL,
                  remembered_protection: str | None = None, known_attached: Iterable[str] = ()) -> None:
         self.ec2 = ec2
         self.calls = Ec2Calls(ec2, region=group.region, ref=group.provider_ref, tag_key=tag_key,
@@ -73,6 +75,7 @@ class GroupDeletion(OwnerSteps):
         self.snapshots = VolumeSnapshots(self.calls.call, tag_key=tag_key, ref=group.provider_ref,
                                          region=group.region) if snapshot_before_delete else None
         self.controller_keys = tuple(controller_keys)
+        self.retain_days = retain_snapshots_days
         self.protection: tuple[str, str] | None = None
         self.group = group
         self.region = group.region
@@ -128,8 +131,8 @@ class GroupDeletion(OwnerSteps):
             self.deleted.append(res.id)
             return
         reason = self.calls.foreign(spec, item)
-        if reason is None and spec is SNAPSHOT and not taken_by_us(item, self.calls.tag_key, self.group.provider_ref):
-            reason = "not_our_snapshot"  # SAFETY.md rule 15: only snapshots the deleter took itself
+        if reason is None and spec is SNAPSHOT:
+            reason = self._snapshot_kept(item)
         if reason is not None:
             self.skipped.append(SkippedResource(kind=spec.kind, id=res.id, reason=reason))
             return
@@ -142,6 +145,17 @@ class GroupDeletion(OwnerSteps):
         except DependencyNotReady:
             ready = False
         (self.deleted if ready else self.pending).append(res.id)
+
+    def _snapshot_kept(self, snapshot: Item) -> str | None:
+        """Why a snapshot of the group is not deleted, on its re-read values (never the
+        listing's, which a forged batch could carry): one the deleter did not take itself
+        (SAFETY.md rule 15), or one its retention keeps (``retain_snapshots_days`` unset:
+        kept forever; else younger than that, or of no readable age)."""
+        if not taken_by_us(snapshot, self.calls.tag_key, self.group.provider_ref):
+            return "not_our_snapshot"
+        if self.retain_days is None or not expired(snapshot, retain_days=self.retain_days, now=datetime.now(UTC)):
+            return "snapshot_retained"
+        return None
 
     def _prepare(self, spec: AwsKind, item: Item) -> bool:
         """Make ``item`` deletable if that is safe; False means "not yet"."""
