@@ -42,9 +42,12 @@ _SKIPPED = {"protected": "carries the protect tag now", "ref_changed": "carries 
             "blast_unlisted": "would take a resource of its ref that the listing did not show with it (or is one)",
             "blast_unreadable": "would take a disk, volume or interface the re-read cannot answer for with it",
             "group_protected": "left with its group: a member carries the protect tag now",
+            "unreadable": "the re-read before its VM's delete did not answer for it (it may carry a protect tag)",
+            "member_unreadable": "left: a member of its group did not answer the re-read before the delete",
             "not_attached": "not attached to its VM as re-read: left for the next listing",
             "primary_gone": "its VM was gone before this delete, and no earlier one saw it attached: left",
             "not_our_snapshot": "is a snapshot the deleter did not take",
+            "snapshot_retained": "is a snapshot its retention keeps (retain_snapshots_days unset, or not that old)",
             "spot_request_ref_missing": "its spot request carries no ref tag: not cancelled",
             "spot_request_protected": "its spot request carries a protect tag: not cancelled",
             "spot_request_ref_changed": "its spot request carries another ref: not cancelled"}

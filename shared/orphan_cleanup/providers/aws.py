@@ -117,6 +117,7 @@ class AwsProvider(ResourceProvider):
                                  protect_keys=self.protect_keys,
                                  controller_keys=self.backend.settings.controller_tag_keys,
                                  snapshot_before_delete=self.backend.settings.snapshot_before_delete,
+                                 retain_snapshots_days=self.backend.settings.retain_snapshots_days,
                                  journal=journal, remembered_protection=remembered_protection,
                                  known_attached=known_attached)
         return not_yet_is_deleting(group, deletion.run)

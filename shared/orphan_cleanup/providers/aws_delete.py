@@ -23,7 +23,8 @@ Safety rules this module keeps (SAFETY.md rules 1 and 3, seed 002):
   with the ref and its id, is ``completed`` (``aws_snapshot``): pending is "not yet",
   ``error`` fails the group; a snapshot is deleted only after its group's volumes;
 - a dependent still in use by something alive is "not yet" (pending), never
-  detached from a live instance; while anything of a kind it depends on is
+  detached from a live instance: only an instance EC2 answers ``terminated`` is
+  gone (``InvalidInstanceID.NotFound`` is not proof); while anything of a kind it depends on is
   pending, a kind is not tried (an interface waits for the group's
   addresses, a security group for its interfaces) and is pending too.
 """
@@ -31,6 +32,7 @@ Safety rules this module keeps (SAFETY.md rules 1 and 3, seed 002):
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from orphan_cleanup.core.errors import DependencyNotReady, ProviderError
@@ -51,7 +53,7 @@ from orphan_cleanup.providers.aws_kinds import (
     dig,
 )
 from orphan_cleanup.providers.aws_owner import OwnerSteps
-from orphan_cleanup.providers.aws_snapshot import VolumeSnapshots, taken_by_us
+from orphan_cleanup.providers.aws_snapshot import VolumeSnapshots, expired, taken_by_us
 
 Item = Mapping[str, Any]
 _ASSOCIATION_GONE = frozenset({"InvalidAssociationID.NotFound"})
@@ -63,7 +65,8 @@ class GroupDeletion(OwnerSteps):
 
     def __init__(self, ec2: Any, group: ResourceGroup, *, tag_key: str, protect_key: str,
                  protect_keys: Iterable[str] = (), controller_keys: Iterable[str] = (),
-                 snapshot_before_delete: bool = False, journal: Journal = NO_JOURNAL,
+                 snapshot_before_delete: bool = False, retain_snapshots_days: int | None = None,
+                 journal: Journal = NO_JOURNAL,
                  remembered_protection: str | None = None, known_attached: Iterable[str] = ()) -> None:
         self.ec2 = ec2
         self.calls = Ec2Calls(ec2, region=group.region, ref=group.provider_ref, tag_key=tag_key,
@@ -72,6 +75,7 @@ class GroupDeletion(OwnerSteps):
         self.snapshots = VolumeSnapshots(self.calls.call, tag_key=tag_key, ref=group.provider_ref,
                                          region=group.region) if snapshot_before_delete else None
         self.controller_keys = tuple(controller_keys)
+        self.retain_days = retain_snapshots_days
         self.protection: tuple[str, str] | None = None
         self.group = group
         self.region = group.region
@@ -127,8 +131,8 @@ class GroupDeletion(OwnerSteps):
             self.deleted.append(res.id)
             return
         reason = self.calls.foreign(spec, item)
-        if reason is None and spec is SNAPSHOT and not taken_by_us(item, self.calls.tag_key, self.group.provider_ref):
-            reason = "not_our_snapshot"  # SAFETY.md rule 15: only snapshots the deleter took itself
+        if reason is None and spec is SNAPSHOT:
+            reason = self._snapshot_kept(item)
         if reason is not None:
             self.skipped.append(SkippedResource(kind=spec.kind, id=res.id, reason=reason))
             return
@@ -141,6 +145,17 @@ class GroupDeletion(OwnerSteps):
         except DependencyNotReady:
             ready = False
         (self.deleted if ready else self.pending).append(res.id)
+
+    def _snapshot_kept(self, snapshot: Item) -> str | None:
+        """Why a snapshot of the group is not deleted, on its re-read values (never the
+        listing's, which a forged batch could carry): one the deleter did not take itself
+        (SAFETY.md rule 15), or one its retention keeps (``retain_snapshots_days`` unset:
+        kept forever; else younger than that, or of no readable age)."""
+        if not taken_by_us(snapshot, self.calls.tag_key, self.group.provider_ref):
+            return "not_our_snapshot"
+        if self.retain_days is None or not expired(snapshot, retain_days=self.retain_days, now=datetime.now(UTC)):
+            return "snapshot_retained"
+        return None
 
     def _prepare(self, spec: AwsKind, item: Item) -> bool:
         """Make ``item`` deletable if that is safe; False means "not yet"."""
@@ -198,10 +213,21 @@ class GroupDeletion(OwnerSteps):
         return not instance_id or self._instance_gone(str(instance_id))
 
     def _instance_gone(self, instance_id: str) -> bool:
-        """Terminated or unknown to EC2. A read only: never acts on that id."""
-        if instance_id not in self._gone_instances and self.calls.read(INSTANCE, instance_id) is None:
+        """Whether EC2 answers, now, that the instance is ``terminated``: the only proof that
+        something may be detached from it (SAFETY.md rule 3). ``InvalidInstanceID.NotFound``
+        is not: EC2 answers it for an instance launched moments ago (eventual consistency),
+        so an unknown instance is "not yet" (pending), as a live one. The group's own
+        primary found gone at this call's first re-read counts (``_owner_gone``). A read
+        only: never acts on that id."""
+        if instance_id in self._gone_instances:
+            return True
+        params: dict[str, Any] = {INSTANCE.ids_param: [instance_id]}
+        reply = self.calls.call(INSTANCE.describe, INSTANCE.not_found, **params)
+        items = [i for i in INSTANCE.items(reply or {}) if INSTANCE.item_id(i) == instance_id]
+        if len(items) == 1 and INSTANCE.raw_state(items[0]) == "terminated":
             self._gone_instances.add(instance_id)
-        return instance_id in self._gone_instances
+            return True
+        return False
 
     # -- shape and result -----------------------------------------------------------------
 

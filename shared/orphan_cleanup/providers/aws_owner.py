@@ -22,6 +22,7 @@ from orphan_cleanup.providers.aws_kinds import (
     NETWORK_INTERFACE,
     SPOT_REQUEST,
     VOLUME,
+    AwsKind,
     dig,
     tags_of,
 )
@@ -80,7 +81,8 @@ class OwnerSteps:
                 return self._protect_group(primary, *protection)
             fresh = self._protected_member()
             if isinstance(fresh, str):
-                return self._skip_group(primary, fresh, others=fresh)
+                return self._skip_group(primary, fresh, others="group_protected" if fresh == "group_protected"
+                                        else "owner_skipped")
             blast = self._blast(item, fresh)
             if isinstance(blast, str):
                 return self._skip_group(primary, blast)
@@ -208,40 +210,70 @@ class OwnerSteps:
         """Every dependent of the group re-read by id right before the terminate: a protect
         tag on any of them protects the whole group, as the classifier reads the listing
         (SAFETY.md rule 12), whether or not the terminate would take it. Returns the items
-        read (by id), or ``group_protected`` with the protected members named in ``skipped``."""
+        read (by id), or why the group is skipped: ``group_protected`` (the protected members
+        named in ``skipped``), ``member_unreadable`` (a member neither answered nor said gone)."""
         fresh: dict[str, Item] = {}
+        unread: list[Resource] = []
         for spec in KINDS:
             ids = sorted(r.id for r in self.group.resources if r.kind is spec.kind and r.id != self.group.primary_id)
             if not ids:
                 continue
             reply = self.calls.call(spec.describe, frozenset(), Filters=[{"Name": spec.id_filter, "Values": ids}])
             fresh.update((spec.item_id(i), i) for i in spec.items(reply or {}))
+            for rid in (i for i in ids if i not in fresh):  # left out of the answer: asked by id
+                item = self._member_by_id(spec, rid)
+                if isinstance(item, Mapping):
+                    fresh[rid] = item
+                elif item:
+                    unread += [r for r in self.group.resources if r.id == rid]
         protected = [r for r in self.group.resources if r.id in fresh
                      and not self.calls.protect_keys.isdisjoint(tags_of(fresh[r.id], BY_KIND[r.kind]))]
-        if not protected:
-            return fresh
-        self.skipped.extend(SkippedResource(kind=r.kind, id=r.id, reason="protected") for r in protected)
-        return "group_protected"
+        if protected:
+            self.skipped.extend(SkippedResource(kind=r.kind, id=r.id, reason="protected") for r in protected)
+            return "group_protected"
+        if unread:  # fail closed: what cannot be read may carry a protect tag (SAFETY.md rule 1)
+            self.skipped.extend(SkippedResource(kind=r.kind, id=r.id, reason="unreadable") for r in unread)
+            return "member_unreadable"
+        return fresh
+
+    def _member_by_id(self, spec: AwsKind, rid: str) -> Item | bool:
+        """A member the filtered re-read left out, asked by its id: the item, False when EC2
+        says it is gone (its not-found code, or terminated), True when the answer leaves it
+        out again (unreadable: never taken for gone)."""
+        params: dict[str, Any] = {spec.ids_param: [rid]}
+        reply = self.calls.call(spec.describe, spec.not_found, **params)
+        if reply is None:
+            return False
+        items = [i for i in spec.items(reply) if spec.item_id(i) == rid]
+        if len(items) != 1:
+            return True
+        return False if spec.state(items[0]) is ResourceState.TERMINATED else items[0]
 
     def _blast(self, instance: Item, fresh: Mapping[str, Item]) -> tuple[str, ...] | str:
         """SAFETY.md rule 15: what ``TerminateInstances`` deletes along with the instance,
         its ``DeleteOnTermination`` volumes and interfaces (a missing flag read as "deleted
         with it"), read afresh. Each must be a member of the group that still carries its
-        ref and no protect tag, or carry neither the ref tag key nor a protect tag: the
-        instance's own root volume or primary interface (EC2 attaches later volumes and
-        interfaces with the flag false unless asked). Returns the blast's ids, or the
+        ref and no protect tag, or carry neither the ref tag key nor a protect tag and be the
+        instance's own root volume (its device is the instance's ``RootDeviceName``) or
+        primary interface (device index 0 on network card 0): anything else attached later
+        with the flag set is not the instance's to take. Returns the blast's ids, or the
         reason the group is skipped (every blocking resource named in ``skipped``)."""
         members = set(self.group.resource_ids())
-        doomed = {
-            VOLUME: [dig(b, ("Ebs", "VolumeId")) for b in instance.get("BlockDeviceMappings") or []
-                     if dig(b, ("Ebs", "DeleteOnTermination")) is not False],
-            NETWORK_INTERFACE: [n.get("NetworkInterfaceId") for n in instance.get("NetworkInterfaces") or []
-                                if dig(n, ("Attachment", "DeleteOnTermination")) is not False],
+        root = instance.get("RootDeviceName") or None
+        doomed: dict[AwsKind, dict[str, bool]] = {  # id -> whether it is the instance's own device
+            VOLUME: {str(dig(b, ("Ebs", "VolumeId"))): root is not None and b.get("DeviceName") == root
+                     for b in instance.get("BlockDeviceMappings") or []
+                     if dig(b, ("Ebs", "DeleteOnTermination")) is not False and dig(b, ("Ebs", "VolumeId"))},
+            NETWORK_INTERFACE: {str(n.get("NetworkInterfaceId")): dig(n, ("Attachment", "DeviceIndex")) == 0
+                                and dig(n, ("Attachment", "NetworkCardIndex")) in (None, 0)
+                                for n in instance.get("NetworkInterfaces") or []
+                                if dig(n, ("Attachment", "DeleteOnTermination")) is not False
+                                and n.get("NetworkInterfaceId")},
         }
         blast: list[str] = []
         blocked: list[str] = []
-        for spec, ids in doomed.items():
-            ids = sorted({str(i) for i in ids if i})
+        for spec, own in doomed.items():
+            ids = sorted(own)
             if not ids:
                 continue
             items = [fresh[i] for i in ids if i in fresh]  # the group's own, just re-read
@@ -255,7 +287,8 @@ class OwnerSteps:
             for item in items:
                 rid = spec.item_id(item)
                 why = blast_problem(tags_of(item, spec), member=rid in members, ref=self.group.provider_ref,
-                                    tag_key=self.calls.tag_key, protect_keys=self.calls.protect_keys)
+                                    tag_key=self.calls.tag_key, protect_keys=self.calls.protect_keys,
+                                    own_device=own.get(rid, False))
                 if why is None:
                     blast.append(rid)
                 else:

@@ -55,8 +55,9 @@ class ResourceProvider(ABC):
       - the blast of a call is the group (SAFETY.md rule 15): before a call that makes
         the provider delete more than its target (an instance's ``DeleteOnTermination``
         volumes and interfaces, GCP ``autoDelete`` disks), that set is read afresh and
-        each member must be a verified member of the group (or carry no ref tag and no
-        protect tag: the instance's own boot disk or primary interface); otherwise the
+        each member must be a verified member of the group that still carries its ref (or
+        carry no ref tag and no protect tag and be the instance's own root volume, boot disk
+        or primary interface); otherwise the
         group is skipped (``DeleteStatus.SKIPPED``) and ``skipped`` names the blocking
         resource (``blast_protected``, ``blast_foreign``);
       - every mutating call is journaled through ``journal`` (``core.journal``: intent
@@ -64,7 +65,9 @@ class ResourceProvider(ABC):
         is not made;
       - a protect tag on any member, as re-read right before the owner's delete,
         protects the whole group (``SKIPPED``: the member ``protected``, the others
-        ``group_protected``), as the classifier reads a listing (SAFETY.md rule 12);
+        ``group_protected``), as the classifier reads a listing (SAFETY.md rule 12); a member
+        that re-read neither answers for nor says gone keeps it too (``unreadable``, the
+        owner ``member_unreadable``: what cannot be read may carry a protect tag);
       - only the dependents the owner's re-read shows attached to it (or those an earlier
         call confirmed attached: ``known_attached``, what ``DeleteResult.attached``
         reported, kept by the ledger) go with it; any other member is left for the next
@@ -225,15 +228,19 @@ def older_than_days(created: object, days: int, now: datetime) -> bool:
 
 
 def blast_problem(tags: Mapping[str, str], *, member: bool, ref: str, tag_key: str,
-                  protect_keys: frozenset[str]) -> str | None:
+                  protect_keys: frozenset[str], own_device: bool = True) -> str | None:
     """Why a resource the provider would delete along with a call must not go with it
     (SAFETY.md rule 15), or None: ``blast_protected`` (a protect tag), ``blast_foreign``
-    (another ref's), ``blast_unlisted`` (this ref's, but not a listed member of the group:
-    the next cycle lists it). No ref tag key and no protect tag: the instance's own."""
+    (another ref's, a member that lost its ref since the listing, or a resource with no ref
+    tag that is not the instance's own), ``blast_unlisted`` (this ref's, but not a listed
+    member of the group: the next cycle lists it). A non-member with no ref tag key and no
+    protect tag goes only when it is the instance's own root volume, boot disk or primary
+    interface (``own_device``, as the instance's re-read shows it; a caller that does not
+    tell keeps the earlier rule)."""
     if not protect_keys.isdisjoint(tags):
         return "blast_protected"
     if tag_key not in tags:
-        return None
+        return None if own_device and not member else "blast_foreign"
     if tags[tag_key] != ref:
         return "blast_foreign"
     return None if member else "blast_unlisted"
