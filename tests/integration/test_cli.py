@@ -169,13 +169,15 @@ def test_status_json_matches_c3(cli, db, monkeypatch):
     rows = json.loads(out)
     # then one object per backend, with exactly the C3 keys and `running` (no cycle runs: null)
     assert isinstance(rows, list) and len(rows) == 2
-    assert all(set(r) == STATUS_KEYS | {"running", "stuck_pending"} and r["running"] is None for r in rows)
+    assert all(set(r) == STATUS_KEYS | {"running", "stuck_pending", "stale_seconds"} and r["running"] is None
+               for r in rows)
     dev, prod = sorted(rows, key=lambda r: r["backend"])
     assert dev == {"backend": "aws-dev", "provider": "aws", "mode": "delete", "clean_at": None,
                    "last_outcome": None, "last_processed_at": None, "next_due_at": None, "open_orphans": 0,
-                   "running": None, "stuck_pending": []}
+                   "running": None, "stuck_pending": [], "stale_seconds": None}  # not enrolled: no staleness
     assert (prod["provider"], prod["mode"], prod["last_outcome"], prod["open_orphans"]) == (
         "aws", "report", "clean", 1)
+    assert isinstance(prod["stale_seconds"], int) and prod["stale_seconds"] >= 0  # since its clean_at
     assert datetime.fromisoformat(prod["clean_at"]) == listed_at
     assert datetime.fromisoformat(prod["next_due_at"]) > datetime.fromisoformat(prod["last_processed_at"])
     # and the global mode shows for backends without their own

@@ -1,5 +1,5 @@
 """`orphan-cleanup`: migrate, backend add|list|show|update|remove, run, status, explain,
-psql, demo, --version (README contract C3).
+orphans, events, psql, demo, --version (README contract C3).
 
 Exit codes (``cli/exits.py``): 0 success (a cycle that finished clean or unsettled), 1 a
 failed cycle (explain: nothing recorded), 2 bad input (arguments, settings, unknown backend,
@@ -25,6 +25,8 @@ EPILOG = """examples:
   orphan-cleanup run --backend aws-prod --mode delete    # deletes the orphans once you type "aws-prod"
   orphan-cleanup run --backend aws-prod --mode delete --yes --json   # deletes the orphans, no prompt (cron)
   orphan-cleanup status
+  orphan-cleanup orphans                  # the open orphans of every backend: size, age, cost
+  orphan-cleanup events --since 1d        # what the cycles recorded in the last day
   orphan-cleanup backend show aws-prod
   orphan-cleanup backend update aws-prod --regions us-east-1,eu-west-1,us-west-2
   orphan-cleanup backend remove aws-old   # deletes the backend's row, no cloud resource; its history stays
@@ -169,6 +171,26 @@ examples:
 
 exit codes: 0 found, 1 nothing recorded (and why), 2 bad input (unknown backend, database not migrated)"""
 
+ORPHANS_EPILOG = """The orphans found and not deleted yet (open, deleting, delete_failed), across cycles, of every
+backend or one: ref, region, primary id, resources, size as the listing read it (instance or
+machine type, GPUs where the API gives them, disk GB, addresses), first and last seen, the last
+action, the reason. With a backend's `prices` setting (the operator's own prices, never fetched:
+README.md, "Open orphans and what they cost"), an estimated cost per hour and since first seen,
+and a total per backend. Read-only: never changes the database (migrate first).
+
+examples:
+  orphan-cleanup orphans
+  orphan-cleanup orphans --backend aws-prod --json | jq 'map(.cost_so_far) | add'
+  orphan-cleanup backend update aws-prod --settings '{"prices": {"instance_hour": {"m5.large": 0.096},
+      "disk_gb_month": 0.08, "address_hour": 0.005}}'"""
+EVENTS_EPILOG = """The events table (README.md, "The events table"): one row per reported orphan or protected
+group, deletion, failed delete, cycle failure and backend removal, oldest first. --since takes
+a number and a unit (s, m, h, d). Read-only: never changes the database (migrate first).
+
+examples:
+  orphan-cleanup events --since 6h
+  orphan-cleanup events --backend aws-prod --since 7d --json | jq 'map(select(.kind == "delete_failed"))'"""
+
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
@@ -234,6 +256,16 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--backend", required=True, help="a backend id (see backend list)")
     ex.add_argument("ref_or_resource_id", metavar="REF_OR_RESOURCE_ID", help="a provider_ref or a resource id")
     ex.add_argument("--json", action="store_true", help="print one JSON document")
+    orph = sub.add_parser("orphans", help="the open orphans across cycles: size, age, cost (read-only)",
+                          epilog=ORPHANS_EPILOG, formatter_class=RAW)
+    orph.add_argument("--backend", default=None, help="only this backend's (see backend list)")
+    orph.add_argument("--json", action="store_true", help="print a JSON list, one object per open orphan")
+    ev = sub.add_parser("events", help="the events table: what cycles recorded (read-only)",
+                        epilog=EVENTS_EPILOG, formatter_class=RAW)
+    ev.add_argument("--backend", default=None, help="only this backend's (see backend list)")
+    ev.add_argument("--since", default="1d", metavar="DURATION",
+                    help="how far back: 90s, 30m, 6h, 7d (default 1d)")
+    ev.add_argument("--json", action="store_true", help="print a JSON list, one object per event, oldest first")
     return p
 
 

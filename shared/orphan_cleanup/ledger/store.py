@@ -39,7 +39,7 @@ from typing import Any
 from orphan_cleanup.core.backends import Backend, BackendSettings
 from orphan_cleanup.core.listing import ResourceGroup
 from orphan_cleanup.core.owners import Record
-from orphan_cleanup.ledger import queries, reports
+from orphan_cleanup.ledger import queries, reports, watch
 from orphan_cleanup.ledger.db import Database
 from orphan_cleanup.ledger.records import CycleReport
 from orphan_cleanup.ledger.session import LedgerSession
@@ -159,6 +159,21 @@ class LedgerStore:
         """Pending owners older than that whose resources the latest finished cycle skipped."""
         with self.db.connection() as conn:
             return reports.stuck_pending(conn, older_than_seconds, backend_id)
+
+    def open_orphans(self, backend_id: str | None = None) -> list[watch.OpenOrphan]:
+        """The open orphans across cycles, with their listed resources and the backend's prices."""
+        with self.db.connection() as conn:
+            return watch.open_orphans(conn, backend_id)
+
+    def events(self, since_seconds: int, backend_id: str | None = None) -> list[watch.Event]:
+        """The ``events`` rows of the last ``since_seconds``, oldest first."""
+        with self.db.connection() as conn:
+            return watch.events(conn, since_seconds, backend_id)
+
+    def staleness(self, global_mode: str) -> list[watch.Staleness]:
+        """Each enabled, enrolled backend's time since its last clean cycle, the stalest first."""
+        with self.db.connection() as conn:
+            return watch.staleness(conn, global_mode)
 
     def cycle_report(self, cycle_id: str, *, groups: bool = True) -> CycleReport:
         """The C3 report; ``groups=False``: its header only (stream the groups with ``report_groups``)."""
