@@ -226,3 +226,9 @@ variable "alarm_topic_arn" {
   type        = string
   default     = null
 }
+
+variable "stale_alarm_intervals" {
+  description = "The staleness alarm fires when an enabled backend has gone this many interval_seconds without a clean cycle (the tick's StalestBackendSeconds)."
+  type        = number
+  default     = 6
+}

@@ -219,3 +219,9 @@ variable "pubsub_kms_key_name" {
   type        = string
   default     = null
 }
+
+variable "stale_alarm_intervals" {
+  description = "The staleness alert fires when an enabled backend has gone this many interval_seconds without a clean cycle (the tick's stalest_backend_seconds)."
+  type        = number
+  default     = 6
+}

@@ -41,7 +41,7 @@ from orphan_cleanup.core.listing import ResourceGroup
 from orphan_cleanup.core.owners import Record
 from orphan_cleanup.ledger import queries, reports, watch
 from orphan_cleanup.ledger.db import Database
-from orphan_cleanup.ledger.records import CycleReport
+from orphan_cleanup.ledger.records import CycleReport, FinishedCycle
 from orphan_cleanup.ledger.session import LedgerSession
 from orphan_cleanup.ledger.unit import LeaseUnit, LockedCycle
 
@@ -54,8 +54,10 @@ REPORT_PAGE = 2_000
 class LedgerStore:
     """The cleanup's ledger port (see the module docstring for its contracts)."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, on_finish: Callable[[FinishedCycle], None] | None = None) -> None:
         self.db = db
+        # Called once a cycle's STEP 7 has committed (``cycle()``): its metrics and digest.
+        self.on_finish = on_finish
 
     @contextmanager
     def session(self) -> Iterator[LedgerSession]:
@@ -70,9 +72,13 @@ class LedgerStore:
 
     @contextmanager
     def cycle(self, cycle_id: str, now: datetime | None = None) -> Iterator[LockedCycle]:
-        """A live cycle, fenced and locked for one transaction (``LeaseLost`` otherwise)."""
+        """A live cycle, fenced and locked for one transaction (``LeaseLost`` otherwise).
+        A cycle the unit finished is handed to ``on_finish`` after the commit."""
         with self.db.transaction() as conn:
-            yield LockedCycle(conn, cycle_id, now)
+            unit = LockedCycle(conn, cycle_id, now)
+            yield unit
+        if unit.finished is not None and self.on_finish is not None:
+            self.on_finish(unit.finished)
 
     def enroll(self) -> int:
         """Create a cleanup row for each backend once the ledger has issued refs

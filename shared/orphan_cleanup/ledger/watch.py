@@ -106,5 +106,6 @@ def staleness(conn: pg8000.native.Connection, global_mode: str) -> list[Stalenes
     rows = conn.run(
         "SELECT b.id, c.clean_at, CAST(greatest(0, extract(epoch FROM oc_clock() - coalesce(c.clean_at,"
         " c.created_at))) AS bigint) FROM backends b JOIN cleanup c ON c.backend_id = b.id"
-        " WHERE coalesce(b.mode, :g) <> 'off' ORDER BY 3 DESC, b.id", g=global_mode)
+        " WHERE coalesce(b.mode, :g) <> 'off' AND isfinite(coalesce(c.clean_at, c.created_at))"
+        " ORDER BY 3 DESC, b.id", g=global_mode)
     return [Staleness(backend=r[0], clean_at=r[1], stale_seconds=int(r[2])) for r in rows]
