@@ -18,7 +18,7 @@ SentrySink = Callable[[str, str, list[str], dict[str, Any]], None]
 # (metric name, count, backend id) -> None: a count with a ``Backend`` dimension.
 MetricSink = Callable[[str, float, str], None]
 # What runs after a cycle finished (its digest): never raises into the cycle.
-FinishSink = Callable[[FinishedCycle], None]
+FinishSink = Callable[[FinishedCycle], object]
 
 
 class Reporter:

@@ -34,6 +34,9 @@ def _pipeline(settings: Settings, queues: QueueFactory, integrations: tuple[Any,
               metrics: MetricSink | None) -> Pipeline:
     db = bootstrap.open_database(settings, deployed=True)
     listing, delete, jobs = queues(settings)
-    reporter = Reporter(logger=logger, sentry=sentry_sink(settings.sentry_dsn, list(integrations)), metrics=metrics)
+    from orphan_cleanup.entrypoints.notifiers import digests
+
+    reporter = Reporter(logger=logger, sentry=sentry_sink(settings.sentry_dsn, list(integrations)), metrics=metrics,
+                        after_finish=digests(settings, db, logger))
     return bootstrap.build_pipeline(settings, db=db, listing_queue=listing, delete_queue=delete, jobs_queue=jobs,
                                     reporter=reporter)
