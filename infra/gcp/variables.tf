@@ -225,3 +225,9 @@ variable "stale_alarm_intervals" {
   type        = number
   default     = 6
 }
+
+variable "digest_subscription" {
+  description = "Create a pull subscription on the digest topic (NOTIFY_TOPIC), for a reader of the digests; the topic is created either way."
+  type        = bool
+  default     = false
+}

@@ -57,3 +57,15 @@ def test_terraform_stacks_without_them_are_caught(modules):
     gcp["monitoring.tf"] = gcp["monitoring.tf"].replace("condition_absent", "condition_threshold")
     assert "gcp: no alert policy on a stopped tick (an absent tick count)" in checks.terraform_gcp_alarm_problems(
         Module.from_text(gcp))
+
+
+def test_the_stack_creates_the_digest_topic_and_the_functions_may_publish_to_it_only(cfn):
+    assert cfn["Resources"]["DigestTopic"]["Type"] == "AWS::SNS::Topic"
+    subscriptions = {n: r for n, r in cfn["Resources"].items() if r["Type"] == "AWS::SNS::Subscription"}
+    assert {n: (r["Condition"], r["Properties"]["Protocol"]) for n, r in subscriptions.items()} == {
+        "DigestEmailSubscription": ("HasDigestEmail", "email"), "DigestQueueSubscription": ("HasDigestQueue", "sqs")}
+    for role in ("ListerRole", "ClassifierRole", "DeleterRole"):
+        publish = [s for s in checks.role_statements(cfn, role) if "sns:Publish" in checks.as_list(s["Action"])]
+        assert [s["Resource"] for s in publish] == [{"Ref": "DigestTopic"}], role
+    env = next(iter(checks.resources_of_type(cfn, "AWS::Lambda::Function").values()))["Properties"]["Environment"]
+    assert env["Variables"]["NOTIFY_TOPIC_ARN"] == {"Ref": "DigestTopic"}

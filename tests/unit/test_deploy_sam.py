@@ -373,7 +373,8 @@ def test_roles_read_only_the_database_secret_and_their_own_queues(cfn):
     for role in ("ListerRole", "ClassifierRole", "DeleterRole"):
         statements = checks.role_statements(cfn, role)
         secret = [s for s in statements if "secretsmanager:GetSecretValue" in checks.as_list(s["Action"])]
-        assert [s["Resource"] for s in secret] == [{"Ref": "DatabaseUrlSecretArn"}]
+        # the ledger's URL, and the Slack webhook's (only with SlackWebhookSecretArn: an !If policy)
+        assert [s["Resource"] for s in secret] == [{"Ref": "DatabaseUrlSecretArn"}, {"Ref": "SlackWebhookSecretArn"}]
         assert not any("secretsmanager:*" in checks.as_list(s["Action"]) for s in statements)
     sends = {role: {s["Resource"]["Fn::GetAtt"][0] for s in checks.role_statements(cfn, role)
                     if checks.as_list(s["Action"]) == ["sqs:SendMessage"]}
