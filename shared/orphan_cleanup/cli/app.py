@@ -44,7 +44,8 @@ exit codes:
 
 environment: DATABASE_URL (unset: embedded Postgres in ./.orphan-cleanup), ORPHAN_CLEANUP_MODE,
   ORPHAN_CLEANUP_MARGIN_SECONDS, ORPHAN_CLEANUP_INTERVAL_SECONDS, ORPHAN_CLEANUP_MAX_DELETES,
-  ORPHAN_CLEANUP_MAX_DELETE_SHARE, AWS_ENDPOINT_URL, ORPHAN_CLEANUP_GCP_ENDPOINT, SENTRY_DSN
+  ORPHAN_CLEANUP_MAX_DELETE_SHARE, AWS_ENDPOINT_URL, ORPHAN_CLEANUP_GCP_ENDPOINT, SENTRY_DSN,
+  NOTIFY_TOPIC_ARN, NOTIFY_TOPIC, SLACK_WEBHOOK_URL (a run's digest: README.md, "Knowing it works")
   (all of them, with defaults: README.md, "Configuration"; a variable set to "" counts as unset)"""
 RAW = argparse.RawDescriptionHelpFormatter
 MIGRATE_EPILOG = """Safe to run twice and from several processes at once. The only command that changes the
