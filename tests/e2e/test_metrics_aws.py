@@ -1,13 +1,15 @@
 """What the deployed functions tell CloudWatch (Powertools EMF on stdout): per-backend
 counts (``Backend`` dimension) of groups listed, verdicts, delete outcomes and cycle
-outcomes, and the tick's ``StalestBackendSeconds``, which the stacks alarm on. Through the
-real Lambda handlers, real SQS queues on the moto server and a real Postgres."""
+outcomes, and the tick's ``StalestBackendSeconds``, which the stacks alarm on; and the
+digest the function that finished a cycle publishes to the stack's SNS topic. Through the
+real Lambda handlers, real SQS queues and SNS on the moto server and a real Postgres."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
+import boto3
 import pytest
 
 from functions.aws import classifier, deleter, lister
@@ -55,6 +57,13 @@ def test_per_backend_counts_and_the_stalest_backend_reach_the_emf_output(emptied
     sources = [source(stack.jobs, lister.handler, "orphan-cleanup-lister"),
                source(stack.listing, classifier.handler, "orphan-cleanup-classifier"),
                source(stack.deletes, deleter.handler, "orphan-cleanup-deleter")]
+    # and the stack's digest topic, with an SQS subscription collecting what it gets
+    sns = boto3.client("sns", region_name="us-east-1")
+    topic = sns.create_topic(Name="digests")["TopicArn"]
+    inbox = stack.sqs.create_queue(QueueName="digest-inbox")["QueueUrl"]
+    sns.subscribe(TopicArn=topic, Protocol="sqs", Endpoint=queue_arn(stack.sqs, inbox),
+                  Attributes={"RawMessageDelivery": "true"})
+    monkeypatch.setenv("NOTIFY_TOPIC_ARN", topic)
     add_backend(db, BACKEND, mode="delete")
     platform = MotoPlatform(db, BACKEND)
     platform.tracked()
@@ -81,6 +90,11 @@ def test_per_backend_counts_and_the_stalest_backend_reach_the_emf_output(emptied
                 if metric_values(docs, n, Backend=BACKEND)}
     assert outcomes == {"Cycles_clean"}
     assert platform.instance_state(leak.instance_id) in ("shutting-down", "terminated")
+    # and the function that finished the cycle sent its one digest: the orphan, new and deleted
+    [digest] = [json.loads(b) for b in stack.receive(inbox)]
+    assert (digest["backend"], digest["mode"], digest["outcome"]) == (BACKEND, "delete", "clean")
+    assert [g["primary_id"] for g in digest["new_orphans"]] == [leak.instance_id]
+    assert [g["primary_id"] for g in digest["deleted"]] == [leak.instance_id]
 
     # when the backend has gone two hours without a clean cycle and the tick runs again
     with db.connection() as conn:
