@@ -240,3 +240,14 @@ def test_bad_input_exit_codes_of_the_real_process():
         assert proc.returncode == 2, proc.stderr
         assert proc.stdout == ""
         one_error_line(proc.stderr)
+
+
+def test_a_price_table_is_a_setting_checked_at_add_and_shown(cli):
+    prices = {"instance_hour": {"m5.large": 0.096, "p3.2xlarge": 3}, "disk_gb_month": 0.08, "address_hour": 0.005}
+    assert cli(*ADD_AWS, "--settings", json.dumps({"prices": prices}))[0] == 0
+    code, out, _ = cli("backend", "show", "aws-prod", "--json")
+    assert code == 0 and json.loads(out)["settings"]["prices"] == prices
+    code, out, _ = cli("backend", "show", "aws-prod")
+    assert code == 0 and "prices" in out and "p3.2xlarge" in out
+    code, out, err = cli("backend", "update", "aws-prod", "--settings", '{"prices": {"disk_gb_month": -1}}')
+    assert code == 2 and out == "" and "prices" in one_error_line(err)
