@@ -21,6 +21,17 @@ resource "google_pubsub_topic_iam_member" "digest_publisher" {
   member  = google_service_account.fn[each.key].member
 }
 
+# Optional: a Slack incoming webhook URL in a Secret Manager secret of the operator's; each
+# function reads it as SLACK_WEBHOOK_URL and posts each digest there as a short text.
+resource "google_secret_manager_secret_iam_member" "slack_webhook" {
+  for_each = var.slack_webhook_secret == null ? {} : local.functions
+
+  project   = var.project_id
+  secret_id = var.slack_webhook_secret
+  role      = "roles/secretmanager.secretAccessor"
+  member    = google_service_account.fn[each.key].member
+}
+
 # Optional: a pull subscription for whoever reads the digests (a chat bridge, a ticketing hook).
 resource "google_pubsub_subscription" "digests" {
   count = var.digest_subscription ? 1 : 0

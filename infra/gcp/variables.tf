@@ -231,3 +231,9 @@ variable "digest_subscription" {
   type        = bool
   default     = false
 }
+
+variable "slack_webhook_secret" {
+  description = "The id of a Secret Manager secret (in project_id) holding a Slack incoming webhook URL: the functions read it as SLACK_WEBHOOK_URL and post each digest there; null: no Slack post."
+  type        = string
+  default     = null
+}
