@@ -174,6 +174,7 @@ def test_a_missing_topic_and_an_unreachable_webhook_change_nothing_and_are_count
 
     # when both channels fail, then the cycle's outcome and exit code are those of a run without them
     code, doc, err = run(db, **broken)
+    doc_missed = doc
     assert code == 0 and doc["outcome"] == "clean", err
     assert [g["action"] for g in doc["groups"] if g["primary_id"] == leaked.instance_id] == ["reported"]
     assert "not delivered to sns" in err and "not delivered to slack" in err
@@ -187,6 +188,7 @@ def test_a_missing_topic_and_an_unreachable_webhook_change_nothing_and_are_count
     assert code == 0
     [digest] = received(sqs, url)
     assert digest["notify_failures"] == 2 and len(digest["new_orphans"]) == 1
+    assert digest["missed_cycles"] == [doc_missed["cycle_id"]]
 
     # and a failed cycle's digest goes out too (a failed cycle deserves one), its exit code 1 kept
     with db.connection() as conn:

@@ -62,6 +62,7 @@ class DigestFacts:
     delete_failed: tuple[DigestGroup, ...] = ()
     counts: dict[str, int] = field(default_factory=dict)  # new_orphans / deleted / delete_failed, in all
     notify_failures: int = 0  # digests of this backend no channel took since the last one delivered
+    missed_cycles: tuple[str, ...] = ()  # the cycles whose digests those were
 
 
 def digest(facts: DigestFacts, interval_seconds: int) -> dict[str, Any] | None:
@@ -84,7 +85,8 @@ def digest(facts: DigestFacts, interval_seconds: int) -> dict[str, Any] | None:
             "stale_seconds": stale, "error": facts.error,
             "counts": {k: facts.counts.get(k, len(getattr(facts, k))) for k in ("new_orphans", "deleted",
                                                                                 "delete_failed")},
-            "notify_failures": facts.notify_failures, "at": facts.now.isoformat()}
+            "notify_failures": facts.notify_failures, "missed_cycles": list(facts.missed_cycles),
+            "at": facts.now.isoformat()}
 
 
 def _span(seconds: int | None) -> str:

@@ -38,7 +38,8 @@ def digest_facts(conn: pg8000.native.Connection, cycle_id: str) -> DigestFacts |
         "   THEN CAST(extract(epoch FROM oc_clock() - coalesce(k.clean_at, k.created_at)) AS bigint) END,"
         " (SELECT count(*) FROM orphans o WHERE o.backend_id = c.backend_id AND o.verdict = 'orphan'"
         "   AND o.state IN (" + ", ".join(f"'{s}'" for s in OPEN_STATES) + ")),"
-        " (SELECT count(*) FROM events e WHERE e.backend_id = c.backend_id AND e.kind = 'notify_failed'"
+        " (SELECT json_build_array(count(*), coalesce(json_agg(DISTINCT e.cycle_id), '[]'))::text FROM events e"
+        "   WHERE e.backend_id = c.backend_id AND e.kind = 'notify_failed'"
         "   AND e.id > coalesce((SELECT max(s.id) FROM events s WHERE s.backend_id = c.backend_id"
         "   AND s.kind = 'digest_sent'), 0))"
         " FROM cycles c LEFT JOIN backends b ON b.id = c.backend_id LEFT JOIN cleanup k ON k.backend_id = c.backend_id"
@@ -47,6 +48,7 @@ def digest_facts(conn: pg8000.native.Connection, cycle_id: str) -> DigestFacts |
     if not rows:
         return None
     backend, provider, account, mode, outcome, failures, error, now, since_clean, open_orphans, missed = rows[0]
+    missed_count, missed_cycles = json.loads(missed)
     groups: dict[str, list[DigestGroup]] = {"new_orphans": [], "deleted": [], "delete_failed": []}
     counts: dict[str, int] = dict.fromkeys(groups, 0)
     for kind, ref, primary, region, reason, first_seen, resources, total in conn.run(_GROUPS_SQL, c=cycle_id,
@@ -59,7 +61,8 @@ def digest_facts(conn: pg8000.native.Connection, cycle_id: str) -> DigestFacts |
         failures=tuple(json_value(failures) or ()), error=error, now=now,
         since_clean_seconds=None if since_clean is None else max(0, int(since_clean)),
         open_orphans=int(open_orphans), new_orphans=tuple(groups["new_orphans"]), deleted=tuple(groups["deleted"]),
-        delete_failed=tuple(groups["delete_failed"]), counts=counts, notify_failures=int(missed))
+        delete_failed=tuple(groups["delete_failed"]), counts=counts, notify_failures=int(missed_count),
+        missed_cycles=tuple(c for c in missed_cycles if c))
 
 
 def record_notification(conn: pg8000.native.Connection, backend_id: str, cycle_id: str, *,
