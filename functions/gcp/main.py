@@ -7,7 +7,7 @@ the maximum attempts the message lands in the dead-letter topic."""
 import functions_framework
 
 from orphan_cleanup.core.errors import ConfigError
-from orphan_cleanup.core.messages import DeleteRequest, ListingBatch
+from orphan_cleanup.core.messages import ListingBatch
 from orphan_cleanup.cycle.gcpause import gc_paused
 from orphan_cleanup.entrypoints import gcp
 
@@ -29,4 +29,4 @@ def classifier(cloud_event):
 
 @functions_framework.cloud_event
 def deleter(cloud_event):
-    gcp.pipeline().handle_delete(gcp.parse(DeleteRequest, cloud_event.data))
+    gcp.run_delete(cloud_event.data)

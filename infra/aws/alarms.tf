@@ -41,3 +41,42 @@ resource "aws_cloudwatch_metric_alarm" "errors" {
   treat_missing_data  = "notBreaching"
   alarm_actions       = local.alarm_actions
 }
+
+# Knowing it works (README): a backend that has gone too long without a clean cycle, and a
+# tick that stopped (no lister invocation: missing data is breaching).
+locals {
+  stale_alarm_seconds = var.stale_alarm_intervals * var.interval_seconds
+  # A CloudWatch period is a multiple of 60 s; three of them fit in a day.
+  tick_alarm_period = min(28800, max(60, floor(var.interval_seconds / 60) * 60))
+}
+
+resource "aws_cloudwatch_metric_alarm" "stalest_backend" {
+  alarm_name          = "${var.name_prefix}-stalest-backend"
+  alarm_description   = "A backend has gone ${var.stale_alarm_intervals} intervals without a clean cycle (always unsettled, failing, or never run): orphan-cleanup status names it (README, Knowing it works)."
+  namespace           = "OrphanCleanup"
+  metric_name         = "StalestBackendSeconds"
+  dimensions          = { service = "orphan-cleanup" }
+  statistic           = "Maximum"
+  period              = 300
+  evaluation_periods  = 1
+  threshold           = local.stale_alarm_seconds
+  comparison_operator = "GreaterThanThreshold"
+  treat_missing_data  = "notBreaching" # no data at all is the stopped tick's alarm
+  alarm_actions       = local.alarm_actions
+}
+
+resource "aws_cloudwatch_metric_alarm" "tick_stopped" {
+  alarm_name          = "${var.name_prefix}-tick-stopped"
+  alarm_description   = "The lister was not invoked for three intervals: the schedule or the function stopped, and nothing is cleaned (README, Knowing it works)."
+  namespace           = "AWS/Lambda"
+  metric_name         = "Invocations"
+  dimensions          = { FunctionName = aws_lambda_function.fn["lister"].function_name }
+  statistic           = "Sum"
+  period              = local.tick_alarm_period
+  evaluation_periods  = 3
+  datapoints_to_alarm = 3
+  threshold           = 1
+  comparison_operator = "LessThanThreshold"
+  treat_missing_data  = "breaching"
+  alarm_actions       = local.alarm_actions
+}

@@ -45,6 +45,7 @@ locals {
     },
     var.sentry_dsn == "" ? {} : { SENTRY_DSN = var.sentry_dsn },
     local.iam_auth ? { DATABASE_IAM_AUTH = "true" } : {},
+    local.digest_environment,
   )
   iam_auth = var.database_iam_user != null
 }

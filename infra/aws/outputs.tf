@@ -37,3 +37,8 @@ output "schedule_name" {
   description = "The EventBridge Scheduler schedule of the tick."
   value       = aws_scheduler_schedule.tick.name
 }
+
+output "digest_topic_arn" {
+  description = "NOTIFY_TOPIC_ARN, the SNS topic of the cycles' digests (subscribe to it: README, Knowing it works)."
+  value       = aws_sns_topic.digests.arn
+}

@@ -226,3 +226,27 @@ variable "alarm_topic_arn" {
   type        = string
   default     = null
 }
+
+variable "stale_alarm_intervals" {
+  description = "The staleness alarm fires when an enabled backend has gone this many interval_seconds without a clean cycle (the tick's StalestBackendSeconds)."
+  type        = number
+  default     = 6
+}
+
+variable "digest_email" {
+  description = "An email address subscribed to the digest topic (SNS asks it to confirm); null: none."
+  type        = string
+  default     = null
+}
+
+variable "digest_queue_arn" {
+  description = "An SQS queue subscribed to the digest topic, raw delivery (its queue policy must let the topic send); null: none."
+  type        = string
+  default     = null
+}
+
+variable "slack_webhook_secret_arn" {
+  description = "A Secrets Manager secret holding a Slack incoming webhook URL: the functions post each digest there as a short text; null: no Slack post."
+  type        = string
+  default     = null
+}

@@ -31,6 +31,7 @@ from infra.checks._common import (
     resources_of_type,
     unquote,
 )
+from infra.checks.alarms import sam_alarm_problems, terraform_aws_alarm_problems, terraform_gcp_alarm_problems
 from infra.checks.entrypoints import defined_names, gcp_entry_point_problems, lambda_handler_problems
 from infra.checks.iam import (
     DELETE_ACTIONS,
@@ -86,8 +87,10 @@ __all__ = [
     "function_by_handler", "gcp_entry_point_problems", "gcp_stack_problems", "if_branches",
     "lambda_handler_problems", "load_template", "parameter_values", "policy_document", "protect_deny_problems",
     "queue_encryption_problems", "queue_policy_problems", "queue_wiring_problems", "resolve", "resources_of_type",
-    "role_of", "role_statements", "sam_handlers", "sam_transform", "schedule_problems", "stack_shape_problems",
+    "role_of", "role_statements", "sam_alarm_problems", "sam_handlers", "sam_transform", "schedule_problems",
+    "stack_shape_problems",
     "target_role_problems", "terraform_description_problems", "terraform_iam_problems", "terraform_literals",
+    "terraform_aws_alarm_problems", "terraform_gcp_alarm_problems",
     "terraform_policy_documents", "terraform_reference_problems", "transform_problems", "unquote",
     "visibility_problems", "with_resolved_policies",
 ]
@@ -116,4 +119,6 @@ def all_problems(repo: Path = REPO) -> list[str]:
     problems += gcp_stack_problems(modules["gcp"])
     problems += lambda_handler_problems(repo, terraform_literals(modules["aws"], "handler"))
     problems += gcp_entry_point_problems(repo, terraform_literals(modules["gcp"], "entry_point"))
+    problems += sam_alarm_problems(cfn) + terraform_aws_alarm_problems(modules["aws"])
+    problems += terraform_gcp_alarm_problems(modules["gcp"])
     return problems

@@ -39,6 +39,17 @@ resource "google_cloudfunctions2_function" "fn" {
       secret     = google_secret_manager_secret.database_url.secret_id
       version    = "latest"
     }
+
+    # The digests' Slack webhook (digests.tf), when one is given.
+    dynamic "secret_environment_variables" {
+      for_each = var.slack_webhook_secret == null ? [] : [var.slack_webhook_secret]
+      content {
+        key        = "SLACK_WEBHOOK_URL"
+        project_id = var.project_id
+        secret     = secret_environment_variables.value
+        version    = "latest"
+      }
+    }
   }
 
   depends_on = [

@@ -49,6 +49,7 @@ locals {
       JOBS_TOPIC                      = google_pubsub_topic.jobs.id
       LISTING_TOPIC                   = google_pubsub_topic.listing.id
       DELETE_TOPIC                    = google_pubsub_topic.delete.id
+      NOTIFY_TOPIC                    = google_pubsub_topic.digests.id
       POWERTOOLS_SERVICE_NAME         = "orphan-cleanup"
       POWERTOOLS_METRICS_NAMESPACE    = "OrphanCleanup"
       LOG_EXECUTION_ID                = "true"

@@ -54,3 +54,8 @@ output "source_bucket" {
   description = "Bucket holding the functions' source archives."
   value       = google_storage_bucket.source.name
 }
+
+output "digest_topic" {
+  description = "NOTIFY_TOPIC, the Pub/Sub topic of the cycles' digests (README, Knowing it works)."
+  value       = google_pubsub_topic.digests.id
+}

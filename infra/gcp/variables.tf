@@ -219,3 +219,21 @@ variable "pubsub_kms_key_name" {
   type        = string
   default     = null
 }
+
+variable "stale_alarm_intervals" {
+  description = "The staleness alert fires when an enabled backend has gone this many interval_seconds without a clean cycle (the tick's stalest_backend_seconds)."
+  type        = number
+  default     = 6
+}
+
+variable "digest_subscription" {
+  description = "Create a pull subscription on the digest topic (NOTIFY_TOPIC), for a reader of the digests; the topic is created either way."
+  type        = bool
+  default     = false
+}
+
+variable "slack_webhook_secret" {
+  description = "The id of a Secret Manager secret (in project_id) holding a Slack incoming webhook URL: the functions read it as SLACK_WEBHOOK_URL and post each digest there; null: no Slack post."
+  type        = string
+  default     = null
+}

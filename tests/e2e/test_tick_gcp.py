@@ -74,3 +74,23 @@ def test_a_malformed_pushed_job_is_refused_and_lists_nothing(lister, db, gcp, pu
     assert resp.status_code == 400
     assert "malformed ListingJob" in resp.get_json()["error"]
     assert gcp.count("GET") == 0 and pubsub.messages() == []
+
+
+def test_the_tick_logs_the_stalest_backend_for_the_log_based_metric(lister, db, gcp, pubsub, capfd):  # noqa: F811
+    # given an enrolled backend whose last clean cycle was two hours ago (infra/gcp/monitoring.tf reads the line)
+    with db.connection() as conn:
+        conn.run("INSERT INTO backends (id, provider, account, regions) VALUES ('gcp-team-a', 'gcp', :a, :r)",
+                 a=PROJECT, r=[REGION])
+    LedgerClient(db).issue_ref(owner_name="vm")  # the ledger has issued refs: the tick enrolls the backend
+    assert lister.post("/", json={}).status_code == 200
+    with db.connection() as conn:
+        conn.run("UPDATE cleanup SET clean_at = oc_clock() - interval '2 hours' WHERE backend_id = 'gcp-team-a'")
+    capfd.readouterr()
+
+    # when the tick runs
+    assert lister.post("/", json={}).status_code == 200
+
+    # then one structured line says how stale the stalest backend is
+    [line] = [json.loads(x) for x in capfd.readouterr().out.splitlines() if '"tick done"' in x]
+    assert line["severity"] == "INFO" and line["stalest_backend"] == "gcp-team-a"
+    assert 7200 <= line["stalest_backend_seconds"] < 7200 + 600

@@ -169,13 +169,15 @@ def test_status_json_matches_c3(cli, db, monkeypatch):
     rows = json.loads(out)
     # then one object per backend, with exactly the C3 keys and `running` (no cycle runs: null)
     assert isinstance(rows, list) and len(rows) == 2
-    assert all(set(r) == STATUS_KEYS | {"running", "stuck_pending"} and r["running"] is None for r in rows)
+    assert all(set(r) == STATUS_KEYS | {"running", "stuck_pending", "stale_seconds"} and r["running"] is None
+               for r in rows)
     dev, prod = sorted(rows, key=lambda r: r["backend"])
     assert dev == {"backend": "aws-dev", "provider": "aws", "mode": "delete", "clean_at": None,
                    "last_outcome": None, "last_processed_at": None, "next_due_at": None, "open_orphans": 0,
-                   "running": None, "stuck_pending": []}
+                   "running": None, "stuck_pending": [], "stale_seconds": None}  # not enrolled: no staleness
     assert (prod["provider"], prod["mode"], prod["last_outcome"], prod["open_orphans"]) == (
         "aws", "report", "clean", 1)
+    assert isinstance(prod["stale_seconds"], int) and prod["stale_seconds"] >= 0  # since its clean_at
     assert datetime.fromisoformat(prod["clean_at"]) == listed_at
     assert datetime.fromisoformat(prod["next_due_at"]) > datetime.fromisoformat(prod["last_processed_at"])
     # and the global mode shows for backends without their own
@@ -238,3 +240,14 @@ def test_bad_input_exit_codes_of_the_real_process():
         assert proc.returncode == 2, proc.stderr
         assert proc.stdout == ""
         one_error_line(proc.stderr)
+
+
+def test_a_price_table_is_a_setting_checked_at_add_and_shown(cli):
+    prices = {"instance_hour": {"m5.large": 0.096, "p3.2xlarge": 3}, "disk_gb_month": 0.08, "address_hour": 0.005}
+    assert cli(*ADD_AWS, "--settings", json.dumps({"prices": prices}))[0] == 0
+    code, out, _ = cli("backend", "show", "aws-prod", "--json")
+    assert code == 0 and json.loads(out)["settings"]["prices"] == prices
+    code, out, _ = cli("backend", "show", "aws-prod")
+    assert code == 0 and "prices" in out and "p3.2xlarge" in out
+    code, out, err = cli("backend", "update", "aws-prod", "--settings", '{"prices": {"disk_gb_month": -1}}')
+    assert code == 2 and out == "" and "prices" in one_error_line(err)

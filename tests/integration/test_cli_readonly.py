@@ -31,7 +31,8 @@ from orphan_cleanup.ledger.url import ConnInfo
 
 NOT_MIGRATED = "orphan-cleanup: error: " + SchemaNotMigrated.MESSAGE
 READ_ONLY_COMMANDS = [["status"], ["status", "--json"], ["backend", "list"], ["backend", "list", "--json"],
-                      ["backend", "show", "aws-prod"]]
+                      ["backend", "show", "aws-prod"], ["orphans"], ["orphans", "--json"], ["events"],
+                      ["events", "--json"]]
 
 
 def cli(url: str | None, *args: str, data_dir: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -120,6 +121,9 @@ def test_status_as_a_select_only_role_reads_a_migrated_database(db, reader):
     for args in (["status"], ["backend", "list"], ["backend", "show", "aws-prod"]):
         proc = cli(url, *args)
         assert proc.returncode == 0 and "aws-prod" in proc.stdout, proc.stderr
+    for args in (["orphans", "--json"], ["events", "--json"]):
+        proc = cli(url, *args)
+        assert proc.returncode == 0 and json.loads(proc.stdout) == [], proc.stderr
 
 
 def test_status_as_a_select_only_role_on_an_empty_database_says_migrate(pg_server, empty_db, reader):

@@ -57,6 +57,11 @@ CHANGED = {
     "CLOUD_SQL_INSTANCE": "my-project:us-central1:ledger",
     "CLOUD_SQL_IAM_AUTH": "true",
     "CLOUD_SQL_IP_TYPE": "private",
+    "NOTIFY_TOPIC_ARN": "arn:aws:sns:us-east-1:123456789012:digests",
+    "NOTIFY_TOPIC": "projects/p/topics/digests",
+    "SLACK_WEBHOOK_URL": "http://127.0.0.1:9/hook",
+    "SLACK_WEBHOOK_SECRET_ARN": "arn:aws:secretsmanager:us-east-1:123456789012:secret:slack",
+    "ORPHAN_CLEANUP_NOTIFY_TIMEOUT": "3",
 }
 # A setting that means something only beside another: both pipelines get that one.
 NEEDS = {"CLOUD_SQL_IAM_AUTH": {"CLOUD_SQL_INSTANCE": "my-project:us-central1:ledger"}}

@@ -1,5 +1,5 @@
 """`orphan-cleanup`: migrate, backend add|list|show|update|remove, run, status, explain,
-psql, demo, --version (README contract C3).
+orphans, events, psql, demo, --version (README contract C3).
 
 Exit codes (``cli/exits.py``): 0 success (a cycle that finished clean or unsettled), 1 a
 failed cycle (explain: nothing recorded), 2 bad input (arguments, settings, unknown backend,
@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from orphan_cleanup.cli.exits import EXIT_BAD_INPUT, EXIT_BUSY, EXIT_FAILED, EXIT_INTERRUPTED
+from orphan_cleanup.cli.watch_help import EVENTS_EPILOG, ORPHANS_EPILOG
 from orphan_cleanup.core.errors import ConfigError, DatabaseError, OrphanCleanupError
 
 EPILOG = """examples:
@@ -25,6 +26,8 @@ EPILOG = """examples:
   orphan-cleanup run --backend aws-prod --mode delete    # deletes the orphans once you type "aws-prod"
   orphan-cleanup run --backend aws-prod --mode delete --yes --json   # deletes the orphans, no prompt (cron)
   orphan-cleanup status
+  orphan-cleanup orphans                  # the open orphans of every backend: size, age, cost
+  orphan-cleanup events --since 1d        # what the cycles recorded in the last day
   orphan-cleanup backend show aws-prod
   orphan-cleanup backend update aws-prod --regions us-east-1,eu-west-1,us-west-2
   orphan-cleanup backend remove aws-old   # deletes the backend's row, no cloud resource; its history stays
@@ -42,7 +45,8 @@ exit codes:
 
 environment: DATABASE_URL (unset: embedded Postgres in ./.orphan-cleanup), ORPHAN_CLEANUP_MODE,
   ORPHAN_CLEANUP_MARGIN_SECONDS, ORPHAN_CLEANUP_INTERVAL_SECONDS, ORPHAN_CLEANUP_MAX_DELETES,
-  ORPHAN_CLEANUP_MAX_DELETE_SHARE, AWS_ENDPOINT_URL, ORPHAN_CLEANUP_GCP_ENDPOINT, SENTRY_DSN
+  ORPHAN_CLEANUP_MAX_DELETE_SHARE, AWS_ENDPOINT_URL, ORPHAN_CLEANUP_GCP_ENDPOINT, SENTRY_DSN,
+  NOTIFY_TOPIC_ARN, NOTIFY_TOPIC, SLACK_WEBHOOK_URL (a run's digest: README.md, "Knowing it works")
   (all of them, with defaults: README.md, "Configuration"; a variable set to "" counts as unset)"""
 RAW = argparse.RawDescriptionHelpFormatter
 MIGRATE_EPILOG = """Safe to run twice and from several processes at once. The only command that changes the
@@ -169,7 +173,6 @@ examples:
 
 exit codes: 0 found, 1 nothing recorded (and why), 2 bad input (unknown backend, database not migrated)"""
 
-
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         # Exit 2 (C3: bad input) with one line; SystemExit(str) would exit 1.
@@ -234,6 +237,16 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--backend", required=True, help="a backend id (see backend list)")
     ex.add_argument("ref_or_resource_id", metavar="REF_OR_RESOURCE_ID", help="a provider_ref or a resource id")
     ex.add_argument("--json", action="store_true", help="print one JSON document")
+    orph = sub.add_parser("orphans", help="the open orphans across cycles: size, age, cost (read-only)",
+                          epilog=ORPHANS_EPILOG, formatter_class=RAW)
+    orph.add_argument("--backend", default=None, help="only this backend's (see backend list)")
+    orph.add_argument("--json", action="store_true", help="print a JSON list, one object per open orphan")
+    ev = sub.add_parser("events", help="the events table: what cycles recorded (read-only)",
+                        epilog=EVENTS_EPILOG, formatter_class=RAW)
+    ev.add_argument("--backend", default=None, help="only this backend's (see backend list)")
+    ev.add_argument("--since", default="1d", metavar="DURATION",
+                    help="how far back: 90s, 30m, 6h, 7d (default 1d)")
+    ev.add_argument("--json", action="store_true", help="print a JSON list, one object per event, oldest first")
     return p
 
 

@@ -120,13 +120,15 @@ def _print_show(doc: dict[str, Any], row: BackendRow) -> None:
 
 
 def _json_value(v: Any) -> Any:
+    if hasattr(v, "model_dump"):  # a nested model (``prices``)
+        return v.model_dump(mode="json", exclude_defaults=True)
     return list(v) if isinstance(v, tuple) else v
 
 
 def _shown(v: Any) -> str:
     if v is None:
         return "none"
-    return json.dumps(v) if isinstance(v, (list, bool)) else str(v)
+    return json.dumps(v) if isinstance(v, (list, bool, dict)) else str(v)
 
 
 def _source(key: str, source: str) -> str:

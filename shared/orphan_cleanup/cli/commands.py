@@ -56,6 +56,14 @@ def dispatch(args: argparse.Namespace) -> int:
         return bc.show(db, args, settings) if action == "show" else bc.list_(db, args)
     if args.command == "status":
         return status(db, args)
+    if args.command == "orphans":
+        from orphan_cleanup.cli import orphans
+
+        return orphans.command(db, args)
+    if args.command == "events":
+        from orphan_cleanup.cli import events
+
+        return events.command(db, args)
     if args.command == "run":
         from orphan_cleanup.cli import run
 
@@ -94,8 +102,10 @@ def _iso(v: datetime | None) -> str | None:
 
 def status_rows(db: Database, global_mode: str, stuck_after: int = 3600) -> list[dict[str, Any]]:
     """``status --json``: one document per backend (its mode, else the global one), C3's keys,
-    ``running``: the cycle holding the backend's live lease, or null, and ``stuck_pending``:
-    owners pending longer than ``stuck_after`` seconds whose resources its latest cycle skipped."""
+    ``running``: the cycle holding the backend's live lease, or null, ``stuck_pending``:
+    owners pending longer than ``stuck_after`` seconds whose resources its latest cycle skipped,
+    and ``stale_seconds``: the time since its last clean cycle (since it was enrolled when it
+    never had one; null for a backend that is off or not enrolled)."""
     from orphan_cleanup.cli.backends import running_json
 
     store = LedgerStore(db)
@@ -105,11 +115,13 @@ def status_rows(db: Database, global_mode: str, stuck_after: int = 3600) -> list
             {"provider_ref": p.provider_ref, "owner_id": p.owner_id, "owner_name": p.owner_name,
              "created_at": _iso(p.created_at), "pending_seconds": p.pending_seconds, "region": p.region,
              "primary_id": p.primary_id, "cycle_id": p.cycle_id})
+    stale = {s.backend: s.stale_seconds for s in store.staleness(global_mode)}
     return [{"backend": r.backend, "provider": r.provider, "mode": r.mode or global_mode,
              "clean_at": _iso(r.clean_at), "last_outcome": r.last_outcome,
              "last_processed_at": _iso(r.last_processed_at), "next_due_at": _iso(r.next_due_at),
              "open_orphans": r.open_orphans, "running": running_json(r.running),
-             "stuck_pending": stuck.get(r.backend, [])} for r in store.status()]
+             "stuck_pending": stuck.get(r.backend, []), "stale_seconds": stale.get(r.backend)}
+            for r in store.status()]
 
 
 def status(db: Database, args: argparse.Namespace) -> int:
@@ -133,6 +145,13 @@ def print_status(rows: list[dict[str, Any]]) -> None:
                 [[r["backend"], r["provider"], r["mode"], verdict_style(r["last_outcome"] or "-"),
                   human_time(r["clean_at"]), human_time(r["next_due_at"], never="-"), str(r["open_orphans"])]
                  for r in rows])
+    stale = [r for r in rows if r.get("stale_seconds") is not None]
+    stalest = max(stale, key=lambda r: r["stale_seconds"], default=None)
+    total = sum(r["open_orphans"] for r in rows)
+    if total or stalest:  # nothing to say before any backend is enrolled
+        print(f"open orphans: {total} (orphan-cleanup orphans)"
+              + (f"; stalest backend: {stalest['backend']}, no clean cycle for {span(stalest['stale_seconds'])}"
+                 if stalest else ""))
     running = [running_line(r["backend"], r["running"]) for r in rows if r.get("running")]
     if running:
         print("running now:")

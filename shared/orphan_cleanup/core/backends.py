@@ -11,6 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from orphan_cleanup.core import backend_rules
+from orphan_cleanup.core.costs import Prices
 from orphan_cleanup.core.errors import ConfigError
 
 DEFAULT_TAG_KEY = "provider_ref"
@@ -70,6 +71,8 @@ class BackendSettings(BaseModel):
     # set, a snapshot older than that is listed as a leftover of its ref and deleted.
     snapshot_before_delete: bool = False
     retain_snapshots_days: int | None = Field(default=None, ge=1, le=MAX_DAYS)
+    # The operator's price table (never fetched): ``orphans`` estimates each orphan's cost with it.
+    prices: Prices | None = None
 
     @field_validator("snapshot_before_delete", mode="before")
     @classmethod

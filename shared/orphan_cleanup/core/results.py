@@ -41,6 +41,10 @@ class TickResult(_Result):
     jobs: list[list[str]]
     due: dict[str, str]
     skipped: dict[str, str]
+    # The enabled, enrolled backend longest without a clean cycle, and for how long
+    # (``StalestBackendSeconds``); None when there is none.
+    stalest_backend: str | None = None
+    stalest_backend_seconds: int | None = None
 
 
 class JobResult(_Result):

@@ -85,6 +85,15 @@ class Settings(BaseSettings):
     mutate_burst: int = Field(default=12, ge=1, alias="ORPHAN_CLEANUP_MUTATE_BURST")
     terminate_rate: float = Field(default=1.25, gt=0, alias="ORPHAN_CLEANUP_TERMINATE_RATE")
     terminate_burst: int = Field(default=25, ge=1, alias="ORPHAN_CLEANUP_TERMINATE_BURST")
+    # The C6 digest after an eventful cycle (notify/): an SNS topic, a Pub/Sub topic
+    # (projects/P/topics/T), a Slack incoming webhook (its URL, or in the deployed functions
+    # the Secrets Manager secret holding it).
+    notify_topic_arn: str | None = Field(default=None, alias="NOTIFY_TOPIC_ARN")
+    notify_topic: str | None = Field(default=None, alias="NOTIFY_TOPIC")
+    slack_webhook_url: str | None = Field(default=None, alias="SLACK_WEBHOOK_URL")
+    slack_webhook_secret_arn: str | None = Field(default=None, alias="SLACK_WEBHOOK_SECRET_ARN")
+    # Seconds a notification may take (each adapter's call); a slow channel never holds a cycle long.
+    notify_timeout: float = Field(default=10.0, gt=0, le=300, alias="ORPHAN_CLEANUP_NOTIFY_TIMEOUT")
 
     @classmethod
     def explicit(cls, **values: Any) -> Settings:

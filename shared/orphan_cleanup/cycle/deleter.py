@@ -60,7 +60,7 @@ class Deleter:
     # The wiring the steps share (``Pipeline`` holds the fields).
     @property
     def store(self) -> LedgerStore:
-        return LedgerStore(self.db)
+        return LedgerStore(self.db, on_finish=self.reporter.cycle_finished)
 
     def _now(self) -> datetime | None:
         return self.clock() if self.clock is not None else None

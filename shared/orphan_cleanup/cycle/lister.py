@@ -156,9 +156,12 @@ class Lister(Deleter):
             skipped: dict[str, str] = {}
             shared: dict[str, list[str]] = {}
             idle: list[tuple[str, IdleSnapshot, str, datetime]] = []
+            stalest: tuple[int, str] | None = None  # StalestBackendSeconds: enabled, enrolled backends
             for row in rows:
                 backend, seen = row.backend, row.snapshot
                 mode = policy.effective_mode(self.settings, backend)
+                if mode != "off" and row.stale_seconds is not None:
+                    stalest = max(stalest or (row.stale_seconds, backend.id), (row.stale_seconds, backend.id))
                 if mode == "off" or seen is None:
                     skipped[backend.id] = "off" if mode == "off" else "not_due" if row.due_later else "not_enrolled"
                     continue
@@ -181,7 +184,8 @@ class Lister(Deleter):
         jobs = [ids[i:i + MAX_JOB_BACKENDS] for ids in shared.values() for i in range(0, len(ids), MAX_JOB_BACKENDS)]
         for ids in jobs:
             self.jobs_queue.publish(ListingJob(backends=tuple(ids)))
-        return TickResult(jobs=jobs, due=due, skipped=skipped)
+        return TickResult(jobs=jobs, due=due, skipped=skipped, stalest_backend=stalest[1] if stalest else None,
+                          stalest_backend_seconds=stalest[0] if stalest else None)
 
     def run_job(self, job: ListingJob) -> JobResult:
         """A listing job: STEP 1 and the lease for each backend it names, then one

@@ -81,6 +81,9 @@ class Pipeline(Lister):
             self._complete_listing(cycle, backend, limits)
         if result.status != "applied":
             return BatchResult(status=result.status)
+        self.reporter.count("GroupsListed", len(batch.groups), backend.id)
+        for verdict, n in app.counts.items():
+            self.reporter.count(f"Groups_{verdict}", n, backend.id)
         for row in app.to_report:
             self.reporter.orphan(backend.id, batch.cycle_id, row.as_dict())
         for message, row in app.errors:

@@ -1,5 +1,7 @@
 """STEP 6 reporting outside the database: a structured log line and a Sentry
-event per orphan. Called only after the fenced apply committed."""
+event per orphan, per-backend metrics, and what follows a finished cycle (its
+outcome metric, its digest). Called only after the fenced write committed; a
+failing sink is logged, never raised into the cycle."""
 
 from __future__ import annotations
 
@@ -7,17 +9,49 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from orphan_cleanup.ledger.records import FinishedCycle
+
 log = logging.getLogger("orphan_cleanup")
 
 # (message, level, fingerprint, extra) -> None; None when Sentry is off.
 SentrySink = Callable[[str, str, list[str], dict[str, Any]], None]
+# (metric name, count, backend id) -> None: a count with a ``Backend`` dimension.
+MetricSink = Callable[[str, float, str], None]
+# What runs after a cycle finished (its digest): never raises into the cycle.
+FinishSink = Callable[[FinishedCycle], object]
 
 
 class Reporter:
     def __init__(self, logger: logging.Logger | logging.LoggerAdapter | Any = log,
-                 sentry: SentrySink | None = None) -> None:
+                 sentry: SentrySink | None = None, metrics: MetricSink | None = None,
+                 after_finish: FinishSink | None = None) -> None:
         self.logger = logger
         self.sentry = sentry
+        self.metrics = metrics
+        self.after_finish = after_finish
+
+    def count(self, name: str, value: float, backend_id: str) -> None:
+        """A per-backend count (``GroupsListed``, ``Groups_orphan``, ``Delete_deleted``, ...)."""
+        if self.metrics is None:
+            return
+        try:
+            self.metrics(name, value, backend_id)
+        except Exception as e:  # a metric never fails the work it counts
+            self.logger.warning(f"metric {name} not emitted: {type(e).__name__}: {e}")
+
+    def cycle_finished(self, finished: FinishedCycle) -> None:
+        """A cycle's STEP 7 committed: log it, count its outcome, run ``after_finish``
+        (the digest). Nothing here can fail the cycle, which is already over."""
+        self.logger.info(f"cycle {finished.cycle_id} of {finished.backend_id} finished {finished.outcome}",
+                         extra={"cycle": {"backend": finished.backend_id, "cycle_id": finished.cycle_id,
+                                          "mode": finished.mode, "outcome": finished.outcome}})
+        self.count(f"Cycles_{finished.outcome}", 1, finished.backend_id)
+        if self.after_finish is None:
+            return
+        try:
+            self.after_finish(finished)
+        except Exception as e:  # e.g. the digest's database read: logged, the cycle stands
+            self.logger.error(f"after cycle {finished.cycle_id}: {type(e).__name__}: {e}")
 
     def orphan(self, backend_id: str, cycle_id: str, row: dict[str, Any]) -> None:
         fields = {"backend": backend_id, "cycle_id": cycle_id, **{k: row.get(k) for k in (

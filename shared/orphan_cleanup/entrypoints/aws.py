@@ -6,7 +6,7 @@ import functools
 from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics
-from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.metrics import MetricUnit, single_metric
 from aws_lambda_powertools.utilities.parser.models import SqsRecordModel
 from pydantic import Json
 
@@ -17,8 +17,18 @@ from orphan_cleanup.cycle.pipeline import Pipeline
 from orphan_cleanup.entrypoints import common
 from orphan_cleanup.queues.sqs import SqsQueue
 
-logger = Logger(service="orphan-cleanup")
-metrics = Metrics(namespace="OrphanCleanup", service="orphan-cleanup")
+NAMESPACE, SERVICE = "OrphanCleanup", "orphan-cleanup"
+logger = Logger(service=SERVICE)
+metrics = Metrics(namespace=NAMESPACE, service=SERVICE)
+
+
+def backend_metric(name: str, value: float, backend: str) -> None:
+    """A count with the dimensions ``service`` and ``Backend``, flushed at once as its own
+    EMF document (the invocation's ``metrics`` carry ``service`` only: one batch may hold
+    several backends' records)."""
+    with single_metric(name=name, unit=MetricUnit.Count, value=value, namespace=NAMESPACE,
+                       default_dimensions={"service": SERVICE}) as metric:
+        metric.add_dimension(name="Backend", value=backend)
 
 
 class ListingBatchRecord(SqsRecordModel):
@@ -58,7 +68,7 @@ def _integrations() -> tuple[Any, ...]:
 
 
 def pipeline() -> Pipeline:
-    return common.pipeline(_sqs_queues, _integrations(), logger)
+    return common.pipeline(_sqs_queues, _integrations(), logger, backend_metric)
 
 
 def run_lister(event: Any) -> dict[str, Any]:
@@ -95,6 +105,9 @@ def run_tick() -> dict[str, Any]:
         logger.error(str(e))
         return {"ok": False, "error": str(e)}
     metrics.add_metric(name="ListingJobsQueued", unit=MetricUnit.Count, value=len(result.jobs))
+    # The alarm on it: template.yaml / infra/aws (no backend enrolled yet: 0, nothing is stale).
+    metrics.add_metric(name="StalestBackendSeconds", unit=MetricUnit.Seconds,
+                       value=result.stalest_backend_seconds or 0)
     logger.info("tick done", extra={"summary": result.model_dump()})
     return {"ok": True, **result.model_dump()}
 
@@ -119,5 +132,7 @@ def classify_record(record: ListingBatchRecord) -> None:
 def delete_record(record: DeleteRequestRecord) -> None:
     request = record.body
     logger.append_keys(cycle_id=request.cycle_id, backend=request.backend)
-    status = pipeline().handle_delete(request)
+    p = pipeline()
+    status = p.handle_delete(request)  # a request naming another backend than its cycle's raised
     metrics.add_metric(name=f"Delete_{status}", unit=MetricUnit.Count, value=1)
+    p.reporter.count(f"Delete_{status}", 1, request.backend)

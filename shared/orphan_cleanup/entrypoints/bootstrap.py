@@ -53,17 +53,22 @@ def build_pipeline(settings: Settings, *, listing_queue: Queue, delete_queue: Qu
 
     Defaults: the database of ``open_database(settings)``, the real provider
     adapters of ``provider_factory(settings)``, and a reporter that logs and,
-    with ``SENTRY_DSN``, sends to Sentry. The queues are the caller's: SQS or
+    with ``SENTRY_DSN``, sends to Sentry, and sends each eventful cycle's digest to the
+    configured channels (``entrypoints/notifiers.py``). The queues are the caller's: SQS or
     Pub/Sub for the functions, in-process ones for the CLI and the demo; the
     jobs queue only where the tick runs (the deployed lister)."""
+    from orphan_cleanup.entrypoints.notifiers import digests
+
+    database = db if db is not None else open_database(settings)
     return Pipeline(
         settings=settings,
-        db=db if db is not None else open_database(settings),
+        db=database,
         provider_for=provider_for or provider_factory(settings),
         listing_queue=listing_queue,
         delete_queue=delete_queue,
         jobs_queue=jobs_queue,
-        reporter=reporter or Reporter(sentry=sentry_sink(settings.sentry_dsn)),
+        reporter=reporter or Reporter(sentry=sentry_sink(settings.sentry_dsn),
+                                      after_finish=digests(settings, database)),
     )
 
 

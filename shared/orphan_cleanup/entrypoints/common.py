@@ -10,7 +10,7 @@ from typing import Any
 
 from orphan_cleanup.core.settings import Settings
 from orphan_cleanup.cycle.pipeline import Pipeline
-from orphan_cleanup.cycle.reporting import Reporter, sentry_sink
+from orphan_cleanup.cycle.reporting import MetricSink, Reporter, sentry_sink
 from orphan_cleanup.entrypoints import bootstrap
 from orphan_cleanup.queues.base import Queue
 
@@ -18,19 +18,25 @@ from orphan_cleanup.queues.base import Queue
 QueueFactory = Callable[[Settings], tuple[Queue, Queue, Queue | None]]
 
 
-def pipeline(queues: QueueFactory, integrations: tuple[Any, ...] = (), logger: Any = None) -> Pipeline:
+def pipeline(queues: QueueFactory, integrations: tuple[Any, ...] = (), logger: Any = None,
+             metrics: MetricSink | None = None) -> Pipeline:
     """The warm pipeline for this invocation's settings.
 
     The settings are read afresh on every call (cheap) and are the cache key:
     a warm function reuses its database, queue clients and adapters until any
     setting changes (another test, a redeploy with new configuration)."""
-    return _pipeline(bootstrap.load_settings(), queues, integrations, logger or logging.getLogger("orphan_cleanup"))
+    return _pipeline(bootstrap.load_settings(), queues, integrations, logger or logging.getLogger("orphan_cleanup"),
+                     metrics)
 
 
 @lru_cache(maxsize=4)
-def _pipeline(settings: Settings, queues: QueueFactory, integrations: tuple[Any, ...], logger: Any) -> Pipeline:
+def _pipeline(settings: Settings, queues: QueueFactory, integrations: tuple[Any, ...], logger: Any,
+              metrics: MetricSink | None) -> Pipeline:
     db = bootstrap.open_database(settings, deployed=True)
     listing, delete, jobs = queues(settings)
-    reporter = Reporter(logger=logger, sentry=sentry_sink(settings.sentry_dsn, list(integrations)))
+    from orphan_cleanup.entrypoints.notifiers import digests
+
+    reporter = Reporter(logger=logger, sentry=sentry_sink(settings.sentry_dsn, list(integrations)), metrics=metrics,
+                        after_finish=digests(settings, db, logger))
     return bootstrap.build_pipeline(settings, db=db, listing_queue=listing, delete_queue=delete, jobs_queue=jobs,
                                     reporter=reporter)

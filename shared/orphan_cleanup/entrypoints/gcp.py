@@ -10,7 +10,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from orphan_cleanup.core.errors import ConfigError
-from orphan_cleanup.core.messages import ListerEvent, ListingJob
+from orphan_cleanup.core.messages import DeleteRequest, ListerEvent, ListingJob
 from orphan_cleanup.core.settings import Settings
 from orphan_cleanup.cycle.pipeline import Pipeline
 from orphan_cleanup.entrypoints import common
@@ -40,8 +40,25 @@ def _integrations() -> tuple[Any, ...]:
     return (GcpIntegration(),)
 
 
+def log_metric(name: str, value: float, backend: str) -> None:
+    """A per-backend count as one structured log line on stdout (Cloud Logging reads it
+    as ``jsonPayload``): ``infra/gcp/monitoring.tf``'s log-based metrics count them."""
+    print(json.dumps({"severity": "INFO", "message": "metric", "metric": name, "value": value, "backend": backend}),
+          flush=True)
+
+
 def pipeline() -> Pipeline:
-    return common.pipeline(_pubsub_queues, _integrations())
+    return common.pipeline(_pubsub_queues, _integrations(), metrics=log_metric)
+
+
+def run_tick() -> dict[str, Any]:
+    """The tick, with its result logged as one structured line (``tick done``, with
+    ``stalest_backend_seconds``: the log-based metric the staleness alert reads)."""
+    result = pipeline().run_tick().model_dump()
+    print(json.dumps({"severity": "INFO", "message": "tick done", "stalest_backend_seconds":
+                      result.get("stalest_backend_seconds") or 0, "stalest_backend": result.get("stalest_backend"),
+                      "jobs": len(result["jobs"])}), flush=True)
+    return result
 
 
 def decode_pubsub(data: Any) -> Any:
@@ -83,11 +100,20 @@ def run_lister(body: Any) -> dict[str, Any]:
         return pipeline().run_job(parse(ListingJob, raw)).model_dump()
     data = decode_pubsub(raw)
     if data == {}:
-        return pipeline().run_tick().model_dump()
+        return run_tick()
     if isinstance(data, dict) and "backends" in data:
         return pipeline().run_job(parse(ListingJob, data)).model_dump()
     event = parse(ListerEvent, data)
     return pipeline().run_lister(event.backend, mode=event.mode, manual=event.mode is not None).model_dump()
+
+
+def run_delete(data: Any) -> str:
+    """One delete request (a Pub/Sub CloudEvent's data), counted per backend."""
+    request = parse(DeleteRequest, data)
+    p = pipeline()
+    status = p.handle_delete(request)  # a request naming another backend than its cycle's raised
+    p.reporter.count(f"Delete_{status}", 1, request.backend)
+    return str(status)
 
 
 def parse(model: type[BaseModel], data: Any) -> Any:

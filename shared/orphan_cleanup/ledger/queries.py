@@ -195,7 +195,8 @@ def activity_since(conn: pg8000.native.Connection, backend_id: str, since: datet
 # has one.)
 #
 # The document: ``[clock, [[backend columns, facts or null], ...]]``, in backend id
-# order, the clock read once for the statement (SAFETY.md rule 13).
+# order, the clock read once for the statement (SAFETY.md rule 13); a second column
+# holds each enrolled backend's staleness (``{id: seconds since its last clean cycle}``).
 TICK_HORIZON_SECONDS = 60  # the largest tolerance classify.due_tolerance gives (tests/integration/test_tick_horizon.py)
 
 TICK_SQL = (
@@ -215,7 +216,13 @@ TICK_SQL = (
     "  THEN json_build_array(c.backend_id IS NOT NULL OR e.backend_id IS NOT NULL, c.clean_at, c.clean_mode,"
     "   c.lease_owner IS NOT NULL, c.lease_expires_at, coalesce(c.retry_delay_seconds, 0), c.next_due_at,"
     "   c.clean_at IS NOT NULL AND coalesce(bs.last_at > c.clean_at OR u.last_at > c.clean_at, false)) END)"
-    " ORDER BY b.id), '[]'))::text"
+    " ORDER BY b.id), '[]'))::text,"
+    # A second column, for the tick's StalestBackendSeconds: each enrolled backend's seconds
+    # since its last clean cycle (since enrolment without one), ``{id: seconds}``.
+    # (A time plain SQL set to an infinity gives no staleness: no row in the map.)
+    " (SELECT coalesce(json_object_agg(k.backend_id, CAST(greatest(0, extract(epoch FROM"
+    "   kc.now - coalesce(k.clean_at, k.created_at))) AS bigint)), '{}')::text FROM cleanup k CROSS JOIN clk kc"
+    "   WHERE isfinite(coalesce(k.clean_at, k.created_at)))"
     " FROM backends b LEFT JOIN cleanup c ON c.backend_id = b.id"
     " LEFT JOIN enrolled e ON e.backend_id = b.id"
     # LEFT: a backend whose scope is NULL (no account) keeps its row, with no account activity (as before)

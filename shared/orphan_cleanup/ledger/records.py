@@ -67,6 +67,17 @@ class Cycle:
 
 
 @dataclass(frozen=True)
+class FinishedCycle:
+    """A cycle that has just finished (STEP 7 committed): what the store tells its
+    ``on_finish`` hook once the transaction is in."""
+
+    backend_id: str
+    cycle_id: str
+    mode: Mode
+    outcome: str
+
+
+@dataclass(frozen=True)
 class CleanupState:
     """A backend's ``cleanup`` row: its lease, fence and schedule."""
 
@@ -104,6 +115,8 @@ class TickRow:
     snapshot: IdleSnapshot | None
     lease_expires_at: datetime | None
     due_later: bool = False
+    # Seconds since its last clean cycle (since enrolment without one); None: not enrolled.
+    stale_seconds: int | None = None
 
 
 @dataclass(frozen=True)

@@ -134,8 +134,10 @@ class LedgerSession:
         a row whose JSON is the same is the same ``Backend`` (a frozen model of the same
         input), not validated again. Replaced by this tick's rows (as large as the table).
         A misconfigured row is never kept: it fails, and is logged, at every tick."""
-        now, rows = queries.tick_rows_from_json(self.conn.run(
-            queries.TICK_SQL, horizon=queries.TICK_HORIZON_SECONDS if horizon else None)[0][0])
+        (doc, stale_doc), = self.conn.run(queries.TICK_SQL,
+                                          horizon=queries.TICK_HORIZON_SECONDS if horizon else None)
+        now, rows = queries.tick_rows_from_json(doc)
+        stale: dict[str, int] = json.loads(stale_doc)
         seen: dict[bytes, Backend] = {}
         out = []
         for raw, facts in rows:
@@ -150,13 +152,15 @@ class LedgerSession:
                     continue
             seen[key] = backend
             if facts is None:
-                out.append(TickRow(backend=backend, snapshot=None, lease_expires_at=None, due_later=True))
+                out.append(TickRow(backend=backend, snapshot=None, lease_expires_at=None, due_later=True,
+                                   stale_seconds=stale.get(backend.id)))
                 continue
             enrolled, clean_at, clean_mode, leased, expires, delay, next_due, active = facts
             snapshot = IdleSnapshot(clean_at=clean_at, clean_mode=clean_mode, leased=bool(leased),
                                     retry_delay_seconds=delay, next_due_at=next_due,
                                     activity_since_clean=bool(active), now=now) if enrolled else None
-            out.append(TickRow(backend=backend, snapshot=snapshot, lease_expires_at=expires))
+            out.append(TickRow(backend=backend, snapshot=snapshot, lease_expires_at=expires,
+                               stale_seconds=stale.get(backend.id)))
         if known is not None:
             known.clear()
             known.update(seen)

@@ -37,11 +37,12 @@ from datetime import datetime
 from typing import Any
 
 from orphan_cleanup.core.backends import Backend, BackendSettings
+from orphan_cleanup.core.digest import DigestFacts
 from orphan_cleanup.core.listing import ResourceGroup
 from orphan_cleanup.core.owners import Record
-from orphan_cleanup.ledger import queries, reports
+from orphan_cleanup.ledger import digests, queries, reports, watch
 from orphan_cleanup.ledger.db import Database
-from orphan_cleanup.ledger.records import CycleReport
+from orphan_cleanup.ledger.records import CycleReport, FinishedCycle
 from orphan_cleanup.ledger.session import LedgerSession
 from orphan_cleanup.ledger.unit import LeaseUnit, LockedCycle
 
@@ -54,8 +55,10 @@ REPORT_PAGE = 2_000
 class LedgerStore:
     """The cleanup's ledger port (see the module docstring for its contracts)."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, on_finish: Callable[[FinishedCycle], None] | None = None) -> None:
         self.db = db
+        # Called once a cycle's STEP 7 has committed (``cycle()``): its metrics and digest.
+        self.on_finish = on_finish
 
     @contextmanager
     def session(self) -> Iterator[LedgerSession]:
@@ -70,9 +73,13 @@ class LedgerStore:
 
     @contextmanager
     def cycle(self, cycle_id: str, now: datetime | None = None) -> Iterator[LockedCycle]:
-        """A live cycle, fenced and locked for one transaction (``LeaseLost`` otherwise)."""
+        """A live cycle, fenced and locked for one transaction (``LeaseLost`` otherwise).
+        A cycle the unit finished is handed to ``on_finish`` after the commit."""
         with self.db.transaction() as conn:
-            yield LockedCycle(conn, cycle_id, now)
+            unit = LockedCycle(conn, cycle_id, now)
+            yield unit
+        if unit.finished is not None and self.on_finish is not None:
+            self.on_finish(unit.finished)
 
     def enroll(self) -> int:
         """Create a cleanup row for each backend once the ledger has issued refs
@@ -159,6 +166,32 @@ class LedgerStore:
         """Pending owners older than that whose resources the latest finished cycle skipped."""
         with self.db.connection() as conn:
             return reports.stuck_pending(conn, older_than_seconds, backend_id)
+
+    def open_orphans(self, backend_id: str | None = None) -> list[watch.OpenOrphan]:
+        """The open orphans across cycles, with their listed resources and the backend's prices."""
+        with self.db.connection() as conn:
+            return watch.open_orphans(conn, backend_id)
+
+    def events(self, since_seconds: int, backend_id: str | None = None) -> list[watch.Event]:
+        """The ``events`` rows of the last ``since_seconds``, oldest first."""
+        with self.db.connection() as conn:
+            return watch.events(conn, since_seconds, backend_id)
+
+    def staleness(self, global_mode: str) -> list[watch.Staleness]:
+        """Each enabled, enrolled backend's time since its last clean cycle, the stalest first."""
+        with self.db.connection() as conn:
+            return watch.staleness(conn, global_mode)
+
+    def digest_facts(self, cycle_id: str) -> DigestFacts | None:
+        """What a finished cycle found, deleted and failed to delete (its digest's facts)."""
+        with self.db.connection() as conn:
+            return digests.digest_facts(conn, cycle_id)
+
+    def record_notification(self, backend_id: str, cycle_id: str, *, failed: dict[str, str],
+                            sent: list[str]) -> None:
+        """The digest's events: ``notify_failed`` per failed channel, else ``digest_sent``."""
+        with self.db.transaction() as conn:
+            digests.record_notification(conn, backend_id, cycle_id, failed=failed, sent=sent)
 
     def cycle_report(self, cycle_id: str, *, groups: bool = True) -> CycleReport:
         """The C3 report; ``groups=False``: its header only (stream the groups with ``report_groups``)."""

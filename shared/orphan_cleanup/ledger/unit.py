@@ -26,7 +26,14 @@ from orphan_cleanup.core.listing import RegionFailure, ResourceGroup
 from orphan_cleanup.core.verdicts import Action, Outcome
 from orphan_cleanup.ledger import queries
 from orphan_cleanup.ledger.queries import activity_since
-from orphan_cleanup.ledger.records import CYCLE_COLUMNS, CleanupState, Cycle, CycleRef, DeleteRequestRow
+from orphan_cleanup.ledger.records import (
+    CYCLE_COLUMNS,
+    CleanupState,
+    Cycle,
+    CycleRef,
+    DeleteRequestRow,
+    FinishedCycle,
+)
 
 _CLEANUP_COLUMNS = ("backend_id, clean_at, clean_mode, lease_owner, lease_expires_at, fence,"
                     " retry_delay_seconds, next_due_at")
@@ -137,6 +144,7 @@ class LockedCycle:
         fence, owner, self._clean_at, self._retry_delay, clock = lease[0]
         self.check_lease(fence, owner)
         self.now: datetime = now or clock
+        self.finished: FinishedCycle | None = None  # set by ``finish``: the store's hook, after commit
 
     def check_lease(self, fence: int, lease_owner: str | None) -> None:
         """The fence (SAFETY.md rule 6): the backend's fence and lease are still this
@@ -290,6 +298,7 @@ class LockedCycle:
         """STEP 7 as decided: the outcome, the backend's schedule, the lease released."""
         c = self.state
         self._update("outcome = :o, finished_at = :n", o=outcome.value, n=self.now)
+        self.finished = FinishedCycle(backend_id=c.backend_id, cycle_id=c.id, mode=c.mode, outcome=outcome.value)
         self._close_vanished_orphans(c)
         self.conn.run(
             "UPDATE cleanup SET clean_at = :ca, clean_mode = CASE WHEN :o = 'clean' THEN :m ELSE clean_mode END,"

@@ -1,1 +1,2 @@
-"""The notification port and its adapters (empty for now)."""
+"""The notification port (``base.Notifier``) and its adapters: SNS, Pub/Sub, a Slack
+incoming webhook. Each sends one C6 digest; none is created at import time."""

@@ -22,6 +22,12 @@ CONTROLLER_LABELS = MappingProxyType({
 })
 
 
+#: Size facts an item carries (informational: ``orphans`` shows them and prices them): an
+#: instance's ``InstanceType``, a volume's ``Size`` (GiB) and ``VolumeType``; an address's
+#: ``PublicIp`` is kept above. EC2's describe gives no GPU count.
+SIZE_KEYS = ("InstanceType", "Size", "VolumeType")
+
+
 def controller_of(tags: Mapping[str, str], controller_keys: Iterable[str]) -> str | None:
     """The controller an instance's tags name (SAFETY.md rule 14), or None. A key
     present with an empty value still names one (fail closed)."""
@@ -37,7 +43,7 @@ def to_resource(spec: AwsKind, item: Mapping[str, Any], region: str,
     instance's ``controller`` from its ``controller_keys`` tags)."""
     details: dict[str, Any] = {"state": spec.raw_state(item)}
     for key in ("AvailabilityZone", "VpcId", "PublicIp", "GroupName", "Type", "InstanceLifecycle",
-                "SpotInstanceRequestId"):
+                "SpotInstanceRequestId", *SIZE_KEYS):
         if item.get(key):
             details[key] = item[key]
     attached = dig(item, spec.attached_path)

@@ -32,6 +32,7 @@ from orphan_cleanup.core.errors import (
 )
 from orphan_cleanup.core.listing import Resource, ResourceKind, ResourceState
 from orphan_cleanup.providers.base import older_than_days
+from orphan_cleanup.providers.sizes import gcp_size_facts
 
 ACTIVE, AVAILABLE, TERMINATING = ResourceState.ACTIVE, ResourceState.AVAILABLE, ResourceState.TERMINATING
 
@@ -224,6 +225,7 @@ def to_resource(spec: GcpKind, location: str, item: Any, instance_ids: Mapping[s
                         "source_disk_id": str(getattr(item, "source_disk_id", ""))})
     if users:
         details["users"] = users
+    details.update(gcp_size_facts(item))
     return Resource(
         kind=spec.kind, id=str(item.id), region=location, state=spec.state(item),
         tags=dict(item.labels), created_at=parse_time(item.creation_timestamp),

@@ -1,0 +1,153 @@
+"""The C6 digest of a finished cycle (README, "Knowing it works"): whether a cycle deserves
+one, the document, and its short texts (the SNS subject, the Slack message). Pure.
+
+A cycle deserves a digest when it found new orphans (an orphan is new only in the first
+cycle that records it), deleted or failed to delete something, failed, or found its
+backend stale (no clean cycle for ``STALE_INTERVALS`` intervals). An unchanged cycle gets
+none."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from orphan_cleanup.core.costs import size_of
+
+#: A backend is stale after this many intervals without a clean cycle (the stacks' alarm too).
+STALE_INTERVALS = 6
+#: Groups listed per kind in one digest (a message stays small); the counts say how many in all.
+MAX_LISTED = 50
+#: Orphans named in the Slack text.
+SLACK_ORPHANS = 10
+
+
+@dataclass(frozen=True)
+class DigestGroup:
+    """A group of the cycle as the digest lists it (``resources`` as the listing recorded
+    them: ``kind``, ``id``, ``details``)."""
+
+    provider_ref: str
+    primary_id: str | None
+    region: str
+    reason: str
+    first_seen: datetime | None
+    resources: tuple[dict[str, Any], ...]
+
+    def doc(self, now: datetime) -> dict[str, Any]:
+        return {"provider_ref": self.provider_ref, "primary_id": self.primary_id, "region": self.region,
+                "reason": self.reason, "first_seen": self.first_seen.isoformat() if self.first_seen else None,
+                "resources": [{"kind": r.get("kind"), "id": r.get("id")} for r in self.resources],
+                "size": size_of(self.resources),
+                "age_seconds": int((now - self.first_seen).total_seconds()) if self.first_seen else None}
+
+
+@dataclass(frozen=True)
+class DigestFacts:
+    """What the ledger says about a finished cycle, read after its STEP 7 committed."""
+
+    backend: str
+    provider: str | None
+    account: str | None
+    cycle_id: str
+    mode: str
+    outcome: str
+    failures: tuple[dict[str, str], ...]
+    error: str | None
+    now: datetime
+    since_clean_seconds: int | None  # since the backend's last clean cycle (or enrolment)
+    open_orphans: int
+    new_orphans: tuple[DigestGroup, ...] = ()
+    deleted: tuple[DigestGroup, ...] = ()
+    delete_failed: tuple[DigestGroup, ...] = ()
+    counts: dict[str, int] = field(default_factory=dict)  # new_orphans / deleted / delete_failed, in all
+    notify_failures: int = 0  # digests of this backend no channel took since the last one delivered
+    missed_cycles: tuple[str, ...] = ()  # the cycles whose digests those were
+
+
+def digest(facts: DigestFacts, interval_seconds: int) -> dict[str, Any] | None:
+    """The C6 document, or None for a cycle that deserves none."""
+    stale = facts.since_clean_seconds if (
+        facts.since_clean_seconds is not None and facts.since_clean_seconds > STALE_INTERVALS * interval_seconds) \
+        else None
+    eventful = facts.new_orphans or facts.deleted or facts.delete_failed or facts.outcome == "failed" or stale
+    if not eventful:
+        return None
+
+    def docs(groups: tuple[DigestGroup, ...]) -> list[dict[str, Any]]:
+        return [g.doc(facts.now) for g in groups[:MAX_LISTED]]
+
+    return {"type": "orphan-cleanup.cycle", "backend": facts.backend, "provider": facts.provider,
+            "account": facts.account, "cycle_id": facts.cycle_id, "mode": facts.mode, "outcome": facts.outcome,
+            "new_orphans": docs(facts.new_orphans), "deleted": docs(facts.deleted),
+            "delete_failed": docs(facts.delete_failed), "open_orphans": facts.open_orphans,
+            "failures": [{"region": f.get("region"), "error": f.get("error")} for f in facts.failures],
+            "stale_seconds": stale, "error": facts.error,
+            "counts": {k: facts.counts.get(k, len(getattr(facts, k))) for k in ("new_orphans", "deleted",
+                                                                                "delete_failed")},
+            "notify_failures": facts.notify_failures, "missed_cycles": list(facts.missed_cycles),
+            "at": facts.now.isoformat()}
+
+
+def _span(seconds: int | None) -> str:
+    if seconds is None:
+        return "?"
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def _size(size: dict[str, Any]) -> str:
+    parts = [str(size["instance_type"])] if "instance_type" in size else []
+    if size.get("gpus"):
+        parts.append(f"{size['gpus']} GPU")
+    if "disk_gb" in size:
+        parts.append(f"{size['disk_gb']} GB disk")
+    if size.get("addresses"):
+        parts.append(f"{len(size['addresses'])} address(es)")
+    return ", ".join(parts) or "size unknown"
+
+
+def subject(d: dict[str, Any]) -> str:
+    """A one-line summary (the SNS subject: at most 100 characters)."""
+    c = d["counts"]
+    text = (f"orphan-cleanup {d['backend']}: {d['outcome']}, {c['new_orphans']} new, {c['deleted']} deleted,"
+            f" {c['delete_failed']} failed, {d['open_orphans']} open")
+    return text[:100]
+
+
+def slack_text(d: dict[str, Any]) -> str:
+    """The digest as a short Slack text: backend, counts, up to ten orphans (ref, id,
+    region, age, size), the ``explain`` command to run, and how many more."""
+    c = d["counts"]
+    lines = [f"*orphan-cleanup* `{d['backend']}` ({d['provider']} {d['account']}): {d['mode']} cycle"
+             f" `{d['cycle_id']}` {d['outcome']}",
+             f"{c['new_orphans']} new orphan(s), {c['deleted']} deleted, {c['delete_failed']} failed to delete,"
+             f" {d['open_orphans']} open"]
+    if d["stale_seconds"] is not None:
+        lines.append(f"stale: no clean cycle for {_span(d['stale_seconds'])}")
+    if d["failures"]:
+        lines.append(f"{len(d['failures'])} region(s) failed: "
+                     + "; ".join(f"{f['region']}: {f['error']}" for f in d["failures"][:3])[:300])
+    if d["notify_failures"]:
+        lines.append(f"{d['notify_failures']} earlier digest(s) could not be delivered (orphan-cleanup events)")
+    shown: list[tuple[str, dict[str, Any]]] = []
+    seen: set[tuple[str, str]] = set()
+    for label in ("delete_failed", "new_orphans", "deleted"):
+        for g in d[label]:
+            key = (g["provider_ref"], g["primary_id"] or g["region"])
+            if key not in seen:
+                seen.add(key)
+                shown.append((label, g))
+    tag = {"delete_failed": "failed to delete", "new_orphans": "new", "deleted": "deleted"}
+    for label, g in shown[:SLACK_ORPHANS]:
+        lines.append(f"• `{g['provider_ref']}` {g['primary_id'] or '(leftovers)'} {g['region']},"
+                     f" {_span(g['age_seconds'])} old, {_size(g['size'])}: {g['reason']} ({tag[label]})")
+    # Groups listed but not shown, and those the digest's lists left out (``MAX_LISTED``).
+    more = max(0, len(shown) - SLACK_ORPHANS) + sum(max(0, c[k] - len(d[k])) for k in c)
+    if more:
+        lines.append(f"…and {more} more: `orphan-cleanup orphans --backend {d['backend']}`")
+    if shown:
+        lines.append(f"why: `orphan-cleanup explain --backend {d['backend']} {shown[0][1]['provider_ref']}`")
+    return "\n".join(lines)

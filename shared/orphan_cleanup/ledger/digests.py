@@ -1,0 +1,81 @@
+"""The ledger's side of a cycle's digest: what the finished cycle found, deleted and failed
+to delete, read after its STEP 7 committed, and the ``events`` rows that record each
+notification (``digest_sent``, ``notify_failed``: append-only, as every event)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pg8000.native
+
+from orphan_cleanup.core.digest import MAX_LISTED, DigestFacts, DigestGroup
+from orphan_cleanup.ledger.queries import json_value
+from orphan_cleanup.ledger.watch import OPEN_STATES
+
+# The cycle's orphan groups that are news: first recorded by this cycle (the orphans row
+# was created after the cycle started: one cycle of a backend at a time holds its lease),
+# deleted, or failed to delete. One row per group and kind, at most MAX_LISTED per kind.
+_GROUPS_SQL = """
+SELECT kind, provider_ref, primary_id, region, reason, first_seen, resources, total FROM (
+  SELECT k.kind, g.provider_ref, g.primary_id, g.region, g.reason, o.first_seen, coalesce(o.resources, g.resources)
+         AS resources, count(*) OVER (PARTITION BY k.kind) AS total,
+         row_number() OVER (PARTITION BY k.kind ORDER BY g.group_key) AS n
+    FROM cycle_groups g JOIN cycles c ON c.id = g.cycle_id
+    LEFT JOIN orphans o ON o.backend_id = c.backend_id AND o.group_key = g.group_key
+    CROSS JOIN LATERAL (VALUES
+        (CASE WHEN o.first_seen >= c.started_at THEN 'new_orphans' END),
+        (CASE g.action WHEN 'deleted' THEN 'deleted' WHEN 'delete_failed' THEN 'delete_failed' END)) AS k(kind)
+   WHERE g.cycle_id = :c AND g.verdict = 'orphan' AND k.kind IS NOT NULL) x
+ WHERE n <= :m ORDER BY kind, provider_ref, region, primary_id"""
+
+
+def digest_facts(conn: pg8000.native.Connection, cycle_id: str) -> DigestFacts | None:
+    """The finished cycle's facts (None: no such finished cycle)."""
+    rows = conn.run(
+        "SELECT c.backend_id, b.provider, b.account, c.mode, c.outcome, c.failures, c.error, oc_clock(),"
+        " CASE WHEN isfinite(coalesce(k.clean_at, k.created_at))"
+        "   THEN CAST(extract(epoch FROM oc_clock() - coalesce(k.clean_at, k.created_at)) AS bigint) END,"
+        " (SELECT count(*) FROM orphans o WHERE o.backend_id = c.backend_id AND o.verdict = 'orphan'"
+        "   AND o.state IN (" + ", ".join(f"'{s}'" for s in OPEN_STATES) + ")),"
+        " (SELECT json_build_array(count(*), coalesce(json_agg(DISTINCT e.cycle_id), '[]'))::text FROM events e"
+        "   WHERE e.backend_id = c.backend_id AND e.kind = 'notify_failed'"
+        "   AND e.id > coalesce((SELECT max(s.id) FROM events s WHERE s.backend_id = c.backend_id"
+        "   AND s.kind = 'digest_sent'), 0))"
+        " FROM cycles c LEFT JOIN backends b ON b.id = c.backend_id LEFT JOIN cleanup k ON k.backend_id = c.backend_id"
+        " WHERE c.id = :c AND c.outcome IS NOT NULL",
+        c=cycle_id)
+    if not rows:
+        return None
+    backend, provider, account, mode, outcome, failures, error, now, since_clean, open_orphans, missed = rows[0]
+    missed_count, missed_cycles = json.loads(missed)
+    groups: dict[str, list[DigestGroup]] = {"new_orphans": [], "deleted": [], "delete_failed": []}
+    counts: dict[str, int] = dict.fromkeys(groups, 0)
+    for kind, ref, primary, region, reason, first_seen, resources, total in conn.run(_GROUPS_SQL, c=cycle_id,
+                                                                                     m=MAX_LISTED):
+        groups[kind].append(DigestGroup(provider_ref=ref, primary_id=primary, region=region, reason=reason,
+                                        first_seen=first_seen, resources=tuple(json_value(resources) or ())))
+        counts[kind] = int(total)
+    return DigestFacts(
+        backend=backend, provider=provider, account=account, cycle_id=cycle_id, mode=mode, outcome=outcome,
+        failures=tuple(json_value(failures) or ()), error=error, now=now,
+        since_clean_seconds=None if since_clean is None else max(0, int(since_clean)),
+        open_orphans=int(open_orphans), new_orphans=tuple(groups["new_orphans"]), deleted=tuple(groups["deleted"]),
+        delete_failed=tuple(groups["delete_failed"]), counts=counts, notify_failures=int(missed_count),
+        missed_cycles=tuple(c for c in missed_cycles if c))
+
+
+def record_notification(conn: pg8000.native.Connection, backend_id: str, cycle_id: str, *,
+                        failed: dict[str, str], sent: list[str]) -> None:
+    """One ``notify_failed`` event per channel that did not take the digest (``failed``:
+    channel -> error), and ``digest_sent`` when every channel took it."""
+    for channel, error in failed.items():
+        conn.run("INSERT INTO events (backend_id, cycle_id, kind, message, details)"
+                 " VALUES (:b, :c, 'notify_failed', :m, CAST(:d AS jsonb))", b=backend_id, c=cycle_id,
+                 m=f"digest not delivered to {channel}: {error}"[:500],
+                 d=json.dumps({"channel": channel, "error": error[:500]}))
+    if not failed:
+        details: dict[str, Any] = {"channels": sent}
+        conn.run("INSERT INTO events (backend_id, cycle_id, kind, message, details)"
+                 " VALUES (:b, :c, 'digest_sent', :m, CAST(:d AS jsonb))", b=backend_id, c=cycle_id,
+                 m=f"digest sent to {', '.join(sent)}", d=json.dumps(details))

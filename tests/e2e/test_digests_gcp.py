@@ -1,0 +1,43 @@
+"""The digest from the deployed Cloud Functions: with NOTIFY_TOPIC set, the function that
+finishes a cycle publishes its C6 digest to that Pub/Sub topic (the fake Publisher, through
+the real client), once per eventful cycle; an unchanged cycle publishes none. The real
+google-cloud-compute client lists the fake Compute server."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.e2e.test_gcp_functions_e2e import PROJECT, Deployment, Fleet
+from tests.support.pubsub_harness import FakePubSub, pubsub, pubsub_server  # noqa: F401
+
+DIGESTS = f"projects/{PROJECT}/topics/orphan-cleanup-digests"
+
+
+@pytest.fixture
+def deployment(db, gcp, pubsub: FakePubSub, monkeypatch: pytest.MonkeyPatch) -> Deployment:  # noqa: F811
+    monkeypatch.setenv("NOTIFY_TOPIC", DIGESTS)
+    return Deployment(db, gcp, pubsub, monkeypatch)
+
+
+def test_a_report_cycle_publishes_one_digest_and_an_unchanged_one_none(deployment, db, gcp):
+    deployment.add_backend(mode="report")
+    fleet = Fleet(db, gcp)
+
+    summary = deployment.list()
+    deployment.drain()
+
+    [message] = deployment.pubsub.take(DIGESTS)
+    digest = message.json()
+    assert message.attributes == {"type": "orphan-cleanup.cycle", "backend": digest["backend"], "outcome": "clean"}
+    assert (digest["provider"], digest["account"], digest["cycle_id"], digest["mode"]) == (
+        "gcp", PROJECT, summary["cycle_id"], "report")
+    new = {g["provider_ref"]: g for g in digest["new_orphans"]}
+    assert set(new) == {fleet.leaked["ref"], fleet.placeholder["ref"], fleet.leftover_ref}
+    assert new[fleet.leaked["ref"]]["primary_id"] == fleet.leaked["id"]
+    assert new[fleet.leaked["ref"]]["size"]["instance_type"] == "e2-small"  # the machine type the listing read
+    assert digest["open_orphans"] == 3 and digest["deleted"] == []
+
+    # the same listing again: nothing new, nothing deleted, not failed: no digest
+    deployment.list(mode="report")
+    deployment.drain()
+    assert deployment.pubsub.take(DIGESTS) == []
