@@ -10,14 +10,14 @@ unsettled) or ``ignored``/``protected`` (never touched), never ``orphan``.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import cached_property, lru_cache
 
 from orphan_cleanup.core.backends import DEFAULT_TAG_KEY
 from orphan_cleanup.core.errors import BlastRadiusExceeded
-from orphan_cleanup.core.listing import ResourceGroup, ResourceKind, ResourceState
+from orphan_cleanup.core.listing import ResourceGroup, ResourceKind
+from orphan_cleanup.core.listing_rules import ListedInstances
 from orphan_cleanup.core.owners import OwnerStatus, Record
 from orphan_cleanup.core.verdicts import Action, Outcome, Verdict, VerdictKind
 
@@ -37,29 +37,6 @@ class Limits:
     cycle_deadline_seconds: int
     max_deletes: int
     max_delete_share: float
-
-
-class ListedInstances:
-    """The instances a listing shows, per ref: the primaries of its valid groups (an
-    instance carrying the group's ref, not terminated). What makes a live owner's other
-    VM a retry leak is its recorded primary listed beside it (SAFETY.md rule 17).
-    Indexed on first use: most batches never ask."""
-
-    def __init__(self, groups: Iterable[ResourceGroup] = (), tag_key: str = DEFAULT_TAG_KEY,
-                 known: Iterable[tuple[str, str, str]] = ()) -> None:
-        self._groups, self._tag_key = groups, tag_key
-        self._index: set[tuple[str, str, str]] | None = None
-        self._known = set(known)
-
-    def has(self, ref: str, region: str, primary_id: str) -> bool:
-        """Whether ``primary_id`` is listed as a valid instance of ``ref`` in ``region``."""
-        if self._index is None:
-            self._index = self._known | {
-                (g.provider_ref, g.region, g.primary_id) for g in self._groups
-                if g.primary_id is not None and not g.malformed_ref and (p := g.primary) is not None
-                and p.kind is ResourceKind.INSTANCE and p.tags.get(self._tag_key) == g.provider_ref
-                and p.state is not ResourceState.TERMINATED}
-        return (ref, region, primary_id) in self._index
 
 
 @dataclass(frozen=True)
