@@ -349,6 +349,25 @@ data "aws_iam_policy_document" "assume_target" {
     sid       = "AssumeTargetRole"
     actions   = ["sts:AssumeRole"]
     resources = [each.value]
+
+    # Only roles of the organisation or the accounts given, when given.
+    dynamic "condition" {
+      for_each = var.target_organization_id == null ? [] : [var.target_organization_id]
+      content {
+        test     = "StringEquals"
+        variable = "aws:ResourceOrgID"
+        values   = [condition.value]
+      }
+    }
+
+    dynamic "condition" {
+      for_each = length(var.target_account_ids) == 0 ? [] : [var.target_account_ids]
+      content {
+        test     = "StringEquals"
+        variable = "aws:ResourceAccount"
+        values   = condition.value
+      }
+    }
   }
 }
 

@@ -141,15 +141,47 @@ variable "protect_tag_keys" {
 }
 
 variable "target_list_role_arn_pattern" {
-  description = "Role ARN (or pattern with *) the lister may assume for backends in other accounts (their settings.role_arn), e.g. arn:aws:iam::*:role/orphan-cleanup-list; null allows no cross-account listing."
+  description = "Role ARN the lister may assume for backends in other accounts (their settings.role_arn): a fixed role name (and path), * allowed only for the account, e.g. arn:aws:iam::*:role/orphan-cleanup-list; null allows no cross-account listing. target_organization_id or target_account_ids narrow the *."
   type        = string
   default     = null
+
+  validation {
+    condition     = var.target_list_role_arn_pattern == null || can(regex("^arn:aws[a-z-]*:iam::([0-9]{12}|\\*):role/[A-Za-z0-9+=,.@_/-]+$", var.target_list_role_arn_pattern))
+    error_message = "target_list_role_arn_pattern must be a role ARN whose path and name have no wildcard (* only for the account)."
+  }
 }
 
 variable "target_delete_role_arn_pattern" {
-  description = "Role ARN (or pattern with *) the deleter may assume for backends in other accounts (their settings.delete_role_arn), e.g. arn:aws:iam::*:role/orphan-cleanup-delete; null allows no cross-account deletes."
+  description = "Role ARN the deleter may assume for backends in other accounts (their settings.delete_role_arn): a fixed role name (and path), * allowed only for the account, e.g. arn:aws:iam::*:role/orphan-cleanup-delete; null allows no cross-account deletes."
   type        = string
   default     = null
+
+  validation {
+    condition     = var.target_delete_role_arn_pattern == null || can(regex("^arn:aws[a-z-]*:iam::([0-9]{12}|\\*):role/[A-Za-z0-9+=,.@_/-]+$", var.target_delete_role_arn_pattern))
+    error_message = "target_delete_role_arn_pattern must be a role ARN whose path and name have no wildcard (* only for the account)."
+  }
+}
+
+variable "target_organization_id" {
+  description = "AWS Organizations id (o-...): the lister and deleter may assume target roles only in accounts of this organisation (aws:ResourceOrgID on sts:AssumeRole); null: no organisation condition."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.target_organization_id == null || can(regex("^o-[a-z0-9]{10,32}$", var.target_organization_id))
+    error_message = "target_organization_id must be an organisation id (o- and 10-32 lowercase letters or digits)."
+  }
+}
+
+variable "target_account_ids" {
+  description = "Account ids: the lister and deleter may assume target roles only in these accounts (aws:ResourceAccount on sts:AssumeRole); empty: no account condition."
+  type        = list(string)
+  default     = []
+
+  validation {
+    condition     = alltrue([for a in var.target_account_ids : can(regex("^[0-9]{12}$", a))])
+    error_message = "target_account_ids must be 12-digit account ids."
+  }
 }
 
 variable "subnet_ids" {
@@ -216,9 +248,14 @@ variable "queue_kms_key_arn" {
 }
 
 variable "redrive_role_arn" {
-  description = "Role ARN (or pattern with *) that may send to the jobs, listing and delete queues besides their producer function, e.g. an operator role that moves dead letters back (start-message-move-task needs sqs:SendMessage on the destination); null: only the producing function's role may send."
+  description = "Role ARN (no wildcard) that may send to the jobs, listing and delete queues besides their producer function, e.g. an operator role that moves dead letters back (start-message-move-task needs sqs:SendMessage on the destination); null: only the producing function's role may send."
   type        = string
   default     = null
+
+  validation {
+    condition     = var.redrive_role_arn == null || can(regex("^arn:aws[a-z-]*:iam::[0-9]{12}:role/[A-Za-z0-9+=,.@_/-]+$", var.redrive_role_arn))
+    error_message = "redrive_role_arn must be one role's ARN, without wildcards."
+  }
 }
 
 variable "alarm_topic_arn" {

@@ -45,6 +45,7 @@ from infra.checks.iam import (
     target_role_problems,
 )
 from infra.checks.intrinsics import Unresolved, parameter_values, policy_document, resolve, with_resolved_policies
+from infra.checks.roles import sam_role_pattern_problems, terraform_role_pattern_problems
 from infra.checks.sam import (
     cfn_lint,
     code_uris,
@@ -86,7 +87,8 @@ __all__ = [
     "function_by_handler", "gcp_entry_point_problems", "gcp_stack_problems", "if_branches",
     "lambda_handler_problems", "load_template", "parameter_values", "policy_document", "protect_deny_problems",
     "queue_encryption_problems", "queue_policy_problems", "queue_wiring_problems", "resolve", "resources_of_type",
-    "role_of", "role_statements", "sam_handlers", "sam_transform", "schedule_problems", "stack_shape_problems",
+    "role_of", "role_statements", "sam_handlers", "sam_role_pattern_problems", "sam_transform", "schedule_problems",
+    "stack_shape_problems", "terraform_role_pattern_problems",
     "target_role_problems", "terraform_description_problems", "terraform_iam_problems", "terraform_literals",
     "terraform_policy_documents", "terraform_reference_problems", "transform_problems", "unquote",
     "visibility_problems", "with_resolved_policies",
@@ -109,10 +111,12 @@ def all_problems(repo: Path = REPO) -> list[str]:
     problems += [f"ProtectTagKeys={several_keys['ProtectTagKeys']}: {p}"
                  for p in deleter_policy_problems(cfn, several_keys)]
     problems += lambda_handler_problems(repo, sam_handlers(cfn))
+    problems += sam_role_pattern_problems(sam)
     modules = {d.name: Module.load(d) for d in (repo / "infra" / "gcp", repo / "infra" / "aws")}
     for module in modules.values():
         problems += terraform_reference_problems(module) + terraform_description_problems(module)
     problems += terraform_iam_problems(modules["aws"]) + aws_stack_problems(modules["aws"])
+    problems += terraform_role_pattern_problems(modules["aws"])
     problems += gcp_stack_problems(modules["gcp"])
     problems += lambda_handler_problems(repo, terraform_literals(modules["aws"], "handler"))
     problems += gcp_entry_point_problems(repo, terraform_literals(modules["gcp"], "entry_point"))

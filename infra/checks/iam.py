@@ -137,7 +137,9 @@ def _creates_snapshot_only(condition: dict) -> bool:
 def _guard(condition: dict, tag_key: str) -> str | None:
     keys = {f"aws:ResourceTag/{tag_key}", f"ec2:ResourceTag/{tag_key}"}
     for operator, clauses in condition.items():
-        for key, value in (clauses or {}).items():
+        if not isinstance(clauses, dict):
+            continue  # an intrinsic (Fn::If) over the whole condition: no guard credited
+        for key, value in clauses.items():
             values = [str(v) for v in as_list(value)]
             if key == f"aws:RequestTag/{tag_key}" and operator in ("StringLike", "StringEquals") and values \
                     and all(v and v.strip("*") for v in values):

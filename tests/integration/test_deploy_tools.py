@@ -329,3 +329,31 @@ def test_terraform_plan_with_an_rds_managed_secret_and_iam_auth(tmp_path, moto_r
     missing = _run([terraform, "plan", "-input=false", "-no-color", f"-var=database_url_secret_arn={secret}",
                     "-var=database_iam_user=orphan_cleanup_runtime"], work, env)
     assert missing.returncode != 0 and "database_iam_resource_id" in missing.stdout + missing.stderr
+
+
+def test_terraform_refuses_wildcard_role_names_and_scopes_assume_role(tmp_path, moto_reset):
+    """A * in a target role's name, or anywhere in the redrive role, stops the plan with the
+    variable's message; a fixed name with * for the account plans, and the organisation and
+    accounts given become conditions of each function's sts:AssumeRole."""
+    terraform, work, env = _terraform_work(tmp_path, moto_reset)
+    _lambda_zip(tmp_path)
+    base = ["plan", "-input=false", "-no-color", f"-var=database_url_secret_arn={SECRET_ARN}"]
+    for var, value in (("target_list_role_arn_pattern", "arn:aws:iam::*:role/*"),
+                       ("target_delete_role_arn_pattern", "arn:aws:iam::*:role/orphan-cleanup-*"),
+                       ("redrive_role_arn", "arn:aws:iam::*:role/ops-redrive")):
+        refused = _run([terraform, *base, f"-var={var}={value}"], work, env)
+        assert refused.returncode != 0, refused.stdout
+        assert f"{var} must be" in " ".join((refused.stdout + refused.stderr).split()), refused.stderr
+    plan = _run([terraform, *base, "-out", "tf.plan",
+                 "-var=target_list_role_arn_pattern=arn:aws:iam::*:role/orphan-cleanup-list",
+                 "-var=target_delete_role_arn_pattern=arn:aws:iam::*:role/orphan-cleanup-delete",
+                 "-var=target_organization_id=o-abcdef1234",
+                 '-var=target_account_ids=["111111111111", "222222222222"]'], work, env)
+    assert plan.returncode == 0, plan.stdout + plan.stderr
+    shown = _run([terraform, "show", "-json", "tf.plan"], work, env)
+    changes = {c["address"]: c["change"]["after"] for c in json.loads(shown.stdout)["resource_changes"]}
+    for fn, role in (("lister", "orphan-cleanup-list"), ("deleter", "orphan-cleanup-delete")):
+        (statement,) = json.loads(changes[f'aws_iam_role_policy.assume_target["{fn}"]']["policy"])["Statement"]
+        assert statement["Resource"] == f"arn:aws:iam::*:role/{role}"
+        assert statement["Condition"] == {"StringEquals": {"aws:ResourceOrgID": "o-abcdef1234",
+                                                           "aws:ResourceAccount": ["111111111111", "222222222222"]}}

@@ -496,3 +496,57 @@ def test_iam_auth_grants_rds_db_connect_for_the_one_user_and_sets_the_variable(s
     assert env["DATABASE_IAM_AUTH"] == {"Fn::If": ["HasDatabaseIamAuth", "true", {"Ref": "AWS::NoValue"}]}
     rule = sam["Rules"]["DatabaseIamUserNeedsItsResource"]
     assert rule["Assertions"][0]["Assert"] == {"Fn::Not": [{"Fn::Equals": [{"Ref": "DatabaseIamResourceId"}, ""]}]}
+
+
+# ------------------------------------------------------------------ role patterns
+
+
+def test_role_parameters_refuse_wildcard_role_names_and_assume_role_is_scoped(sam):
+    assert checks.sam_role_pattern_problems(sam) == []
+    params = sam["Parameters"]
+    assert params["TargetOrganizationId"]["Default"] == "" and params["TargetAccountIds"]["Default"] == ""
+
+
+@pytest.mark.parametrize("parameter, pattern, problem", [
+    ("TargetListRoleArnPattern", "^$|^arn:aws[a-z-]*:iam::([0-9]{12}|\\*):role/[A-Za-z0-9+=,.@_/*-]+$",
+     "TargetListRoleArnPattern AllowedPattern: accepts 'arn:aws:iam::*:role/*'"),
+    ("TargetDeleteRoleArnPattern", "^$|^arn:aws[a-z-]*:iam::[0-9]{12}:role/[A-Za-z0-9+=,.@_/-]+$",
+     "TargetDeleteRoleArnPattern AllowedPattern: refuses 'arn:aws:iam::*:role/orphan-cleanup-list'"),
+])
+def test_a_loosened_role_pattern_is_caught(sam, parameter, pattern, problem):
+    broken = copy.deepcopy(sam)
+    broken["Parameters"][parameter]["AllowedPattern"] = pattern
+    assert problem in checks.sam_role_pattern_problems(broken)
+
+
+def test_a_redrive_role_with_a_wildcard_is_caught(sam):
+    broken = copy.deepcopy(sam)
+    broken["Parameters"]["RedriveRoleArn"]["AllowedPattern"] = \
+        "^$|^arn:aws[a-z-]*:iam::([0-9]{12}|\\*):role/[A-Za-z0-9+=,.@_/*-]+$"
+    problems = checks.sam_role_pattern_problems(broken)
+    assert "RedriveRoleArn AllowedPattern: accepts 'arn:aws:iam::123456789012:role/*'" in problems
+
+
+def test_an_assume_role_without_the_scope_condition_is_caught(sam):
+    broken = copy.deepcopy(sam)
+    for policy in broken["Resources"]["DeleterRole"]["Properties"]["Policies"]:
+        for branch in checks.if_branches(policy):
+            for st in branch["PolicyDocument"].get("Statement", []):
+                if st.get("Sid") == "AssumeTargetDeleteRole":
+                    del st["Condition"]
+    assert checks.sam_role_pattern_problems(broken) == [
+        "DeleterRole: sts:AssumeRole has no aws:ResourceOrgID / aws:ResourceAccount condition"]
+
+
+def test_the_scope_condition_resolves_to_the_organisation_and_the_accounts(sam):
+    # what IAM receives once CloudFormation resolved the conditions: both keys when both are set
+    statement = _statement(sam, "ListerRole", "AssumeTargetListRole")
+    (scope, _absent) = statement["Condition"]["Fn::If"][1:]
+    assert statement["Condition"]["Fn::If"][0] == "HasTargetScope"
+    assert scope["StringEquals"] == {
+        "aws:ResourceOrgID": {"Fn::If": ["HasTargetOrganization", {"Ref": "TargetOrganizationId"},
+                                         {"Ref": "AWS::NoValue"}]},
+        "aws:ResourceAccount": {"Fn::If": ["HasTargetAccounts", {"Ref": "TargetAccountIds"},
+                                           {"Ref": "AWS::NoValue"}]}}
+    assert sam["Conditions"]["HasTargetScope"] == {"Fn::Or": [{"Condition": "HasTargetOrganization"},
+                                                              {"Condition": "HasTargetAccounts"}]}

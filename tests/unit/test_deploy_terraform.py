@@ -317,3 +317,39 @@ def test_managed_database_settings_reach_the_functions(modules):
     assert resources[("google_project_iam_member", "cloud_sql_client")]["role"] == '"roles/cloudsql.client"'
     assert resources[("google_project_iam_member", "cloud_sql_instance_user")]["role"] == \
         '"roles/cloudsql.instanceUser"'
+
+
+# ------------------------------------------------------------------ role patterns
+
+
+def test_aws_role_variables_refuse_wildcard_role_names(modules):
+    assert checks.terraform_role_pattern_problems(modules["aws"]) == []
+
+
+@pytest.mark.parametrize("old, new, problem", [
+    # a * back in the role name's characters
+    ('iam::([0-9]{12}|\\\\*):role/[A-Za-z0-9+=,.@_/-]+$", var.target_list_role_arn_pattern',
+     'iam::([0-9]{12}|\\\\*):role/[A-Za-z0-9+=,.@_/*-]+$", var.target_list_role_arn_pattern',
+     "variable target_list_role_arn_pattern validation: accepts 'arn:aws:iam::*:role/*'"),
+    # a * for the account of the redrive role
+    ('iam::[0-9]{12}:role/[A-Za-z0-9+=,.@_/-]+$", var.redrive_role_arn',
+     'iam::([0-9]{12}|\\\\*):role/[A-Za-z0-9+=,.@_/-]+$", var.redrive_role_arn',
+     "variable redrive_role_arn validation: accepts 'arn:aws:iam::*:role/ops-redrive'"),
+    ('        variable = "aws:ResourceOrgID"', '        variable = "aws:PrincipalOrgID"',
+     "aws_iam_policy_document.assume_target: no aws:ResourceOrgID condition"),
+])
+def test_aws_role_variable_mistakes_are_caught(modules, old, new, problem):
+    files = {name: (TF_DIRS["aws"] / name).read_text() for name in modules["aws"].files}
+    (name,) = [n for n, text in files.items() if old in text]
+    files[name] = files[name].replace(old, new, 1)
+    assert problem in checks.terraform_role_pattern_problems(checks.Module.from_text(files))
+
+
+def test_a_role_variable_without_validation_is_caught(modules):
+    files = {name: (TF_DIRS["aws"] / name).read_text() for name in modules["aws"].files}
+    start = files["variables.tf"].index('variable "redrive_role_arn"')
+    block = files["variables.tf"][start:].split("\n}\n", 1)[0]
+    files["variables.tf"] = files["variables.tf"].replace(
+        block, block.split("\n\n  validation", 1)[0])
+    assert checks.terraform_role_pattern_problems(checks.Module.from_text(files)) == [
+        "variable redrive_role_arn: no validation with one regex"]
