@@ -103,7 +103,7 @@ data "aws_iam_policy_document" "runtime" {
   statement {
     sid       = "ReadDatabaseUrl"
     actions   = ["secretsmanager:GetSecretValue"]
-    resources = [var.database_url_secret_arn]
+    resources = [local.database_secret[each.key]]
   }
 }
 

@@ -31,7 +31,6 @@ locals {
 
   environment = merge(
     {
-      DATABASE_URL_SECRET_ARN         = var.database_url_secret_arn
       ORPHAN_CLEANUP_MODE             = var.mode
       ORPHAN_CLEANUP_MARGIN_SECONDS   = tostring(var.margin_seconds)
       ORPHAN_CLEANUP_INTERVAL_SECONDS = tostring(var.interval_seconds)
@@ -47,6 +46,8 @@ locals {
     local.iam_auth ? { DATABASE_IAM_AUTH = "true" } : {},
   )
   iam_auth = var.database_iam_user != null
+  # Each function's own secret (its own database role), else the shared one.
+  database_secret = { for k in keys(local.functions) : k => lookup(var.function_database_url_secret_arns, k, var.database_url_secret_arn) }
 }
 
 resource "aws_cloudwatch_log_group" "fn" {
@@ -77,7 +78,7 @@ resource "aws_lambda_function" "fn" {
   role             = aws_iam_role.fn[each.key].arn
 
   environment {
-    variables = local.environment
+    variables = merge(local.environment, { DATABASE_URL_SECRET_ARN = local.database_secret[each.key] })
   }
 
   tracing_config {

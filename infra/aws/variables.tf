@@ -37,6 +37,18 @@ variable "database_url_secret_arn" {
   }
 }
 
+variable "function_database_url_secret_arns" {
+  description = "One secret per function, each holding the URL of that function's own database role (docs/DATABASE.md, \"One role per function\"): keys lister, classifier, deleter; a function left out reads database_url_secret_arn (the runtime role's)."
+  type        = map(string)
+  default     = {}
+
+  validation {
+    condition = alltrue([for k, v in var.function_database_url_secret_arns : contains(["lister", "classifier", "deleter"], k)
+    && can(regex("^arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:[0-9]{12}:secret:.+$", v))])
+    error_message = "function_database_url_secret_arns: keys lister, classifier, deleter; values full Secrets Manager secret ARNs."
+  }
+}
+
 variable "database_secret_kms_key_arn" {
   description = "Customer-managed KMS key ARN encrypting the database secret; null when it uses aws/secretsmanager."
   type        = string

@@ -357,3 +357,24 @@ def test_terraform_refuses_wildcard_role_names_and_scopes_assume_role(tmp_path, 
         assert statement["Resource"] == f"arn:aws:iam::*:role/{role}"
         assert statement["Condition"] == {"StringEquals": {"aws:ResourceOrgID": "o-abcdef1234",
                                                            "aws:ResourceAccount": ["111111111111", "222222222222"]}}
+
+
+def test_terraform_gives_each_function_its_own_database_secret(tmp_path, moto_reset):
+    """function_database_url_secret_arns: a function given its own secret reads it (its
+    DATABASE_URL_SECRET_ARN and the one secret its role may read are known after apply, so
+    ``terraform console`` evaluates what both are made of); one left out reads the shared one."""
+    terraform, work, env = _terraform_work(tmp_path, moto_reset)
+    own = {fn: f"arn:aws:secretsmanager:us-east-1:123456789012:secret:oc-{fn}-AbCdEf" for fn in ("lister", "deleter")}
+    console = subprocess.run([terraform, "console", "-no-color", f"-var=database_url_secret_arn={SECRET_ARN}",
+                              f"-var=function_database_url_secret_arns={json.dumps(own)}"],
+                             input="jsonencode(local.database_secret)\n", cwd=work, env=env, capture_output=True,
+                             text=True, timeout=120)
+    assert console.returncode == 0, console.stdout + console.stderr
+    assert json.loads(json.loads(console.stdout.strip())) == {
+        "lister": own["lister"], "classifier": SECRET_ARN, "deleter": own["deleter"]}
+    main = (work / "main.tf").read_text() + (work / "iam.tf").read_text()
+    assert "DATABASE_URL_SECRET_ARN = local.database_secret[each.key]" in main
+    assert "resources = [local.database_secret[each.key]]" in main
+    refused = _run([terraform, "plan", "-input=false", "-no-color", f"-var=database_url_secret_arn={SECRET_ARN}",
+                    '-var=function_database_url_secret_arns={"tick": "x"}'], work, env)
+    assert refused.returncode != 0 and "function_database_url_secret_arns" in refused.stdout + refused.stderr

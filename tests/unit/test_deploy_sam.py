@@ -60,11 +60,14 @@ def test_sam_transform_yields_the_pipeline(cfn):
     assert queues == {"JobsQueue", "JobsDLQ", "ListingQueue", "ListingDLQ", "DeleteQueue", "DeleteDLQ", "ListerDLQ"}
     for fn in functions:
         props = cfn["Resources"][fn]["Properties"]
+        own = fn.removesuffix("Function")
         # The bundle's wheels and bytecode are built for this interpreter (infra/package.py).
         assert props["Runtime"] == "python3.11" == "python{}.{}".format(*package.LAMBDA_PYTHON)
         assert props["Architectures"] == ["arm64"]
         env = props["Environment"]["Variables"]
-        assert env["DATABASE_URL_SECRET_ARN"] == {"Ref": "DatabaseUrlSecretArn"}
+        # its own database role's secret when given, else the shared one (docs/DATABASE.md)
+        assert env["DATABASE_URL_SECRET_ARN"] == {"Fn::If": [f"Has{own}Secret", {"Ref": f"{own}DatabaseUrlSecretArn"},
+                                                             {"Ref": "DatabaseUrlSecretArn"}]}
         assert "DATABASE_URL" not in env
         assert env["POWERTOOLS_SERVICE_NAME"] == "orphan-cleanup"
         assert env["POWERTOOLS_METRICS_NAMESPACE"] == "OrphanCleanup"
@@ -372,7 +375,9 @@ def test_roles_read_only_the_database_secret_and_their_own_queues(cfn):
     for role in ("ListerRole", "ClassifierRole", "DeleterRole"):
         statements = checks.role_statements(cfn, role)
         secret = [s for s in statements if "secretsmanager:GetSecretValue" in checks.as_list(s["Action"])]
-        assert [s["Resource"] for s in secret] == [{"Ref": "DatabaseUrlSecretArn"}]
+        own = role.removesuffix("Role")
+        assert [s["Resource"] for s in secret] == [{"Fn::If": [f"Has{own}Secret", {"Ref": f"{own}DatabaseUrlSecretArn"},
+                                                              {"Ref": "DatabaseUrlSecretArn"}]}]
         assert not any("secretsmanager:*" in checks.as_list(s["Action"]) for s in statements)
     sends = {role: {s["Resource"]["Fn::GetAtt"][0] for s in checks.role_statements(cfn, role)
                     if checks.as_list(s["Action"]) == ["sqs:SendMessage"]}

@@ -171,7 +171,9 @@ def test_aws_queues_event_sources_and_the_one_schedule(modules):
     fn = resources[("aws_lambda_function", "fn")]
     assert fn["architectures"] == ['"arm64"'] and fn["runtime"] == "${var.runtime}"
     assert dict(aws.blocks("variable"))["runtime"]["default"] == '"python3.11"'
-    assert fn["environment"][0]["variables"] == "${local.environment}"
+    # each function's own database secret, else the shared one (docs/DATABASE.md, "One role per function")
+    assert fn["environment"][0]["variables"] == \
+        "${merge(local.environment, {DATABASE_URL_SECRET_ARN = local.database_secret[each.key]})}"
     assert sorted(checks.terraform_literals(aws, "handler")) == sorted(checks.AWS_HANDLERS.values())
 
 
