@@ -102,3 +102,21 @@ def environment_variable(key: str) -> str | None:
     """The variable a backend setting falls back to (``ORPHAN_CLEANUP_MARGIN_SECONDS``), if any."""
     field = PROCESS_FALLBACK.get(key)
     return Settings.model_fields[field].alias if field else None
+
+
+def ledger_key_refusal(backend: Backend) -> str | None:
+    """Why a deployed function refuses this backend, in one line, or None: its row holds a
+    service-account key (or a key file path, which only the CLI's machine has). A key in
+    the ledger can delete, is readable by every role that reads ``backends`` and is shared
+    by lister and deleter; a function uses its own identity instead."""
+    s = backend.settings
+    if s.credentials_json is not None:
+        key, what = "credentials_json", "holds a service-account key"
+    elif s.credentials_file is not None:
+        key, what = "credentials_file", "names a key file"
+    else:
+        return None
+    return (f"backend {backend.id}: settings.{key} {what}; the deployed functions take no key from the ledger:"
+            " grant the function's own service account (workload identity) access to the project, then remove"
+            f" it (backend update {backend.id} --settings '{{\"{key}\": null}}'); the CLI may use a key file"
+            " (credentials_file)")
