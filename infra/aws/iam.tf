@@ -46,7 +46,6 @@ locals {
     "ec2:DescribeAddresses",
     "ec2:DescribeSpotInstanceRequests",
     "ec2:DescribeSnapshots",
-    "ec2:DescribeInstanceAttribute",
   ]
   ec2_arn = "arn:${local.partition}:ec2:*:${local.account_id}"
   # Snapshot ARNs name no account.
@@ -226,6 +225,14 @@ data "aws_iam_policy_document" "deleter" {
     sid       = "DescribeTaggedResources"
     actions   = local.ec2_deleter_read_actions
     resources = ["*"]
+  }
+
+  # Termination protection, which no describe shows (SAFETY.md rule 14);
+  # DescribeInstanceAttribute takes instance ARNs, so only instances.
+  statement {
+    sid       = "ReadTerminationProtection"
+    actions   = ["ec2:DescribeInstanceAttribute"]
+    resources = ["${local.ec2_arn}:instance/*"]
   }
 
   # Every EC2 write is limited to resources carrying a well-formed ref tag

@@ -270,6 +270,17 @@ variable "redrive_role_arn" {
   }
 }
 
+variable "code_signing_config_arn" {
+  description = "Lambda code signing configuration (AWS Signer) for the three functions: with one whose policy enforces, Lambda refuses an artifact no allowed profile signed; null: no code signing."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.code_signing_config_arn == null || can(regex("^arn:aws[a-z-]*:lambda:[a-z0-9-]+:[0-9]{12}:code-signing-config:csc-[a-z0-9]{17}$", var.code_signing_config_arn))
+    error_message = "code_signing_config_arn must be a Lambda code signing configuration ARN."
+  }
+}
+
 variable "alarm_topic_arn" {
   description = "SNS topic the alarms notify; null creates the alarms without actions."
   type        = string

@@ -59,6 +59,7 @@ from infra.checks.sam import (
 )
 from infra.checks.stack import (
     dead_letter_alarm_problems,
+    dead_letter_policy_problems,
     queue_encryption_problems,
     queue_policy_problems,
     queue_wiring_problems,
@@ -83,7 +84,8 @@ __all__ = [
     "SNAPSHOT_CREATE_ACTIONS",
     "TEMPLATE", "TERRAFORM_DIRS", "Grant", "Module", "Unresolved",
     "all_problems", "as_list", "aws_stack_problems", "cfn_lint", "code_text", "code_uris",
-    "dead_letter_alarm_problems", "defined_names", "deleter_policy_problems", "ec2_write_grants",
+    "dead_letter_alarm_problems", "dead_letter_policy_problems", "defined_names", "deleter_policy_problems",
+    "ec2_write_grants",
     "function_by_handler", "gcp_entry_point_problems", "gcp_stack_problems", "if_branches",
     "lambda_handler_problems", "load_template", "parameter_values", "policy_document", "protect_deny_problems",
     "queue_encryption_problems", "queue_policy_problems", "queue_wiring_problems", "resolve", "resources_of_type",

@@ -378,3 +378,23 @@ def test_terraform_gives_each_function_its_own_database_secret(tmp_path, moto_re
     refused = _run([terraform, "plan", "-input=false", "-no-color", f"-var=database_url_secret_arn={SECRET_ARN}",
                     '-var=function_database_url_secret_arns={"tick": "x"}'], work, env)
     assert refused.returncode != 0 and "function_database_url_secret_arns" in refused.stdout + refused.stderr
+
+
+def test_terraform_plan_signs_code_and_keeps_the_log_groups(tmp_path, moto_reset):
+    """code_signing_config_arn reaches every function; the log groups are kept by destroy. (The
+    deleter's policy names queue ARNs known only after apply: its instance-only
+    DescribeInstanceAttribute is checked statically, tests/unit/test_deploy_terraform.py.)"""
+    terraform, work, env = _terraform_work(tmp_path, moto_reset)
+    _lambda_zip(tmp_path)
+    csc = "arn:aws:lambda:us-east-1:123456789012:code-signing-config:csc-0a1b2c3d4e5f67890"
+    plan = _run([terraform, "plan", "-input=false", "-no-color", "-out", "tf.plan",
+                 f"-var=database_url_secret_arn={SECRET_ARN}", f"-var=code_signing_config_arn={csc}"], work, env)
+    assert plan.returncode == 0, plan.stdout + plan.stderr
+    shown = _run([terraform, "show", "-json", "tf.plan"], work, env)
+    changes = {c["address"]: c["change"]["after"] for c in json.loads(shown.stdout)["resource_changes"]}
+    for fn in ("lister", "classifier", "deleter"):
+        assert changes[f'aws_lambda_function.fn["{fn}"]']["code_signing_config_arn"] == csc
+        assert changes[f'aws_cloudwatch_log_group.fn["{fn}"]']["skip_destroy"] is True
+    refused = _run([terraform, "plan", "-input=false", "-no-color", f"-var=database_url_secret_arn={SECRET_ARN}",
+                    "-var=code_signing_config_arn=arn:aws:iam::123456789012:role/x"], work, env)
+    assert refused.returncode != 0 and "code_signing_config_arn" in refused.stdout + refused.stderr

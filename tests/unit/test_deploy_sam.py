@@ -555,3 +555,44 @@ def test_the_scope_condition_resolves_to_the_organisation_and_the_accounts(sam):
                                            {"Ref": "AWS::NoValue"}]}}
     assert sam["Conditions"]["HasTargetScope"] == {"Fn::Or": [{"Condition": "HasTargetOrganization"},
                                                               {"Condition": "HasTargetAccounts"}]}
+
+
+# ------------------------------------------------------------------ smaller gaps
+
+
+def test_nobody_but_a_dlqs_producer_sends_to_it_and_a_dropped_deny_is_caught(sam, cfn):
+    assert checks.dead_letter_policy_problems(cfn) == []
+    broken = copy.deepcopy(sam)
+    statements = broken["Resources"]["DeadLetterQueuePolicy"]["Properties"]["PolicyDocument"]["Statement"]
+    broken["Resources"]["DeadLetterQueuePolicy"]["Properties"]["PolicyDocument"]["Statement"] = [
+        s for s in statements if s["Sid"] != "OnlyTheListerSendsItsDeadLetters"]
+    assert checks.dead_letter_policy_problems(checks.sam_transform(broken)) == [
+        "ListerDLQ: no Deny of sqs:SendMessage for principals other than ListerRole"]
+
+
+def test_log_groups_outlive_the_stack_with_their_retention(sam):
+    groups = checks.resources_of_type(sam, "AWS::Logs::LogGroup")
+    assert set(groups) == {"ListerLogGroup", "ClassifierLogGroup", "DeleterLogGroup"}
+    for group in groups.values():
+        assert (group["DeletionPolicy"], group["UpdateReplacePolicy"]) == ("Retain", "Retain")
+        assert group["Properties"]["RetentionInDays"] == {"Ref": "LogRetentionDays"}
+
+
+def test_termination_protection_is_read_on_instance_arns_only(sam, cfn, target):
+    statement = _statement(sam, "DeleterRole", "ReadTerminationProtection")
+    assert statement["Action"] == "ec2:DescribeInstanceAttribute"
+    assert statement["Resource"] == {"Fn::Sub": "arn:${AWS::Partition}:ec2:*:${AWS::AccountId}:instance/*"}
+    assert not any("ec2:DescribeInstanceAttribute" in checks.as_list(s["Action"]) and s["Resource"] == "*"
+                   for s in checks.role_statements(cfn, "DeleterRole"))
+    assert _statement(target, "DeleteRole", "ReadTerminationProtection")["Resource"] == statement["Resource"]
+    broken = copy.deepcopy(sam)
+    _statement(broken, "DeleterRole", "ReadTerminationProtection")["Resource"] = "*"
+    assert checks.deleter_policy_problems(checks.sam_transform(broken)) == [
+        'deleter: ec2:DescribeInstanceAttribute on "*"; only instance ARNs']
+
+
+def test_an_optional_code_signing_config_reaches_every_function(cfn):
+    for fn in ("ListerFunction", "ClassifierFunction", "DeleterFunction"):
+        assert cfn["Resources"][fn]["Properties"]["CodeSigningConfigArn"] == {
+            "Fn::If": ["HasCodeSigning", {"Ref": "CodeSigningConfigArn"}, {"Ref": "AWS::NoValue"}]}
+    assert cfn["Parameters"]["CodeSigningConfigArn"]["Default"] == ""
