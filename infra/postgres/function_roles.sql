@@ -91,6 +91,9 @@ SELECT format('GRANT EXECUTE ON FUNCTION %s TO %I', p.oid::regprocedure, g.grant
 -- A cycle finishing clean makes its region counts the baselines (the trigger of migration
 -- 0010, SECURITY DEFINER since 0013): whichever function finishes the cycle, the trigger
 -- writes region_listings as the definer, which may do that and nothing else.
+-- A new owner needs CREATE on the schema (unless a superuser runs this): held only while
+-- the functions change hands.
+GRANT CREATE ON SCHEMA :"schema" TO :"definer_role";
 SELECT format('ALTER FUNCTION %s OWNER TO %I', p.oid::regprocedure, :'definer_role'),
        format('ALTER FUNCTION %s SECURITY DEFINER', p.oid::regprocedure),
        format('ALTER FUNCTION %s SET search_path = %I, pg_temp', p.oid::regprocedure, :'schema'),
@@ -98,6 +101,7 @@ SELECT format('ALTER FUNCTION %s OWNER TO %I', p.oid::regprocedure, :'definer_ro
   FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
  WHERE n.nspname = :'schema' AND p.proname IN ('orphan_cleanup_region_baseline', 'oc_record_orphan_resources')
 \gexec
+REVOKE CREATE ON SCHEMA :"schema" FROM :"definer_role";
 -- The deleter's known orphan resources (oc_record_orphan_resources, migration 0013): only under
 -- the ref of a group its delete cycle classified an orphan and asked it to delete.
 SELECT format('GRANT %s ON TABLE %I.%I TO %I', g.privileges, :'schema', g.tbl, :'definer_role')

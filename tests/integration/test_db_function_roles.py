@@ -8,6 +8,7 @@ completes. The grants table of DATABASE.md is compared with pg_catalog.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ from orphan_cleanup.core.messages import DeleteRequest, ListingBatch
 from orphan_cleanup.core.settings import Settings
 from orphan_cleanup.cycle.pipeline import Pipeline
 from orphan_cleanup.cycle.runner import delete_all, in_process_queues
-from orphan_cleanup.ledger.db import Database
+from orphan_cleanup.ledger.db import Database, connect
 from orphan_cleanup.ledger.migrate import migrate
 from orphan_cleanup.ledger.store import LedgerStore
 from orphan_cleanup.queues.memory import InProcessQueue
@@ -197,3 +198,33 @@ def test_the_grants_table_of_database_md_is_what_pg_catalog_says(ledger):
         actual = {t: {name: held(r, t) for name, r in roles.items()} for t in tables}
         actual |= {f"{f}()": {name: executes(r, f) for name, r in roles.items()} for f in FUNCTIONS}
     assert actual == documented
+
+
+def test_roles_sql_as_a_non_superuser_admin_hands_the_definer_its_functions(pg_server):
+    # given the shape of the RDS master user / Cloud SQL's postgres: CREATEROLE CREATEDB, owning the database
+    ledger = _new_ledger(pg_server)
+    admin = f"oc_admin_{ledger.owner.rsplit('_', 1)[1]}"
+    try:
+        ledger.admin_run(f"CREATE ROLE {admin} LOGIN CREATEROLE CREATEDB PASSWORD 'admin-pw-1'",
+                         f'ALTER DATABASE "{ledger.admin.database}" OWNER TO {admin}',
+                         f"ALTER SCHEMA public OWNER TO {admin}")
+        as_admin = replace(ledger, admin=replace(ledger.admin, user=admin, password="admin-pw-1"))
+        ok(as_admin.roles_sql(platform_role=ledger.platform))
+        migrate(ledger.db(ledger.owner))
+        ok(as_admin.roles_sql(platform_role=ledger.platform))
+        with ledger.db(ledger.owner).connection() as conn:
+            owners = conn.run("SELECT p.proname, pg_get_userbyid(p.proowner), p.prosecdef FROM pg_proc p"
+                              " WHERE p.proname IN ('oc_record_orphan_resources', 'orphan_cleanup_region_baseline')"
+                              " ORDER BY 1")
+            assert owners == [["oc_record_orphan_resources", ledger.definer, True],
+                              ["orphan_cleanup_region_baseline", ledger.definer, True]]
+            assert conn.run("SELECT has_schema_privilege(:r, 'public', 'CREATE')", r=ledger.definer) == [[False]]
+        denied(role(ledger, "deleter"), "INSERT INTO orphan_resources (backend_id, provider_ref, resource_id)"
+                                        " VALUES ('x', 'y', 'z')")
+    finally:
+        _drop(ledger)
+        conn = connect(ledger.admin.with_database("postgres"))
+        try:
+            conn.run(f"DROP ROLE IF EXISTS {admin}")
+        finally:
+            conn.close()
