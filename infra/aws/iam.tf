@@ -46,7 +46,6 @@ locals {
     "ec2:DescribeAddresses",
     "ec2:DescribeSpotInstanceRequests",
     "ec2:DescribeSnapshots",
-    "ec2:DescribeInstanceAttribute",
   ]
   ec2_arn = "arn:${local.partition}:ec2:*:${local.account_id}"
   # Snapshot ARNs name no account.
@@ -103,7 +102,7 @@ data "aws_iam_policy_document" "runtime" {
   statement {
     sid       = "ReadDatabaseUrl"
     actions   = ["secretsmanager:GetSecretValue"]
-    resources = [var.database_url_secret_arn]
+    resources = [local.database_secret[each.key]]
   }
 }
 
@@ -228,6 +227,14 @@ data "aws_iam_policy_document" "deleter" {
     resources = ["*"]
   }
 
+  # Termination protection, which no describe shows (SAFETY.md rule 14);
+  # DescribeInstanceAttribute takes instance ARNs, so only instances.
+  statement {
+    sid       = "ReadTerminationProtection"
+    actions   = ["ec2:DescribeInstanceAttribute"]
+    resources = ["${local.ec2_arn}:instance/*"]
+  }
+
   # Every EC2 write is limited to resources carrying a well-formed ref tag
   # (12 characters); a request naming several resources (detach, disassociate)
   # needs the tag on each of them.
@@ -349,6 +356,25 @@ data "aws_iam_policy_document" "assume_target" {
     sid       = "AssumeTargetRole"
     actions   = ["sts:AssumeRole"]
     resources = [each.value]
+
+    # Only roles of the organisation or the accounts given, when given.
+    dynamic "condition" {
+      for_each = var.target_organization_id == null ? [] : [var.target_organization_id]
+      content {
+        test     = "StringEquals"
+        variable = "aws:ResourceOrgID"
+        values   = [condition.value]
+      }
+    }
+
+    dynamic "condition" {
+      for_each = length(var.target_account_ids) == 0 ? [] : [var.target_account_ids]
+      content {
+        test     = "StringEquals"
+        variable = "aws:ResourceAccount"
+        values   = condition.value
+      }
+    }
   }
 }
 

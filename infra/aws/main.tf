@@ -31,7 +31,6 @@ locals {
 
   environment = merge(
     {
-      DATABASE_URL_SECRET_ARN         = var.database_url_secret_arn
       ORPHAN_CLEANUP_MODE             = var.mode
       ORPHAN_CLEANUP_MARGIN_SECONDS   = tostring(var.margin_seconds)
       ORPHAN_CLEANUP_INTERVAL_SECONDS = tostring(var.interval_seconds)
@@ -48,6 +47,8 @@ locals {
     local.digest_environment,
   )
   iam_auth = var.database_iam_user != null
+  # Each function's own secret (its own database role), else the shared one.
+  database_secret = { for k in keys(local.functions) : k => lookup(var.function_database_url_secret_arns, k, var.database_url_secret_arn) }
 }
 
 resource "aws_cloudwatch_log_group" "fn" {
@@ -56,6 +57,9 @@ resource "aws_cloudwatch_log_group" "fn" {
   name              = "/orphan-cleanup/${var.name_prefix}/${each.key}"
   retention_in_days = var.log_retention_days
   kms_key_id        = var.logs_kms_key_arn
+  # Kept by `terraform destroy`: the record of every verdict and delete outlives the stack,
+  # for log_retention_days (docs/DEPLOY.md, "Logs").
+  skip_destroy = true
 }
 
 resource "aws_lambda_function" "fn" {
@@ -63,7 +67,7 @@ resource "aws_lambda_function" "fn" {
   #checkov:skip=CKV_AWS_116:The classifier and deleter are SQS-driven (their queues have DLQs); the lister, the only async-invoked function (the tick), has a dead_letter_config.
   #checkov:skip=CKV_AWS_117:VPC attachment is optional (subnet_ids); only needed when the ledger database is private.
   #checkov:skip=CKV_AWS_173:No secret in the environment: the database URL stays in Secrets Manager (only its ARN is here); the Sentry DSN is a client key.
-  #checkov:skip=CKV_AWS_272:Code signing is not set up by default; add code_signing_config_arn where AWS Signer is used.
+  #checkov:skip=CKV_AWS_272:Code signing is optional: set code_signing_config_arn (AWS Signer); checkov cannot see a configuration given as a variable.
   for_each = local.functions
 
   function_name    = "${var.name_prefix}-${each.key}"
@@ -76,9 +80,11 @@ resource "aws_lambda_function" "fn" {
   memory_size      = 512
   timeout          = each.value.timeout
   role             = aws_iam_role.fn[each.key].arn
+  # With an enforcing policy, Lambda refuses an artifact no allowed profile signed.
+  code_signing_config_arn = var.code_signing_config_arn
 
   environment {
-    variables = local.environment
+    variables = merge(local.environment, { DATABASE_URL_SECRET_ARN = local.database_secret[each.key] })
   }
 
   tracing_config {

@@ -114,6 +114,57 @@ data "aws_iam_policy_document" "queue" {
       }
     }
   }
+
+  # A dead letter is redriven to its work queue as it is: nobody may inject one. SQS moves
+  # failed messages into the redrive DLQs itself (no principal ARN: the Null condition
+  # leaves it alone); Lambda sends the lister's failed async invokes with the lister's role.
+  dynamic "statement" {
+    for_each = contains(keys(local.queues), each.key) || each.key == "lister-dlq" ? [] : [each.key]
+    content {
+      sid       = "NobodySendsDeadLetters"
+      effect    = "Deny"
+      actions   = ["sqs:SendMessage"]
+      resources = [each.value.arn]
+
+      principals {
+        type        = "*"
+        identifiers = ["*"]
+      }
+
+      condition {
+        test     = "Null"
+        variable = "aws:PrincipalArn"
+        values   = ["false"]
+      }
+    }
+  }
+
+  dynamic "statement" {
+    for_each = each.key == "lister-dlq" ? ["lister"] : []
+    content {
+      sid       = "OnlyTheListerSendsItsDeadLetters"
+      effect    = "Deny"
+      actions   = ["sqs:SendMessage"]
+      resources = [each.value.arn]
+
+      principals {
+        type        = "*"
+        identifiers = ["*"]
+      }
+
+      condition {
+        test     = "Null"
+        variable = "aws:PrincipalArn"
+        values   = ["false"]
+      }
+
+      condition {
+        test     = "ArnNotLike"
+        variable = "aws:PrincipalArn"
+        values   = [aws_iam_role.fn[statement.value].arn]
+      }
+    }
+  }
 }
 
 resource "aws_sqs_queue_policy" "queue" {

@@ -37,6 +37,18 @@ variable "database_url_secret_arn" {
   }
 }
 
+variable "function_database_url_secret_arns" {
+  description = "One secret per function, each holding the URL of that function's own database role (docs/DATABASE.md, \"One role per function\"): keys lister, classifier, deleter; a function left out reads database_url_secret_arn (the runtime role's)."
+  type        = map(string)
+  default     = {}
+
+  validation {
+    condition = alltrue([for k, v in var.function_database_url_secret_arns : contains(["lister", "classifier", "deleter"], k)
+    && can(regex("^arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:[0-9]{12}:secret:.+$", v))])
+    error_message = "function_database_url_secret_arns: keys lister, classifier, deleter; values full Secrets Manager secret ARNs."
+  }
+}
+
 variable "database_secret_kms_key_arn" {
   description = "Customer-managed KMS key ARN encrypting the database secret; null when it uses aws/secretsmanager."
   type        = string
@@ -141,15 +153,47 @@ variable "protect_tag_keys" {
 }
 
 variable "target_list_role_arn_pattern" {
-  description = "Role ARN (or pattern with *) the lister may assume for backends in other accounts (their settings.role_arn), e.g. arn:aws:iam::*:role/orphan-cleanup-list; null allows no cross-account listing."
+  description = "Role ARN the lister may assume for backends in other accounts (their settings.role_arn): a fixed role name (and path), * allowed only for the account, e.g. arn:aws:iam::*:role/orphan-cleanup-list; null allows no cross-account listing. target_organization_id or target_account_ids narrow the *."
   type        = string
   default     = null
+
+  validation {
+    condition     = var.target_list_role_arn_pattern == null || can(regex("^arn:aws[a-z-]*:iam::([0-9]{12}|\\*):role/[A-Za-z0-9+=,.@_/-]+$", var.target_list_role_arn_pattern))
+    error_message = "target_list_role_arn_pattern must be a role ARN whose path and name have no wildcard (* only for the account)."
+  }
 }
 
 variable "target_delete_role_arn_pattern" {
-  description = "Role ARN (or pattern with *) the deleter may assume for backends in other accounts (their settings.delete_role_arn), e.g. arn:aws:iam::*:role/orphan-cleanup-delete; null allows no cross-account deletes."
+  description = "Role ARN the deleter may assume for backends in other accounts (their settings.delete_role_arn): a fixed role name (and path), * allowed only for the account, e.g. arn:aws:iam::*:role/orphan-cleanup-delete; null allows no cross-account deletes."
   type        = string
   default     = null
+
+  validation {
+    condition     = var.target_delete_role_arn_pattern == null || can(regex("^arn:aws[a-z-]*:iam::([0-9]{12}|\\*):role/[A-Za-z0-9+=,.@_/-]+$", var.target_delete_role_arn_pattern))
+    error_message = "target_delete_role_arn_pattern must be a role ARN whose path and name have no wildcard (* only for the account)."
+  }
+}
+
+variable "target_organization_id" {
+  description = "AWS Organizations id (o-...): the lister and deleter may assume target roles only in accounts of this organisation (aws:ResourceOrgID on sts:AssumeRole); null: no organisation condition."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.target_organization_id == null || can(regex("^o-[a-z0-9]{10,32}$", var.target_organization_id))
+    error_message = "target_organization_id must be an organisation id (o- and 10-32 lowercase letters or digits)."
+  }
+}
+
+variable "target_account_ids" {
+  description = "Account ids: the lister and deleter may assume target roles only in these accounts (aws:ResourceAccount on sts:AssumeRole); empty: no account condition."
+  type        = list(string)
+  default     = []
+
+  validation {
+    condition     = alltrue([for a in var.target_account_ids : can(regex("^[0-9]{12}$", a))])
+    error_message = "target_account_ids must be 12-digit account ids."
+  }
 }
 
 variable "subnet_ids" {
@@ -216,9 +260,25 @@ variable "queue_kms_key_arn" {
 }
 
 variable "redrive_role_arn" {
-  description = "Role ARN (or pattern with *) that may send to the jobs, listing and delete queues besides their producer function, e.g. an operator role that moves dead letters back (start-message-move-task needs sqs:SendMessage on the destination); null: only the producing function's role may send."
+  description = "Role ARN (no wildcard) that may send to the jobs, listing and delete queues besides their producer function, e.g. an operator role that moves dead letters back (start-message-move-task needs sqs:SendMessage on the destination); null: only the producing function's role may send."
   type        = string
   default     = null
+
+  validation {
+    condition     = var.redrive_role_arn == null || can(regex("^arn:aws[a-z-]*:iam::[0-9]{12}:role/[A-Za-z0-9+=,.@_/-]+$", var.redrive_role_arn))
+    error_message = "redrive_role_arn must be one role's ARN, without wildcards."
+  }
+}
+
+variable "code_signing_config_arn" {
+  description = "Lambda code signing configuration (AWS Signer) for the three functions: with one whose policy enforces, Lambda refuses an artifact no allowed profile signed; null: no code signing."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.code_signing_config_arn == null || can(regex("^arn:aws[a-z-]*:lambda:[a-z0-9-]+:[0-9]{12}:code-signing-config:csc-[a-z0-9]{17}$", var.code_signing_config_arn))
+    error_message = "code_signing_config_arn must be a Lambda code signing configuration ARN."
+  }
 }
 
 variable "alarm_topic_arn" {

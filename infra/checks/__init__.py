@@ -46,6 +46,7 @@ from infra.checks.iam import (
     target_role_problems,
 )
 from infra.checks.intrinsics import Unresolved, parameter_values, policy_document, resolve, with_resolved_policies
+from infra.checks.roles import sam_role_pattern_problems, terraform_role_pattern_problems
 from infra.checks.sam import (
     cfn_lint,
     code_uris,
@@ -59,6 +60,7 @@ from infra.checks.sam import (
 )
 from infra.checks.stack import (
     dead_letter_alarm_problems,
+    dead_letter_policy_problems,
     queue_encryption_problems,
     queue_policy_problems,
     queue_wiring_problems,
@@ -83,12 +85,13 @@ __all__ = [
     "SNAPSHOT_CREATE_ACTIONS",
     "TEMPLATE", "TERRAFORM_DIRS", "Grant", "Module", "Unresolved",
     "all_problems", "as_list", "aws_stack_problems", "cfn_lint", "code_text", "code_uris",
-    "dead_letter_alarm_problems", "defined_names", "deleter_policy_problems", "ec2_write_grants",
+    "dead_letter_alarm_problems", "dead_letter_policy_problems", "defined_names", "deleter_policy_problems",
+    "ec2_write_grants",
     "function_by_handler", "gcp_entry_point_problems", "gcp_stack_problems", "if_branches",
     "lambda_handler_problems", "load_template", "parameter_values", "policy_document", "protect_deny_problems",
     "queue_encryption_problems", "queue_policy_problems", "queue_wiring_problems", "resolve", "resources_of_type",
-    "role_of", "role_statements", "sam_alarm_problems", "sam_handlers", "sam_transform", "schedule_problems",
-    "stack_shape_problems",
+    "role_of", "role_statements", "sam_alarm_problems", "sam_handlers", "sam_role_pattern_problems", "sam_transform",
+    "schedule_problems", "stack_shape_problems", "terraform_role_pattern_problems",
     "target_role_problems", "terraform_description_problems", "terraform_iam_problems", "terraform_literals",
     "terraform_aws_alarm_problems", "terraform_gcp_alarm_problems",
     "terraform_policy_documents", "terraform_reference_problems", "transform_problems", "unquote",
@@ -112,10 +115,12 @@ def all_problems(repo: Path = REPO) -> list[str]:
     problems += [f"ProtectTagKeys={several_keys['ProtectTagKeys']}: {p}"
                  for p in deleter_policy_problems(cfn, several_keys)]
     problems += lambda_handler_problems(repo, sam_handlers(cfn))
+    problems += sam_role_pattern_problems(sam)
     modules = {d.name: Module.load(d) for d in (repo / "infra" / "gcp", repo / "infra" / "aws")}
     for module in modules.values():
         problems += terraform_reference_problems(module) + terraform_description_problems(module)
     problems += terraform_iam_problems(modules["aws"]) + aws_stack_problems(modules["aws"])
+    problems += terraform_role_pattern_problems(modules["aws"])
     problems += gcp_stack_problems(modules["gcp"])
     problems += lambda_handler_problems(repo, terraform_literals(modules["aws"], "handler"))
     problems += gcp_entry_point_problems(repo, terraform_literals(modules["gcp"], "entry_point"))

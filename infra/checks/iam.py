@@ -137,7 +137,9 @@ def _creates_snapshot_only(condition: dict) -> bool:
 def _guard(condition: dict, tag_key: str) -> str | None:
     keys = {f"aws:ResourceTag/{tag_key}", f"ec2:ResourceTag/{tag_key}"}
     for operator, clauses in condition.items():
-        for key, value in (clauses or {}).items():
+        if not isinstance(clauses, dict):
+            continue  # an intrinsic (Fn::If) over the whole condition: no guard credited
+        for key, value in clauses.items():
             values = [str(v) for v in as_list(value)]
             if key == f"aws:RequestTag/{tag_key}" and operator in ("StringLike", "StringEquals") and values \
                     and all(v and v.strip("*") for v in values):
@@ -214,7 +216,22 @@ def target_role_problems(template: dict, parameters: dict[str, str] | None = Non
         problems += [f"{role_id}: lacks {a} under the tag condition" for a in sorted(DELETE_ACTIONS - tagged)]
         allowed = {a for s in statements if s.get("Effect") == "Allow" for a in as_list(s.get("Action", []))}
         problems += [f"{role_id}: lacks {a}" for a in sorted(DELETER_READ_ACTIONS - allowed)]
+        problems += instance_attribute_problems(statements, role_id)
         problems += protect_deny_problems(statements, values.get("ProtectTagKeys", []), role_id)
+    return problems
+
+
+def instance_attribute_problems(statements: Iterable[dict], who: str) -> list[str]:
+    """``ec2:DescribeInstanceAttribute`` (termination protection) takes instance ARNs: a
+    grant of it names instances only, never ``*``."""
+    problems = []
+    for st in statements:
+        if st.get("Effect") != "Allow" or "ec2:DescribeInstanceAttribute" not in as_list(st.get("Action", [])):
+            continue
+        for r in as_list(st.get("Resource", [])):
+            text = r.get("Fn::Sub") if isinstance(r, dict) else r
+            if not (isinstance(text, str) and text.endswith(":instance/*")):
+                problems.append(f"{who}: ec2:DescribeInstanceAttribute on {json.dumps(r)}; only instance ARNs")
     return problems
 
 

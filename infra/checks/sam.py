@@ -8,10 +8,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from infra.checks._common import AWS_HANDLERS, SAMPLE_PARAMETERS, TAG_KEY, TEMPLATE, resources_of_type
+from infra.checks._common import AWS_HANDLERS, SAMPLE_PARAMETERS, TAG_KEY, TEMPLATE, as_list, resources_of_type
 from infra.checks.iam import (
     DELETE_ACTIONS,
     ec2_write_grants,
+    instance_attribute_problems,
     protect_deny_problems,
     role_statements,
     snapshot_create_problems,
@@ -131,6 +132,9 @@ def deleter_policy_problems(cfn: dict, parameters: dict[str, str] | None = None)
                 problems.append(f"deleter: lacks {missing} under the tag condition")
             problems += snapshot_create_problems(grants, "deleter")
             problems += protect_deny_problems(statements, values.get("ProtectTagKeys", []), "deleter")
+            problems += instance_attribute_problems(statements, "deleter")
+            if not any("ec2:DescribeInstanceAttribute" in as_list(st.get("Action", [])) for st in statements):
+                problems.append("deleter: lacks ec2:DescribeInstanceAttribute")
     return problems
 
 

@@ -198,6 +198,31 @@ def dead_letter_alarm_problems(cfn: dict) -> list[str]:
     return [f"{q}: no alarm on its depth" for q in sorted(dlqs - watched)]
 
 
+# Each dead-letter queue and the role that alone may send to it (None: no principal; SQS
+# moves failed messages there itself, and a redrive forwards what it holds as it is).
+DEAD_LETTER_SENDERS = {"JobsDLQ": None, "ListingDLQ": None, "DeleteDLQ": None, "ListerDLQ": "ListerRole"}
+
+
+def dead_letter_policy_problems(cfn: dict) -> list[str]:
+    """A Deny of sqs:SendMessage on every dead-letter queue for every principal carrying
+    an ARN (``Null aws:PrincipalArn false``), but the ListerDLQ's producer, the lister."""
+    problems = []
+    statements = [b for p in resources_of_type(cfn, "AWS::SQS::QueuePolicy").values()
+                  for s in as_list(p["Properties"]["PolicyDocument"].get("Statement", [])) for b in if_branches(s)]
+    for queue, sender in DEAD_LETTER_SENDERS.items():
+        arn = {"Fn::GetAtt": [queue, "Arn"]}
+        wanted = {"Null": {"aws:PrincipalArn": "false"}}
+        if sender is not None:
+            wanted["ArnNotLike"] = {"aws:PrincipalArn": [{"Fn::GetAtt": [sender, "Arn"]}]}
+        if not any(s.get("Effect") == "Deny" and s.get("Principal") in ("*", {"AWS": "*"})
+                   and "sqs:SendMessage" in as_list(s.get("Action")) and arn in as_list(s.get("Resource"))
+                   and s.get("Condition") == wanted for s in statements):
+            problems.append(f"{queue}: no Deny of sqs:SendMessage for "
+                            + (f"principals other than {sender}" if sender else "every principal"))
+    return problems
+
+
 def stack_shape_problems(sam: dict, cfn: dict) -> list[str]:
     return (transform_problems(sam) + schedule_problems(cfn) + queue_wiring_problems(cfn)
-            + queue_policy_problems(cfn) + queue_encryption_problems(cfn) + dead_letter_alarm_problems(cfn))
+            + queue_policy_problems(cfn) + dead_letter_policy_problems(cfn) + queue_encryption_problems(cfn)
+            + dead_letter_alarm_problems(cfn))

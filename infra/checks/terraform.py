@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from infra.checks._common import as_list, unquote
-from infra.checks.iam import DELETE_ACTIONS, ec2_write_grants, snapshot_create_problems
+from infra.checks.iam import DELETE_ACTIONS, ec2_write_grants, instance_attribute_problems, snapshot_create_problems
 
 _REF_PATTERNS = {
     "var": re.compile(r"(?<![\w.])var\.([A-Za-z_][\w-]*)"),
@@ -265,6 +265,7 @@ def terraform_iam_problems(module: Module, tag_key: str = "${var.tag_key}") -> l
             problems += [f"aws_iam_policy_document.deleter: lacks {a} under the tag condition"
                          for a in sorted(DELETE_ACTIONS - tagged)]
             problems += snapshot_create_problems(grants, "aws_iam_policy_document.deleter")
+            problems += instance_attribute_problems(statements, "aws_iam_policy_document.deleter")
     for t, n, body in module.labelled("resource"):
         if t in ("aws_iam_role_policy_attachment", "aws_iam_policy_attachment") or \
                 (t == "aws_iam_role" and "managed_policy_arns" in body):

@@ -90,6 +90,13 @@ def _aws_queue_policy_problems(module: Module, statements: list[dict]) -> list[s
     if not any("aws_iam_role.fn[statement.value].arn" in str(st["Condition"].get("ArnNotLike", {}).get(
             "aws:PrincipalArn")) and "local.queues[each.key].producer" in str(st.get("ForEach")) for st in sends):
         problems.append("aws: no queue policy Deny of sqs:SendMessage for principals other than the producer")
+    dead = {st["Sid"]: st for st in sends if st["Condition"].get("Null") == {"aws:PrincipalArn": ["false"]}}
+    lister = dead.get("OnlyTheListerSendsItsDeadLetters", {}).get("Condition", {}).get("ArnNotLike", {})
+    if "NobodySendsDeadLetters" not in dead or "NobodySendsDeadLetters" in dead and \
+            dead["NobodySendsDeadLetters"]["Condition"].keys() != {"Null"}:
+        problems.append("aws: no queue policy Deny of sqs:SendMessage on the redrive DLQs for every principal")
+    if "aws_iam_role.fn[statement.value].arn" not in str(lister.get("aws:PrincipalArn")):
+        problems.append("aws: no queue policy Deny of sqs:SendMessage on the lister DLQ for principals but the lister")
     policies = _resources(module, "aws_sqs_queue_policy")
     if [(b.get("for_each"), b.get("policy")) for b in policies.values()] != [
             ("${local.all_queues}", "${data.aws_iam_policy_document.queue[each.key].json}")]:

@@ -237,3 +237,14 @@ variable "slack_webhook_secret" {
   type        = string
   default     = null
 }
+
+variable "log_retention_days" {
+  description = "Days the functions' own log bucket keeps their logs (they record every verdict and delete; the ledger keeps the durable record): 1-3650."
+  type        = number
+  default     = 365
+
+  validation {
+    condition     = var.log_retention_days >= 1 && var.log_retention_days <= 3650
+    error_message = "log_retention_days must be 1-3650."
+  }
+}

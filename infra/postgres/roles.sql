@@ -1,8 +1,16 @@
--- The ledger's two database roles (docs/DATABASE.md explains every grant).
+-- The ledger's database roles (docs/DATABASE.md explains every grant, role by role).
 --
 --   owner    runs `orphan-cleanup migrate` and the operator commands (backend add, run,
 --            status ...): owns the product's tables, functions and triggers.
---   runtime  the deployed functions: reads the platform's C1 tables (backends,
+--   lister, classifier, deleter
+--            one role per deployed function, each granted only what its function runs
+--            (docs/DATABASE.md, "One role per function"; SAFETY.md rule 19): the lister
+--            starts cycles and records listings, the classifier applies batches, the
+--            deleter records deletions and gates. Each reads every table.
+--   definer  NOLOGIN: owns the SECURITY DEFINER functions (search_path pinned) behind
+--            writes that a function's own role may not make itself.
+--   runtime  every function at once (one secret for all three, the fallback), and the
+--            roles a manual `run` needs: reads the platform's C1 tables (backends,
 --            provider_refs, instances) and the activity log; reads and inserts into the
 --            product's own tables, updates only the ones whose rows change (cleanup,
 --            cycles, cycle_groups, orphans, delete_requests, delete_gates,
@@ -21,6 +29,11 @@
 -- psql variables (-v name=value), all optional:
 --   owner_role        default orphan_cleanup_owner
 --   runtime_role      default orphan_cleanup_runtime
+--   lister_role       default orphan_cleanup_lister
+--   classifier_role   default orphan_cleanup_classifier
+--   deleter_role      default orphan_cleanup_deleter
+--   definer_role      default orphan_cleanup_definer (NOLOGIN)
+--   lister_password, classifier_password, deleter_password: as runtime_password
 --   owner_password    set (or reset) that login password; without it a new role has
 --   runtime_password  none: set it with psql's \password ROLE (it sends a hash only),
 --                     or a client certificate (docs/DATABASE.md)
@@ -47,6 +60,22 @@
 \else
 \set runtime_role orphan_cleanup_runtime
 \endif
+\if :{?lister_role}
+\else
+\set lister_role orphan_cleanup_lister
+\endif
+\if :{?classifier_role}
+\else
+\set classifier_role orphan_cleanup_classifier
+\endif
+\if :{?deleter_role}
+\else
+\set deleter_role orphan_cleanup_deleter
+\endif
+\if :{?definer_role}
+\else
+\set definer_role orphan_cleanup_definer
+\endif
 \if :{?schema}
 \else
 \set schema public
@@ -62,6 +91,10 @@ SET LOCAL client_min_messages = warning;  -- not the NOTICEs of grants that alre
 SELECT current_database() AS dbname,
        NOT EXISTS (SELECT FROM pg_roles WHERE rolname = :'owner_role') AS create_owner,
        NOT EXISTS (SELECT FROM pg_roles WHERE rolname = :'runtime_role') AS create_runtime,
+       NOT EXISTS (SELECT FROM pg_roles WHERE rolname = :'lister_role') AS create_lister,
+       NOT EXISTS (SELECT FROM pg_roles WHERE rolname = :'classifier_role') AS create_classifier,
+       NOT EXISTS (SELECT FROM pg_roles WHERE rolname = :'deleter_role') AS create_deleter,
+       NOT EXISTS (SELECT FROM pg_roles WHERE rolname = :'definer_role') AS create_definer,
        (SELECT rolsuper FROM pg_roles WHERE rolname = current_user) AS is_superuser
 \gset
 
@@ -72,21 +105,54 @@ CREATE ROLE :"owner_role";
 \if :create_runtime
 CREATE ROLE :"runtime_role";
 \endif
+\if :create_lister
+CREATE ROLE :"lister_role";
+\endif
+\if :create_classifier
+CREATE ROLE :"classifier_role";
+\endif
+\if :create_deleter
+CREATE ROLE :"deleter_role";
+\endif
+\if :create_definer
+CREATE ROLE :"definer_role";
+\endif
 ALTER ROLE :"owner_role" LOGIN INHERIT NOCREATEDB NOCREATEROLE;
 -- NOINHERIT: a role granted to the runtime by mistake lends it none of its privileges.
 ALTER ROLE :"runtime_role" LOGIN NOINHERIT NOCREATEDB NOCREATEROLE;
+ALTER ROLE :"lister_role" LOGIN NOINHERIT NOCREATEDB NOCREATEROLE;
+ALTER ROLE :"classifier_role" LOGIN NOINHERIT NOCREATEDB NOCREATEROLE;
+ALTER ROLE :"deleter_role" LOGIN NOINHERIT NOCREATEDB NOCREATEROLE;
+ALTER ROLE :"definer_role" NOLOGIN NOINHERIT NOCREATEDB NOCREATEROLE;
 \if :is_superuser
 ALTER ROLE :"owner_role" NOSUPERUSER NOREPLICATION NOBYPASSRLS;
 ALTER ROLE :"runtime_role" NOSUPERUSER NOREPLICATION NOBYPASSRLS;
+ALTER ROLE :"lister_role" NOSUPERUSER NOREPLICATION NOBYPASSRLS;
+ALTER ROLE :"classifier_role" NOSUPERUSER NOREPLICATION NOBYPASSRLS;
+ALTER ROLE :"deleter_role" NOSUPERUSER NOREPLICATION NOBYPASSRLS;
+ALTER ROLE :"definer_role" NOSUPERUSER NOREPLICATION NOBYPASSRLS;
 \else
--- ALTER DEFAULT PRIVILEGES FOR ROLE needs a member of that role.
+-- ALTER DEFAULT PRIVILEGES FOR ROLE needs a member of that role; handing a function to
+-- the definer role, a member of it.
 GRANT :"owner_role" TO CURRENT_USER;
+GRANT :"definer_role" TO CURRENT_USER;
 \endif
+-- migrate (as the owner) replaces and pins the definer's functions: it must act as their owner.
+GRANT :"definer_role" TO :"owner_role";
 \if :{?owner_password}
 ALTER ROLE :"owner_role" PASSWORD :'owner_password';
 \endif
 \if :{?runtime_password}
 ALTER ROLE :"runtime_role" PASSWORD :'runtime_password';
+\endif
+\if :{?lister_password}
+ALTER ROLE :"lister_role" PASSWORD :'lister_password';
+\endif
+\if :{?classifier_password}
+ALTER ROLE :"classifier_role" PASSWORD :'classifier_password';
+\endif
+\if :{?deleter_password}
+ALTER ROLE :"deleter_role" PASSWORD :'deleter_password';
 \endif
 
 -- ---- a schema of its own ----------------------------------------------------------
@@ -99,11 +165,15 @@ CREATE SCHEMA :"schema" AUTHORIZATION :"owner_role";
 \endif
 
 -- ---- database and schema -----------------------------------------------------------
-REVOKE ALL ON DATABASE :"dbname" FROM :"runtime_role";
-GRANT CONNECT ON DATABASE :"dbname" TO :"owner_role", :"runtime_role";
+REVOKE ALL ON DATABASE :"dbname" FROM :"runtime_role", :"lister_role", :"classifier_role", :"deleter_role",
+    :"definer_role";
+GRANT CONNECT ON DATABASE :"dbname" TO :"owner_role", :"runtime_role", :"lister_role", :"classifier_role",
+    :"deleter_role";
 GRANT USAGE, CREATE ON SCHEMA :"schema" TO :"owner_role";
-REVOKE ALL ON SCHEMA :"schema" FROM :"runtime_role";
-GRANT USAGE ON SCHEMA :"schema" TO :"runtime_role";
+REVOKE ALL ON SCHEMA :"schema" FROM :"runtime_role", :"lister_role", :"classifier_role", :"deleter_role",
+    :"definer_role";
+GRANT USAGE ON SCHEMA :"schema" TO :"runtime_role", :"lister_role", :"classifier_role", :"deleter_role",
+    :"definer_role";
 \if :revoke_public
 REVOKE CREATE ON SCHEMA :"schema" FROM PUBLIC;
 REVOKE TEMPORARY ON DATABASE :"dbname" FROM PUBLIC;
@@ -127,16 +197,18 @@ DO $$ BEGIN RAISE EXCEPTION 'roles.sql: the owner role neither owns the C1 table
 \endif
 
 -- ---- tables, sequences and functions migrate will create --------------------------
--- A table a later migration creates is born readable and appendable, never mutable: the
--- run of this script after that migrate grants it UPDATE if it is on the list below.
+-- A table a later migration creates is born readable only (a new audit table must not be
+-- born mutable): the run of this script after that migrate grants each role what the
+-- lists below give it. Functions are born executable by nobody but their owner.
 ALTER DEFAULT PRIVILEGES FOR ROLE :"owner_role" IN SCHEMA :"schema"
-    REVOKE UPDATE, DELETE, TRUNCATE ON TABLES FROM :"runtime_role";
+    REVOKE INSERT, UPDATE, DELETE, TRUNCATE, REFERENCES, TRIGGER ON TABLES FROM :"runtime_role";
 ALTER DEFAULT PRIVILEGES FOR ROLE :"owner_role" IN SCHEMA :"schema"
-    GRANT SELECT, INSERT ON TABLES TO :"runtime_role";
+    GRANT SELECT ON TABLES TO :"runtime_role", :"lister_role", :"classifier_role", :"deleter_role";
 ALTER DEFAULT PRIVILEGES FOR ROLE :"owner_role" IN SCHEMA :"schema"
-    GRANT USAGE, SELECT ON SEQUENCES TO :"runtime_role";
+    REVOKE USAGE, SELECT ON SEQUENCES FROM :"runtime_role";
 ALTER DEFAULT PRIVILEGES FOR ROLE :"owner_role" IN SCHEMA :"schema"
-    GRANT EXECUTE ON FUNCTIONS TO :"runtime_role";
+    REVOKE EXECUTE ON FUNCTIONS FROM :"runtime_role";
+ALTER DEFAULT PRIVILEGES FOR ROLE :"owner_role" REVOKE EXECUTE ON FUNCTIONS FROM PUBLIC;
 
 -- ---- tables, sequences and functions migrate created -------------------------------
 -- The product's tables: read and insert; update only the rows that change; delete only
@@ -193,10 +265,16 @@ SELECT format('GRANT USAGE, SELECT ON SEQUENCE %I.%I TO %I', n.nspname, c.relnam
  WHERE n.nspname = :'schema' AND c.relkind = 'S'
    AND c.relowner = (SELECT oid FROM pg_roles WHERE rolname = :'owner_role')
 \gexec
-SELECT format('GRANT EXECUTE ON FUNCTION %s TO %I', p.oid::regprocedure, :'runtime_role')
+-- PUBLIC executes none of them but the database clock (oc_clock: any reader reads its time).
+SELECT format(CASE WHEN p.proname = 'oc_clock' THEN 'GRANT EXECUTE ON FUNCTION %s TO PUBLIC'
+                   ELSE 'REVOKE EXECUTE ON FUNCTION %s FROM PUBLIC' END, p.oid::regprocedure),
+       format('GRANT EXECUTE ON FUNCTION %s TO %I', p.oid::regprocedure, :'runtime_role')
   FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
- WHERE n.nspname = :'schema' AND p.proowner = (SELECT oid FROM pg_roles WHERE rolname = :'owner_role')
+ WHERE n.nspname = :'schema'
+   AND p.proowner IN (SELECT oid FROM pg_roles WHERE rolname IN (:'owner_role', :'definer_role'))
 \gexec
+
+\ir function_roles.sql
 
 -- ---- the platform's writer ---------------------------------------------------------
 -- The triggers on the C1 tables run as whoever writes them and insert into
@@ -218,8 +296,8 @@ SELECT format('GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE %I.%I TO %I', n.nsp
 \gexec
 SELECT format('GRANT EXECUTE ON FUNCTION %s TO %I', p.oid::regprocedure, :'platform_role')
   FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
- WHERE n.nspname = :'schema' AND p.proname LIKE 'orphan\_cleanup\_%'
-   AND p.proowner = (SELECT oid FROM pg_roles WHERE rolname = :'owner_role')
+ WHERE n.nspname = :'schema' AND (p.proname LIKE 'orphan\_cleanup\_%' OR p.proname = 'oc_clock')
+   AND p.proowner IN (SELECT oid FROM pg_roles WHERE rolname IN (:'owner_role', :'definer_role'))
 \gexec
 \endif
 

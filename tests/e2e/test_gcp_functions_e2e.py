@@ -245,3 +245,27 @@ def test_a_mig_member_and_a_deletion_protected_orphan_survive_a_delete_cycle(dep
     assert gcp.count("DELETE") == 1 and gcp.count("DELETE", "/instances/plain") == 1
     assert deployment.query("SELECT count(*) FROM delete_requests")[0][0] == 1  # protected up front, never sent
     assert deployment.outcome(summary["cycle_id"]) == "clean"
+
+
+@pytest.mark.parametrize("setting", ["credentials_json", "credentials_file"])
+def test_the_deployed_lister_refuses_a_backend_whose_row_holds_a_key(deployment, db, gcp, setting, tmp_path):
+    from tests.integration.test_cli_lifecycle import service_account_key
+
+    # given a backend whose row holds a delete-capable key (or names a key file), and a live orphan
+    key = service_account_key()
+    (tmp_path / "k.json").write_text(key)
+    value = key if setting == "credentials_json" else str(tmp_path / "k.json")
+    deployment.add_backend(mode="delete")
+    with db.connection() as conn:
+        conn.run("UPDATE backends SET settings = CAST(:s AS jsonb) WHERE id = :i", s=json.dumps({setting: value}),
+                 i=BACKEND)
+    fleet = Fleet(db, gcp)
+
+    # when the scheduler calls the lister, then no cycle runs for it, and one line says why
+    summary = deployment.list()
+    assert (summary["started"], summary["reason"]) == (False, "ledger_key")
+    assert f"settings.{setting}" in summary["error"] and "\n" not in summary["error"]
+    assert "PRIVATE KEY" not in summary["error"]
+    assert deployment.query("SELECT count(*) FROM cycles WHERE backend_id = :b", b=BACKEND) == [[0]]
+    assert deployment.pubsub.messages(LISTING_TOPIC) == []
+    assert fleet.exists("instances", "leaked") and gcp.count("DELETE") == 0

@@ -409,3 +409,27 @@ def test_remove_of_an_idle_backend(db):
     out = ok(db, "backend", "remove", "aws-old")
     assert out.startswith("removed backend aws-old: no cycle of it runs any more\n")
     assert [b["id"] for b in json.loads(ok(db, "backend", "list", "--json"))] == ["aws-new"]
+
+
+def test_no_secret_is_ever_printed_and_a_key_file_path_is_accepted(db, tmp_path):
+    # given a GCP backend holding a key, and one naming a key file (the CLI's way)
+    gcp = ["--provider", "gcp", "--account", "my-project-42", "--regions", "us-central1"]
+    key = service_account_key()
+    ok(db, "backend", "add", "gcp-key", *gcp, "--settings", json.dumps({"credentials_json": key}))
+    key_file = tmp_path / "sa-key.json"
+    key_file.write_text(key)
+    ok(db, "backend", "add", "gcp-file", *gcp, "--settings", json.dumps({"credentials_file": str(key_file)}))
+    assert row(db, "gcp-file")["settings"] == {"credentials_file": str(key_file)}
+
+    # then no output of show or list carries the key, in text or JSON
+    private = json.loads(key)["private_key"].splitlines()[1]
+    for args in (["backend", "show", "gcp-key"], ["backend", "show", "gcp-key", "--json"], ["backend", "list", "--json"],
+                 ["backend", "list"]):
+        out = ok(db, *args)
+        assert private not in out and "PRIVATE KEY" not in out, args
+    doc = json.loads(ok(db, "backend", "show", "gcp-file", "--json"))
+    assert doc["effective_settings"]["credentials_file"] == str(key_file)
+    # and the model holds the key as a secret: not in its repr, nor in a validation error
+    backend = LedgerStore(db).backend_row("gcp-key").backend
+    assert backend is not None and private not in repr(backend) and "**********" in repr(backend.settings)
+    assert backend.settings.key_text == key

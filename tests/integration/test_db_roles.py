@@ -16,7 +16,7 @@ import shutil
 import subprocess
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
@@ -52,6 +52,7 @@ READ_ONLY = C1 + ("ledger_activity", "schema_migrations")
 PRODUCT = ("cleanup", "cycles", "cycle_batches", "cycle_groups", "orphans", "orphan_resources", "delete_gates",
            "delete_requests", "events", "provider_journal", "region_listings")
 UPDATED = {"cleanup", "cycle_groups", "orphans", "delete_requests", "delete_gates", "region_listings"}
+FUNCTIONS = ("lister", "classifier", "deleter")
 
 
 def _psql() -> str | None:
@@ -77,6 +78,8 @@ class Ledger:
     runtime: str
     platform: str
     passwords: dict[str, str]
+    functions: dict[str, str] = field(default_factory=dict)  # lister, classifier, deleter -> role
+    definer: str = ""
 
     def info(self, role: str) -> ConnInfo:
         return replace(self.admin, user=role, password=self.passwords[role])
@@ -87,7 +90,9 @@ class Ledger:
     def roles_sql(self, **variables: str) -> subprocess.CompletedProcess[str]:
         """Run roles.sql with psql as the admin; ``check`` is the caller's."""
         given = dict(owner_role=self.owner, runtime_role=self.runtime, owner_password=self.passwords[self.owner],
-                     runtime_password=self.passwords[self.runtime], **variables)
+                     runtime_password=self.passwords[self.runtime], definer_role=self.definer, **variables)
+        for fn, role in self.functions.items():
+            given[f"{fn}_role"], given[f"{fn}_password"] = role, self.passwords[role]
         args = [str(PSQL), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-f", str(ROLES_SQL)]
         for name, value in given.items():
             args += ["-v", f"{name}={value}"]
@@ -117,8 +122,10 @@ def _new_ledger(pg_server: ConnInfo) -> Ledger:
     suffix = uuid.uuid4().hex[:8]
     admin = fresh_database(pg_server, None).info
     owner, runtime, platform = f"oc_owner_{suffix}", f"oc_runtime_{suffix}", f"oc_platform_{suffix}"
+    functions = {fn: f"oc_{fn}_{suffix}" for fn in FUNCTIONS}
     ledger = Ledger(admin=admin, owner=owner, runtime=runtime, platform=platform,
-                    passwords={r: secrets.token_urlsafe(12) for r in (owner, runtime, platform)})
+                    passwords={r: secrets.token_urlsafe(12) for r in (owner, runtime, platform, *functions.values())},
+                    functions=functions, definer=f"oc_definer_{suffix}")
     # the platform's own role, with the rights a platform has on its database
     ledger.admin_run(f"CREATE ROLE {platform} LOGIN PASSWORD '{ledger.passwords[platform]}'",
                      f"GRANT CREATE ON SCHEMA public TO {platform}")
@@ -129,7 +136,7 @@ def _drop(ledger: Ledger) -> None:
     conn = connect(ledger.admin.with_database("postgres"))
     try:
         conn.run(f'DROP DATABASE IF EXISTS "{ledger.admin.database}" WITH (FORCE)')
-        for role in (ledger.runtime, ledger.owner, ledger.platform):
+        for role in (ledger.runtime, *ledger.functions.values(), ledger.definer, ledger.owner, ledger.platform):
             conn.run(f"DROP ROLE IF EXISTS {role}")
     finally:
         conn.close()
@@ -294,10 +301,13 @@ def test_greenfield_migrate_creates_the_c1_tables_and_the_runtime_only_reads_the
         Platform(ledger.db(ledger.platform), MemoryCloud()).tracked()
         with ledger.db(ledger.runtime).connection() as conn:
             assert conn.run("SELECT count(*) FROM ledger_activity")[0][0] >= 3
-        # a table that a later migration adds is the runtime's to use, without rerunning roles.sql
+        # a table that a later migration adds is born readable only, for every role, until
+        # roles.sql grants it (a new audit table is never born mutable)
         ledger.admin_run("CREATE TABLE oc_later (id int)", role=ledger.owner)
-        with ledger.db(ledger.runtime).transaction() as conn:
-            conn.run("INSERT INTO oc_later VALUES (1)")
+        for role in (ledger.runtime, *ledger.functions.values()):
+            with ledger.db(role).connection() as conn:
+                assert conn.run("SELECT count(*) FROM oc_later") == [[0]]
+            denied(ledger.db(role), "INSERT INTO oc_later VALUES (1)")
         denied(ledger.db(ledger.runtime), "INSERT INTO backends (id, provider, account) VALUES ('y', 'gcp', 'p')")
     finally:
         _drop(ledger)

@@ -329,3 +329,72 @@ def test_terraform_plan_with_an_rds_managed_secret_and_iam_auth(tmp_path, moto_r
     missing = _run([terraform, "plan", "-input=false", "-no-color", f"-var=database_url_secret_arn={secret}",
                     "-var=database_iam_user=orphan_cleanup_runtime"], work, env)
     assert missing.returncode != 0 and "database_iam_resource_id" in missing.stdout + missing.stderr
+
+
+def test_terraform_refuses_wildcard_role_names_and_scopes_assume_role(tmp_path, moto_reset):
+    """A * in a target role's name, or anywhere in the redrive role, stops the plan with the
+    variable's message; a fixed name with * for the account plans, and the organisation and
+    accounts given become conditions of each function's sts:AssumeRole."""
+    terraform, work, env = _terraform_work(tmp_path, moto_reset)
+    _lambda_zip(tmp_path)
+    base = ["plan", "-input=false", "-no-color", f"-var=database_url_secret_arn={SECRET_ARN}"]
+    for var, value in (("target_list_role_arn_pattern", "arn:aws:iam::*:role/*"),
+                       ("target_delete_role_arn_pattern", "arn:aws:iam::*:role/orphan-cleanup-*"),
+                       ("redrive_role_arn", "arn:aws:iam::*:role/ops-redrive")):
+        refused = _run([terraform, *base, f"-var={var}={value}"], work, env)
+        assert refused.returncode != 0, refused.stdout
+        assert f"{var} must be" in " ".join((refused.stdout + refused.stderr).split()), refused.stderr
+    plan = _run([terraform, *base, "-out", "tf.plan",
+                 "-var=target_list_role_arn_pattern=arn:aws:iam::*:role/orphan-cleanup-list",
+                 "-var=target_delete_role_arn_pattern=arn:aws:iam::*:role/orphan-cleanup-delete",
+                 "-var=target_organization_id=o-abcdef1234",
+                 '-var=target_account_ids=["111111111111", "222222222222"]'], work, env)
+    assert plan.returncode == 0, plan.stdout + plan.stderr
+    shown = _run([terraform, "show", "-json", "tf.plan"], work, env)
+    changes = {c["address"]: c["change"]["after"] for c in json.loads(shown.stdout)["resource_changes"]}
+    for fn, role in (("lister", "orphan-cleanup-list"), ("deleter", "orphan-cleanup-delete")):
+        (statement,) = json.loads(changes[f'aws_iam_role_policy.assume_target["{fn}"]']["policy"])["Statement"]
+        assert statement["Resource"] == f"arn:aws:iam::*:role/{role}"
+        assert statement["Condition"] == {"StringEquals": {"aws:ResourceOrgID": "o-abcdef1234",
+                                                           "aws:ResourceAccount": ["111111111111", "222222222222"]}}
+
+
+def test_terraform_gives_each_function_its_own_database_secret(tmp_path, moto_reset):
+    """function_database_url_secret_arns: a function given its own secret reads it (its
+    DATABASE_URL_SECRET_ARN and the one secret its role may read are known after apply, so
+    ``terraform console`` evaluates what both are made of); one left out reads the shared one."""
+    terraform, work, env = _terraform_work(tmp_path, moto_reset)
+    own = {fn: f"arn:aws:secretsmanager:us-east-1:123456789012:secret:oc-{fn}-AbCdEf" for fn in ("lister", "deleter")}
+    console = subprocess.run([terraform, "console", "-no-color", f"-var=database_url_secret_arn={SECRET_ARN}",
+                              f"-var=function_database_url_secret_arns={json.dumps(own)}"],
+                             input="jsonencode(local.database_secret)\n", cwd=work, env=env, capture_output=True,
+                             text=True, timeout=120)
+    assert console.returncode == 0, console.stdout + console.stderr
+    assert json.loads(json.loads(console.stdout.strip())) == {
+        "lister": own["lister"], "classifier": SECRET_ARN, "deleter": own["deleter"]}
+    main = (work / "main.tf").read_text() + (work / "iam.tf").read_text()
+    assert "DATABASE_URL_SECRET_ARN = local.database_secret[each.key]" in main
+    assert "resources = [local.database_secret[each.key]]" in main
+    refused = _run([terraform, "plan", "-input=false", "-no-color", f"-var=database_url_secret_arn={SECRET_ARN}",
+                    '-var=function_database_url_secret_arns={"tick": "x"}'], work, env)
+    assert refused.returncode != 0 and "function_database_url_secret_arns" in refused.stdout + refused.stderr
+
+
+def test_terraform_plan_signs_code_and_keeps_the_log_groups(tmp_path, moto_reset):
+    """code_signing_config_arn reaches every function; the log groups are kept by destroy. (The
+    deleter's policy names queue ARNs known only after apply: its instance-only
+    DescribeInstanceAttribute is checked statically, tests/unit/test_deploy_terraform.py.)"""
+    terraform, work, env = _terraform_work(tmp_path, moto_reset)
+    _lambda_zip(tmp_path)
+    csc = "arn:aws:lambda:us-east-1:123456789012:code-signing-config:csc-0a1b2c3d4e5f67890"
+    plan = _run([terraform, "plan", "-input=false", "-no-color", "-out", "tf.plan",
+                 f"-var=database_url_secret_arn={SECRET_ARN}", f"-var=code_signing_config_arn={csc}"], work, env)
+    assert plan.returncode == 0, plan.stdout + plan.stderr
+    shown = _run([terraform, "show", "-json", "tf.plan"], work, env)
+    changes = {c["address"]: c["change"]["after"] for c in json.loads(shown.stdout)["resource_changes"]}
+    for fn in ("lister", "classifier", "deleter"):
+        assert changes[f'aws_lambda_function.fn["{fn}"]']["code_signing_config_arn"] == csc
+        assert changes[f'aws_cloudwatch_log_group.fn["{fn}"]']["skip_destroy"] is True
+    refused = _run([terraform, "plan", "-input=false", "-no-color", f"-var=database_url_secret_arn={SECRET_ARN}",
+                    "-var=code_signing_config_arn=arn:aws:iam::123456789012:role/x"], work, env)
+    assert refused.returncode != 0 and "code_signing_config_arn" in refused.stdout + refused.stderr

@@ -60,11 +60,14 @@ def test_sam_transform_yields_the_pipeline(cfn):
     assert queues == {"JobsQueue", "JobsDLQ", "ListingQueue", "ListingDLQ", "DeleteQueue", "DeleteDLQ", "ListerDLQ"}
     for fn in functions:
         props = cfn["Resources"][fn]["Properties"]
+        own = fn.removesuffix("Function")
         # The bundle's wheels and bytecode are built for this interpreter (infra/package.py).
         assert props["Runtime"] == "python3.11" == "python{}.{}".format(*package.LAMBDA_PYTHON)
         assert props["Architectures"] == ["arm64"]
         env = props["Environment"]["Variables"]
-        assert env["DATABASE_URL_SECRET_ARN"] == {"Ref": "DatabaseUrlSecretArn"}
+        # its own database role's secret when given, else the shared one (docs/DATABASE.md)
+        assert env["DATABASE_URL_SECRET_ARN"] == {"Fn::If": [f"Has{own}Secret", {"Ref": f"{own}DatabaseUrlSecretArn"},
+                                                             {"Ref": "DatabaseUrlSecretArn"}]}
         assert "DATABASE_URL" not in env
         assert env["POWERTOOLS_SERVICE_NAME"] == "orphan-cleanup"
         assert env["POWERTOOLS_METRICS_NAMESPACE"] == "OrphanCleanup"
@@ -373,8 +376,12 @@ def test_roles_read_only_the_database_secret_and_their_own_queues(cfn):
     for role in ("ListerRole", "ClassifierRole", "DeleterRole"):
         statements = checks.role_statements(cfn, role)
         secret = [s for s in statements if "secretsmanager:GetSecretValue" in checks.as_list(s["Action"])]
-        # the ledger's URL, and the Slack webhook's (only with SlackWebhookSecretArn: an !If policy)
-        assert [s["Resource"] for s in secret] == [{"Ref": "DatabaseUrlSecretArn"}, {"Ref": "SlackWebhookSecretArn"}]
+        # the ledger's URL (the function's own, else the shared one), and the Slack webhook's
+        # (only with SlackWebhookSecretArn: an !If policy)
+        own = role.removesuffix("Role")
+        assert [s["Resource"] for s in secret] == [{"Fn::If": [f"Has{own}Secret", {"Ref": f"{own}DatabaseUrlSecretArn"},
+                                                              {"Ref": "DatabaseUrlSecretArn"}]},
+                                                  {"Ref": "SlackWebhookSecretArn"}]
         assert not any("secretsmanager:*" in checks.as_list(s["Action"]) for s in statements)
     sends = {role: {s["Resource"]["Fn::GetAtt"][0] for s in checks.role_statements(cfn, role)
                     if checks.as_list(s["Action"]) == ["sqs:SendMessage"]}
@@ -498,3 +505,98 @@ def test_iam_auth_grants_rds_db_connect_for_the_one_user_and_sets_the_variable(s
     assert env["DATABASE_IAM_AUTH"] == {"Fn::If": ["HasDatabaseIamAuth", "true", {"Ref": "AWS::NoValue"}]}
     rule = sam["Rules"]["DatabaseIamUserNeedsItsResource"]
     assert rule["Assertions"][0]["Assert"] == {"Fn::Not": [{"Fn::Equals": [{"Ref": "DatabaseIamResourceId"}, ""]}]}
+
+
+# ------------------------------------------------------------------ role patterns
+
+
+def test_role_parameters_refuse_wildcard_role_names_and_assume_role_is_scoped(sam):
+    assert checks.sam_role_pattern_problems(sam) == []
+    params = sam["Parameters"]
+    assert params["TargetOrganizationId"]["Default"] == "" and params["TargetAccountIds"]["Default"] == ""
+
+
+@pytest.mark.parametrize("parameter, pattern, problem", [
+    ("TargetListRoleArnPattern", "^$|^arn:aws[a-z-]*:iam::([0-9]{12}|\\*):role/[A-Za-z0-9+=,.@_/*-]+$",
+     "TargetListRoleArnPattern AllowedPattern: accepts 'arn:aws:iam::*:role/*'"),
+    ("TargetDeleteRoleArnPattern", "^$|^arn:aws[a-z-]*:iam::[0-9]{12}:role/[A-Za-z0-9+=,.@_/-]+$",
+     "TargetDeleteRoleArnPattern AllowedPattern: refuses 'arn:aws:iam::*:role/orphan-cleanup-list'"),
+])
+def test_a_loosened_role_pattern_is_caught(sam, parameter, pattern, problem):
+    broken = copy.deepcopy(sam)
+    broken["Parameters"][parameter]["AllowedPattern"] = pattern
+    assert problem in checks.sam_role_pattern_problems(broken)
+
+
+def test_a_redrive_role_with_a_wildcard_is_caught(sam):
+    broken = copy.deepcopy(sam)
+    broken["Parameters"]["RedriveRoleArn"]["AllowedPattern"] = \
+        "^$|^arn:aws[a-z-]*:iam::([0-9]{12}|\\*):role/[A-Za-z0-9+=,.@_/*-]+$"
+    problems = checks.sam_role_pattern_problems(broken)
+    assert "RedriveRoleArn AllowedPattern: accepts 'arn:aws:iam::123456789012:role/*'" in problems
+
+
+def test_an_assume_role_without_the_scope_condition_is_caught(sam):
+    broken = copy.deepcopy(sam)
+    for policy in broken["Resources"]["DeleterRole"]["Properties"]["Policies"]:
+        for branch in checks.if_branches(policy):
+            for st in branch["PolicyDocument"].get("Statement", []):
+                if st.get("Sid") == "AssumeTargetDeleteRole":
+                    del st["Condition"]
+    assert checks.sam_role_pattern_problems(broken) == [
+        "DeleterRole: sts:AssumeRole has no aws:ResourceOrgID / aws:ResourceAccount condition"]
+
+
+def test_the_scope_condition_resolves_to_the_organisation_and_the_accounts(sam):
+    # what IAM receives once CloudFormation resolved the conditions: both keys when both are set
+    statement = _statement(sam, "ListerRole", "AssumeTargetListRole")
+    (scope, _absent) = statement["Condition"]["Fn::If"][1:]
+    assert statement["Condition"]["Fn::If"][0] == "HasTargetScope"
+    assert scope["StringEquals"] == {
+        "aws:ResourceOrgID": {"Fn::If": ["HasTargetOrganization", {"Ref": "TargetOrganizationId"},
+                                         {"Ref": "AWS::NoValue"}]},
+        "aws:ResourceAccount": {"Fn::If": ["HasTargetAccounts", {"Ref": "TargetAccountIds"},
+                                           {"Ref": "AWS::NoValue"}]}}
+    assert sam["Conditions"]["HasTargetScope"] == {"Fn::Or": [{"Condition": "HasTargetOrganization"},
+                                                              {"Condition": "HasTargetAccounts"}]}
+
+
+# ------------------------------------------------------------------ smaller gaps
+
+
+def test_nobody_but_a_dlqs_producer_sends_to_it_and_a_dropped_deny_is_caught(sam, cfn):
+    assert checks.dead_letter_policy_problems(cfn) == []
+    broken = copy.deepcopy(sam)
+    statements = broken["Resources"]["DeadLetterQueuePolicy"]["Properties"]["PolicyDocument"]["Statement"]
+    broken["Resources"]["DeadLetterQueuePolicy"]["Properties"]["PolicyDocument"]["Statement"] = [
+        s for s in statements if s["Sid"] != "OnlyTheListerSendsItsDeadLetters"]
+    assert checks.dead_letter_policy_problems(checks.sam_transform(broken)) == [
+        "ListerDLQ: no Deny of sqs:SendMessage for principals other than ListerRole"]
+
+
+def test_log_groups_outlive_the_stack_with_their_retention(sam):
+    groups = checks.resources_of_type(sam, "AWS::Logs::LogGroup")
+    assert set(groups) == {"ListerLogGroup", "ClassifierLogGroup", "DeleterLogGroup"}
+    for group in groups.values():
+        assert (group["DeletionPolicy"], group["UpdateReplacePolicy"]) == ("Retain", "Retain")
+        assert group["Properties"]["RetentionInDays"] == {"Ref": "LogRetentionDays"}
+
+
+def test_termination_protection_is_read_on_instance_arns_only(sam, cfn, target):
+    statement = _statement(sam, "DeleterRole", "ReadTerminationProtection")
+    assert statement["Action"] == "ec2:DescribeInstanceAttribute"
+    assert statement["Resource"] == {"Fn::Sub": "arn:${AWS::Partition}:ec2:*:${AWS::AccountId}:instance/*"}
+    assert not any("ec2:DescribeInstanceAttribute" in checks.as_list(s["Action"]) and s["Resource"] == "*"
+                   for s in checks.role_statements(cfn, "DeleterRole"))
+    assert _statement(target, "DeleteRole", "ReadTerminationProtection")["Resource"] == statement["Resource"]
+    broken = copy.deepcopy(sam)
+    _statement(broken, "DeleterRole", "ReadTerminationProtection")["Resource"] = "*"
+    assert checks.deleter_policy_problems(checks.sam_transform(broken)) == [
+        'deleter: ec2:DescribeInstanceAttribute on "*"; only instance ARNs']
+
+
+def test_an_optional_code_signing_config_reaches_every_function(cfn):
+    for fn in ("ListerFunction", "ClassifierFunction", "DeleterFunction"):
+        assert cfn["Resources"][fn]["Properties"]["CodeSigningConfigArn"] == {
+            "Fn::If": ["HasCodeSigning", {"Ref": "CodeSigningConfigArn"}, {"Ref": "AWS::NoValue"}]}
+    assert cfn["Parameters"]["CodeSigningConfigArn"]["Default"] == ""

@@ -171,7 +171,9 @@ def test_aws_queues_event_sources_and_the_one_schedule(modules):
     fn = resources[("aws_lambda_function", "fn")]
     assert fn["architectures"] == ['"arm64"'] and fn["runtime"] == "${var.runtime}"
     assert dict(aws.blocks("variable"))["runtime"]["default"] == '"python3.11"'
-    assert fn["environment"][0]["variables"] == "${local.environment}"
+    # each function's own database secret, else the shared one (docs/DATABASE.md, "One role per function")
+    assert fn["environment"][0]["variables"] == \
+        "${merge(local.environment, {DATABASE_URL_SECRET_ARN = local.database_secret[each.key]})}"
     assert sorted(checks.terraform_literals(aws, "handler")) == sorted(checks.AWS_HANDLERS.values())
 
 
@@ -317,3 +319,73 @@ def test_managed_database_settings_reach_the_functions(modules):
     assert resources[("google_project_iam_member", "cloud_sql_client")]["role"] == '"roles/cloudsql.client"'
     assert resources[("google_project_iam_member", "cloud_sql_instance_user")]["role"] == \
         '"roles/cloudsql.instanceUser"'
+
+
+# ------------------------------------------------------------------ role patterns
+
+
+def test_aws_role_variables_refuse_wildcard_role_names(modules):
+    assert checks.terraform_role_pattern_problems(modules["aws"]) == []
+
+
+@pytest.mark.parametrize("old, new, problem", [
+    # a * back in the role name's characters
+    ('iam::([0-9]{12}|\\\\*):role/[A-Za-z0-9+=,.@_/-]+$", var.target_list_role_arn_pattern',
+     'iam::([0-9]{12}|\\\\*):role/[A-Za-z0-9+=,.@_/*-]+$", var.target_list_role_arn_pattern',
+     "variable target_list_role_arn_pattern validation: accepts 'arn:aws:iam::*:role/*'"),
+    # a * for the account of the redrive role
+    ('iam::[0-9]{12}:role/[A-Za-z0-9+=,.@_/-]+$", var.redrive_role_arn',
+     'iam::([0-9]{12}|\\\\*):role/[A-Za-z0-9+=,.@_/-]+$", var.redrive_role_arn',
+     "variable redrive_role_arn validation: accepts 'arn:aws:iam::*:role/ops-redrive'"),
+    ('        variable = "aws:ResourceOrgID"', '        variable = "aws:PrincipalOrgID"',
+     "aws_iam_policy_document.assume_target: no aws:ResourceOrgID condition"),
+])
+def test_aws_role_variable_mistakes_are_caught(modules, old, new, problem):
+    files = {name: (TF_DIRS["aws"] / name).read_text() for name in modules["aws"].files}
+    (name,) = [n for n, text in files.items() if old in text]
+    files[name] = files[name].replace(old, new, 1)
+    assert problem in checks.terraform_role_pattern_problems(checks.Module.from_text(files))
+
+
+def test_a_role_variable_without_validation_is_caught(modules):
+    files = {name: (TF_DIRS["aws"] / name).read_text() for name in modules["aws"].files}
+    start = files["variables.tf"].index('variable "redrive_role_arn"')
+    block = files["variables.tf"][start:].split("\n}\n", 1)[0]
+    files["variables.tf"] = files["variables.tf"].replace(
+        block, block.split("\n\n  validation", 1)[0])
+    assert checks.terraform_role_pattern_problems(checks.Module.from_text(files)) == [
+        "variable redrive_role_arn: no validation with one regex"]
+
+
+def test_aws_dlqs_logs_instance_attribute_and_code_signing(modules):
+    aws = modules["aws"]
+    resources = {(t, n): body for t, n, body in aws.labelled("resource")}
+    assert resources[("aws_cloudwatch_log_group", "fn")]["skip_destroy"] is True
+    assert resources[("aws_lambda_function", "fn")]["code_signing_config_arn"] == "${var.code_signing_config_arn}"
+    deleter = checks.terraform_policy_documents(aws)["deleter"]
+    (read,) = [s for s in deleter if s["Sid"] == "ReadTerminationProtection"]
+    assert (read["Action"], read["Resource"]) == (["ec2:DescribeInstanceAttribute"], ["${local.ec2_arn}:instance/*"])
+    assert all("ec2:DescribeInstanceAttribute" not in s["Action"] for s in deleter if s["Resource"] == ["*"])
+
+
+@pytest.mark.parametrize("old, new, problem", [
+    ('      sid       = "NobodySendsDeadLetters"', '      sid       = "SomebodySendsDeadLetters"',
+     "aws: no queue policy Deny of sqs:SendMessage on the redrive DLQs for every principal"),
+    ('    resources = ["${local.ec2_arn}:instance/*"]', '    resources = ["*"]',
+     'aws_iam_policy_document.deleter: ec2:DescribeInstanceAttribute on "*"; only instance ARNs'),
+])
+def test_aws_dead_letter_and_instance_attribute_mistakes_are_caught(modules, old, new, problem):
+    files = {name: (TF_DIRS["aws"] / name).read_text() for name in modules["aws"].files}
+    (name,) = [n for n, text in files.items() if old in text]
+    files[name] = files[name].replace(old, new, 1)
+    module = checks.Module.from_text(files)
+    assert problem in checks.aws_stack_problems(module) + checks.terraform_iam_problems(module)
+
+
+def test_gcp_functions_log_to_a_bucket_of_their_own(modules):
+    resources = {(t, n): body for t, n, body in modules["gcp"].labelled("resource")}
+    bucket = resources[("google_logging_project_bucket_config", "functions")]
+    assert bucket["retention_days"] == "${var.log_retention_days}"
+    sink = resources[("google_logging_project_sink", "functions")]
+    assert "google_logging_project_bucket_config.functions.bucket_id" in sink["destination"]
+    assert "cloud_run_revision" in sink["filter"] and "local.functions" in sink["filter"]

@@ -243,3 +243,16 @@ def test_the_snapshot_settings_need_the_snapshot_clients() -> None:
     GcpProvider(backend, **clients)
     with pytest.raises(ConfigError, match="snapshot"):
         GcpProvider(backend, **{**clients, "snapshots": None})
+
+
+def test_a_key_file_path_gives_its_service_account_and_a_missing_file_is_one_line(tmp_path) -> None:
+    from tests.integration.test_cli_lifecycle import service_account_key
+
+    path = tmp_path / "sa-key.json"
+    path.write_text(service_account_key())
+    clients = build_gcp_clients(BackendSettings(credentials_file=str(path)), endpoint=None)
+    creds = clients["instances"]._transport._credentials
+    assert creds.service_account_email == "cleanup@my-project-42.iam.gserviceaccount.com"
+    with pytest.raises(ConfigError) as err:
+        build_gcp_clients(BackendSettings(credentials_file=str(tmp_path / "missing.json")), endpoint=None)
+    assert "cannot be read" in str(err.value) and "\n" not in str(err.value)

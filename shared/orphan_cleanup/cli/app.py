@@ -66,7 +66,8 @@ ADD_EPILOG = """examples:
 
 {keys}
   (any other key is refused; role_arn / delete_role_arn must be IAM role ARNs; credentials_json a
-  service-account key, as a JSON string; AWS regions must be ones botocore knows; GCP tag keys must
+  service-account key, as a JSON string (the deployed functions refuse it), credentials_file the path
+  of a key file for the CLI; AWS regions must be ones botocore knows; GCP tag keys must
   be label keys: lowercase, digits, '_', '-'; every key with its default: README.md, "Configuration")"""
 
 

@@ -14,7 +14,7 @@ from orphan_cleanup.cli.exits import EXIT_BAD_INPUT, EXIT_OK
 from orphan_cleanup.cli.output import human_time, print_fields, print_table, verdict_style
 from orphan_cleanup.core.backends import BackendSettings
 from orphan_cleanup.core.errors import BackendBusy, ConfigError
-from orphan_cleanup.core.policy import environment_variable, setting_sources
+from orphan_cleanup.core.policy import environment_variable, ignored_settings, setting_sources
 from orphan_cleanup.core.settings import Settings
 from orphan_cleanup.ledger.db import Database
 from orphan_cleanup.ledger.reports import BackendRow, RunningCycle
@@ -74,11 +74,14 @@ def show(db: Database, args: argparse.Namespace, process: Settings) -> int:
     sources = setting_sources(process, row.backend, row.settings) if row.backend else None
     effective = None if sources is None else _hide(
         {k: _json_value(v) for k, (v, _) in sources.items()})
+    # the row's limits that would loosen the stack's: kept as stored, not used (SAFETY.md rule 8)
+    ignored = ignored_settings(process, row.backend) if row.backend else {}
     doc = {"id": row.id, "provider": row.provider, "account": row.account, "regions": list(row.regions),
            "mode": row.mode, "effective_mode": row.mode or process.mode,
            "settings": _hide({k: v for k, v in row.settings.items() if k in BackendSettings.model_fields}),
            "effective_settings": effective,
            "setting_sources": None if sources is None else {k: src for k, (_, src) in sources.items()},
+           "ignored_settings": {k: {"value": i.value, "stack": i.stack, "why": i.why} for k, i in ignored.items()},
            "unused_settings": _unused(row.settings),
            "status": {"clean_at": _iso(status.clean_at), "last_outcome": status.last_outcome,
                       "last_processed_at": _iso(status.last_processed_at), "next_due_at": _iso(status.next_due_at),
@@ -102,8 +105,9 @@ def _print_show(doc: dict[str, Any], row: BackendRow) -> None:
     if doc["effective_settings"] is None:  # the model refuses the row: the known keys as stored
         print_fields([(k, json.dumps(v)) for k, v in doc["settings"].items()] or [("(none set)", "")], indent=2)
     else:
-        sources = doc["setting_sources"]
-        print_fields([(k, f"{_shown(v)}  ({_source(k, sources[k])})")
+        sources, ignored = doc["setting_sources"], doc["ignored_settings"]
+        print_fields([(k, f"{_shown(v)}  ({_source(k, sources[k])}"
+                          + (f"; {ignored[k]['why']}" if k in ignored else "") + ")")
                       for k, v in doc["effective_settings"].items()], indent=2)
         if "environment" in sources.values():
             print("  (environment: this shell's variables; the deployed functions read their own)")

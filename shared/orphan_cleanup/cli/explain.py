@@ -28,9 +28,12 @@ from orphan_cleanup.core import evidence as ev_text
 from orphan_cleanup.core.backends import DEFAULT_PROTECT_KEY, DEFAULT_TAG_KEY
 from orphan_cleanup.core.errors import ConfigError
 from orphan_cleanup.core.listing import ResourceKind
+from orphan_cleanup.core.policy import ignored_settings
+from orphan_cleanup.core.settings import Settings
 from orphan_cleanup.ledger.db import Database
 from orphan_cleanup.ledger.explain import DeleteRow, ExplainedGroup, JournalEntry, explained_groups, journal_entries
 from orphan_cleanup.ledger.migrate import require_current_schema
+from orphan_cleanup.ledger.store import LedgerStore
 
 CYCLES = 5
 
@@ -66,6 +69,7 @@ def command(args: argparse.Namespace) -> int:
     require_current_schema(db)
     groups = explain(db, args.backend, query)
     journal = journal_entries(db, args.backend, query, sorted({g.group.provider_ref for g in groups}))
+    ignored = ignored_limits(db, settings, args.backend)
     if not groups and not journal:
         from orphan_cleanup.cli.absent import why_not_recorded
 
@@ -73,11 +77,27 @@ def command(args: argparse.Namespace) -> int:
             print(line, file=sys.stderr)
         return EXIT_NOT_FOUND
     if args.json:
-        print(json.dumps(document(args.backend, query, groups, journal), indent=2))
+        print(json.dumps({**document(args.backend, query, groups, journal), "ignored_settings": ignored}, indent=2))
     else:
         print_explained(args.backend, query, groups)
+        for key, why in ignored.items():
+            print(f"settings: {key}: {why['why']} (the stack's as this shell's environment says)")
         print_journal(journal)
     return EXIT_OK
+
+
+def ignored_limits(db: Database, settings: Settings, backend_id: str) -> dict[str, dict[str, Any]]:
+    """The backend row's limits that would loosen the stack's and are not used (SAFETY.md
+    rule 8), as ``backend show --json`` gives them; none for a row the model refuses, or a
+    removed backend (whose cycles are still explained)."""
+    try:
+        row = LedgerStore(db).backend_row(backend_id)
+    except ConfigError:
+        return {}
+    if row.backend is None:
+        return {}
+    return {k: {"value": i.value, "stack": i.stack, "why": i.why}
+            for k, i in ignored_settings(settings, row.backend).items()}
 
 
 def explain(db: Database, backend_id: str, query: str, *, cycles: int = CYCLES) -> list[ExplainedGroup]:

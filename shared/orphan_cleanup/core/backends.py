@@ -8,7 +8,16 @@ import json
 from collections.abc import Iterable
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
 
 from orphan_cleanup.core import backend_rules
 from orphan_cleanup.core.costs import Prices
@@ -54,9 +63,12 @@ class BackendSettings(BaseModel):
     delete_role_arn: str | None = None
     external_id: str | None = None
     # GCP: project id (defaults to the backend's account) and a service-account key (JSON
-    # text; else Application Default Credentials).
+    # text, a SecretStr: never in a repr, a log line or an error; else Application Default
+    # Credentials). The deployed functions refuse a key stored in the ledger; the CLI also
+    # takes ``credentials_file``, the path of a key file on the operator's machine.
     project: str | None = None
-    credentials_json: str | None = None
+    credentials_json: SecretStr | None = None
+    credentials_file: str | None = None
     margin_seconds: int | None = Field(default=None, ge=0, le=MAX_SECONDS)
     interval_seconds: int | None = Field(default=None, ge=1, le=MAX_SECONDS)
     max_deletes: int | None = Field(default=None, ge=0)
@@ -106,11 +118,31 @@ class BackendSettings(BaseModel):
 
     @field_validator("credentials_json")
     @classmethod
-    def _service_account_key(cls, v: str | None) -> str | None:
-        problem = None if v is None else backend_rules.service_account_key_problem(v)
+    def _service_account_key(cls, v: SecretStr | None) -> SecretStr | None:
+        problem = None if v is None else backend_rules.service_account_key_problem(v.get_secret_value())
         if problem:
             raise ValueError(problem)
         return v
+
+    @field_serializer("credentials_json", when_used="json")
+    def _key_as_stored(self, v: SecretStr | None) -> str | None:
+        # The row stores the key itself (what the platform wrote); every place that shows a
+        # backend leaves it out (cli/backends.py), and a cycle keeps its digest only.
+        return None if v is None else v.get_secret_value()
+
+    @field_validator("credentials_file")
+    @classmethod
+    def _key_file(cls, v: str | None) -> str | None:
+        if v is not None and (not v.strip() or "\x00" in v or len(v) > 4096):
+            raise ValueError("must be the path of a service-account key file")
+        return v
+
+    @property
+    def key_text(self) -> str | None:
+        """The service-account key stored in the row, as text (None: no key stored)."""
+        key: Any = self.credentials_json
+        # str only for settings built without validation (model_construct)
+        return key.get_secret_value() if isinstance(key, SecretStr) else key
 
     @field_validator("external_id")
     @classmethod
@@ -212,7 +244,7 @@ class Backend(BaseModel):
         cycles. Limits, mode and the platform's own settings keys do not matter."""
         s = self.settings
         return json.dumps([self.scope, sorted(set(self.regions)), s.tag_key, s.protect_tag_key, s.role_arn,
-                           s.external_id, s.credentials_json, s.max_concurrency,
+                           s.external_id, s.key_text, s.credentials_file, s.max_concurrency,
                            list(s.controller_tag_keys), s.retain_snapshots_days])
 
     def for_deleting(self) -> Backend:
@@ -231,9 +263,10 @@ def deletes_reach(backend: Backend) -> tuple[Any, ...]:
     assumes, and its service-account key (by digest). A cycle deletes only while its
     snapshot and the row agree on these (SAFETY.md rule 18)."""
     s = backend.settings
-    key = s.credentials_json
+    key = s.key_text
     digest = hashlib.sha256(key.encode()).hexdigest() if key else (s.model_extra or {}).get(CREDENTIALS_DIGEST)
-    return backend.provider, backend.scope_account, s.role_arn, s.delete_role_arn, s.external_id, digest
+    return (backend.provider, backend.scope_account, s.role_arn, s.delete_role_arn, s.external_id, digest,
+            s.credentials_file)
 
 
 def account_view(backend: Backend, account_settings: Iterable[Any]) -> Backend:

@@ -29,7 +29,7 @@ _PENDING, _TERMINATING, _TERMINATED = (OwnerStatus.PENDING.value, OwnerStatus.TE
 
 @dataclass(frozen=True)
 class Limits:
-    """Effective per-backend limits (process settings overridden by backend settings)."""
+    """Effective per-backend limits (``policy.limits_for``: the stack's, tightened by the backend's)."""
 
     interval_seconds: int
     margin_seconds: int

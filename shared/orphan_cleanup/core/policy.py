@@ -1,25 +1,64 @@
 """What a backend runs with: the process settings overridden by the backend's own
-(limits, mode). Pure: data in, data out."""
+(limits, mode), where the stack's safety limits are ceilings a row may only tighten.
+Pure: data in, data out."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from orphan_cleanup.core.backends import Backend, Mode
 from orphan_cleanup.core.classify import Limits
 from orphan_cleanup.core.settings import Settings
 
+#: The stack's limits a backend row may only tighten (SAFETY.md rule 8): the count and share
+#: caps only lower, the margin only longer. The function picks the tighter of the two values.
+TIGHTENING: dict[str, Callable[[Any, Any], Any]] = {"max_deletes": min, "max_delete_share": min,
+                                                    "margin_seconds": max}
+
+
+@dataclass(frozen=True)
+class IgnoredSetting:
+    """A backend's value of a ``TIGHTENING`` limit that would loosen the stack's: not used."""
+
+    key: str
+    value: Any  # the row's
+    stack: Any  # the stack's, which applies
+
+    @property
+    def why(self) -> str:
+        looser = "shorter" if self.key == "margin_seconds" else "higher"
+        return f"the backend's {self.value} ignored: {looser} than the stack's {self.stack}"
+
+
+def ignored_settings(settings: Settings, backend: Backend) -> dict[str, IgnoredSetting]:
+    """The backend's limits that would loosen the stack's (``settings``), by key."""
+    out = {}
+    for key, tighter in TIGHTENING.items():
+        own, stack = getattr(backend.settings, key), getattr(settings, key)
+        if own is not None and tighter(own, stack) != own:
+            out[key] = IgnoredSetting(key, own, stack)
+    return out
+
+
+def _limit(settings: Settings, backend: Backend, key: str) -> Any:
+    own, stack = getattr(backend.settings, key), getattr(settings, key)
+    return stack if own is None else TIGHTENING[key](own, stack)
+
 
 def limits_for(settings: Settings, backend: Backend) -> Limits:
+    """The limits a cycle of ``backend`` runs with in this process: the row's interval, else
+    the stack's; the tighter of the row's and the stack's margin and caps (a platform that
+    writes ``backends`` never loosens what the operator deployed)."""
     s = backend.settings
     return Limits(
         interval_seconds=s.interval_seconds or settings.interval_seconds,
-        margin_seconds=s.margin_seconds if s.margin_seconds is not None else settings.margin_seconds,
+        margin_seconds=_limit(settings, backend, "margin_seconds"),
         max_backoff_seconds=settings.max_backoff_seconds,
         cycle_deadline_seconds=settings.cycle_deadline_seconds,
-        max_deletes=s.max_deletes if s.max_deletes is not None else settings.max_deletes,
-        max_delete_share=s.max_delete_share if s.max_delete_share is not None else settings.max_delete_share,
+        max_deletes=_limit(settings, backend, "max_deletes"),
+        max_delete_share=_limit(settings, backend, "max_delete_share"),
     )
 
 
@@ -38,12 +77,14 @@ PROCESS_FALLBACK = {"margin_seconds": "margin_seconds", "interval_seconds": "int
 def setting_sources(settings: Settings, backend: Backend, stored: Mapping[str, Any]) -> dict[str, tuple[Any, str]]:
     """Every backend setting as a cycle of this process would use it, and where that value
     comes from: ``backend`` (the row has it), ``environment`` (a limit the row leaves to the
-    process, whose variable is set), or ``default`` (the product's)."""
+    process, or sets looser than the process's (``ignored_settings``), whose variable is
+    set), or ``default`` (the product's)."""
     s = backend.settings
+    ignored = ignored_settings(settings, backend)
     out: dict[str, tuple[Any, str]] = {}
     for key in type(s).model_fields:
         value = getattr(s, key)
-        if stored.get(key) is not None:
+        if stored.get(key) is not None and key not in ignored:
             out[key] = (value, "backend")
         elif key in PROCESS_FALLBACK:
             field = PROCESS_FALLBACK[key]
@@ -61,3 +102,21 @@ def environment_variable(key: str) -> str | None:
     """The variable a backend setting falls back to (``ORPHAN_CLEANUP_MARGIN_SECONDS``), if any."""
     field = PROCESS_FALLBACK.get(key)
     return Settings.model_fields[field].alias if field else None
+
+
+def ledger_key_refusal(backend: Backend) -> str | None:
+    """Why a deployed function refuses this backend, in one line, or None: its row holds a
+    service-account key (or a key file path, which only the CLI's machine has). A key in
+    the ledger can delete, is readable by every role that reads ``backends`` and is shared
+    by lister and deleter; a function uses its own identity instead."""
+    s = backend.settings
+    if s.credentials_json is not None:
+        key, what = "credentials_json", "holds a service-account key"
+    elif s.credentials_file is not None:
+        key, what = "credentials_file", "names a key file"
+    else:
+        return None
+    return (f"backend {backend.id}: settings.{key} {what}; the deployed functions take no key from the ledger:"
+            " grant the function's own service account (workload identity) access to the project, then remove"
+            f" it (backend update {backend.id} --settings '{{\"{key}\": null}}'); the CLI may use a key file"
+            " (credentials_file)")

@@ -23,7 +23,8 @@ class _Result(BaseModel):
 class ListerResult(_Result):
     """A lister run (STEP 1-2). ``reason``: why it listed (never_cleaned, mode_changed,
     activity, manual) or why not (off, not_due, no_activity, busy, backend_changed,
-    identity_failed, listing_failed, lease_lost)."""
+    identity_failed, listing_failed, lease_lost, ledger_key: a deployed function refuses a
+    backend whose row holds a key, ``error`` says so)."""
 
     backend: str
     started: bool
@@ -31,6 +32,7 @@ class ListerResult(_Result):
     cycle_id: str | None = None
     batches: int | None = None
     mode: Mode | None = None
+    error: str | None = None
 
 
 class TickResult(_Result):

@@ -134,6 +134,8 @@ def _ref_of(group: ResourceGroup) -> str:
 class Lister(Deleter):
     listing_queue: Queue
     jobs_queue: Queue | None
+    # False (the deployed functions): a backend whose row holds a key is not listed.
+    ledger_keys: bool = True
     # The backends the last tick validated, by their row's JSON (``LedgerSession.tick_rows``):
     # a warm function does not validate 10,000 unchanged rows again every minute.
     _tick_backends: dict[bytes, Backend] | None = None
@@ -222,6 +224,10 @@ class Lister(Deleter):
         keep the lease alive (a heartbeat) from the moment it is taken."""
         with self.store.session() as session:
             backend = session.backend(backend_id)
+            refused = None if self.ledger_keys else policy.ledger_key_refusal(backend)
+            if refused is not None:
+                self.reporter.error(refused, backend=backend_id)
+                return ListerResult(backend=backend_id, started=False, reason="ledger_key", error=refused)
             effective = policy.effective_mode(self.settings, backend, mode)
             if effective == "off":
                 return ListerResult(backend=backend_id, started=False, reason="off")

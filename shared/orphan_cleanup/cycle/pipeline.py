@@ -52,6 +52,9 @@ class Pipeline(Lister):
     # None: every compared timestamp is the database's clock (SAFETY.md rule 13).
     # Tests and the simulation may inject a time source.
     clock: Callable[[], datetime] | None = None
+    # The deployed functions refuse backends whose row holds a service-account key (or a
+    # key file path): ``policy.ledger_key_refusal``. The CLI and the demo accept them.
+    ledger_keys: bool = True
 
     # ---- classifier: STEP 3-6 ---------------------------------------------
 

@@ -15,7 +15,7 @@ from typing import Any
 from orphan_cleanup.core.backends import BackendSettings, Mode
 from orphan_cleanup.core.settings import Settings
 from orphan_cleanup.demo.platform import DemoPlatform, Scenario, running_instances
-from orphan_cleanup.demo.world import REGION, DemoWorld, demo_world
+from orphan_cleanup.demo.world import MARGIN_SECONDS, REGION, DemoWorld, demo_world
 from orphan_cleanup.ledger.db import Database
 from orphan_cleanup.ledger.records import CycleReport
 from orphan_cleanup.ledger.store import LedgerStore
@@ -33,10 +33,8 @@ class Terminal:
     print_table: Callable[..., None]
     verdict_style: Callable[[str], str]
 """Prints what ``orphan-cleanup status`` prints for this database and settings."""
-# moto stamps VMs with the wall clock, so the demo cannot backdate them: it
-# uses a short margin and waits it out instead of the default 300 s.
-MARGIN_SECONDS = 5
-
+# moto stamps VMs with the wall clock, so the demo cannot backdate them: it uses a short
+# margin (world.MARGIN_SECONDS, its stack's) and waits it out instead of the default 300 s.
 REMOVED_BECAUSE = {
     "owner_deleted": "the owner's row was deleted and its ref stayed behind: nothing can still be creating it",
     "owner_terminated": "the owner was marked terminated longer than the margin ago: termination gave up",

@@ -97,6 +97,11 @@ def moto_server() -> Iterator[str]:
         server.stop()
 
 
+#: The demo's short margin, the stack's (a backend row may only lengthen it): it waits it
+#: out instead of the default 300 s.
+MARGIN_SECONDS = 5
+
+
 @contextmanager
 def demo_world(progress: Callable[[str], None]) -> Iterator[DemoWorld]:
     """Postgres + moto, and the settings pointing at them, all torn down on exit."""
@@ -107,7 +112,8 @@ def demo_world(progress: Callable[[str], None]) -> Iterator[DemoWorld]:
             progress("starting moto (a fake AWS) on 127.0.0.1 ...")
             with moto_server() as url:
                 yield DemoWorld(db=db, aws_url=url, data_dir=root,
-                                settings=Settings.explicit(aws_endpoint_url=url, data_dir=str(root)))
+                                settings=Settings.explicit(aws_endpoint_url=url, data_dir=str(root),
+                                                           margin_seconds=MARGIN_SECONDS))
                 progress("stopping moto ...")
             progress("stopping Postgres and deleting its data dir ...")
     finally:

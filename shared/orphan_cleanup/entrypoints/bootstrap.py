@@ -48,7 +48,8 @@ def load_settings() -> Settings:
 
 def build_pipeline(settings: Settings, *, listing_queue: Queue, delete_queue: Queue,
                    jobs_queue: Queue | None = None, reporter: Reporter | None = None,
-                   provider_for: ProviderFactory | None = None, db: Database | None = None) -> Pipeline:
+                   provider_for: ProviderFactory | None = None, db: Database | None = None,
+                   ledger_keys: bool = True) -> Pipeline:
     """The one place a ``Pipeline`` is assembled.
 
     Defaults: the database of ``open_database(settings)``, the real provider
@@ -69,6 +70,7 @@ def build_pipeline(settings: Settings, *, listing_queue: Queue, delete_queue: Qu
         jobs_queue=jobs_queue,
         reporter=reporter or Reporter(sentry=sentry_sink(settings.sentry_dsn),
                                       after_finish=digests(settings, database)),
+        ledger_keys=ledger_keys,
     )
 
 

@@ -8,10 +8,14 @@ from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
+from orphan_cleanup.core import policy
+from orphan_cleanup.core.backends import Backend
+from orphan_cleanup.core.errors import ConfigError
 from orphan_cleanup.core.settings import Settings
 from orphan_cleanup.cycle.pipeline import Pipeline
 from orphan_cleanup.cycle.reporting import MetricSink, Reporter, sentry_sink
 from orphan_cleanup.entrypoints import bootstrap
+from orphan_cleanup.providers.base import ResourceProvider
 from orphan_cleanup.queues.base import Queue
 
 # (listing, delete, jobs): the jobs queue is None where the tick is not wired.
@@ -38,5 +42,15 @@ def _pipeline(settings: Settings, queues: QueueFactory, integrations: tuple[Any,
 
     reporter = Reporter(logger=logger, sentry=sentry_sink(settings.sentry_dsn, list(integrations)), metrics=metrics,
                         after_finish=digests(settings, db, logger))
+    factory = bootstrap.provider_factory(settings)
+
+    def provider_for(backend: Backend) -> ResourceProvider:
+        # The lister refuses such a backend before its lease; this covers a key written
+        # into the row while a cycle runs, for the deleter.
+        refused = policy.ledger_key_refusal(backend)
+        if refused is not None:
+            raise ConfigError(refused)
+        return factory(backend)
+
     return bootstrap.build_pipeline(settings, db=db, listing_queue=listing, delete_queue=delete, jobs_queue=jobs,
-                                    reporter=reporter)
+                                    reporter=reporter, provider_for=provider_for, ledger_keys=False)

@@ -88,7 +88,7 @@ class LedgerSession:
         if snapshot is None:
             backend = current
         else:
-            key = current.settings.credentials_json if current is not None else None
+            key = current.settings.key_text if current is not None else None
             backend = from_snapshot(json.loads(snapshot), key)
         assert backend is not None
         return CycleContext(id=cid, backend_id=backend_id, mode=mode, listed_at=listed_at, record_all=record_all,

@@ -263,9 +263,10 @@ class LockedCycle:
                       gone=rec.action in (Action.DELETED, Action.DELETING))
         if rec.result is not None and rec.result.attached and group.primary_id in rec.result.deleted:
             # What the deleter saw attached to the orphan VM it terminated: its leftovers later.
-            self.conn.run("INSERT INTO orphan_resources (backend_id, provider_ref, resource_id)"
-                          " SELECT :b, :r, x FROM unnest(CAST(:ids AS text[])) AS x ON CONFLICT DO NOTHING",
-                          b=c.backend_id, r=group.provider_ref, ids=list(rec.result.attached))
+            # Through the definer's function: the deleter's role may not write orphan_resources
+            # (docs/DATABASE.md, "One role per function").
+            self.conn.run("SELECT oc_record_orphan_resources(:c, :k, CAST(:ids AS text[]))",
+                          c=c.id, k=group.key, ids=list(rec.result.attached))
         note = evidence.snapshot_note(rec.result.snapshots, rec.result.snapshots_pending) if rec.result else None
         if note is not None:
             # The snapshots kept of the group's data join its C3 ``detail``.

@@ -314,12 +314,23 @@ def _credentials(settings: BackendSettings) -> Credentials:
         # A cycle that started with a key whose row no longer holds it (SAFETY.md rule 18):
         # never the function's own credentials instead.
         raise AccessDenied("the service-account key this cycle started with is no longer the backend's")
-    if settings.credentials_json:
+    key = settings.key_text
+    if key is not None:
         try:
-            info = json.loads(settings.credentials_json)
+            info = json.loads(key)
             return service_account.Credentials.from_service_account_info(info, scopes=[COMPUTE_SCOPE])
         except (ValueError, TypeError, KeyError) as e:
             raise ConfigError("settings.credentials_json is not a service-account key") from e
+    if settings.credentials_file is not None:
+        try:
+            return service_account.Credentials.from_service_account_file(settings.credentials_file,
+                                                                         scopes=[COMPUTE_SCOPE])
+        except OSError as e:
+            raise ConfigError(f"settings.credentials_file {settings.credentials_file!r} cannot be read:"
+                              f" {e.strerror or type(e).__name__}") from e
+        except (ValueError, TypeError, KeyError) as e:
+            raise ConfigError(f"settings.credentials_file {settings.credentials_file!r} is not a service-account"
+                              " key file") from e
     try:
         credentials, _ = google.auth.default(scopes=[COMPUTE_SCOPE])
     except auth_exceptions.DefaultCredentialsError as e:
