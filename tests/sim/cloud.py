@@ -177,8 +177,8 @@ class SimProvider(MemoryProvider):
     def _visible(self, region: str, now: datetime) -> list[Resource]:
         listed = []
         for r in self.sim_cloud.resources.values():
-            if r.region != region or self.tag_key not in r.tags:
-                continue
+            if r.region != region or self.tag_key not in r.tags or not self._listable(r):
+                continue  # (a snapshot only for retention, and only the deleter's own: rule 15)
             m = self.sim_cloud.meta.get(r.id)
             if m is not None and m.visible_at > now:
                 continue  # listing lag: created, not listed yet

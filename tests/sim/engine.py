@@ -222,6 +222,11 @@ class Simulation(Functions, Settle, Backends):
             self.platform.history(cfg.randint(4, 14))
         if self.rule14:
             self.platform.rule14_history()
+        if self.mangle:
+            self.platform.mangle_history()
+        backups = stream(seed, "backups")  # rule 15's snapshots (a stream of its own)
+        if backups.random() < 0.4:
+            self.platform.backup_history(backups)
 
     # ---- the run -------------------------------------------------------------
 

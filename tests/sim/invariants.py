@@ -25,8 +25,9 @@ Safety (any step):
       no further provider call in r (rule 5);
   V1  a provider delete call removes only members of the group it was asked to
       delete, nothing the provider would take along with them (rule 15);
+  K1  no snapshot the deleter did not take (its source tag) is touched (rule 15);
   J1  every resource a provider delete call removed has a journal intent row naming
-      it, written outside the cycle's fence (rule 19: no provider mutation without
+      it (as its target or in its blast), written outside the cycle's fence (rule 19: no provider mutation without
       a record);
   G1  two deletes of one ref never run at the same time (rule 4);
   G2  a delete is refused for its gate only while that ref's gate is held (rule 4);
@@ -66,6 +67,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from orphan_cleanup.core.backends import SNAPSHOT_SOURCE_KEY
 from orphan_cleanup.core.listing import ResourceGroup, ResourceState
 from tests.sim.db import shift_gates
 
@@ -248,10 +250,16 @@ class Checker:
         self.checks["V1"] += 1
         if outside := sorted(set(touched) - set(group.resource_ids())):
             self.fail("V1", f"a delete of {group.key} also removed {outside}, which are not members of the group")
+        self.checks["K1"] += 1
+        world = self.sim.world.resources
+        if backups := [rid for rid in touched if world[rid].kind.value == "snapshot"
+                       and SNAPSHOT_SOURCE_KEY not in world[rid].tags]:
+            self.fail("K1", f"a delete of {group.key} removed {backups}, snapshots the deleter never took")
         self.checks["J1"] += 1
-        journaled = {t for (t,) in self.sim.admin.run(
-            "SELECT DISTINCT target FROM provider_journal WHERE phase = 'intent'"
-            " AND target = ANY(CAST(:t AS text[]))", t=touched)}
+        journaled = {t for (t,) in self.sim.admin.run(  # the call's target, or what it takes along (blast)
+            "SELECT DISTINCT e.x FROM provider_journal j, LATERAL (SELECT j.target UNION ALL"
+            " SELECT jsonb_array_elements_text(j.blast)) AS e(x)"
+            " WHERE j.phase = 'intent' AND e.x = ANY(CAST(:t AS text[]))", t=touched)}
         if unrecorded := sorted(set(touched) - journaled):
             self.fail("J1", f"a delete of {group.key} removed {unrecorded} without a journal row")
         key = cycle_id or "?"

@@ -363,6 +363,12 @@ def _primary_unchecked(env: SimEnv, stack: ExitStack) -> None:
     _patch(stack, MemoryProvider, "holds_instance", lambda self, region, instance_id, ref: True)
 
 
+def _foreign_snapshots(env: SimEnv, stack: ExitStack) -> None:
+    """Snapshots are listed and deleted by their ref tag alone, whoever took them."""
+    _patch(stack, MemoryProvider, "_listable", lambda self, r: True)
+    _patch(stack, MemoryProvider, "_ours", staticmethod(lambda r: True))
+
+
 def _keys_per_backend(env: SimEnv, stack: ExitStack) -> None:
     """A cycle uses its own backend's protect and controller keys only, not its account's:
     what another backend of the account protects is an orphan to this one."""
@@ -422,6 +428,8 @@ MUTATIONS: dict[str, Mutation] = {m.name: m for m in (
     Mutation("no_blast_check", "15: the blast of a call is the group", frozenset({"V1"}), _no_blast_check),
     Mutation("primary_unchecked", "17: a live owner's other VM is deleted only beside its recorded primary",
              frozenset({"X1", "S1"}), _primary_unchecked),
+    Mutation("foreign_snapshots", "15: snapshot retention deletes only the deleter's own snapshots",
+             frozenset({"K1"}), _foreign_snapshots),
     Mutation("keys_per_backend", "16: one account, one set of keys", frozenset({"S3"}), _keys_per_backend),
     Mutation("no_journal", "19: every provider mutation leaves a record", frozenset({"J1"}), _no_journal),
 )}

@@ -67,8 +67,8 @@ class Oracle:
         ``known``: resource ids the product recorded in orphan groups."""
         cloud = self.sim.world
         r = cloud.resources.get(rid)
-        if r is None or r.state is ResourceState.TERMINATED:
-            return False
+        if r is None or r.state is ResourceState.TERMINATED or r.kind is ResourceKind.SNAPSHOT:
+            return False  # a snapshot the deleter did not take is never deleted (rule 15)
         ref = r.tags.get(TAG)
         owner = self.by_ref.get(ref or "")
         meta = cloud.meta.get(rid)

@@ -243,7 +243,7 @@ class Platform(History, People, Protections, Oracle):
         # A misconfigured platform names a backend that has no row ('aws').
         bid = UNKNOWN_BACKEND if self.sim.dice.roll("unknown_backend") else o.home
         # Rule 17's world: the platform records an id that names no instance now and then.
-        mangled = self.sim.mangle and self.sim.rng_mangle.random() < 0.3
+        mangled = self.sim.mangle and not self.quiescing and self.sim.rng_mangle.random() < 0.3
         primary = (att.vm[:-3] + "000" if self.sim.rng_mangle.random() < 0.5 else f"vm-{o.id}") if mangled else att.vm
 
         def committed() -> None:
@@ -285,7 +285,8 @@ class Platform(History, People, Protections, Oracle):
             committed, self._concerns(o, BACKEND_FO))
 
     def fix_unknown_backends(self) -> None:
-        """The settle phase: the misconfigured platform is fixed; its owners name their real backend."""
+        """The settle phase: the misconfigured platform is fixed; its owners name their real
+        backend and their real primary."""
         self.flush(everything=True)
         for o in self.owners:
             if o.backend == UNKNOWN_BACKEND:
@@ -295,6 +296,15 @@ class Platform(History, People, Protections, Oracle):
                 self._write(o, f"{o.id} backend_id {UNKNOWN_BACKEND} -> {o.home} (platform fixed)",
                             [("UPDATE instances SET backend_id = :b WHERE id = :i", dict(b=o.home, i=o.id))],
                             committed, self._concerns(o, o.home))
+        for o in self.owners:
+            if o.mangled:  # rule 17's world: the platform records its primaries' real ids again
+                def fixed(o: Owner = o) -> None:
+                    o.mangled = False
+
+                self._write(o, f"{o.id} primary_id -> {o.vm_of(o.tracked)} (platform fixed)",
+                            [("UPDATE instances SET primary_id = :p WHERE id = :i",
+                              dict(p=o.vm_of(o.tracked), i=o.id))],
+                            fixed, self._concerns(o, o.backend))
 
     def busy_idle(self, o: Owner) -> None:
         status = "busy" if o.committed != "busy" else "idle"

@@ -19,6 +19,7 @@ features run exactly as before.
 
 from __future__ import annotations
 
+import random
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
@@ -77,6 +78,29 @@ class Protections:
             rid = rng.choice(pool)
             cloud.resources[rid].termination_protected = True
             sim.trace(f"user: enabled termination protection on {rid}")
+
+    def backup_history(self: Platform, rng: random.Random) -> None:
+        """Rule 15: AWS Backup (or DLM) copied the tags of some owners' volumes into their
+        snapshots: ref-tagged snapshots the deleter never took. Never listed, never deleted."""
+        sim, cloud, now = self.sim, self.sim.cloud, self.sim.clock()
+        for o in rng.sample(self.owners, min(len(self.owners), rng.randint(1, 3))):
+            at = now - timedelta(seconds=rng.randint(3600, 30 * 86400))
+            meta = ResMeta(origin="foreign", owner_id=o.id, attempt=None, visible_at=at)
+            rid = cloud.add(ResourceKind.SNAPSHOT, rng.choice(self.regions),
+                            {TAG: o.ref, "aws:backup:source-resource": f"vol-of-{o.id}"}, now=at, meta=meta)
+            sim.trace(f"history: a backup of {o.id}'s volume, snapshot {rid}, carries ref {o.ref}")
+
+    def mangle_history(self: Platform) -> None:
+        """Rule 17: the platform recorded some live owners' primary_id as an id that names
+        no instance (a rounded number, the VM's name). The settle phase fixes them."""
+        sim, rng = self.sim, self.sim.rng_mangle
+        live = [o for o in self.owners if o.committed in LIVE and not o.soft_deleted and o.tracked is not None]
+        for o in rng.sample(live, min(len(live), rng.randint(1, 2))):
+            vm = o.vm_of(o.tracked) or ""
+            mangled = vm[:-3] + "000" if rng.random() < 0.5 else f"vm-{o.id}"
+            sim.admin.run("UPDATE instances SET primary_id = :p WHERE id = :i", p=mangled, i=o.id)
+            o.mangled = True
+            sim.trace(f"history: {o.id} recorded primary_id {mangled} for {vm}")
 
     def cascade_people(self: Platform) -> None:
         """Rule 15: someone attaches a volume of their own, with DeleteOnTermination, to an

@@ -116,15 +116,18 @@ class Settle:
             self.checker.fail("L1", f"{len(orphans)} orphan(s) still exist {SETTLE_RUNS} runs after settling:\n"
                                     + "\n".join(self._explain(rid) for rid in orphans[:5]))
             return "violation"
-        # Report mode: each backend's last clean cycle reports the orphans in its account and regions.
+        # Report mode: each backend's last complete cycle reports the orphans in its account and regions.
         for bid, spec in sorted(self.backends.items()):
             mine = [rid for rid in orphans if self.world.of(rid).account == spec.account
                     and self.world.resources[rid].region in spec.regions]
-            rows = self.admin.run("SELECT listed_at, id FROM cycles WHERE outcome = 'clean' AND backend_id = :b"
+            # The last cycle that listed everything (clean, or unsettled by a group it skipped:
+            # a leaked attempt in another region than its recorded primary stays skipped).
+            rows = self.admin.run("SELECT listed_at, id FROM cycles WHERE outcome IN ('clean', 'unsettled')"
+                                  " AND backend_id = :b AND failures = '[]' AND tripped_regions = '{}'"
                                   " ORDER BY listed_at DESC LIMIT 1", b=bid)
             if not rows:
                 if mine:
-                    self.checker.fail("L1", f"report mode: no cycle of {bid} finished clean after the platform"
+                    self.checker.fail("L1", f"report mode: no cycle of {bid} listed everything after the platform"
                                             " went quiet")
                     return "violation"
                 continue
@@ -133,7 +136,7 @@ class Settle:
                 for r in (res if isinstance(res, list) else [])}
             missing = [rid for rid in mine if rid not in seen]
             if missing:
-                self.checker.fail("L1", f"report mode: orphans not reported by the last clean cycle of {bid}:"
+                self.checker.fail("L1", f"report mode: orphans not reported by the last complete cycle of {bid}:"
                                         f" {missing[:8]}")
                 return "violation"
         return "reported"

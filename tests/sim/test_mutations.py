@@ -24,29 +24,30 @@ BUDGET: dict[str, int | range] = {                       # first seed that catch
     "orphan_without_record": range(6, 25),   # 11
     "pending_is_orphan": 8,      # 1
     "margin_zero": 8,            # 0
-    "no_reread": range(6, 25),               # 11 (seed 0 became a rule-14 seed)
+    "no_reread": 8,              # 3
     "protect_ignored": 8,        # 1
     "no_gate": range(5, 25),                 # 10
     "global_gate": 15,           # 4
     "no_region_trip": 10,        # 1
-    "no_fence": 10,              # 2
+    "no_fence": 10,              # 8
     "clean_always": 8,           # 0
-    "no_blast_cap": 15,          # 5
+    "no_blast_cap": 15,          # 8
     "no_delete_activity": 10,    # 0
     "no_backend_activity": range(26, 40),    # 31 (see README: rare, a quiet spell after an edit)
     "ownership_by_backend_id": 8,  # 2
     "listing_key_ignores_account": 8,  # 1 (the tick: a failover backend due with sim, in its regions)
     "no_identity_check": range(4, 25),       # 9
     "trust_message_mode": range(44, 59),     # 53 (see README: forged report-mode batches are rare)
-    "job_grouping_trusted": range(3, 25),    # 8 (a forged or stale listing job)
+    "job_grouping_trusted": range(3, 25),    # 23 (a forged or stale listing job)
     "off_overridable": range(9, 30),         # 14
     "function_clock": 8,         # 1
     "controller_ignored": 8,     # 0 (an Auto Scaling group's instance with a finished owner's ref)
     "protection_forgotten": range(6, 25),    # 11 (a report cycle after a delete found the protection)
     "protection_fails_cycle": 8,  # 0 (the first delete that finds a termination protection)
     "no_journal": 8,             # 0 (the first deletion)
+    "foreign_snapshots": 8,      # 2 (a backup's ref-tagged snapshot beside an orphan's volume)
     "no_blast_check": 10,        # 6 (a foreign DeleteOnTermination volume on an instance being deleted)
-    "primary_unchecked": range(18, 40),      # 23 (a live owner whose recorded primary_id names no VM)
+    "primary_unchecked": 8,      # 1 (a live owner whose recorded primary_id names no VM)
     "keys_per_backend": range(18, 40),       # 22 (sim-b with its own protect key, a user's tag of either)
 }
 

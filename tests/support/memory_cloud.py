@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Literal
 
-from orphan_cleanup.core.backends import Backend
+from orphan_cleanup.core.backends import SNAPSHOT_SOURCE_KEY, Backend
 from orphan_cleanup.core.errors import ProviderError, ProviderUnavailable
 from orphan_cleanup.core.journal import NO_JOURNAL, Journal, journaled
 from orphan_cleanup.core.listing import RegionListing, Resource, ResourceGroup, ResourceKind, ResourceState
@@ -29,7 +29,7 @@ from orphan_cleanup.core.verdicts import DeleteResult, DeleteStatus, SkippedReso
 from orphan_cleanup.providers.base import ResourceProvider, group_resources
 
 DEPENDENT_ORDER = (ResourceKind.NETWORK_INTERFACE, ResourceKind.VOLUME, ResourceKind.DISK,
-                   ResourceKind.ADDRESS, ResourceKind.SECURITY_GROUP)
+                   ResourceKind.ADDRESS, ResourceKind.SECURITY_GROUP, ResourceKind.SNAPSHOT)
 
 
 @dataclass
@@ -68,7 +68,7 @@ class MemoryCloud:
     def create(self, kind: ResourceKind, region: str, tags: dict[str, str] | None = None, *,
                attached_to: str | None = None, created_at: datetime | None = None) -> str:
         prefix = {"instance": "i", "volume": "vol", "network-interface": "eni", "security-group": "sg",
-                  "address": "eipalloc", "disk": "disk"}[kind.value]
+                  "address": "eipalloc", "disk": "disk", "snapshot": "snap"}[kind.value]
         rid = f"{prefix}-{next(self._ids):08x}"
         state = ResourceState.ACTIVE if kind is ResourceKind.INSTANCE or attached_to else ResourceState.AVAILABLE
         self.resources[rid] = CloudResource(kind, rid, region, dict(tags or {}),
@@ -106,8 +106,17 @@ class MemoryProvider(ResourceProvider):
             with self.cloud._lock:
                 listed = [_snapshot(r) for r in self.cloud.resources.values()
                           if r.region == region and r.state is not ResourceState.TERMINATED
-                          and self.tag_key in r.tags]
+                          and self.tag_key in r.tags and self._listable(r)]
             yield RegionListing(region=region, groups=tuple(group_resources(listed, self.tag_key)))
+
+    def _listable(self, r: CloudResource) -> bool:
+        """Rule 15: a snapshot is listed only for retention, and only one the deleter took."""
+        return r.kind is not ResourceKind.SNAPSHOT or (
+            self.backend.settings.retain_snapshots_days is not None and self._ours(r))
+
+    @staticmethod
+    def _ours(r: CloudResource) -> bool:
+        return SNAPSHOT_SOURCE_KEY in r.tags
 
     def _reread(self, res: Resource, ref: str) -> tuple[CloudResource | None, str | None]:
         self.cloud.calls["describe"] += 1
@@ -118,6 +127,8 @@ class MemoryProvider(ResourceProvider):
             return live, "protected"
         if live.tags.get(self.tag_key) != ref:
             return live, "ref_changed" if self.tag_key in live.tags else "ref_missing"
+        if live.kind is ResourceKind.SNAPSHOT and not self._ours(live):
+            return live, "not_our_snapshot"
         return live, None
 
     def _protection(self, live: CloudResource) -> tuple[str, str] | None:
