@@ -79,6 +79,9 @@ def make_provider(n_groups: int) -> Callable[[Any], Any]:
         def holds_instance(self, region: str, instance_id: str, ref: str) -> bool:
             raise AssertionError("report mode deletes nothing")
 
+        def instance_created_at(self, instance: Any) -> Any:
+            raise AssertionError("report mode deletes nothing")
+
         def delete_resource_group(self, group: Any, *args: Any, **kw: Any) -> Any:
             raise AssertionError("report mode deletes nothing")
 

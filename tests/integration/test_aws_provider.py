@@ -313,6 +313,22 @@ def test_listing_honours_a_custom_tag_key(session):
     assert group_map(groups) == {(REF_A, EAST, custom["InstanceId"]): {custom["InstanceId"]}}
 
 
+def test_instance_created_at_is_the_listed_launch_time_of_that_id(session):
+    client = ec2(EAST)
+    vm = run_instance(client, REF_A)["InstanceId"]
+    provider = make_provider(session)
+    primary = group_of(provider, vm).primary
+    assert primary is not None and primary.created_at is not None
+
+    assert provider.instance_created_at(primary) == primary.created_at  # the listing's LaunchTime
+    set_tags(client, vm, provider_ref=REF_B)
+    assert provider.instance_created_at(primary) == primary.created_at  # whatever its tags (the delete judges them)
+    with pytest.raises(ProviderError, match=WEST):  # a region the backend does not list
+        provider.instance_created_at(primary.model_copy(update={"region": WEST}))
+    client.terminate_instances(InstanceIds=[vm])
+    assert provider.instance_created_at(primary) is None  # terminated
+
+
 # -- deletion --------------------------------------------------------------------------------------------
 
 

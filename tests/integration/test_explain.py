@@ -458,3 +458,24 @@ def test_a_database_without_migration_0008_is_not_migrated_for_explain(empty_db,
         explain.explain(empty_db, BACKEND, "i-1")
     with empty_db.connection() as conn:
         assert conn.run("SELECT max(version) FROM schema_migrations") == [[7]]
+
+
+def test_a_leak_the_provider_dates_otherwise_than_its_listing_is_left_in_place_and_says_why(db, cloud):
+    # given a delete cycle that classified the leaked VM as an orphan and queued its delete
+    add_backend(db, BACKEND, mode="delete")
+    ref, owner_id, leaked, kept = retry_leak(db, cloud)
+    p = pipeline(db, cloud)
+    p.run_lister(BACKEND, manual=True)
+    while (body := p.listing_queue.pop()) is not None:
+        p.handle_batch(ListingBatch.model_validate_json(body))
+    # when the provider reports another creation time than the listing recorded (SAFETY.md rule 17)
+    cloud.resources[leaked].created_at += timedelta(hours=2)
+    drain(p)
+
+    # then the VM is kept, and explain says the deleter's re-read found another time
+    assert cloud.exists(leaked)
+    got = only(db, leaked)
+    assert (got["verdict"], got["reason"]) == ("orphan", "primary_mismatch")
+    assert got["delete"]["skipped_reason"] == "owner_changed:created_at_changed"
+    assert got["delete"]["found"] == ("re-read by id under the gate: the provider does not report the VM created"
+                                      " when the listing says (gone, or another time): nothing deleted")

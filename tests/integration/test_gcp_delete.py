@@ -276,6 +276,23 @@ def test_holds_instance_only_in_the_zone_asked_and_only_in_the_backends_entries(
     assert not near.holds_instance(ZONE, far, REF)
 
 
+def test_instance_created_at_is_the_listed_time_by_zone_and_name_and_only_of_that_id(gcp: FakeCompute) -> None:
+    group = far_orphan(gcp)
+    primary = group.primary
+    assert primary is not None and primary.created_at is not None
+    both = backend_of(gcp, REGION, "europe-west1")
+
+    assert both.instance_created_at(primary) == primary.created_at  # the listing's creationTimestamp
+    gcp.set_labels("instances", FAR, "far", {})
+    assert both.instance_created_at(primary) == primary.created_at  # whatever its labels (the delete judges them)
+    with pytest.raises(ProviderError, match=FAR):  # a zone the backend does not list
+        backend_of(gcp, REGION).instance_created_at(primary)
+    gcp.remove("instances", FAR, "far")
+    assert both.instance_created_at(primary) is None  # gone
+    gcp.add_instance("far", zone=FAR, labels={"provider_ref": REF})
+    assert both.instance_created_at(primary) is None  # another instance of that name: a replacement
+
+
 #: An attached local SSD as instances.get shows it: no ``source`` (there is no disk resource).
 LOCAL_SSD = {"kind": "compute#attachedDisk", "type": "SCRATCH", "mode": "READ_WRITE", "autoDelete": True,
              "boot": False, "interface": "NVME", "deviceName": "local-ssd-0", "index": 1, "diskSizeGb": "375"}

@@ -447,3 +447,38 @@ def test_idle_scheduled_run_is_three_statements_and_no_provider_call(db, cloud, 
     platform.ledger.issue_ref()  # any ledger activity: the next due run lists
     pipeline.clock = lambda: now + timedelta(seconds=1900)
     assert pipeline.run_lister("mem", mode="report").reason == "activity"
+
+
+@pytest.mark.parametrize("forged", [False, True])
+def test_a_forged_creation_time_never_moves_a_vm_out_of_the_margin(db, cloud, platform, forged):
+    """A failed placeholder's VM created just now (inside the margin: ``recent_resource``). A batch
+    altered in the queue (SAFETY.md rule 12) dates it, and its volume, to 2000: the classifier
+    calls the group an orphan; the deleter asks the provider when the VM was created (one
+    describe) and skips the group on finding another time than its cycle recorded (rule 2)."""
+    issued = platform.ledger.issue_ref(owner_name="placeholder")
+    iid, deps = platform.create_vm(issued.provider_ref, created_at=datetime.now(timezone.utc))
+    platform.age(issued.owner_id)
+    platform.ledger.hard_delete(issued.owner_id)
+    pipeline = make_pipeline(db, cloud)
+    cycle_id = pipeline.run_lister("mem", mode="delete", manual=True).cycle_id
+    while (body := pipeline.listing_queue.pop()) is not None:
+        batch = ListingBatch.model_validate_json(body)
+        if forged:
+            old = datetime(2000, 1, 1, tzinfo=timezone.utc)
+            batch = batch.model_copy(update={"groups": tuple(g.model_copy(update={"resources": tuple(
+                r.model_copy(update={"created_at": old}) for r in g.resources)}) for g in batch.groups)})
+        pipeline.handle_batch(batch)
+    describes = cloud.calls["describe"]
+    drain(pipeline)
+
+    assert cloud.exists(iid) and all(cloud.exists(d) for d in deps)
+    assert cloud.deleted == []
+    with db.connection() as conn:
+        groups = conn.run("SELECT verdict, reason FROM cycle_groups WHERE cycle_id = :c", c=cycle_id)
+        skipped = conn.run("SELECT result->>'skipped' FROM delete_requests WHERE cycle_id = :c", c=cycle_id)
+    if forged:
+        assert groups == [["orphan", "owner_deleted"]]
+        assert skipped == [["owner_changed:created_at_changed"]]
+        assert cloud.calls["describe"] == describes + 1  # the deleter's one read of the VM's creation time
+    else:
+        assert groups == [["skipped", "recent_resource"]] and skipped == []

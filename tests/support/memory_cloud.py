@@ -157,6 +157,15 @@ class MemoryProvider(ResourceProvider):
         return (live is not None and live.kind is ResourceKind.INSTANCE and live.region == region
                 and live.state is not ResourceState.TERMINATED and live.tags.get(self.tag_key) == ref)
 
+    def instance_created_at(self, instance: Resource) -> datetime | None:
+        self._check_region(instance.region)
+        self.cloud.calls["describe"] += 1
+        live = self.cloud.resources.get(instance.id)
+        if live is None or live.kind is not ResourceKind.INSTANCE or live.region != instance.region \
+                or live.state is ResourceState.TERMINATED:
+            return None
+        return live.created_at
+
     def delete_resource_group(self, group: ResourceGroup, journal: Journal = NO_JOURNAL, *,
                               remembered_protection: str | None = None,
                               known_attached: Iterable[str] = ()) -> DeleteResult:

@@ -156,6 +156,9 @@ def reread(g: ExplainedGroup, d: DeleteRow) -> str:
     skipped_reason, error, result = rec.get("skipped"), rec.get("error"), rec.get("result")
     if d.state == "queued":
         return "queued: not handled yet"
+    if skipped_reason == "owner_changed:created_at_changed":
+        return ("re-read by id under the gate: the provider does not report the VM created when the"
+                " listing says (gone, or another time): nothing deleted")
     if skipped_reason and skipped_reason.startswith("owner_changed:"):
         return (f"ledger re-read under the gate: the owner changed since the listing (now"
                 f" {skipped_reason.split(':', 1)[1]}): nothing deleted")

@@ -40,6 +40,11 @@ if TYPE_CHECKING:
 log = logging.getLogger("orphan_cleanup")
 
 
+#: How far the provider's creation time of a VM may be from its listing's (the same field,
+#: read again; a rounding, never a forgery's hours).
+_SAME_TIME = timedelta(seconds=1)
+
+
 class GateBusy(OrphanCleanupError):
     """Another delete of the same ref holds the gate: retry the message later."""
 
@@ -141,6 +146,16 @@ class Deleter:
             if again is not None:  # handled by another delivery while this one waited for the gate
                 return again
             changed, record = self._owner_changed(cycle, group, backend, limits, decision.listed_primary)
+            if changed is None and group.primary is not None:
+                try:
+                    changed, record = self._on_provider_time(provider, cycle, group, backend, limits,
+                                                             decision.listed_primary)
+                except ProviderUnavailable as exc:  # read as the delete would have been
+                    self._record(cycle.id, group, limits, error=describe_error(exc), trip_region=True)
+                    return DeleteOutcome.REGION_TRIPPED
+                except ProviderError as exc:
+                    self._record(cycle.id, group, limits, error=describe_error(exc))
+                    return DeleteOutcome.FAILED
             if changed is None and record is not None and decision.listed_primary is not None \
                     and not provider.holds_instance(group.region, decision.listed_primary, group.provider_ref):
                 changed = "owner_changed:primary_not_listed"  # the provider does not confirm it (rule 17)
@@ -180,6 +195,22 @@ class Deleter:
                                   listed=classify.ListedInstances(known=known))
         verdict = classify.classify(group, record, ctx)
         return (None if verdict.kind is VerdictKind.ORPHAN else f"owner_changed:{verdict.reason}"), record
+
+    def _on_provider_time(self, provider: ResourceProvider, cycle: CycleContext, group: ResourceGroup,
+                          backend: Backend, limits: Limits, listed_primary: str | None,
+                          ) -> tuple[str | None, Record | None]:
+        """``_owner_changed`` judged on the creation time the provider reports now for the
+        group's VM, never the listing message's: the copy rule and the margin read it, and
+        a forged batch could age a user's copy into a retry leak (SAFETY.md rules 12 and 17).
+        A VM the provider does not report, or reports created at another time, is skipped."""
+        primary = group.primary
+        assert primary is not None
+        created = provider.instance_created_at(primary)
+        if created is None or primary.created_at is None or abs(created - primary.created_at) > _SAME_TIME:
+            return "owner_changed:created_at_changed", None
+        judged = group.model_copy(update={"resources": tuple(
+            r.model_copy(update={"created_at": created}) if r is primary else r for r in group.resources)})
+        return self._owner_changed(cycle, judged, backend, limits, listed_primary)
 
     def _record(self, cycle_id: str, group: ResourceGroup, limits: Limits, **kw: Any) -> None:
         try:

@@ -26,12 +26,12 @@ from botocore.credentials import CredentialProvider, DeferredRefreshableCredenti
 from orphan_cleanup.core.backends import Backend
 from orphan_cleanup.core.errors import ConfigError, ProviderError
 from orphan_cleanup.core.journal import NO_JOURNAL, Journal
-from orphan_cleanup.core.listing import RegionListing, ResourceGroup, ResourceKind, ResourceState
+from orphan_cleanup.core.listing import RegionListing, Resource, ResourceGroup, ResourceKind, ResourceState
 from orphan_cleanup.core.verdicts import DeleteResult
 from orphan_cleanup.providers.aws_calls import Ec2Calls
 from orphan_cleanup.providers.aws_delete import GroupDeletion
 from orphan_cleanup.providers.aws_errors import THROTTLING_CODES, translated
-from orphan_cleanup.providers.aws_kinds import INSTANCE, SNAPSHOT, AwsKind, tags_of
+from orphan_cleanup.providers.aws_kinds import INSTANCE, SNAPSHOT, AwsKind, as_utc, dig, tags_of
 from orphan_cleanup.providers.aws_resources import link_resources, to_resource
 from orphan_cleanup.providers.aws_snapshot import expired, listed_kinds, taken_by_us
 from orphan_cleanup.providers.base import ResourceProvider, group_resources, not_yet_is_deleting, parallel_regions
@@ -125,13 +125,22 @@ class AwsProvider(ResourceProvider):
     def holds_instance(self, region: str, instance_id: str, ref: str) -> bool:
         if region not in self.backend.regions:
             return False
-        calls = Ec2Calls(self.ec2(region), region=region, ref=ref, tag_key=self.tag_key,
-                         protect_keys=self.protect_keys)
         try:
-            item = calls.read(INSTANCE, instance_id)
+            item = self._calls(region, ref).read(INSTANCE, instance_id)
         except ProviderError:  # a malformed id, an unavailable region: cannot confirm, so no
             return False
         return item is not None and tags_of(item, INSTANCE).get(self.tag_key) == ref
+
+    def instance_created_at(self, instance: Resource) -> datetime | None:
+        if instance.region not in self.backend.regions:
+            raise ProviderError(f"instance {instance.id} is in {instance.region}, not a region of backend"
+                                f" {self.backend.id}", region=instance.region)
+        item = self._calls(instance.region, "").read(INSTANCE, instance.id)  # LaunchTime, as listed
+        return None if item is None else as_utc(dig(item, INSTANCE.created_path))
+
+    def _calls(self, region: str, ref: str) -> Ec2Calls:
+        return Ec2Calls(self.ec2(region), region=region, ref=ref, tag_key=self.tag_key,
+                        protect_keys=self.protect_keys)
 
     def _list_region(self, region: str) -> list[ResourceGroup]:
         ec2 = self.ec2(region)

@@ -141,6 +141,16 @@ class ResourceProvider(ABC):
         or an id of the wrong shape answers False (fail closed: the leak is skipped)."""
 
     @abstractmethod
+    def instance_created_at(self, instance: Resource) -> datetime | None:
+        """The creation time the provider reports, now, for the listed instance ``instance``
+        (read-only, by its immutable id; the field the listing reads), whatever its tags say
+        (the delete's re-read judges them). The deleter judges the copy and margin rules on
+        it rather than on a listing message's (SAFETY.md rules 12 and 17). None when it is
+        gone or replaced; raises ``ProviderError`` as ``delete_resource_group`` would (a
+        region outside the backend, a failed read; ``ProviderUnavailable``: its region
+        cannot be reached)."""
+
+    @abstractmethod
     def delete_resource_group(self, group: ResourceGroup, journal: Journal = NO_JOURNAL, *,
                               remembered_protection: str | None = None,
                               known_attached: Iterable[str] = ()) -> DeleteResult:

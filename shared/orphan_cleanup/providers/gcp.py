@@ -42,7 +42,7 @@ from pydantic import ValidationError
 from orphan_cleanup.core.backends import CREDENTIALS_DIGEST, Backend, BackendSettings
 from orphan_cleanup.core.errors import AccessDenied, ConfigError, ProviderError, ProviderThrottled
 from orphan_cleanup.core.journal import NO_JOURNAL, Journal
-from orphan_cleanup.core.listing import RegionListing, ResourceGroup, ResourceKind
+from orphan_cleanup.core.listing import RegionListing, Resource, ResourceGroup, ResourceKind
 from orphan_cleanup.core.verdicts import DeleteResult
 from orphan_cleanup.providers.base import ResourceProvider, describe_error, group_resources, not_yet_is_deleting
 from orphan_cleanup.providers.gcp_calls import GcpCalls, read_retry
@@ -54,6 +54,7 @@ from orphan_cleanup.providers.gcp_kinds import (
     expired,
     link_key,
     listed_kinds,
+    parse_time,
     region_of,
     source_zone,
     to_resource,
@@ -244,6 +245,18 @@ class GcpProvider(ResourceProvider):
         except ProviderError:  # cannot confirm, so no
             return False
         return False
+
+    def instance_created_at(self, instance: Resource) -> datetime | None:
+        """``instances.get`` by the zone and name it was listed with; another id there is a
+        replacement (None). Its ``creationTimestamp``, as the listing reads it."""
+        zone, name = str(instance.details.get("zone") or ""), str(instance.details.get("name") or "")
+        if not zone or not name or entry_for(tuple(self.backend.regions), zone) is None:
+            raise ProviderError(f"instance {instance.id} names zone {zone!r}, not a zone of backend"
+                                f" {self.backend.id}", region=instance.region)
+        live = self.calls.get(KIND_BY_RESOURCE[ResourceKind.INSTANCE], zone, name)
+        if live is None or str(live.id) != instance.id:
+            return None
+        return parse_time(live.creation_timestamp or "")
 
     # --- deletion --------------------------------------------------------------------
 
