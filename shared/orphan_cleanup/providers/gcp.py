@@ -21,31 +21,24 @@ configured zone or region or no readable creation time, are not listed (kept).
 
 from __future__ import annotations
 
-import functools
-import json
 import re
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import urlsplit
 
-import google.auth
-import google.auth.exceptions as auth_exceptions
 from google.api_core.retry import Retry
-from google.auth.credentials import AnonymousCredentials, Credentials
-from google.cloud import compute_v1
-from google.oauth2 import service_account
 from pydantic import ValidationError
 
-from orphan_cleanup.core.backends import CREDENTIALS_DIGEST, Backend, BackendSettings
-from orphan_cleanup.core.errors import AccessDenied, ConfigError, ProviderError, ProviderThrottled
+from orphan_cleanup.core.backends import Backend
+from orphan_cleanup.core.errors import ConfigError, ProviderError, ProviderThrottled
 from orphan_cleanup.core.journal import NO_JOURNAL, Journal
 from orphan_cleanup.core.listing import RegionListing, Resource, ResourceGroup, ResourceKind
 from orphan_cleanup.core.verdicts import DeleteResult
 from orphan_cleanup.providers.base import ResourceProvider, describe_error, group_resources, not_yet_is_deleting
 from orphan_cleanup.providers.gcp_calls import GcpCalls, read_retry
+from orphan_cleanup.providers.gcp_clients import build_gcp_clients
 from orphan_cleanup.providers.gcp_delete import delete_group
 from orphan_cleanup.providers.gcp_kinds import (
     BENIGN_WARNINGS,
@@ -65,7 +58,6 @@ from orphan_cleanup.providers.ratelimit import DEFAULT_BUDGETS, RateLimits, proc
 
 __all__ = ["GcpProvider", "build_gcp_clients", "build_gcp_provider"]
 
-COMPUTE_SCOPE = "https://www.googleapis.com/auth/compute"
 LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 _DEFAULT: Any = object()
 
@@ -285,67 +277,3 @@ def build_gcp_provider(backend: Backend, *, endpoint: str | None = None, timeout
     ``limits``: the request budgets (default: the process's, at the default rates)."""
     return GcpProvider(backend, **build_gcp_clients(backend.settings, endpoint=endpoint), timeout=timeout,
                        limits=limits if limits is not None else process_limits(DEFAULT_BUDGETS))
-
-
-def build_gcp_clients(settings: BackendSettings, *, endpoint: str | None = None) -> dict[str, Any]:
-    """The eight ``compute_v1`` clients ``GcpProvider`` takes, as keyword arguments (REST transport).
-
-    ``endpoint`` (``http://host:port``, from ``ORPHAN_CLEANUP_GCP_ENDPOINT``) sends
-    every call there with anonymous credentials, operation polling included (the
-    operations clients are built for it too; left to the SDK they would poll the
-    public endpoint). Otherwise credentials come from ``settings.credentials_json``
-    (a service-account key) or Application Default Credentials.
-    """
-    if endpoint:
-        parts = urlsplit(endpoint)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise ConfigError(f"GCP endpoint must look like http://host:port, got {endpoint!r}")
-        credentials: Credentials = AnonymousCredentials()
-        options: dict[str, str] | None = {"api_endpoint": parts.netloc}
-        scheme = parts.scheme
-    else:
-        credentials, options, scheme = _credentials(settings), None, "https"
-
-    def make(client_cls: Any) -> Any:
-        transport = functools.partial(client_cls.get_transport_class("rest"), url_scheme=scheme)
-        return client_cls(credentials=credentials, client_options=options, transport=transport)
-
-    return {
-        "instances": make(compute_v1.InstancesClient),
-        "disks": make(compute_v1.DisksClient),
-        "addresses": make(compute_v1.AddressesClient),
-        "zone_operations": make(compute_v1.ZoneOperationsClient),
-        "region_operations": make(compute_v1.RegionOperationsClient),
-        "projects": make(compute_v1.ProjectsClient),
-        "snapshots": make(compute_v1.SnapshotsClient),
-        "global_operations": make(compute_v1.GlobalOperationsClient),
-    }
-
-
-def _credentials(settings: BackendSettings) -> Credentials:
-    if not settings.credentials_json and (settings.model_extra or {}).get(CREDENTIALS_DIGEST):
-        # A cycle that started with a key whose row no longer holds it (SAFETY.md rule 18):
-        # never the function's own credentials instead.
-        raise AccessDenied("the service-account key this cycle started with is no longer the backend's")
-    key = settings.key_text
-    if key is not None:
-        try:
-            info = json.loads(key)
-            return service_account.Credentials.from_service_account_info(info, scopes=[COMPUTE_SCOPE])
-        except (ValueError, TypeError, KeyError) as e:
-            raise ConfigError("settings.credentials_json is not a service-account key") from e
-    if settings.credentials_file is not None:
-        try:
-            return service_account.Credentials.from_service_account_file(settings.credentials_file,
-                                                                         scopes=[COMPUTE_SCOPE])
-        except OSError as e:
-            raise ConfigError(f"settings.credentials_file {settings.credentials_file!r} cannot be read:"
-                              f" {e.strerror or type(e).__name__}") from e
-        except (ValueError, TypeError, KeyError) as e:
-            raise ConfigError(f"settings.credentials_file {settings.credentials_file!r} is not a service-account"
-                              " key file") from e
-    try:
-        credentials, _ = google.auth.default(scopes=[COMPUTE_SCOPE])
-    except auth_exceptions.DefaultCredentialsError as e:
-        raise AccessDenied("no GCP credentials: set credentials_json or application default credentials") from e
-    return credentials
