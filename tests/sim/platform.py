@@ -296,12 +296,13 @@ class Platform(History, People, Protections, Oracle):
                 self._write(o, f"{o.id} backend_id {UNKNOWN_BACKEND} -> {o.home} (platform fixed)",
                             [("UPDATE instances SET backend_id = :b WHERE id = :i", dict(b=o.home, i=o.id))],
                             committed, self._concerns(o, o.home))
+        self.flush(everything=True)  # (a fix above may have left its row locked)
         for o in self.owners:
             if o.mangled:  # rule 17's world: the platform records its primaries' real ids again
                 def fixed(o: Owner = o) -> None:
                     o.mangled = False
 
-                self._write(o, f"{o.id} primary_id -> {o.vm_of(o.tracked)} (platform fixed)",
+                self._write(None, f"{o.id} primary_id -> {o.vm_of(o.tracked)} (platform fixed)",
                             [("UPDATE instances SET primary_id = :p WHERE id = :i",
                               dict(p=o.vm_of(o.tracked), i=o.id))],
                             fixed, self._concerns(o, o.backend))
