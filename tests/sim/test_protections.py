@@ -64,6 +64,18 @@ def test_a_termination_protected_orphan_is_remembered_and_re_read_never_terminat
         state, reason = conn.run("SELECT state, reason FROM orphans WHERE primary_id = :p", p=vm)[0]
     assert (state, reason) == ("protected", "termination_protection")
 
+    # and a delete cycle whose re-read fails leaves it remembered: a report cycle still says protected
+    [failing] = _cycle(pipeline)
+    cloud.failing_regions.add(failing.group.region)
+    assert pipeline.handle_delete(failing) == "failed"
+    cloud.failing_regions.clear()
+    _cycle(pipeline, mode="report")
+    with db.connection() as conn:
+        state, reason = conn.run("SELECT state, reason FROM orphans WHERE primary_id = :p", p=vm)[0]
+        [latest] = conn.run("SELECT g.verdict FROM cycle_groups g JOIN cycles c ON c.id = g.cycle_id"
+                            " WHERE c.mode = 'report' AND g.primary_id = :p ORDER BY c.started_at DESC LIMIT 1", p=vm)
+    assert (state, reason, latest) == ("protected", "termination_protection", ["protected"])
+
     # and once the protection is lifted, the next delete cycle deletes it
     cloud.resources[vm].termination_protected = False
     [lifted] = _cycle(pipeline)

@@ -253,8 +253,10 @@ class LockedCycle:
         self.conn.run("UPDATE cycle_groups SET action = :a, error = :e, updated_at = now()"
                       " WHERE cycle_id = :c AND group_key = :k", a=rec.action.value, e=rec.error, c=c.id, k=group.key)
         # A deletion ends a remembered protection (it was lifted: SAFETY.md rule 14): the row is the
-        # orphan its cycle classified again.
-        self.conn.run("UPDATE orphans o SET state = :s, last_error = :e,"
+        # orphan its cycle classified again. Anything else (a re-read that failed, a skip, a
+        # tripped region) leaves it remembered: a protection that cannot be read stays one.
+        self.conn.run("UPDATE orphans o SET state = CASE WHEN o.state = 'protected' AND o.reason ="
+                      " 'termination_protection' AND NOT :gone THEN o.state ELSE :s END, last_error = :e,"
                       " verdict = CASE WHEN :gone THEN g.verdict ELSE o.verdict END,"
                       " reason = CASE WHEN :gone THEN g.reason ELSE o.reason END"
                       " FROM cycle_groups g WHERE o.backend_id = :b AND o.group_key = :k"
