@@ -24,7 +24,7 @@ BUDGET: dict[str, int | range] = {                       # first seed that catch
     "orphan_without_record": range(6, 25),   # 11
     "pending_is_orphan": 8,      # 1
     "margin_zero": 8,            # 0
-    "no_reread": 8,              # 3
+    "no_reread": range(12, 30),              # 17
     "protect_ignored": 8,        # 1
     "no_gate": range(5, 25),                 # 10
     "global_gate": 15,           # 4
@@ -38,7 +38,7 @@ BUDGET: dict[str, int | range] = {                       # first seed that catch
     "listing_key_ignores_account": 8,  # 1 (the tick: a failover backend due with sim, in its regions)
     "no_identity_check": range(4, 25),       # 9
     "trust_message_mode": range(44, 59),     # 53 (see README: forged report-mode batches are rare)
-    "job_grouping_trusted": range(3, 25),    # 23 (a forged or stale listing job)
+    "job_grouping_trusted": range(20, 40),   # 25 (a forged or stale listing job)
     "off_overridable": range(9, 30),         # 14
     "function_clock": 8,         # 1
     "controller_ignored": 8,     # 0 (an Auto Scaling group's instance with a finished owner's ref)
