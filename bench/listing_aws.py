@@ -100,7 +100,7 @@ def _aws_backend() -> Backend:
 def aws_shipped(counter: _Counter) -> Callable[[], list[ResourceGroup]]:
     import boto3
 
-    from orphan_cleanup.providers.aws import build_aws_provider
+    from orphan_cleanup.providers.aws.provider import build_aws_provider
 
     session = boto3.Session()
     counter.attach(session)
@@ -113,7 +113,7 @@ def aws_old_page_size(counter: _Counter) -> Callable[[], list[ResourceGroup]]:
     default page, 100 on moto's DescribeInstances)."""
     import boto3
 
-    from orphan_cleanup.providers import aws
+    from orphan_cleanup.providers.aws import provider as aws
 
     class DefaultPages(aws.AwsProvider):
         def _describe_tagged(self, ec2: Any, spec: Any) -> Iterator[Any]:
@@ -134,7 +134,7 @@ def aws_old_page_size(counter: _Counter) -> Callable[[], list[ResourceGroup]]:
 def aws_floor() -> int:
     """The fewest calls that can list the region: one describe per kind listed (every
     kind's items fit one page at the API's maximum)."""
-    from orphan_cleanup.providers.aws_snapshot import listed_kinds
+    from orphan_cleanup.providers.aws.snapshots import listed_kinds
 
     return len(listed_kinds(None))
 
@@ -142,7 +142,7 @@ def aws_floor() -> int:
 def aws_unfiltered(counter: _Counter) -> Callable[[], list[ResourceGroup]]:
     import boto3
 
-    from orphan_cleanup.providers import aws
+    from orphan_cleanup.providers.aws import provider as aws
 
     class Unfiltered(aws.AwsProvider):
         """Every describe without the tag-key filter; ``group_resources`` drops the rest."""
@@ -172,9 +172,9 @@ def aws_tagging_api(counter: _Counter) -> Callable[[], list[ResourceGroup]]:
     """Tagging API for the ids, then one describe per resource (by id)."""
     import boto3
 
-    from orphan_cleanup.providers import aws
-    from orphan_cleanup.providers.aws_kinds import BY_KIND, KINDS
-    from orphan_cleanup.providers.aws_resources import link_resources, to_resource
+    from orphan_cleanup.providers.aws import provider as aws
+    from orphan_cleanup.providers.aws.kinds import BY_KIND, KINDS
+    from orphan_cleanup.providers.aws.resources import link_resources, to_resource
     from orphan_cleanup.providers.base import group_resources
 
     session = boto3.Session()

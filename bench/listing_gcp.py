@@ -31,14 +31,14 @@ def gcp_floor(n_ours: int) -> int:
     items over the largest ``maxResults`` (500), at least one page (an empty kind too)."""
     import math
 
-    from orphan_cleanup.providers.gcp_kinds import listed_kinds
+    from orphan_cleanup.providers.gcp.kinds import listed_kinds
 
     counts = {"instances": n_ours, "disks": n_ours}
     return sum(max(1, math.ceil(counts.get(spec.client, 0) / 500)) for spec in listed_kinds(None))
 
 
 def _gcp_provider(fake: Any, *, filtered: bool) -> Any:
-    from orphan_cleanup.providers.gcp import build_gcp_provider
+    from orphan_cleanup.providers.gcp.provider import build_gcp_provider
 
     backend = Backend(id="bench-gcp", provider="gcp", account=fake.project, regions=("us-central1",))
     provider = build_gcp_provider(backend, endpoint=fake.url, timeout=60)

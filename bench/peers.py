@@ -122,7 +122,7 @@ def product_lister(endpoint: str, session: Any = None) -> Lister:
     import boto3
 
     from orphan_cleanup.core.backends import Backend
-    from orphan_cleanup.providers.aws import build_aws_provider
+    from orphan_cleanup.providers.aws.provider import build_aws_provider
     from orphan_cleanup.providers.ratelimit import DESCRIBE, Budget, RateLimits
     from tests.support.listing import collect
 
@@ -146,8 +146,8 @@ def naive_lister(endpoint: str, session: Any = None) -> Lister:
     filter, default page size), keep those carrying the tag key."""
     import boto3
 
-    from orphan_cleanup.providers import aws
-    from orphan_cleanup.providers.aws_snapshot import listed_kinds
+    from orphan_cleanup.providers.aws import provider as aws
+    from orphan_cleanup.providers.aws.snapshots import listed_kinds
 
     config = aws.client_config(connect_timeout=5, read_timeout=300)
     ec2 = (session or boto3.Session()).client("ec2", region_name=REGION, endpoint_url=endpoint, config=config)

@@ -132,7 +132,7 @@ def _cycle(db: Any, url: str, share: float, budgets: Mapping[str, Any], settings
            mode: Literal["report", "delete"]) -> Cycle:
     from orphan_cleanup.cycle.pipeline import Pipeline
     from orphan_cleanup.cycle.runner import run_cycle
-    from orphan_cleanup.providers.aws import build_aws_provider
+    from orphan_cleanup.providers.aws.provider import build_aws_provider
     from orphan_cleanup.providers.ratelimit import RateLimits
     from orphan_cleanup.queues.memory import InProcessQueue
     from tests.support.aws_proxy import AwsProxy

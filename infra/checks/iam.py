@@ -24,7 +24,7 @@ LAMBDA_ENI_ACTIONS = frozenset({
     "ec2:CreateNetworkInterface", "ec2:DeleteNetworkInterface",
     "ec2:AssignPrivateIpAddresses", "ec2:UnassignPrivateIpAddresses",
 })
-# The describes of the kinds we list (providers/aws_kinds.py), all on "*".
+# The describes of the kinds we list (providers/aws/kinds.py), all on "*".
 DESCRIBE_ACTIONS = frozenset({
     "ec2:DescribeInstances", "ec2:DescribeVolumes", "ec2:DescribeNetworkInterfaces",
     "ec2:DescribeSecurityGroups", "ec2:DescribeAddresses", "ec2:DescribeSpotInstanceRequests",

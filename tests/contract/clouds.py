@@ -30,8 +30,8 @@ from orphan_cleanup.core.settings import Settings
 from orphan_cleanup.cycle.pipeline import Pipeline, ProviderFactory
 from orphan_cleanup.entrypoints import bootstrap
 from orphan_cleanup.ledger.db import Database
-from orphan_cleanup.providers.aws import build_aws_provider
-from orphan_cleanup.providers.aws_calls import MUTATING
+from orphan_cleanup.providers.aws.calls import MUTATING
+from orphan_cleanup.providers.aws.provider import build_aws_provider
 from orphan_cleanup.providers.base import ResourceProvider
 from orphan_cleanup.providers.ratelimit import process_limits, settings_budgets
 from orphan_cleanup.queues.memory import InProcessQueue

@@ -24,7 +24,7 @@ from orphan_cleanup.core.messages import ListingBatch
 from orphan_cleanup.core.settings import Settings
 from orphan_cleanup.cycle.pipeline import Pipeline
 from orphan_cleanup.cycle.runner import run_cycle
-from orphan_cleanup.providers.aws import build_aws_provider
+from orphan_cleanup.providers.aws.provider import build_aws_provider
 from orphan_cleanup.queues.memory import InProcessQueue
 from tests.integration.test_aws_provider import EAST, create_volume, ec2, exists, run_instance
 from tests.support.ledger_helpers import add_backend, add_instance, db_now, make_ref

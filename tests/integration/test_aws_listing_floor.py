@@ -13,8 +13,8 @@ import boto3
 import pytest
 
 from orphan_cleanup.core.backends import Backend
-from orphan_cleanup.providers.aws import build_aws_provider
-from orphan_cleanup.providers.aws_kinds import BY_KIND, KINDS
+from orphan_cleanup.providers.aws.kinds import BY_KIND, KINDS
+from orphan_cleanup.providers.aws.provider import build_aws_provider
 from orphan_cleanup.providers.ratelimit import DEFAULT_BUDGETS, RateLimits
 from tests.support.aws_calls import CallLog
 from tests.support.listing import collect

@@ -19,7 +19,7 @@ from orphan_cleanup.core.backends import Backend, BackendSettings
 from orphan_cleanup.core.errors import ProviderError, ProviderUnavailable
 from orphan_cleanup.core.listing import Resource, ResourceGroup, ResourceKind, ResourceState
 from orphan_cleanup.core.verdicts import DeleteStatus
-from orphan_cleanup.providers.aws import AwsProvider, build_aws_provider, client_config, session_client_factory
+from orphan_cleanup.providers.aws.provider import AwsProvider, build_aws_provider, client_config, session_client_factory
 from tests.support.aws_calls import CallLog
 from tests.support.listing import collect
 

@@ -14,7 +14,7 @@ import boto3
 import pytest
 
 from orphan_cleanup.core.backends import Backend
-from orphan_cleanup.providers.aws import build_aws_provider
+from orphan_cleanup.providers.aws.provider import build_aws_provider
 from tests.support.listing import collect
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("moto_reset")]

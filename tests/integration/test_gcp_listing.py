@@ -7,7 +7,8 @@ from google.api_core import exceptions as gexc
 
 from orphan_cleanup.core.backends import Backend, BackendSettings
 from orphan_cleanup.core.listing import ResourceKind, ResourceState
-from orphan_cleanup.providers.gcp import GcpProvider, build_gcp_clients, build_gcp_provider
+from orphan_cleanup.providers.gcp.clients import build_gcp_clients
+from orphan_cleanup.providers.gcp.provider import GcpProvider, build_gcp_provider
 from tests.support.gcp_fake import FakeCompute
 from tests.support.listing import collect
 

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from orphan_cleanup.core.backends import Backend
-from orphan_cleanup.providers.gcp import build_gcp_provider
+from orphan_cleanup.providers.gcp.provider import build_gcp_provider
 from tests.support.gcp_fake import FakeCompute
 from tests.support.listing import collect
 

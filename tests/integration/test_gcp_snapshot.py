@@ -14,7 +14,8 @@ from orphan_cleanup.core.backends import Backend
 from orphan_cleanup.core.errors import ProviderError
 from orphan_cleanup.core.listing import ResourceKind
 from orphan_cleanup.core.verdicts import DeleteStatus
-from orphan_cleanup.providers.gcp import GcpProvider, build_gcp_clients
+from orphan_cleanup.providers.gcp.clients import build_gcp_clients
+from orphan_cleanup.providers.gcp.provider import GcpProvider
 from tests.support.gcp_fake import FakeCompute
 from tests.support.listing import collect
 

@@ -14,7 +14,7 @@ from orphan_cleanup.core.settings import Settings
 from orphan_cleanup.cycle.pipeline import Pipeline
 from orphan_cleanup.cycle.runner import run_cycle
 from orphan_cleanup.ledger.db import Database
-from orphan_cleanup.providers.gcp import build_gcp_provider
+from orphan_cleanup.providers.gcp.provider import build_gcp_provider
 from orphan_cleanup.providers.ratelimit import DESCRIBE, MUTATE, TERMINATE, Budget, RateLimits
 from orphan_cleanup.queues.memory import InProcessQueue
 from tests.support.gcp_fake import FakeCompute

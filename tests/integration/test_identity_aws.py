@@ -21,7 +21,7 @@ from botocore.exceptions import NoCredentialsError, ParamValidationError
 
 from orphan_cleanup.core.backends import Backend, BackendSettings
 from orphan_cleanup.core.errors import AccessDenied, IdentityMismatch, ProviderError, ProviderTimeout
-from orphan_cleanup.providers.aws import AwsProvider, build_aws_provider
+from orphan_cleanup.providers.aws.provider import AwsProvider, build_aws_provider
 
 pytestmark = pytest.mark.usefixtures("moto_reset")
 

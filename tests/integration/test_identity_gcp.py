@@ -7,7 +7,7 @@ import pytest
 
 from orphan_cleanup.core.backends import Backend, BackendSettings
 from orphan_cleanup.core.errors import AccessDenied, IdentityMismatch, ProviderError, ProviderTimeout, ResourceNotFound
-from orphan_cleanup.providers.gcp import GcpProvider, build_gcp_provider
+from orphan_cleanup.providers.gcp.provider import GcpProvider, build_gcp_provider
 from tests.support.gcp_fake import FakeCompute
 
 

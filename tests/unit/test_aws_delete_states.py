@@ -13,7 +13,7 @@ from botocore.stub import Stubber
 from orphan_cleanup.core.errors import ProviderError, ProviderThrottled
 from orphan_cleanup.core.listing import Resource, ResourceGroup, ResourceKind
 from orphan_cleanup.core.verdicts import DeleteStatus
-from orphan_cleanup.providers.aws_delete import GroupDeletion
+from orphan_cleanup.providers.aws.delete import GroupDeletion
 
 REGION = "us-east-1"
 REF = "abcdefabcdef"

@@ -22,7 +22,7 @@ from orphan_cleanup.core.errors import (
     ProviderUnavailable,
     ResourceNotFound,
 )
-from orphan_cleanup.providers.aws_errors import translate_error, translated
+from orphan_cleanup.providers.aws.errors import translate_error, translated
 
 
 def client_error(code: str, status: int = 400, message: str = "") -> ClientError:

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from orphan_cleanup.core.listing import ResourceKind, ResourceState
-from orphan_cleanup.providers.aws_kinds import (
+from orphan_cleanup.providers.aws.kinds import (
     ADDRESS,
     BY_KIND,
     DELETE_ORDER,
@@ -17,7 +17,7 @@ from orphan_cleanup.providers.aws_kinds import (
     SECURITY_GROUP,
     VOLUME,
 )
-from orphan_cleanup.providers.aws_resources import link_resources, to_resource
+from orphan_cleanup.providers.aws.resources import link_resources, to_resource
 from orphan_cleanup.providers.base import group_resources
 
 REF = "abcdefabcdef"

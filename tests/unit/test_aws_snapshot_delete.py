@@ -18,8 +18,8 @@ from orphan_cleanup.core.delete_rules import delete_record
 from orphan_cleanup.core.errors import ProviderError
 from orphan_cleanup.core.listing import Resource, ResourceGroup, ResourceKind
 from orphan_cleanup.core.verdicts import Action, DeleteStatus
-from orphan_cleanup.providers.aws_delete import GroupDeletion
-from orphan_cleanup.providers.aws_snapshot import expired
+from orphan_cleanup.providers.aws.delete import GroupDeletion
+from orphan_cleanup.providers.aws.snapshots import expired
 
 REGION = "us-east-1"
 REF = "abcdefabcdef"

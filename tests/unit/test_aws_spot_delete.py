@@ -15,7 +15,7 @@ from orphan_cleanup.core.delete_rules import delete_record
 from orphan_cleanup.core.errors import ProviderError
 from orphan_cleanup.core.listing import ResourceGroup, ResourceKind
 from orphan_cleanup.core.verdicts import DeleteStatus
-from orphan_cleanup.providers.aws_delete import GroupDeletion
+from orphan_cleanup.providers.aws.delete import GroupDeletion
 from tests.unit.test_aws_delete_states import res
 
 REGION = "us-east-1"

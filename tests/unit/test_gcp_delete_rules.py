@@ -10,8 +10,8 @@ from google.cloud.compute_v1.types import compute
 from orphan_cleanup.core.errors import ProviderError
 from orphan_cleanup.core.listing import Resource, ResourceGroup, ResourceKind
 from orphan_cleanup.core.verdicts import DeleteStatus
-from orphan_cleanup.providers.gcp_delete import delete_group
-from orphan_cleanup.providers.gcp_kinds import GcpKind
+from orphan_cleanup.providers.gcp.delete import delete_group
+from orphan_cleanup.providers.gcp.kinds import GcpKind
 
 REF = "aaaaaaaaaaa1"
 TAGS = {"provider_ref": REF}

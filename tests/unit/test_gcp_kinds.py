@@ -12,9 +12,9 @@ from google.cloud.compute_v1.types import compute
 from orphan_cleanup.core.backends import Backend, BackendSettings
 from orphan_cleanup.core.errors import ConfigError, DependencyNotReady, ProviderError, ProviderThrottled
 from orphan_cleanup.core.listing import ResourceKind, ResourceState
-from orphan_cleanup.providers.gcp import GcpProvider, build_gcp_clients
-from orphan_cleanup.providers.gcp_calls import GcpCalls
-from orphan_cleanup.providers.gcp_kinds import (
+from orphan_cleanup.providers.gcp.calls import GcpCalls
+from orphan_cleanup.providers.gcp.clients import build_gcp_clients
+from orphan_cleanup.providers.gcp.kinds import (
     AFTER_DELETE,
     INSTANCE_STATES,
     KIND_BY_RESOURCE,
@@ -27,7 +27,8 @@ from orphan_cleanup.providers.gcp_kinds import (
     source_zone,
     to_resource,
 )
-from orphan_cleanup.providers.gcp_snapshot import snapshot_labels, snapshot_name
+from orphan_cleanup.providers.gcp.provider import GcpProvider
+from orphan_cleanup.providers.gcp.snapshots import snapshot_labels, snapshot_name
 
 LINK = "https://www.googleapis.com/compute/v1/projects/p/zones/us-central1-a/instances/vm"
 

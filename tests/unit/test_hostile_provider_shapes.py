@@ -23,9 +23,11 @@ from pydantic import ValidationError
 
 from orphan_cleanup.core.backends import Backend
 from orphan_cleanup.core.listing import RegionListing, ResourceKind, is_valid_ref
-from orphan_cleanup.providers import aws_kinds, aws_resources, gcp_kinds
-from orphan_cleanup.providers.aws import AwsProvider
+from orphan_cleanup.providers.aws import kinds as aws_kinds
+from orphan_cleanup.providers.aws import resources as aws_resources
+from orphan_cleanup.providers.aws.provider import AwsProvider
 from orphan_cleanup.providers.base import group_resources
+from orphan_cleanup.providers.gcp import kinds as gcp_kinds
 
 TAG = "provider_ref"
 REFS = st.sampled_from(["abcdefgh1234", "zzzzzzzz9999", "", "ABCDEFGH1234", "short", "abcdefgh12345", "abc def 1234"])

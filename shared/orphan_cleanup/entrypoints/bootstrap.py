@@ -210,13 +210,13 @@ def provider_factory(settings: Settings, *, aws_session: AwsSessionFactory | Non
 
     def create(backend: Backend) -> ResourceProvider:
         if backend.provider == "aws":
-            from orphan_cleanup.providers.aws import build_aws_provider
+            from orphan_cleanup.providers.aws.provider import build_aws_provider
 
             return build_aws_provider(backend, connect_timeout=settings.provider_connect_timeout,
                                       read_timeout=settings.provider_read_timeout,
                                       session=aws_session() if aws_session else None,
                                       endpoint_url=settings.aws_endpoint_url, limits=limits)
-        from orphan_cleanup.providers.gcp import build_gcp_provider
+        from orphan_cleanup.providers.gcp.provider import build_gcp_provider
 
         return build_gcp_provider(backend, endpoint=settings.gcp_endpoint, timeout=settings.provider_read_timeout,
                                   limits=limits)

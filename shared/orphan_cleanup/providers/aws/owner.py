@@ -13,8 +13,8 @@ from typing import Any
 from orphan_cleanup.core.errors import AccessDenied, ProviderError
 from orphan_cleanup.core.listing import Resource, ResourceGroup, ResourceState
 from orphan_cleanup.core.verdicts import DeleteStatus, SkippedResource
-from orphan_cleanup.providers.aws_calls import Ec2Calls, Refused
-from orphan_cleanup.providers.aws_kinds import (
+from orphan_cleanup.providers.aws.calls import Ec2Calls, Refused
+from orphan_cleanup.providers.aws.kinds import (
     ADDRESS,
     BY_KIND,
     INSTANCE,
@@ -26,8 +26,8 @@ from orphan_cleanup.providers.aws_kinds import (
     dig,
     tags_of,
 )
-from orphan_cleanup.providers.aws_resources import controller_of
-from orphan_cleanup.providers.aws_spot import is_final, must_cancel, request_of
+from orphan_cleanup.providers.aws.resources import controller_of
+from orphan_cleanup.providers.aws.spot import is_final, must_cancel, request_of
 from orphan_cleanup.providers.base import blast_problem
 
 Item = Mapping[str, Any]

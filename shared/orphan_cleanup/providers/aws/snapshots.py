@@ -22,7 +22,7 @@ from typing import Any
 
 from orphan_cleanup.core.backends import SNAPSHOT_SOURCE_KEY
 from orphan_cleanup.core.errors import ProviderError
-from orphan_cleanup.providers.aws_kinds import KINDS, SNAPSHOT, AwsKind, dig, tags_of
+from orphan_cleanup.providers.aws.kinds import KINDS, SNAPSHOT, AwsKind, dig, tags_of
 from orphan_cleanup.providers.base import older_than_days
 
 Item = Mapping[str, Any]

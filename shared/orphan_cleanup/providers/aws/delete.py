@@ -39,8 +39,8 @@ from orphan_cleanup.core.errors import DependencyNotReady, ProviderError
 from orphan_cleanup.core.journal import NO_JOURNAL, Journal
 from orphan_cleanup.core.listing import Resource, ResourceGroup, ResourceKind, ResourceState
 from orphan_cleanup.core.verdicts import DeleteResult, DeleteStatus, SkippedResource
-from orphan_cleanup.providers.aws_calls import Ec2Calls
-from orphan_cleanup.providers.aws_kinds import (
+from orphan_cleanup.providers.aws.calls import Ec2Calls
+from orphan_cleanup.providers.aws.kinds import (
     ADDRESS,
     BY_KIND,
     DELETE_ORDER,
@@ -52,8 +52,8 @@ from orphan_cleanup.providers.aws_kinds import (
     AwsKind,
     dig,
 )
-from orphan_cleanup.providers.aws_owner import OwnerSteps
-from orphan_cleanup.providers.aws_snapshot import VolumeSnapshots, expired, taken_by_us
+from orphan_cleanup.providers.aws.owner import OwnerSteps
+from orphan_cleanup.providers.aws.snapshots import VolumeSnapshots, expired, taken_by_us
 
 Item = Mapping[str, Any]
 _ASSOCIATION_GONE = frozenset({"InvalidAssociationID.NotFound"})

@@ -14,8 +14,8 @@ from botocore.exceptions import ClientError
 from orphan_cleanup.core.errors import ProviderError
 from orphan_cleanup.core.journal import NO_JOURNAL, Journal, journaled
 from orphan_cleanup.core.listing import ResourceState
-from orphan_cleanup.providers.aws_errors import SDK_ERRORS, error_code, translate_error
-from orphan_cleanup.providers.aws_kinds import AwsKind, tags_of
+from orphan_cleanup.providers.aws.errors import SDK_ERRORS, error_code, translate_error
+from orphan_cleanup.providers.aws.kinds import AwsKind, tags_of
 
 Item = Mapping[str, Any]
 

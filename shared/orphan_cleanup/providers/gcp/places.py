@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 from orphan_cleanup.core.listing import ResourceGroup
-from orphan_cleanup.providers.gcp_kinds import KIND_BY_RESOURCE, region_of
+from orphan_cleanup.providers.gcp.kinds import KIND_BY_RESOURCE, region_of
 
 
 def location_of(scope: str) -> str:

@@ -37,10 +37,10 @@ from orphan_cleanup.core.journal import NO_JOURNAL, Journal
 from orphan_cleanup.core.listing import RegionListing, Resource, ResourceGroup, ResourceKind
 from orphan_cleanup.core.verdicts import DeleteResult
 from orphan_cleanup.providers.base import ResourceProvider, describe_error, group_resources, not_yet_is_deleting
-from orphan_cleanup.providers.gcp_calls import GcpCalls, read_retry
-from orphan_cleanup.providers.gcp_clients import build_gcp_clients
-from orphan_cleanup.providers.gcp_delete import delete_group
-from orphan_cleanup.providers.gcp_kinds import (
+from orphan_cleanup.providers.gcp.calls import GcpCalls, read_retry
+from orphan_cleanup.providers.gcp.clients import build_gcp_clients
+from orphan_cleanup.providers.gcp.delete import delete_group
+from orphan_cleanup.providers.gcp.kinds import (
     BENIGN_WARNINGS,
     KIND_BY_RESOURCE,
     GcpKind,
@@ -52,11 +52,9 @@ from orphan_cleanup.providers.gcp_kinds import (
     source_zone,
     to_resource,
 )
-from orphan_cleanup.providers.gcp_places import entry_for, location_of, outside_of, touched
-from orphan_cleanup.providers.gcp_snapshot import taken_by_us
+from orphan_cleanup.providers.gcp.places import entry_for, location_of, outside_of, touched
+from orphan_cleanup.providers.gcp.snapshots import taken_by_us
 from orphan_cleanup.providers.ratelimit import DEFAULT_BUDGETS, RateLimits, process_limits
-
-__all__ = ["GcpProvider", "build_gcp_clients", "build_gcp_provider"]
 
 LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 _DEFAULT: Any = object()

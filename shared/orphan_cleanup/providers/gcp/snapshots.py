@@ -23,8 +23,8 @@ from typing import Any
 from orphan_cleanup.core.backends import SNAPSHOT_SOURCE_KEY
 from orphan_cleanup.core.errors import ProviderError
 from orphan_cleanup.core.journal import NO_JOURNAL, Journal
-from orphan_cleanup.providers.gcp_calls import GcpCalls
-from orphan_cleanup.providers.gcp_kinds import DISK, SNAPSHOT, SNAPSHOT_PROGRESS
+from orphan_cleanup.providers.gcp.calls import GcpCalls
+from orphan_cleanup.providers.gcp.kinds import DISK, SNAPSHOT, SNAPSHOT_PROGRESS
 
 #: A resource name (``[a-z]([-a-z0-9]*[a-z0-9])?``, at most 63) and a label value we
 #: write (lowercase letters, digits, ``_`` and ``-``, at most 63).

@@ -49,8 +49,8 @@ from orphan_cleanup.core.journal import NO_JOURNAL, Journal
 from orphan_cleanup.core.listing import Resource, ResourceGroup, ResourceKind, ResourceState
 from orphan_cleanup.core.verdicts import DeleteResult, DeleteStatus, SkippedResource
 from orphan_cleanup.providers.base import blast_problem
-from orphan_cleanup.providers.gcp_calls import GcpCalls
-from orphan_cleanup.providers.gcp_kinds import (
+from orphan_cleanup.providers.gcp.calls import GcpCalls
+from orphan_cleanup.providers.gcp.kinds import (
     AFTER_DELETE,
     DISK,
     KIND_BY_RESOURCE,
@@ -61,7 +61,7 @@ from orphan_cleanup.providers.gcp_kinds import (
     link_key,
     protection_of,
 )
-from orphan_cleanup.providers.gcp_snapshot import DiskSnapshots, taken_by_us
+from orphan_cleanup.providers.gcp.snapshots import DiskSnapshots, taken_by_us
 
 #: Re-read findings that are a protection (rule 14), not a changed resource.
 PROTECTIONS = ("managed_by_controller", "deletion_protection")

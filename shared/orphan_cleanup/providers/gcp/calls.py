@@ -20,7 +20,7 @@ from orphan_cleanup.core.errors import (
     ResourceNotFound,
 )
 from orphan_cleanup.core.journal import NO_JOURNAL, Journal, journaled
-from orphan_cleanup.providers.gcp_kinds import (
+from orphan_cleanup.providers.gcp.kinds import (
     IN_USE_OP_CODES,
     NOT_FOUND_OP_CODES,
     GcpKind,

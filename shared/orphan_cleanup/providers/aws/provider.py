@@ -28,12 +28,12 @@ from orphan_cleanup.core.errors import ConfigError, ProviderError
 from orphan_cleanup.core.journal import NO_JOURNAL, Journal
 from orphan_cleanup.core.listing import RegionListing, Resource, ResourceGroup, ResourceKind, ResourceState
 from orphan_cleanup.core.verdicts import DeleteResult
-from orphan_cleanup.providers.aws_calls import Ec2Calls
-from orphan_cleanup.providers.aws_delete import GroupDeletion
-from orphan_cleanup.providers.aws_errors import THROTTLING_CODES, translated
-from orphan_cleanup.providers.aws_kinds import INSTANCE, SNAPSHOT, AwsKind, as_utc, dig, tags_of
-from orphan_cleanup.providers.aws_resources import link_resources, to_resource
-from orphan_cleanup.providers.aws_snapshot import expired, listed_kinds, taken_by_us
+from orphan_cleanup.providers.aws.calls import Ec2Calls
+from orphan_cleanup.providers.aws.delete import GroupDeletion
+from orphan_cleanup.providers.aws.errors import THROTTLING_CODES, translated
+from orphan_cleanup.providers.aws.kinds import INSTANCE, SNAPSHOT, AwsKind, as_utc, dig, tags_of
+from orphan_cleanup.providers.aws.resources import link_resources, to_resource
+from orphan_cleanup.providers.aws.snapshots import expired, listed_kinds, taken_by_us
 from orphan_cleanup.providers.base import ResourceProvider, group_resources, not_yet_is_deleting, parallel_regions
 from orphan_cleanup.providers.ratelimit import DEFAULT_BUDGETS, RateLimits, attach_to_boto3_client, process_limits
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from orphan_cleanup.core.backends import DEFAULT_CONTROLLER_TAG_KEYS
 from orphan_cleanup.core.listing import Resource, ResourceKind
-from orphan_cleanup.providers.aws_kinds import INSTANCE, AwsKind, as_utc, dig, tags_of
+from orphan_cleanup.providers.aws.kinds import INSTANCE, AwsKind, as_utc, dig, tags_of
 
 #: How a controller tag key is named in ``Resource.controller`` (``asg:NAME``); a
 #: configured key not listed here is named by the key itself (``KEY:VALUE``).

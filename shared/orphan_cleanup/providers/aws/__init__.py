@@ -1,0 +1,1 @@
+"""The AWS adapter of the provider port (EC2)."""

@@ -1,0 +1,1 @@
+"""The GCP adapter of the provider port (Compute Engine)."""
