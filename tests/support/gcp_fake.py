@@ -3,15 +3,19 @@
 It speaks the real JSON wire format, so the real ``google-cloud-compute`` client
 (REST transport, ``url_scheme="http"``, anonymous credentials) talks to it
 unchanged. Covered: instances and disks (zonal), addresses (regional):
-aggregated list, zonal/regional list, get, delete; zonal and regional
+aggregated list, zonal/regional list (``filter`` on labels, ``name``, ``status``
+and the numeric ``id``), get, delete; ``instances.attachDisk``/``detachDisk``
+(a boot disk only while the instance is stopped); zonal and regional
 operations (get and ``/wait``); snapshots (``disks.createSnapshot``, global
 list/get/delete and operations: ``gcp_fake_snapshots``); ``projects.get``
 (``GET /compute/v1/projects/P``). Errors use Google's body format
 (``{"error": {"code", "message", "errors": [{"reason": ...}]}}``).
 
 Deliberate strictness: every list call must carry a ``filter`` naming at least
-one ``labels.KEY`` term (e.g. ``labels.provider_ref:*``), otherwise 400, so a
-client that forgets the label filter fails loudly (``require_label_filter``).
+one ``labels.KEY`` term (e.g. ``labels.provider_ref:*``) or pinning a numeric id
+(``id = 123``: a read by id, as narrow as a get), otherwise 400, so a client that
+forgets the label filter fails loudly (``require_label_filter``). A list pinned to
+an id counts as a read of that resource exactly as a get does (``gcp_fake_state``).
 
 Pytest (plugin enabled in ``tests/conftest.py``)::
 
@@ -25,6 +29,8 @@ Pytest (plugin enabled in ``tests/conftest.py``)::
         gcp.add_fault(path_contains="/aggregated/disks", status=503, times=1)
         gcp.add_project("other-project")        # projects.get knows it (unknown ones: 404)
         gcp.deny_project("other-project")       # projects.get of it answers 403
+        gcp.on_operation("/disks/disk-a", lambda: gcp.remove("disks", "us-central1-a", "disk-b"))
+        gcp.swap_boot_disk("vm-1", "other-disk")  # the VM must be TERMINATED (stopped)
         assert gcp.count("GET", "/aggregated/instances") == 2
 
 Outside pytest: ``with FakeCompute() as fake: ...`` (``fake.url`` is the endpoint).
@@ -35,7 +41,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -74,6 +80,17 @@ class _Fault:
         )
 
 
+@dataclass
+class _Hook:
+    method: str | None
+    path_contains: str
+    action: Callable[[], None]
+    times: int | None
+
+    def matches(self, method: str, path: str) -> bool:
+        return (self.method is None or self.method == method) and self.path_contains in path
+
+
 class FakeCompute(FakeApi):
     """The fake server: ``FakeState`` (resources, helpers) and ``FakeApi`` (routes)
     behind an HTTP listener on 127.0.0.1.
@@ -89,11 +106,14 @@ class FakeCompute(FakeApi):
         the next ``times`` matching requests (all when ``None``) sleep ``delay``
         seconds and, when ``status`` is set, fail with it (e.g. 400 with reason
         ``resourceInUseByAnotherResource``, 429, 403);
+      - ``on_operation(path_contains, action, method=None, times=1)``: something happens
+        while an operation is in flight (``action()``, e.g. a name reused);
       - ``calls`` (list of ``Call``), ``count(method, path_contains)``, ``clear_calls()``.
     """
 
     def __init__(self, project: str = "test-project", *, host: str = "127.0.0.1", port: int = 0) -> None:
         self._faults: list[_Fault] = []
+        self._hooks: list[_Hook] = []
         self._calls: list[Call] = []
         super().__init__(project)
         self._host, self._port = host, port
@@ -134,10 +154,11 @@ class FakeCompute(FakeApi):
         self.stop()
 
     def reset(self) -> None:
-        """Forget resources, operations, faults and calls; restore the defaults."""
+        """Forget resources, operations, faults, hooks and calls; restore the defaults."""
         with self._lock:
             super().reset()
             self._faults.clear()
+            self._hooks.clear()
             self._calls.clear()
 
     # --- faults and observation ---------------------------------------------
@@ -157,6 +178,19 @@ class FakeCompute(FakeApi):
         (``None``: until ``reset()``/``clear_faults()``)."""
         with self._lock:
             self._faults.append(_Fault(method, path_contains, status, delay, times, reason))
+
+    def on_operation(self, path_contains: str, action: Callable[[], None], *, method: str | None = None,
+                     times: int | None = 1) -> None:
+        """Run ``action()`` when a mutating request (``DELETE``, or a ``POST`` other than an
+        operation's ``wait``) whose path contains ``path_contains`` has been accepted: after
+        the fake applied it and made its operation, before the answer (operation ``RUNNING``)
+        goes back, so before the client's first ``wait`` on it. The client therefore sees
+        the world as ``action`` left it in every later call, while its own call is still in
+        flight. ``times`` matching requests (``None``: all) fire it; it runs under the fake's
+        lock (use the state helpers: ``remove``, ``add_disk``...). An action that raises
+        makes the request answer 500 (``fake bug: ...``)."""
+        with self._lock:
+            self._hooks.append(_Hook(method, path_contains, action, times))
 
     def clear_faults(self) -> None:
         with self._lock:
@@ -184,6 +218,14 @@ class FakeCompute(FakeApi):
 
     # --- request handling ----------------------------------------------------
 
+    def _fire(self, method: str, path: str) -> None:
+        """The hooks of an accepted mutation (``on_operation``); the lock is held."""
+        for hook in self._hooks:
+            if hook.matches(method, path) and hook.times != 0:
+                if hook.times is not None:
+                    hook.times -= 1
+                hook.action()
+
     def handle(self, method: str, path: str, query: dict[str, str], body: bytes = b"") -> tuple[int, dict[str, Any]]:
         """Answer one request: ``(status, json body)``. Used by the HTTP handler."""
         delay, status, reason = 0.0, None, None
@@ -201,6 +243,9 @@ class FakeCompute(FakeApi):
                 raise WireError(status, f"Injected fault: {status}", reason)
             with self._lock:
                 code, answer = 200, self.dispatch(method, path, query, body)
+                if method in ("DELETE", "POST") and "/operations/" not in path \
+                        and answer.get("kind") == "compute#operation":
+                    self._fire(method, path)
         except WireError as e:
             code, answer = e.status, error_body(e.status, str(e), e.reason)
         except Exception as e:  # a bug in the fake: answer 500 rather than drop the connection

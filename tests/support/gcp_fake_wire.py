@@ -11,7 +11,7 @@ import base64
 import hashlib
 import re
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 GOOGLE_BASE = "https://www.googleapis.com/compute/v1"
 MAX_RESULTS = 500
@@ -71,17 +71,29 @@ _TOKEN = re.compile(
 Predicate = Callable[[dict[str, Any]], bool]
 
 
-def parse_filter(text: str) -> tuple[Predicate, frozenset[str]]:
+class ListFilter(NamedTuple):
+    """A parsed list ``filter``: whether an item matches, the label keys it names, and the
+    numeric ids it pins (``id = N``: a list narrowed to one resource, a read by id)."""
+
+    predicate: Predicate
+    label_keys: frozenset[str]
+    ids: frozenset[str]
+
+
+def parse_filter(text: str) -> ListFilter:
     """Parse the subset of the Compute ``filter`` syntax the fake understands.
 
     Terms ``field OP value`` joined by whitespace or ``AND``, optionally in
-    parentheses. Fields: ``labels.KEY``, ``name``, ``status``. Operators:
+    parentheses. Fields: ``labels.KEY``, ``name``, ``status``, ``id`` (the numeric
+    id, a decimal uint64: ``id = 123``, ``id=123``, ``id eq 123``). Operators:
     ``:`` (``:*`` means "key is set"), ``=``, ``!=``, ``eq``/``ne`` (full-match
-    regex). Returns the predicate and the label keys the filter mentions.
-    Anything else (``OR``, unknown fields, junk) raises ``WireError(400)``.
+    regex). Returns the predicate, the label keys the filter mentions and the ids it
+    pins (every term must hold, so a pinned id narrows the list to that resource).
+    Anything else (``OR``, unknown fields, a non-numeric id, junk) raises ``WireError(400)``.
     """
     terms: list[Predicate] = []
     keys: set[str] = set()
+    ids: set[str] = set()
     pos = 0
     depth = 0
     text = text.strip()
@@ -98,6 +110,11 @@ def parse_filter(text: str) -> tuple[Predicate, frozenset[str]]:
             depth -= 1
             if depth < 0:
                 raise WireError(400, f"Invalid value for field 'filter': '{text}'. Unbalanced parentheses.")
+        elif m.group("field") == "id":
+            term, pinned = _id_term(m.group("op"), m.group("value"), text)
+            terms.append(term)
+            if pinned is not None:
+                ids.add(pinned)
         elif m.group("field"):
             term, key = _term(m.group("field"), m.group("op"), m.group("value"), text)
             terms.append(term)
@@ -105,7 +122,19 @@ def parse_filter(text: str) -> tuple[Predicate, frozenset[str]]:
                 keys.add(key)
     if depth != 0 or not terms:
         raise WireError(400, f"Invalid value for field 'filter': '{text}'. Invalid list filter expression.")
-    return (lambda item: all(t(item) for t in terms)), frozenset(keys)
+    return ListFilter(lambda item: all(t(item) for t in terms), frozenset(keys), frozenset(ids))
+
+
+def _id_term(op: str, raw: str, text: str) -> tuple[Predicate, str | None]:
+    """A term on the numeric ``id`` (a uint64 field: its value must be a decimal number);
+    the id it pins (``=``, ``:``, ``eq`` of a number), or None (``!=``, ``ne``)."""
+    value = raw[1:-1] if raw[:1] in "\"'" else raw
+    if not value.isdigit() or int(value) >= 2**64:
+        raise WireError(400, f"Invalid value for field 'filter': '{text}'. Invalid value '{value}' for field 'id'.")
+    wanted = str(int(value))
+    if op in ("!=", "ne"):
+        return (lambda item: str(item.get("id")) != wanted), None
+    return (lambda item: str(item.get("id")) == wanted), wanted
 
 
 def _term(field: str, op: str, raw: str, text: str) -> tuple[Predicate, str | None]:
@@ -180,7 +209,8 @@ def scope_warning(code: str, scope: str, message: str) -> dict[str, Any]:
 
 
 def operation_body(
-    project: str, scope: str, location: str, name: str, op_id: str, target: dict[str, Any], status: str
+    project: str, scope: str, location: str, name: str, op_id: str, target: dict[str, Any], status: str,
+    operation_type: str = "delete",
 ) -> dict[str, Any]:
     loc_key = "zone" if scope == "zones" else "region"
     return {
@@ -188,7 +218,7 @@ def operation_body(
         "id": op_id,
         "name": name,
         loc_key: f"{GOOGLE_BASE}/projects/{project}/{scope}/{location}",
-        "operationType": "delete",
+        "operationType": operation_type,
         "targetLink": target["selfLink"],
         "targetId": target["id"],
         "status": status,

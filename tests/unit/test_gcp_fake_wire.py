@@ -6,8 +6,9 @@ import pytest
 
 from tests.support.gcp_fake_wire import WireError, aggregated_page, page_params, parse_filter
 
-VM = {"name": "vm-1", "status": "RUNNING", "labels": {"provider_ref": "aaaaaaaaaaa1", "env": "prod"}}
-BARE = {"name": "vm-2", "status": "RUNNING"}
+VM = {"name": "vm-1", "status": "RUNNING", "labels": {"provider_ref": "aaaaaaaaaaa1", "env": "prod"},
+      "id": "4100000007919000013"}
+BARE = {"name": "vm-2", "status": "RUNNING", "id": "4100000007919000021"}
 
 
 @pytest.mark.parametrize(
@@ -22,12 +23,30 @@ BARE = {"name": "vm-2", "status": "RUNNING"}
     ],
 )
 def test_filter(text: str, vm: bool, bare: bool) -> None:
-    pred, keys = parse_filter(text)
+    pred, keys, ids = parse_filter(text)
     assert (pred(VM), pred(BARE)) == (vm, bare)
-    assert keys
+    assert keys and ids == frozenset()
 
 
-@pytest.mark.parametrize("text", ["", "labels.a:* OR labels.b:*", "zone:*", "labels.a:* )", "(labels.a:*", "???"])
+@pytest.mark.parametrize("text", ["id = 4100000007919000013", "id=4100000007919000013", 'id = "4100000007919000013"',
+                                  "id eq 4100000007919000013", "(id = 4100000007919000013)",
+                                  "(id = 4100000007919000013) AND (status = RUNNING)"])
+def test_an_id_term_pins_that_id_and_matches_it_alone_whatever_the_labels(text: str) -> None:
+    pred, keys, ids = parse_filter(text)
+    assert ids == frozenset({VM["id"]}) and keys == frozenset()
+    assert (pred(VM), pred(BARE), pred({**VM, "labels": {}})) == (True, False, True)
+
+
+def test_an_id_term_with_labels_names_both_and_a_negated_id_pins_nothing() -> None:
+    flt = parse_filter(f"labels.provider_ref:* AND id = {VM['id']}")
+    assert (flt.label_keys, flt.ids, flt.predicate(VM), flt.predicate({**VM, "labels": {}})) == (
+        frozenset({"provider_ref"}), frozenset({VM["id"]}), True, False)
+    negated = parse_filter(f"id != {VM['id']}")
+    assert (negated.ids, negated.predicate(VM), negated.predicate(BARE)) == (frozenset(), False, True)
+
+
+@pytest.mark.parametrize("text", ["", "labels.a:* OR labels.b:*", "zone:*", "labels.a:* )", "(labels.a:*", "???",
+                                  "id = vm-1", "id = -1", "id:*", "id = 18446744073709551616"])
 def test_unparseable_filter_is_400(text: str) -> None:
     with pytest.raises(WireError) as info:
         parse_filter(text)
