@@ -220,7 +220,7 @@ class FakeCompute(FakeApi):
 
     def _fire(self, method: str, path: str) -> None:
         """The hooks of an accepted mutation (``on_operation``); the lock is held."""
-        for hook in self._hooks:
+        for hook in list(self._hooks):  # an action may add hooks: they fire from the next request
             if hook.matches(method, path) and hook.times != 0:
                 if hook.times is not None:
                     hook.times -= 1

@@ -62,6 +62,22 @@ def test_a_list_pinned_to_an_id_needs_no_label_term_and_finds_it_whatever_its_la
     assert listed_names(ok(fake, "GET", path, {"filter": "id = 4100000000000000001"})) == []
 
 
+@pytest.mark.parametrize("kind", ["disk", "address", "snapshot"])
+def test_zonal_regional_and_global_lists_read_by_id_too(fake: FakeCompute, kind: str) -> None:
+    made = {"disk": lambda n: fake.add_disk(n), "address": lambda n: fake.add_address(n),
+            "snapshot": lambda n: fake.add_snapshot(n)}[kind]
+    wanted, _ = made("one"), made("two")
+    path = {"disk": f"/zones/{ZONE}/disks", "address": "/regions/us-central1/addresses",
+            "snapshot": "/global/snapshots"}[kind]
+
+    answer = ok(fake, "GET", path, {"filter": f"id = {wanted['id']}"})
+
+    assert [i["id"] for i in answer["items"]] == [wanted["id"]]
+    parsed = {"disk": compute_v1.DiskList, "address": compute_v1.AddressList,
+              "snapshot": compute_v1.SnapshotList}[kind].from_json(json.dumps(answer))
+    assert [str(i.id) for i in parsed.items] == [wanted["id"]]
+
+
 @pytest.mark.parametrize("text", ["", "name = vm", "status = RUNNING", "id != 4100000007919000013"])
 def test_a_list_with_neither_label_term_nor_pinned_id_is_still_refused(fake: FakeCompute, text: str) -> None:
     fake.add_instance("vm", labels=REF)
