@@ -134,7 +134,7 @@ def aws_old_page_size(counter: _Counter) -> Callable[[], list[ResourceGroup]]:
 def aws_floor() -> int:
     """The fewest calls that can list the region: one describe per kind listed (every
     kind's items fit one page at the API's maximum)."""
-    from orphan_cleanup.providers.aws.snapshots import listed_kinds
+    from orphan_cleanup.providers.aws.kinds import listed_kinds
 
     return len(listed_kinds(None))
 
@@ -174,7 +174,7 @@ def aws_tagging_api(counter: _Counter) -> Callable[[], list[ResourceGroup]]:
 
     from orphan_cleanup.providers.aws import provider as aws
     from orphan_cleanup.providers.aws.kinds import BY_KIND, KINDS
-    from orphan_cleanup.providers.aws.resources import link_resources, to_resource
+    from orphan_cleanup.providers.aws.listing import link_resources, to_resource
     from orphan_cleanup.providers.base import group_resources
 
     session = boto3.Session()

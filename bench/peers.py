@@ -147,7 +147,7 @@ def naive_lister(endpoint: str, session: Any = None) -> Lister:
     import boto3
 
     from orphan_cleanup.providers.aws import provider as aws
-    from orphan_cleanup.providers.aws.snapshots import listed_kinds
+    from orphan_cleanup.providers.aws.kinds import listed_kinds
 
     config = aws.client_config(connect_timeout=5, read_timeout=300)
     ec2 = (session or boto3.Session()).client("ec2", region_name=REGION, endpoint_url=endpoint, config=config)

@@ -20,7 +20,7 @@ from orphan_cleanup.core.messages import ListingBatch
 from orphan_cleanup.core.owners import LedgerRecord
 from orphan_cleanup.cycle.pipeline import build_payload
 from orphan_cleanup.ledger.session import apply_payload
-from orphan_cleanup.providers.aws.snapshots import listed_kinds
+from orphan_cleanup.providers.aws.kinds import listed_kinds
 from tests.support.aws_proxy import AwsProxy
 
 

@@ -90,8 +90,10 @@ def test_name_reused_after_listing_is_never_deleted(gcp: FakeCompute) -> None:
     # the platform deleted "vm" and created a new "vm" with the same labels
     new = gcp.replace("instances", ZONE, "vm")
     result = p.delete_resource_group(group)
-    assert result.status is DeleteStatus.SKIPPED
-    assert ("instance", made["vm"]["id"], "replaced") in {(s.kind.value, s.id, s.reason) for s in result.skipped}
+    # Read by its id (SAFETY.md rule 21), the listed VM is gone (the deleter never learns the
+    # name the listing recorded): its members, never seen attached to it, are left alone.
+    assert result.status is DeleteStatus.SKIPPED and made["vm"]["id"] in result.deleted
+    assert {s.reason for s in result.skipped} == {"primary_gone"}
     assert gcp.get("instances", ZONE, "vm")["id"] == new["id"]  # type: ignore[index]
     assert gcp.names("disks") == {"vm-boot", "vm-data"}
     assert gcp.count("DELETE") == 0
@@ -104,8 +106,9 @@ def test_replaced_dependent_survives_while_the_rest_goes(gcp: FakeCompute) -> No
     gcp.remove("addresses", REGION, "vm-ip")
     spare = gcp.add_address("vm-ip", region=REGION, labels={"provider_ref": REF})  # same name, new id
     result = p.delete_resource_group(group)
-    assert result.status is DeleteStatus.DELETED
-    assert [(s.id, s.reason) for s in result.skipped] == [(made["ip"]["id"], "replaced")]
+    # Read by its id (SAFETY.md rule 21), the listed address is gone; the new one of its name is not it.
+    assert result.status is DeleteStatus.DELETED and made["ip"]["id"] in result.deleted
+    assert result.skipped == () and spare["id"] not in result.deleted
     assert gcp.get("addresses", REGION, "vm-ip")["id"] == spare["id"]  # type: ignore[index]
 
 
@@ -258,8 +261,9 @@ def test_a_group_outside_the_backends_zones_and_regions_is_refused(gcp: FakeComp
         p.delete_resource_group(forged)
     moved = forged.model_copy(update={"resources": tuple(r.model_copy(update={"region": ZONE})
                                                           for r in group.resources)})
-    with pytest.raises(ProviderError, match=FAR):  # the zone it is addressed by (details) is still FAR
-        p.delete_resource_group(moved)
+    # Every place forged into the backend: the deleter looks each id up where the group says
+    # (rule 21: the only place it takes from a listing) and finds nothing there to delete.
+    assert p.delete_resource_group(moved).status is DeleteStatus.DELETED
     assert gcp.count("DELETE") == 0 and gcp.names("instances") == {"far"} and gcp.names("disks") == {"far-boot"}
     # the backend that lists that zone deletes it
     assert backend_of(gcp, "europe-west1").delete_resource_group(group).status is DeleteStatus.DELETED

@@ -18,3 +18,13 @@ def ec2() -> Iterator[tuple[Any, Stubber]]:
     with Stubber(client) as stub:
         yield client, stub
         stub.assert_no_pending_responses()
+
+
+def stubbed_delete(client: Any, group: Any, *, controller_keys: tuple[str, ...] = (), **kw: Any) -> Any:
+    """The one deletion algorithm over the AWS operations of ``client`` (the group's region)."""
+    from orphan_cleanup.providers.aws.calls import Ec2Calls
+    from orphan_cleanup.providers.aws.operations import AwsOperations
+    from orphan_cleanup.providers.deletion import delete_group
+
+    ops = AwsOperations(Ec2Calls(client, region=group.region), controller_keys=controller_keys)
+    return delete_group(ops, group, tag_key="provider_ref", protect_keys={"orphan-cleanup-protect"}, **kw)

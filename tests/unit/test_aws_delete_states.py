@@ -13,7 +13,7 @@ from botocore.stub import Stubber
 from orphan_cleanup.core.errors import ProviderError, ProviderThrottled
 from orphan_cleanup.core.listing import Resource, ResourceGroup, ResourceKind
 from orphan_cleanup.core.verdicts import DeleteStatus
-from orphan_cleanup.providers.aws.delete import GroupDeletion
+from tests.support.aws_stub import stubbed_delete
 
 REGION = "us-east-1"
 REF = "abcdefabcdef"
@@ -63,7 +63,7 @@ def expect_members(stub: Stubber, vol_tags: list[dict[str, str]] = TAGS) -> None
 
 
 def delete(client: Any, g: ResourceGroup):
-    return GroupDeletion(client, g, tag_key="provider_ref", protect_key="orphan-cleanup-protect").run()
+    return stubbed_delete(client, g)
 
 
 FULL = group(res(ResourceKind.INSTANCE, PID), res(ResourceKind.VOLUME, VOL), res(ResourceKind.SECURITY_GROUP, SG))
@@ -231,8 +231,7 @@ def test_a_controller_tag_on_the_re_read_is_protected_and_never_terminated(ec2):
     tags = [*TAGS, {"Key": "aws:autoscaling:groupName", "Value": "web-asg"}]
     stub.add_response("describe_instances", instance_reply("running", tags=tags), {"InstanceIds": [PID]})
 
-    result = GroupDeletion(client, FULL, tag_key="provider_ref", protect_key="orphan-cleanup-protect",
-                           controller_keys=("aws:autoscaling:groupName",)).run()
+    result = stubbed_delete(client, FULL, controller_keys=("aws:autoscaling:groupName",))
 
     assert result.status is DeleteStatus.PROTECTED and result.protection == "managed_by_controller"
     assert "asg:web-asg" in (result.protection_detail or "")
@@ -304,8 +303,7 @@ def test_a_primary_gone_before_the_call_lets_only_what_an_earlier_call_saw_attac
     stub.add_response("describe_security_groups", {"SecurityGroups": [{"GroupId": SG, "Tags": TAGS}]},
                       {"GroupIds": [SG]})  # exists, never confirmed attached: not deleted
 
-    result = GroupDeletion(client, FULL, tag_key="provider_ref", protect_key="orphan-cleanup-protect",
-                           known_attached=[VOL]).run()
+    result = stubbed_delete(client, FULL, known_attached=[VOL])
 
     assert set(result.deleted) == {PID, VOL}
     assert [(s.id, s.reason) for s in result.skipped] == [(SG, "primary_gone")]

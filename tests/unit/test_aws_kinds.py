@@ -10,15 +10,15 @@ from orphan_cleanup.core.listing import ResourceKind, ResourceState
 from orphan_cleanup.providers.aws.kinds import (
     ADDRESS,
     BY_KIND,
-    DELETE_ORDER,
     INSTANCE,
     KINDS,
     NETWORK_INTERFACE,
     SECURITY_GROUP,
     VOLUME,
 )
-from orphan_cleanup.providers.aws.resources import link_resources, to_resource
+from orphan_cleanup.providers.aws.listing import link_resources, to_resource
 from orphan_cleanup.providers.base import group_resources
+from orphan_cleanup.providers.deletion import delete_order
 
 REF = "abcdefabcdef"
 T = [{"Key": "provider_ref", "Value": REF}]
@@ -39,7 +39,7 @@ def test_every_kind_has_one_row_and_the_delete_order_respects_dependencies():
     assert set(BY_KIND) == {ResourceKind.INSTANCE, ResourceKind.VOLUME, ResourceKind.NETWORK_INTERFACE,
                             ResourceKind.SECURITY_GROUP, ResourceKind.ADDRESS, ResourceKind.SPOT_REQUEST,
                             ResourceKind.SNAPSHOT}
-    order = [k.kind for k in DELETE_ORDER]
+    order = list(delete_order(KINDS))
     for spec in KINDS:
         for dep in spec.depends_on:
             assert order.index(dep) < order.index(spec.kind), (spec.kind, dep)

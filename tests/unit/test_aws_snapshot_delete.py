@@ -18,8 +18,9 @@ from orphan_cleanup.core.delete_rules import delete_record
 from orphan_cleanup.core.errors import ProviderError
 from orphan_cleanup.core.listing import Resource, ResourceGroup, ResourceKind
 from orphan_cleanup.core.verdicts import Action, DeleteStatus
-from orphan_cleanup.providers.aws.delete import GroupDeletion
-from orphan_cleanup.providers.aws.snapshots import expired
+from orphan_cleanup.providers.aws.snapshots import facts_of
+from orphan_cleanup.providers.snapshots import expired
+from tests.support.aws_stub import stubbed_delete
 
 REGION = "us-east-1"
 REF = "abcdefabcdef"
@@ -32,8 +33,7 @@ LEFTOVER = ResourceGroup(provider_ref=REF, region=REGION, resources=(
 
 
 def delete(client: Any, *, snapshot_before_delete: bool = True):
-    return GroupDeletion(client, LEFTOVER, tag_key="provider_ref", protect_key="orphan-cleanup-protect",
-                         snapshot_before_delete=snapshot_before_delete).run()
+    return stubbed_delete(client, LEFTOVER, snapshot_before_delete=snapshot_before_delete)
 
 
 def expect_volume(stub: Stubber) -> None:
@@ -151,7 +151,8 @@ NOW = datetime(2026, 12, 1, tzinfo=UTC)
     (NOW, False), (None, False), ("2026-01-01", False), (datetime(2020, 1, 1), False)],
     ids=["at-retention", "just-younger", "new", "no-start-time", "not-a-time", "naive-time"])
 def test_a_snapshot_expires_only_with_a_readable_start_older_than_the_retention(started, is_expired):
-    assert expired({"SnapshotId": SNAP, "StartTime": started}, retain_days=7, now=NOW) is is_expired
+    assert expired(facts_of({"SnapshotId": SNAP, "StartTime": started}).created_at, retain_days=7,
+                   now=NOW) is is_expired
 
 
 @pytest.mark.parametrize("settings", [{"snapshot_before_delete": "false"}, {"snapshot_before_delete": 1},

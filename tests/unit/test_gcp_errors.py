@@ -17,7 +17,7 @@ from orphan_cleanup.core.errors import (
     ProviderUnavailable,
     ResourceNotFound,
 )
-from orphan_cleanup.providers.gcp.kinds import gcp_errors, translate
+from orphan_cleanup.providers.gcp.errors import gcp_errors, translate
 
 IN_USE = [{"reason": "resourceInUseByAnotherResource", "message": "x", "domain": "global"}]
 

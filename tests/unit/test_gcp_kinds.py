@@ -20,15 +20,15 @@ from orphan_cleanup.providers.gcp.kinds import (
     KIND_BY_RESOURCE,
     KINDS,
     SNAPSHOT_PROGRESS,
-    expired,
     link_key,
     listed_kinds,
     region_of,
     source_zone,
-    to_resource,
 )
+from orphan_cleanup.providers.gcp.listing import to_resource
 from orphan_cleanup.providers.gcp.provider import GcpProvider
-from orphan_cleanup.providers.gcp.snapshots import snapshot_labels, snapshot_name
+from orphan_cleanup.providers.gcp.snapshots import facts_of, snapshot_labels, snapshot_name
+from orphan_cleanup.providers.snapshots import expired
 
 LINK = "https://www.googleapis.com/compute/v1/projects/p/zones/us-central1-a/instances/vm"
 
@@ -214,7 +214,8 @@ NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
     ids=["at-retention", "just-younger", "old-pacific", "none", "not-a-time", "naive"])
 def test_a_snapshot_expires_only_with_a_readable_creation_older_than_the_retention(created: str,
                                                                                   is_expired: bool) -> None:
-    assert expired(compute.Snapshot(creation_timestamp=created), retain_days=7, now=NOW) is is_expired
+    assert expired(facts_of(compute.Snapshot(creation_timestamp=created)).created_at, retain_days=7,
+                   now=NOW) is is_expired
 
 
 def test_snapshot_names_and_labels_are_valid_gcp_values() -> None:

@@ -9,7 +9,7 @@ from google.api_core import exceptions as gexc
 
 from orphan_cleanup.core.errors import AccessDenied, ProviderThrottled, ProviderUnavailable
 from orphan_cleanup.providers.gcp.calls import read_retry
-from orphan_cleanup.providers.gcp.kinds import is_throttle, translate
+from orphan_cleanup.providers.gcp.errors import is_throttle, translate
 
 
 def forbidden(reason: str) -> gexc.Forbidden:

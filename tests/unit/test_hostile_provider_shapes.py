@@ -24,10 +24,13 @@ from pydantic import ValidationError
 from orphan_cleanup.core.backends import Backend
 from orphan_cleanup.core.listing import RegionListing, ResourceKind, is_valid_ref
 from orphan_cleanup.providers.aws import kinds as aws_kinds
-from orphan_cleanup.providers.aws import resources as aws_resources
+from orphan_cleanup.providers.aws import listing as aws_resources
 from orphan_cleanup.providers.aws.provider import AwsProvider
 from orphan_cleanup.providers.base import group_resources
 from orphan_cleanup.providers.gcp import kinds as gcp_kinds
+from orphan_cleanup.providers.gcp import listing as gcp_listing
+from orphan_cleanup.providers.gcp.snapshots import facts_of as gcp_snapshot_facts
+from orphan_cleanup.providers.snapshots import expired
 
 TAG = "provider_ref"
 REFS = st.sampled_from(["abcdefgh1234", "zzzzzzzz9999", "", "ABCDEFGH1234", "short", "abcdefgh12345", "abc def 1234"])
@@ -144,7 +147,7 @@ def test_a_gcp_item_of_any_content_parses_or_fails_its_zone(spec: gcp_kinds.GcpK
     parsed = []
     for item in items:
         try:
-            parsed.append(gcp_kinds.to_resource(spec, "us-central1-a", item, instance_ids))
+            parsed.append(gcp_listing.to_resource(spec, "us-central1-a", item, instance_ids))
         except ValidationError:
             continue  # the adapter fails that zone: skipped and unsettled
     for group in group_resources(parsed, TAG):
@@ -165,7 +168,7 @@ def gcp_instance(**fields: Any) -> SimpleNamespace:
 
 
 def listed(item: SimpleNamespace) -> Any:
-    return gcp_kinds.to_resource(gcp_kinds.KINDS[0], "us-central1-a", item, {})
+    return gcp_listing.to_resource(gcp_kinds.KINDS[0], "us-central1-a", item, {})
 
 
 @pytest.mark.parametrize("metadata", [
@@ -231,6 +234,7 @@ def test_a_snapshot_of_any_shape_is_placed_in_a_zone_or_kept(source: Any, create
     item = SimpleNamespace(source_disk=source, creation_timestamp=created)
     zone = gcp_kinds.source_zone(item)
     assert zone is None or (isinstance(source, str) and f"/zones/{zone}/disks/" in f"/{source}")
-    old = gcp_kinds.expired(item, retain_days=1, now=datetime(2030, 1, 1, tzinfo=UTC))
+    old = expired(gcp_snapshot_facts(item).created_at, retain_days=1, now=datetime(2030, 1, 1, tzinfo=UTC))
     assert old is (created == "2020-01-01T00:00:00+00:00")  # only a readable, aware, old time expires
-    assert gcp_kinds.expired(SimpleNamespace(), retain_days=1, now=datetime(2030, 1, 1, tzinfo=UTC)) is False
+    assert expired(gcp_snapshot_facts(SimpleNamespace()).created_at, retain_days=1,
+                   now=datetime(2030, 1, 1, tzinfo=UTC)) is False

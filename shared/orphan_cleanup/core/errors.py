@@ -104,3 +104,9 @@ class ResourceNotFound(ProviderError):
 
 class DependencyNotReady(ProviderError):
     """A resource cannot be deleted yet because another still uses it (not a failure)."""
+
+
+class ResourceInUse(ProviderError):
+    """The provider refused a delete because something outside the group uses the resource
+    (AWS ``InvalidSnapshot.InUse``: an AMI registered from the snapshot): a verdict
+    (``in_use``, the group unsettled), never a failure that holds the backend failed."""

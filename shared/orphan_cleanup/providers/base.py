@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from orphan_cleanup.core.backends import Backend
-from orphan_cleanup.core.errors import DependencyNotReady, IdentityMismatch, OrphanCleanupError, ProviderThrottled
+from orphan_cleanup.core.errors import IdentityMismatch, OrphanCleanupError, ProviderThrottled
 from orphan_cleanup.core.journal import NO_JOURNAL, Journal
 from orphan_cleanup.core.listing import RegionListing, Resource, ResourceGroup, ResourceKind, is_valid_ref
-from orphan_cleanup.core.verdicts import DeleteResult, DeleteStatus
+from orphan_cleanup.core.verdicts import DeleteResult
 
 
 class ResourceProvider(ABC):
@@ -46,47 +46,39 @@ class ResourceProvider(ABC):
       - a success is cached for the adapter's life (one warm function, one backend
         configuration); a failure is asked again next time.
 
-    Deletion contract (``delete_resource_group``):
-      - re-reads every resource of the group by its immutable id right before
-        acting; a resource that is gone counts as deleted ("already gone = done");
-        one that lost or changed its ref, or carries a protect tag (any of
-        ``protect_keys``: the account's, SAFETY.md rule 16), is left alone and
-        reported in ``DeleteResult.skipped``;
-      - the blast of a call is the group (SAFETY.md rule 15): before a call that makes
-        the provider delete more than its target (an instance's ``DeleteOnTermination``
-        volumes and interfaces, GCP ``autoDelete`` disks), that set is read afresh and
-        each member must be a verified member of the group that still carries its ref (or
-        carry no ref tag and no protect tag and be the instance's own root volume, boot disk
-        or primary interface); otherwise the
-        group is skipped (``DeleteStatus.SKIPPED``) and ``skipped`` names the blocking
-        resource (``blast_protected``, ``blast_foreign``);
-      - every mutating call is journaled through ``journal`` (``core.journal``: intent
-        before, result after, SAFETY.md rule 19); a call whose intent cannot be written
-        is not made;
-      - a protect tag on any member, as re-read right before the owner's delete,
-        protects the whole group (``SKIPPED``: the member ``protected``, the others
-        ``group_protected``), as the classifier reads a listing (SAFETY.md rule 12); a member
-        that re-read neither answers for nor says gone keeps it too (``unreadable``, the
-        owner ``member_unreadable``: what cannot be read may carry a protect tag);
+    Deletion contract (``delete_resource_group``), for every cloud the one algorithm of
+    ``providers.deletion`` over the cloud's operations (SAFETY.md rule 21):
+      - of the group it uses only the ref, the kinds, the immutable ids and the region or
+        zone to look them up in; every other fact comes from its own reads by id, right
+        before the call that depends on it;
+      - a resource that is gone counts as deleted ("already gone = done"); one that lost or
+        changed its ref, or carries a protect tag (any of ``protect_keys``: the account's,
+        SAFETY.md rule 16), is left alone and reported in ``DeleteResult.skipped``; a
+        protect tag on any member, re-read right before the owner's delete, protects the
+        whole group (rule 12), and so does a member that cannot be read;
+      - an owner a controller manages or that carries a termination or deletion
+        protection (or one an earlier delete found: ``remembered_protection``) is
+        ``PROTECTED`` (rule 14);
+      - the blast of a call is the group (rule 15): what the provider deletes along with
+        the owner must be verified members, or the owner's own root volume, boot disk or
+        primary interface attached at launch; otherwise ``SKIPPED``, naming the resource
+        (``blast_protected``, ``blast_foreign``, ``blast_unlisted``, ``blast_unreadable``);
       - only the dependents the owner's re-read shows attached to it (or those an earlier
         call confirmed attached: ``known_attached``, what ``DeleteResult.attached``
-        reported, kept by the ledger) go with it; any other member is left for the next
-        listing to regroup (``not_attached``; ``primary_gone`` when the owner was already
-        gone at the first re-read: ``SKIPPED``);
-      - ``remembered_protection``: an earlier delete found the primary protected in a
-        way no listing shows; the re-read checks it again, read-only, and a protection
-        it cannot read is still a protection (never a terminate attempt to find out);
-      - deletes the owner resource first and confirms that it is terminating or
-        terminated; while it is still shutting down returns ``DELETING`` and
-        the dependents are deleted by a later call ("not yet terminated");
-      - then deletes the dependents in dependency order; a dependency that is
-        still in use means "not yet" (``DELETING``), never failure. "Not yet" has
-        this one channel: ``DependencyNotReady`` never leaves the adapter (run
-        the work through ``not_yet_is_deleting``);
-      - is idempotent: calling it again after ``DELETED`` does nothing and
-        returns ``DELETED``;
-      - raises a ``ProviderError`` subclass on failure; ``ProviderUnavailable``
-        (including timeouts) tells the caller to skip the rest of that region.
+        reported) go with it; any other member is left for the next listing to regroup
+        (``not_attached``; ``primary_gone`` when the owner was already gone: ``SKIPPED``);
+      - every mutating call is journaled through ``journal`` (``core.journal``: intent
+        before, result after, rule 19); a call whose intent cannot be written is not made;
+      - deletes the owner first and confirms that it is terminating or gone; while it
+        shuts down the result is ``DELETING`` and the dependents are deleted by a later
+        call; then the dependents in dependency order. "Not yet" (still held by the
+        group's own owner) is ``DELETING``, never failure; a dependent something outside
+        the group uses is skipped ``in_use`` (unsettled, never failure);
+      - is idempotent: calling it again after ``DELETED`` does nothing and returns
+        ``DELETED``;
+      - raises a ``ProviderError`` subclass on failure (a group no listing could have
+        produced, one outside the backend's regions); ``ProviderUnavailable`` (including
+        timeouts) tells the caller to skip the rest of that region.
     """
 
     def __init__(self, backend: Backend) -> None:
@@ -157,15 +149,6 @@ class ResourceProvider(ABC):
         """Delete one orphan group, as described in the class docstring."""
 
 
-def not_yet_is_deleting(group: ResourceGroup, delete: Callable[[], DeleteResult]) -> DeleteResult:
-    """Run an adapter's deletion of ``group``; a ``DependencyNotReady`` that escapes it
-    becomes the contract's "not yet" (``DELETING``, every resource pending)."""
-    try:
-        return delete()
-    except DependencyNotReady:
-        return DeleteResult(status=DeleteStatus.DELETING, pending=tuple(group.resource_ids()))
-
-
 def describe_error(exc: BaseException) -> str:
     """A one-line description of a listing error for ``RegionFailure.error``."""
     name = type(exc).__name__
@@ -229,28 +212,3 @@ def group_resources(resources: Iterable[Resource], tag_key: str) -> list[Resourc
                       malformed_ref=not is_valid_ref(ref))
         for (ref, region, primary), items in groups.items()
     ]
-
-
-def older_than_days(created: object, days: int, now: datetime) -> bool:
-    """Whether a creation time is ``days`` old or more (a snapshot past its retention).
-    An unreadable or naive time is not: what cannot be dated is kept (fail closed)."""
-    return isinstance(created, datetime) and created.tzinfo is not None and created <= now - timedelta(days=days)
-
-
-def blast_problem(tags: Mapping[str, str], *, member: bool, ref: str, tag_key: str,
-                  protect_keys: frozenset[str], own_device: bool = True) -> str | None:
-    """Why a resource the provider would delete along with a call must not go with it
-    (SAFETY.md rule 15), or None: ``blast_protected`` (a protect tag), ``blast_foreign``
-    (another ref's, a member that lost its ref since the listing, or a resource with no ref
-    tag that is not the instance's own), ``blast_unlisted`` (this ref's, but not a listed
-    member of the group: the next cycle lists it). A non-member with no ref tag key and no
-    protect tag goes only when it is the instance's own root volume, boot disk or primary
-    interface (``own_device``, as the instance's re-read shows it; a caller that does not
-    tell keeps the earlier rule)."""
-    if not protect_keys.isdisjoint(tags):
-        return "blast_protected"
-    if tag_key not in tags:
-        return None if own_device and not member else "blast_foreign"
-    if tags[tag_key] != ref:
-        return "blast_foreign"
-    return None if member else "blast_unlisted"

@@ -31,6 +31,7 @@ from orphan_cleanup.core.errors import (
     ProviderThrottled,
     ProviderTimeout,
     ProviderUnavailable,
+    ResourceInUse,
     ResourceNotFound,
 )
 
@@ -78,6 +79,9 @@ NOT_YET_CODES = frozenset({
     "InvalidGroup.InUse",
 })
 
+# "Something outside the group uses it": not going away by waiting for the group.
+IN_USE_CODES = frozenset({"InvalidSnapshot.InUse"})
+
 
 CREDENTIAL_ERRORS = (NoCredentialsError, PartialCredentialsError, CredentialRetrievalError)
 
@@ -106,6 +110,8 @@ def _client_error_type(exc: ClientError) -> type[ProviderError]:
         return AccessDenied
     if code in NOT_YET_CODES:
         return DependencyNotReady
+    if code in IN_USE_CODES:
+        return ResourceInUse
     if is_not_found_code(code):
         return ResourceNotFound
     status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
@@ -137,7 +143,8 @@ def translate_error(
     ``ProviderTimeout``; endpoint unreachable, 5xx, unparseable reply,
     ``ServiceUnavailable`` / ``InternalError`` -> ``ProviderUnavailable``; ``UnauthorizedOperation``,
     ``AccessDenied*``, missing credentials -> ``AccessDenied``; "still in use"
-    codes -> ``DependencyNotReady``; ``*.NotFound`` -> ``ResourceNotFound``;
+    codes -> ``DependencyNotReady``; "used by something else" (a snapshot an AMI was
+    registered from) -> ``ResourceInUse``; ``*.NotFound`` -> ``ResourceNotFound``;
     anything else (e.g. ``ParamValidationError`` for a malformed role ARN) ->
     ``ProviderError``. The message is always one line.
     """

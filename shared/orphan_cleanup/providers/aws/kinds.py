@@ -4,7 +4,7 @@ A row says how to list the kind (describe call, where the items sit in the
 reply, which filters narrow it), how to read one item (id, created-at, state
 and its literal mapping, tags, attachment) and how to delete it (call, id
 parameter, the kinds that must be gone first, the error codes that mean
-"already gone"). ``DELETE_ORDER`` is derived from ``depends_on``.
+"already gone"). The delete order is derived from ``depends_on``.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from graphlib import TopologicalSorter
 from types import MappingProxyType
 from typing import Any
 
@@ -243,7 +242,7 @@ SPOT_REQUEST = AwsKind(
     delete_as_list=True,
     not_found=frozenset({"InvalidSpotInstanceRequestID.NotFound"}),
     # In the dependents' pass, after the (gone) instance like every kind; a request whose
-    # instance is in the group is cancelled *before* it is terminated (``aws_delete``'s owner step).
+    # instance is in the group is cancelled *before* it is terminated (the deletion's ``replaced_by``).
     depends_on=(ResourceKind.INSTANCE,),
     attached_path=("InstanceId",),
     page_size=1000,  # DescribeSpotInstanceRequests: 5-1000
@@ -278,9 +277,12 @@ SNAPSHOT = AwsKind(
 )
 
 # Listing order: instances first, so the link pass can see who uses what. Snapshots are
-# listed only with ``retain_snapshots_days`` set (``aws_snapshot.listed_kinds``).
+# listed only with ``retain_snapshots_days`` set (``listed_kinds``). The deletion orders
+# them by ``depends_on`` (``deletion.delete_order``).
 KINDS: tuple[AwsKind, ...] = (INSTANCE, VOLUME, NETWORK_INTERFACE, SECURITY_GROUP, ADDRESS, SPOT_REQUEST, SNAPSHOT)
 BY_KIND: Mapping[ResourceKind, AwsKind] = _literal({k.kind: k for k in KINDS})
-DELETE_ORDER: tuple[AwsKind, ...] = tuple(
-    BY_KIND[k] for k in TopologicalSorter({k.kind: k.depends_on for k in KINDS}).static_order()
-)
+
+
+def listed_kinds(retain_days: int | None) -> tuple[AwsKind, ...]:
+    """The kinds a listing describes: snapshots only when they can ever expire."""
+    return tuple(k for k in KINDS if k is not SNAPSHOT or retain_days is not None)

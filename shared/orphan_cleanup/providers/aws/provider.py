@@ -1,71 +1,49 @@
-"""The AWS adapter: EC2 instances and their volumes, interfaces, security
-groups, Elastic IPs, spot requests and (past their retention) our snapshots,
-listed with each service's own describe call.
+"""The AWS adapter of the provider port: EC2 instances and their volumes, interfaces,
+security groups, Elastic IPs, spot requests and (past their retention) our snapshots.
 
-Wiring: ``build_aws_provider`` (the composition root's entry) builds real
-boto3 clients with timeouts, standard retries, the process's request budgets
-(``ratelimit``: every HTTP attempt takes a token of its account, region and API
-class) and an optional assumed role;
-``AwsProvider`` itself only receives a client factory, so tests and other
-callers choose where clients point. Nothing here reads the environment:
-boto3 resolves credentials and ``AWS_ENDPOINT_URL`` itself.
+``AwsProvider`` only receives a client factory (``clients``), so tests and other callers
+choose where clients point; ``build_aws_provider`` (the composition root's entry) builds
+real ones. Listing is ``listing``'s, per region on a bounded pool; deletion is the one
+algorithm (``providers.deletion``) over ``operations.AwsOperations``.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from datetime import UTC, datetime
+from collections.abc import Iterable, Iterator, Mapping
+from datetime import datetime
 from typing import Any
 
 import boto3
-import botocore.session
-from botocore.config import Config
-from botocore.credentials import CredentialProvider, DeferredRefreshableCredentials
 
 from orphan_cleanup.core.backends import Backend
 from orphan_cleanup.core.errors import ConfigError, ProviderError
 from orphan_cleanup.core.journal import NO_JOURNAL, Journal
-from orphan_cleanup.core.listing import RegionListing, Resource, ResourceGroup, ResourceKind, ResourceState
+from orphan_cleanup.core.listing import RegionListing, Resource, ResourceGroup
 from orphan_cleanup.core.verdicts import DeleteResult
 from orphan_cleanup.providers.aws.calls import Ec2Calls
-from orphan_cleanup.providers.aws.delete import GroupDeletion
-from orphan_cleanup.providers.aws.errors import THROTTLING_CODES, translated
-from orphan_cleanup.providers.aws.kinds import INSTANCE, SNAPSHOT, AwsKind, as_utc, dig, tags_of
-from orphan_cleanup.providers.aws.resources import link_resources, to_resource
-from orphan_cleanup.providers.aws.snapshots import expired, listed_kinds, taken_by_us
-from orphan_cleanup.providers.base import ResourceProvider, group_resources, not_yet_is_deleting, parallel_regions
-from orphan_cleanup.providers.ratelimit import DEFAULT_BUDGETS, RateLimits, attach_to_boto3_client, process_limits
-
-ClientFactory = Callable[[str, str], Any]
-"""``(service, region) -> boto3 client``; must return clients usable from several threads."""
-
-ROLE_SESSION_NAME = "orphan-cleanup"
-DEFAULT_MAX_ATTEMPTS = 5
-STS_FALLBACK_REGION = "us-east-1"
+from orphan_cleanup.providers.aws.clients import (
+    DEFAULT_MAX_ATTEMPTS,
+    STS_FALLBACK_REGION,
+    ClientFactory,
+    assumed_role_session,
+    client_config,
+    session_client_factory,
+)
+from orphan_cleanup.providers.aws.errors import translated
+from orphan_cleanup.providers.aws.kinds import INSTANCE, AwsKind, as_utc, dig
+from orphan_cleanup.providers.aws.listing import describe_tagged, list_region
+from orphan_cleanup.providers.aws.operations import AwsOperations
+from orphan_cleanup.providers.base import ResourceProvider, parallel_regions
+from orphan_cleanup.providers.deletion import Live, Target, delete_group
+from orphan_cleanup.providers.ratelimit import DEFAULT_BUDGETS, RateLimits, process_limits
 
 
 class AwsProvider(ResourceProvider):
-    """Lists and deletes the EC2 resource groups of one AWS backend.
-
-    Implements the ``ResourceProvider`` contract (see its docstring). AWS specifics:
-
-    - listing: per region, one describe call per kind (``aws_kinds.KINDS``),
-      server-side filtered on ``tag-key = settings.tag_key`` (never an unfiltered
-      describe: it draws from EC2's smaller unfiltered bucket), paginated at each
-      API's largest page (``AwsKind.page_size``); never
-      the Resource Groups Tagging API; instances in ``terminated`` are
-      excluded by filter; regions run in parallel on
-      ``settings.max_concurrency`` threads;
-    - attachment: volumes and interfaces by their attachment, addresses by
-      their instance (or their interface's instance), security groups by the
-      single same-ref instance that uses them (see ``link_resources``);
-    - deletion: ``aws_delete.GroupDeletion`` (re-read, terminate, confirm,
-      then ``aws_kinds.DELETE_ORDER``: volumes, addresses, interfaces,
-      security groups);
-    - identity: ``sts:GetCallerIdentity`` in the first configured region, with
-      the factory's credentials (the assumed role's, when one is configured).
-    """
+    """Lists and deletes the EC2 resource groups of one AWS backend (the ``ResourceProvider``
+    contract). Regions are listed in parallel on ``settings.max_concurrency`` threads; the
+    identity is ``sts:GetCallerIdentity`` in the first configured region, with the
+    factory's credentials (the assumed role's, when one is configured)."""
 
     def __init__(self, backend: Backend, client_factory: ClientFactory) -> None:
         if backend.provider != "aws":
@@ -103,158 +81,52 @@ class AwsProvider(ResourceProvider):
             return client
 
     def iter_listing(self) -> Iterator[RegionListing]:
-        yield from parallel_regions(self.backend.regions, self._list_region, self.backend.settings.max_concurrency)
+        settings = self.backend.settings
+        yield from parallel_regions(self.backend.regions, lambda region: list_region(
+            self.ec2(region), region, settings, self._describe_tagged), settings.max_concurrency)
+
+    def _describe_tagged(self, ec2: Any, spec: AwsKind) -> Iterator[Mapping[str, Any]]:
+        """One kind's items carrying the backend's ref tag (``listing.describe_tagged``)."""
+        return describe_tagged(ec2, spec, self.tag_key)
+
+    def operations(self, region: str) -> AwsOperations:
+        """The deletion's operations in one of the backend's regions."""
+        if region not in self.backend.regions:
+            raise ProviderError(f"{region} is not a region of backend {self.backend.id}", region=region)
+        return AwsOperations(Ec2Calls(self.ec2(region), region=region),
+                             controller_keys=self.backend.settings.controller_tag_keys)
 
     def delete_resource_group(self, group: ResourceGroup, journal: Journal = NO_JOURNAL, *,
                               remembered_protection: str | None = None,
                               known_attached: Iterable[str] = ()) -> DeleteResult:
-        if group.region not in self.backend.regions:
-            raise ProviderError(
-                f"group {group.key} is in {group.region}, not a region of backend {self.backend.id}",
-                region=group.region,
-            )
-        deletion = GroupDeletion(self.ec2(group.region), group, tag_key=self.tag_key, protect_key=self.protect_key,
-                                 protect_keys=self.protect_keys,
-                                 controller_keys=self.backend.settings.controller_tag_keys,
-                                 snapshot_before_delete=self.backend.settings.snapshot_before_delete,
-                                 retain_snapshots_days=self.backend.settings.retain_snapshots_days,
-                                 journal=journal, remembered_protection=remembered_protection,
-                                 known_attached=known_attached)
-        return not_yet_is_deleting(group, deletion.run)
+        outside = sorted({r.region for r in group.resources} - {group.region})
+        if outside or group.region not in self.backend.regions:
+            raise ProviderError(f"group {group.key} names {', '.join(outside) or group.region}, not its region"
+                                f" in backend {self.backend.id}", region=group.region)
+        settings = self.backend.settings
+        return delete_group(self.operations(group.region), group, tag_key=self.tag_key,
+                            protect_keys={self.protect_key, *self.protect_keys}, journal=journal,
+                            remembered_protection=remembered_protection, known_attached=known_attached,
+                            snapshot_before_delete=settings.snapshot_before_delete,
+                            retain_snapshots_days=settings.retain_snapshots_days)
 
     def holds_instance(self, region: str, instance_id: str, ref: str) -> bool:
         if region not in self.backend.regions:
             return False
         try:
-            item = self._calls(region, ref).read(INSTANCE, instance_id)
+            live = self.operations(region).read([Target(INSTANCE.kind, instance_id, region)])[instance_id]
         except ProviderError:  # a malformed id, an unavailable region: cannot confirm, so no
             return False
-        return item is not None and tags_of(item, INSTANCE).get(self.tag_key) == ref
+        return isinstance(live, Live) and live.tags.get(self.tag_key) == ref
 
     def instance_created_at(self, instance: Resource) -> datetime | None:
-        if instance.region not in self.backend.regions:
-            raise ProviderError(f"instance {instance.id} is in {instance.region}, not a region of backend"
-                                f" {self.backend.id}", region=instance.region)
-        item = self._calls(instance.region, "").read(INSTANCE, instance.id)  # LaunchTime, as listed
-        return None if item is None else as_utc(dig(item, INSTANCE.created_path))
-
-    def _calls(self, region: str, ref: str) -> Ec2Calls:
-        return Ec2Calls(self.ec2(region), region=region, ref=ref, tag_key=self.tag_key,
-                        protect_keys=self.protect_keys)
-
-    def _list_region(self, region: str) -> list[ResourceGroup]:
-        ec2 = self.ec2(region)
-        raw: dict[ResourceKind, list[Mapping[str, Any]]] = {}
-        retain_days = self.backend.settings.retain_snapshots_days
-        kinds = listed_kinds(retain_days)
-        for spec in kinds:
-            with translated(region, spec.describe):
-                raw[spec.kind] = list(self._describe_tagged(ec2, spec))
-        try:
-            if retain_days is not None:  # a retained snapshot is not listed: no orphan, no unsettled cycle
-                now = datetime.now(UTC)
-                raw[SNAPSHOT.kind] = [s for s in raw[SNAPSHOT.kind] if expired(s, retain_days=retain_days, now=now)
-                                      and taken_by_us(s, self.tag_key)]  # never a backup we did not take
-            keys = self.backend.settings.controller_tag_keys
-            resources = [to_resource(spec, item, region, keys) for spec in kinds for item in raw[spec.kind]]
-            linked = link_resources(raw, resources, self.tag_key)
-        except (KeyError, TypeError, ValueError) as exc:
-            # An unexpected reply shape fails the region (fail closed), it never drops items silently.
-            raise ProviderError(f"unexpected describe reply in {region}: {exc!r}", region=region) from exc
-        live = [r for r in linked if r.state is not ResourceState.TERMINATED]
-        return group_resources(live, self.tag_key)
-
-    def _describe_tagged(self, ec2: Any, spec: AwsKind) -> Iterator[Mapping[str, Any]]:
-        filters = [{"Name": "tag-key", "Values": [self.tag_key]}, *spec.list_filters]
-        if ec2.can_paginate(spec.describe):
-            paging = {"PageSize": spec.page_size} if spec.page_size else {}
-            pages = ec2.get_paginator(spec.describe).paginate(Filters=filters, PaginationConfig=paging,
-                                                             **spec.list_params)
-            for page in pages:
-                yield from spec.items(page)
-        else:
-            yield from spec.items(getattr(ec2, spec.describe)(Filters=filters, **spec.list_params))
-
-
-def client_config(*, connect_timeout: float, read_timeout: float, max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-                  max_pool_connections: int = 10) -> Config:
-    """botocore config for every adapter call: bounded time, ``standard`` retries.
-
-    Not ``adaptive``: its client-side limiter is per client, so threads and clients of
-    one account and region would each think they have the whole budget; the shared
-    buckets of ``ratelimit`` do that job (``session_client_factory``). ``standard`` keeps
-    the backoff with jitter and the retry quota; ``max_attempts`` is botocore's: the
-    retries after the first try. A call still throttled then raises ``ProviderThrottled``
-    (its region is unavailable this cycle).
-    """
-    return Config(
-        connect_timeout=connect_timeout,
-        read_timeout=read_timeout,
-        retries={"mode": "standard", "max_attempts": max_attempts},
-        max_pool_connections=max_pool_connections,
-    )
-
-
-def session_client_factory(session: boto3.Session, config: Config, *,
-                           endpoint_url: str | None = None, limits: RateLimits | None = None,
-                           account: str = "") -> ClientFactory:
-    """A thread-safe factory over one boto3 session (``Session.client`` is not);
-    ``endpoint_url``, when given, for every service (moto, a VPC endpoint). With
-    ``limits``, every HTTP attempt of every client takes a token of the bucket of
-    (``account``, its region, its service, the operation's API class)."""
-    lock = threading.Lock()
-
-    def make(service: str, region: str) -> Any:
-        with lock:
-            client = session.client(service, region_name=region, config=config, endpoint_url=endpoint_url)
-        if limits is not None:
-            attach_to_boto3_client(client, limits, account=account, region=region,
-                                   throttling_codes=THROTTLING_CODES)
-        return client
-
-    return make
-
-
-class _AssumedRole(CredentialProvider):
-    METHOD = "orphan-cleanup-assume-role"
-    CANONICAL_NAME = "custom-orphan-cleanup-assume-role"
-
-    def __init__(self, fetch: Callable[[], dict[str, str]]) -> None:
-        super().__init__()
-        self._fetch = fetch
-
-    def load(self) -> DeferredRefreshableCredentials:
-        return DeferredRefreshableCredentials(refresh_using=self._fetch, method=self.METHOD)
-
-
-def assumed_role_session(
-    base: boto3.Session, *, role_arn: str, external_id: str | None, config: Config, region: str | None,
-    endpoint_url: str | None = None, limits: RateLimits | None = None, account: str = "",
-) -> boto3.Session:
-    """A session whose credentials come from ``sts:AssumeRole`` on ``base``'s
-    credentials (session name ``orphan-cleanup``), fetched on first use and
-    refreshed before they expire. No network call happens here."""
-    sts = base.client("sts", region_name=region, config=config, endpoint_url=endpoint_url)
-    if limits is not None:
-        attach_to_boto3_client(sts, limits, account=account, region=region or STS_FALLBACK_REGION,
-                               throttling_codes=THROTTLING_CODES)
-    params = {"RoleArn": role_arn, "RoleSessionName": ROLE_SESSION_NAME}
-    if external_id:
-        params["ExternalId"] = external_id
-
-    def fetch() -> dict[str, str]:
-        with translated(region, "sts:AssumeRole"):
-            creds = sts.assume_role(**params)["Credentials"]
-        return {
-            "access_key": creds["AccessKeyId"],
-            "secret_key": creds["SecretAccessKey"],
-            "token": creds["SessionToken"],
-            "expiry_time": creds["Expiration"].isoformat(),
-        }
-
-    core = botocore.session.Session()
-    core.get_component("credential_provider").insert_before("env", _AssumedRole(fetch))
-    return boto3.Session(botocore_session=core)
+        live = self.operations(instance.region).read([Target(INSTANCE.kind, instance.id, instance.region)])
+        found = live[instance.id]
+        if found is None:
+            return None
+        if not isinstance(found, Live):
+            raise ProviderError(f"instance {instance.id} cannot be read by its id", region=instance.region)
+        return as_utc(dig(found.item, INSTANCE.created_path))  # LaunchTime, as listed
 
 
 def build_aws_provider(

@@ -20,14 +20,14 @@ from orphan_cleanup.core.errors import (
     ResourceNotFound,
 )
 from orphan_cleanup.core.journal import NO_JOURNAL, Journal, journaled
-from orphan_cleanup.providers.gcp.kinds import (
+from orphan_cleanup.providers.gcp.errors import (
     IN_USE_OP_CODES,
     NOT_FOUND_OP_CODES,
-    GcpKind,
     gcp_errors,
     is_throttle,
     translate,
 )
+from orphan_cleanup.providers.gcp.kinds import GcpKind
 from orphan_cleanup.providers.ratelimit import DESCRIBE, MUTATE, RateLimits, TokenBucket
 
 DONE = compute.Operation.Status.DONE
@@ -177,6 +177,21 @@ class GcpCalls:
             yield page
             if page.next_page_token:
                 self._take()
+
+    def find(self, spec: GcpKind, location: str, resource_id: str) -> list[Any]:
+        """The resources of ``location`` whose numeric id is ``resource_id``, by a ``list``
+        filtered on ``id`` (the API's get and delete take names, and a name can be reused or
+        changed: a read by id is a list narrowed to the id). Zero items: it does not exist
+        there; the caller refuses anything but one item of that id."""
+        if not resource_id.isdigit():
+            raise ProviderError(f"{resource_id!r} is not a Compute Engine resource id", region=location)
+        request: dict[str, Any] = {"project": self.project, "filter": f"id = {resource_id}"}
+        if spec.scope != "global":
+            request[spec.scope] = location
+        with gcp_errors(location):
+            self._take()
+            pager = self._clients[spec.client].list(request=request, timeout=self.timeout, retry=self.retry)
+            return [item for page in self._paced(pager.pages) for item in getattr(page, "items", ())]
 
     def get(self, spec: GcpKind, location: str, name: str) -> Any | None:
         """The resource named ``name`` now, or ``None`` when it does not exist (404)."""

@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 from orphan_cleanup.core.listing import ResourceGroup
-from orphan_cleanup.providers.gcp.kinds import KIND_BY_RESOURCE, region_of
+from orphan_cleanup.providers.gcp.kinds import region_of
 
 
 def location_of(scope: str) -> str:
@@ -30,16 +30,13 @@ def entry_for(entries: tuple[str, ...], location: str) -> str | None:
 def outside_of(entries: tuple[str, ...], group: ResourceGroup) -> str | None:
     """The place outside the configured entries that a group names (a forged listing batch:
     SAFETY.md rule 12), or None. The group's zone or region must belong to an entry, and each
-    of its resources must be there, as its ``region`` and the location it is addressed by
-    say (an address or a regional disk: in that zone's region; a snapshot is global)."""
+    of its resources must be looked up there (its ``region``: the zone, the zone's region for
+    an address, a snapshot's source zone), the only place the deleter takes from a listing
+    (rule 21)."""
     if entry_for(entries, group.region) is None:
         return group.region
     home = (group.region, region_of(group.region))
     for res in group.resources:
-        spec = KIND_BY_RESOURCE.get(res.kind)
-        where = str(res.details.get(spec.scope) or "") if spec is not None and spec.scope != "global" else ""
-        if where and where not in home:
-            return where
         if res.region not in home:
             return res.region
     return None

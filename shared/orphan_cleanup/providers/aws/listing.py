@@ -1,16 +1,28 @@
-"""EC2 describe items as the listing's ``Resource``s: one item each (``to_resource``, an
-instance's controller from its tags), then the attachments a single item cannot tell
-(``link_resources``)."""
+"""Listing one region of an AWS backend: one describe call per kind (``kinds.KINDS``),
+server-side filtered on ``tag-key = settings.tag_key`` (never an unfiltered describe: it
+draws from EC2's smaller unfiltered bucket), paginated at each API's largest page, never
+the Resource Groups Tagging API (it shows deleted resources for an hour); instances in
+``terminated`` excluded by filter. Items become ``Resource``s (``to_resource``, an
+instance's controller from its tags), then get the attachments a single item cannot tell
+(``link_resources``), and are folded into groups (``base.group_resources``)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any
 
-from orphan_cleanup.core.backends import DEFAULT_CONTROLLER_TAG_KEYS
-from orphan_cleanup.core.listing import Resource, ResourceKind
-from orphan_cleanup.providers.aws.kinds import INSTANCE, AwsKind, as_utc, dig, tags_of
+from orphan_cleanup.core.backends import DEFAULT_CONTROLLER_TAG_KEYS, BackendSettings
+from orphan_cleanup.core.errors import ProviderError
+from orphan_cleanup.core.listing import Resource, ResourceGroup, ResourceKind, ResourceState
+from orphan_cleanup.providers.aws.errors import translated
+from orphan_cleanup.providers.aws.kinds import INSTANCE, SNAPSHOT, AwsKind, as_utc, dig, listed_kinds, tags_of
+from orphan_cleanup.providers.aws.snapshots import facts_of, name_for
+from orphan_cleanup.providers.base import group_resources
+from orphan_cleanup.providers.snapshots import listable
+
+Describe = Callable[[Any, AwsKind], Iterable[Mapping[str, Any]]]
 
 #: How a controller tag key is named in ``Resource.controller`` (``asg:NAME``); a
 #: configured key not listed here is named by the key itself (``KEY:VALUE``).
@@ -107,3 +119,41 @@ def link_resources(
             target = users[0] if len(users) == 1 else None
         linked.append(res if target == res.attached_to else res.model_copy(update={"attached_to": target}))
     return linked
+
+
+def list_region(ec2: Any, region: str, settings: BackendSettings,
+                describe: Describe | None = None) -> list[ResourceGroup]:
+    """The groups of one region (``ProviderError`` when it cannot be listed); ``describe``
+    lists one kind's tagged items (default: ``describe_tagged``)."""
+    raw: dict[ResourceKind, list[Mapping[str, Any]]] = {}
+    retain_days = settings.retain_snapshots_days
+    kinds = listed_kinds(retain_days)
+    for spec in kinds:
+        with translated(region, spec.describe):
+            raw[spec.kind] = list(describe(ec2, spec) if describe else describe_tagged(ec2, spec, settings.tag_key))
+    try:
+        if retain_days is not None:  # a retained snapshot is not listed: no orphan, no unsettled cycle
+            now = datetime.now(UTC)
+            raw[SNAPSHOT.kind] = [s for s in raw[SNAPSHOT.kind] if listable(  # never a backup we did not take
+                facts_of(s), tag_key=settings.tag_key, retain_days=retain_days, now=now, name_for=name_for)]
+        keys = settings.controller_tag_keys
+        resources = [to_resource(spec, item, region, keys) for spec in kinds for item in raw[spec.kind]]
+        linked = link_resources(raw, resources, settings.tag_key)
+    except (KeyError, TypeError, ValueError) as exc:
+        # An unexpected reply shape fails the region (fail closed), it never drops items silently.
+        raise ProviderError(f"unexpected describe reply in {region}: {exc!r}", region=region) from exc
+    live = [r for r in linked if r.state is not ResourceState.TERMINATED]
+    return group_resources(live, settings.tag_key)
+
+
+def describe_tagged(ec2: Any, spec: AwsKind, tag_key: str) -> Iterator[Mapping[str, Any]]:
+    """Every item of a kind carrying the ``tag_key`` tag, page by page."""
+    filters = [{"Name": "tag-key", "Values": [tag_key]}, *spec.list_filters]
+    if ec2.can_paginate(spec.describe):
+        paging = {"PageSize": spec.page_size} if spec.page_size else {}
+        pages = ec2.get_paginator(spec.describe).paginate(Filters=filters, PaginationConfig=paging,
+                                                         **spec.list_params)
+        for page in pages:
+            yield from spec.items(page)
+    else:
+        yield from spec.items(getattr(ec2, spec.describe)(Filters=filters, **spec.list_params))

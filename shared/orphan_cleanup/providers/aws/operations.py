@@ -1,0 +1,332 @@
+"""The deletion's operations on EC2 (``deletion.Operations``) in one region: reads by id,
+the facts only EC2 shows (termination protection, ``DeleteOnTermination``, attach times,
+spot requests) and the calls, each journaled (SAFETY.md rule 19). The steps are
+``deletion``'s; nothing here takes a fact from a listing (rule 21).
+
+EC2 specifics:
+
+- a read by id is ``Describe*`` with the kind's id parameter; several members of a kind
+  are read with one filtered describe, and one the answer leaves out is asked again by id:
+  its not-found code, or ``terminated``, is gone; an answer that leaves it out again is
+  ``UNREAD`` (never taken for gone);
+- protections (rule 14): the instance's controller tags as re-read, then its
+  ``disableApiTermination`` attribute, which no describe shows; any value but ``False``
+  protects. A role without ``ec2:DescribeInstanceAttribute`` falls back to
+  ``TerminateInstances``' own refusal (``OperationNotPermitted``), except for a protection
+  an earlier delete found: it stays one, never probed with a terminate call again;
+- the blast (rule 15): the instance's ``DeleteOnTermination`` volumes and interfaces (a
+  missing flag read as "deleted with it"); its own root volume is the one at
+  ``RootDeviceName`` attached at launch, i.e. within ``AT_LAUNCH`` of its primary
+  interface's attach time (the original launch: ``LaunchTime`` moves with every start), and
+  its own primary interface is device 0 of card 0;
+- a spot instance's ``persistent`` request would launch a replacement: it is what must go
+  first (``replaced_by``: the deletion cancels it, confirmed final, or skips the group when
+  it is not the group's: ``spot``);
+- a dependent is never detached from a live instance: only an instance EC2 answers
+  ``terminated`` (or the group's own primary found gone) is gone; ``InvalidInstanceID.NotFound``
+  is not proof (an instance launched moments ago). A dependent held by the group's own
+  owner, or by an instance not known gone, is "not yet"; one a live instance outside the
+  group holds is ``in_use``;
+- EC2's delete calls of dependents are synchronous: a call that answered has deleted
+  (``InvalidSnapshot.InUse``: an AMI uses the snapshot, ``in_use``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from orphan_cleanup.core.errors import AccessDenied, ProviderError
+from orphan_cleanup.core.journal import Journal
+from orphan_cleanup.core.listing import ResourceKind, ResourceState
+from orphan_cleanup.providers.aws.calls import Ec2Calls, Refused
+from orphan_cleanup.providers.aws.kinds import (
+    ADDRESS,
+    BY_KIND,
+    INSTANCE,
+    NETWORK_INTERFACE,
+    SPOT_REQUEST,
+    VOLUME,
+    AwsKind,
+    as_utc,
+    dig,
+    tags_of,
+)
+from orphan_cleanup.providers.aws.listing import controller_of
+from orphan_cleanup.providers.aws.snapshots import AwsSnapshots
+from orphan_cleanup.providers.aws.spot import is_final, must_cancel, request_of
+from orphan_cleanup.providers.deletion import (
+    UNREAD,
+    DeleteRefused,
+    Doomed,
+    Live,
+    Operations,
+    Read,
+    Readiness,
+    Target,
+    attached_at_launch,
+)
+
+Item = Mapping[str, Any]
+#: ``TerminateInstances`` refusing an instance with termination protection.
+_TERMINATION_REFUSED = frozenset({"OperationNotPermitted"})
+_ASSOCIATION_GONE = frozenset({"InvalidAssociationID.NotFound"})
+_ATTACHMENT_GONE = frozenset({"InvalidAttachmentID.NotFound"})
+
+
+class AwsOperations(Operations):
+    """``deletion.Operations`` over one region's EC2 client."""
+
+    kinds = BY_KIND
+
+    def __init__(self, calls: Ec2Calls, *, controller_keys: Iterable[str] = ()) -> None:
+        self.calls = calls
+        self.region = calls.region
+        self.controller_keys = tuple(controller_keys)
+        self.snapshots = AwsSnapshots(calls)
+        self._gone_instances: set[str] = set()  # instances EC2 answered terminated (or not found) by id
+
+    # -- reads ---------------------------------------------------------------------------
+
+    def read(self, targets: Sequence[Target]) -> dict[str, Read]:
+        out: dict[str, Read] = {}
+        for spec in {BY_KIND[t.kind]: None for t in targets}:
+            ids = [t.id for t in targets if t.kind is spec.kind]
+            found: dict[str, Item] = {}
+            if len(targets) > 1:  # one filtered describe per kind; what it leaves out is asked by id
+                reply = self.calls.call(spec.describe, frozenset(), Filters=[{"Name": spec.id_filter, "Values": ids}])
+                found = {spec.item_id(i): i for i in spec.items(reply or {}) if spec.item_id(i) in ids}
+            for target in (t for t in targets if t.kind is spec.kind):
+                item = found.get(target.id)
+                out[target.id] = self._live(spec, target, item) if item is not None else self._read_one(spec, target)
+        return out
+
+    def _read_one(self, spec: AwsKind, target: Target) -> Read:
+        params: dict[str, Any] = {spec.ids_param: [target.id]}
+        reply = self.calls.call(spec.describe, spec.not_found, **params)
+        if reply is None:
+            self._gone(target)
+            return None
+        try:
+            items = [i for i in spec.items(reply) if spec.item_id(i) == target.id]
+        except KeyError as exc:  # an item without its id: fail closed, never "gone"
+            raise ProviderError(f"{spec.describe} returned an item without {exc}", region=self.region) from exc
+        if len(items) > 1:
+            raise ProviderError(f"{spec.describe} returned {target.id} twice", region=self.region)
+        return self._live(spec, target, items[0]) if items else UNREAD
+
+    def _live(self, spec: AwsKind, target: Target, item: Item) -> Live | None:
+        state = spec.state(item)
+        if state is ResourceState.TERMINATED:
+            self._gone(target)
+            return None
+        return Live(target, tags_of(item, spec), state, item, spec.raw_state(item))
+
+    def _gone(self, target: Target) -> None:
+        if target.kind is ResourceKind.INSTANCE:
+            self._gone_instances.add(target.id)
+        return None
+
+    def _instance_gone(self, instance_id: str) -> bool:
+        """Whether EC2 answers, now, that the instance is ``terminated`` (SAFETY.md rule 3):
+        the only proof that something may be detached from it. A read only."""
+        if instance_id in self._gone_instances:
+            return True
+        params: dict[str, Any] = {INSTANCE.ids_param: [instance_id]}
+        reply = self.calls.call(INSTANCE.describe, INSTANCE.not_found, **params)
+        items = [i for i in INSTANCE.items(reply or {}) if INSTANCE.item_id(i) == instance_id]
+        if len(items) == 1 and INSTANCE.raw_state(items[0]) == "terminated":
+            self._gone_instances.add(instance_id)
+            return True
+        return False
+
+    def _holder(self, instance_id: str | None, owner_id: str | None) -> Readiness:
+        """What an instance holding a dependent means: gone (or none): ready; the group's own
+        owner, or one not known live (a NotFound is not proof): not yet; a live one: in use."""
+        if not instance_id or self._instance_gone(instance_id):
+            return Readiness.READY
+        if instance_id == owner_id:
+            return Readiness.NOT_YET
+        params: dict[str, Any] = {INSTANCE.ids_param: [instance_id]}
+        reply = self.calls.call(INSTANCE.describe, INSTANCE.not_found, **params)
+        live = [i for i in INSTANCE.items(reply or {}) if INSTANCE.item_id(i) == instance_id
+                and INSTANCE.state(i) is not ResourceState.TERMINATED]
+        return Readiness.IN_USE if live else Readiness.NOT_YET
+
+    # -- the owner -----------------------------------------------------------------------
+
+    def protection(self, owner: Live, remembered: str | None) -> tuple[str, str] | None:
+        pid = owner.id
+        controller = controller_of(owner.tags, self.controller_keys)
+        if controller is not None:
+            return "managed_by_controller", f"{pid} is managed by {controller}"
+        try:
+            reply = self.calls.call("describe_instance_attribute", INSTANCE.not_found, InstanceId=pid,
+                                    Attribute="disableApiTermination")
+        except AccessDenied:
+            if remembered is not None:
+                return remembered, f"{pid}: {remembered} found by an earlier delete; the attribute" \
+                    " cannot be read (ec2:DescribeInstanceAttribute denied) to see it lifted"
+            return None
+        if reply is None:
+            return None  # gone since the re-read: the terminate finds it gone too
+        if dig(reply, ("DisableApiTermination", "Value")) is not False:
+            return "termination_protection", f"{pid} has disableApiTermination" \
+                f" {dig(reply, ('DisableApiTermination', 'Value'))!r}"
+        return None
+
+    def uses(self, owner: Live, members: Sequence[Live]) -> set[str]:
+        """Its block device mappings' volumes, its interfaces, its and their security groups,
+        its spot request, and the addresses associated with it or its interfaces."""
+        instance = owner.item
+        enis = [n for n in instance.get("NetworkInterfaces") or [] if isinstance(n, Mapping)]
+        used = {dig(b, ("Ebs", "VolumeId")) for b in instance.get("BlockDeviceMappings") or []}
+        used |= {n.get("NetworkInterfaceId") for n in enis}
+        used |= {g.get("GroupId") for g in instance.get("SecurityGroups") or [] if isinstance(g, Mapping)}
+        used |= {g.get("GroupId") for n in enis for g in n.get("Groups") or [] if isinstance(g, Mapping)}
+        used.add(instance.get("SpotInstanceRequestId"))
+        eni_ids = {n.get("NetworkInterfaceId") for n in enis}
+        used |= {m.id for m in members if m.target.kind is ResourceKind.ADDRESS
+                 and (m.item.get("InstanceId") == owner.id
+                      or (m.item.get("NetworkInterfaceId") and m.item.get("NetworkInterfaceId") in eni_ids))}
+        return {str(i) for i in used if i}
+
+    def blast(self, owner: Live, members: Mapping[str, Live]) -> list[Doomed]:
+        instance = owner.item
+        launched = self._launch(instance)
+        root = instance.get("RootDeviceName") or None
+        doomed: dict[AwsKind, dict[str, bool]] = {  # id -> whether it is the instance's own device
+            VOLUME: {str(dig(b, ("Ebs", "VolumeId"))): root is not None and b.get("DeviceName") == root
+                     and attached_at_launch(as_utc(dig(b, ("Ebs", "AttachTime"))), launched)
+                     for b in instance.get("BlockDeviceMappings") or []
+                     if dig(b, ("Ebs", "DeleteOnTermination")) is not False and dig(b, ("Ebs", "VolumeId"))},
+            NETWORK_INTERFACE: {str(n.get("NetworkInterfaceId")): dig(n, ("Attachment", "DeviceIndex")) == 0
+                                and dig(n, ("Attachment", "NetworkCardIndex")) in (None, 0)
+                                for n in instance.get("NetworkInterfaces") or []
+                                if dig(n, ("Attachment", "DeleteOnTermination")) is not False
+                                and n.get("NetworkInterfaceId")},
+        }
+        out: list[Doomed] = []
+        for spec, own in doomed.items():
+            targets = [Target(spec.kind, rid, self.region) for rid in sorted(own) if rid not in members]
+            read = self.read(targets) if targets else {}
+            for rid in sorted(own):
+                live = members.get(rid) or read.get(rid)
+                if live is None and read.get(rid) is None and rid in read:
+                    continue  # gone already: nothing goes with the call
+                out.append(Doomed(spec.kind, rid, live if isinstance(live, Live) else None, own[rid]))
+        return out
+
+    @staticmethod
+    def _launch(instance: Item) -> datetime | None:
+        """When the instance was first launched: its primary interface's attach time (it is
+        attached at launch and never detached), else ``LaunchTime`` (which moves with every
+        start: a restarted instance's own root then fails closed)."""
+        for eni in instance.get("NetworkInterfaces") or []:
+            if isinstance(eni, Mapping) and dig(eni, ("Attachment", "DeviceIndex")) == 0 \
+                    and dig(eni, ("Attachment", "NetworkCardIndex")) in (None, 0):
+                attached = as_utc(dig(eni, ("Attachment", "AttachTime")))
+                if attached is not None:
+                    return attached
+        return as_utc(instance.get("LaunchTime"))
+
+    def replaced_by(self, owner: Live) -> Live | None:
+        """The owner's spot request when it is ``persistent`` (it would launch a replacement
+        once the instance is terminated); ``ProviderError`` when it cannot be read as
+        one-time, final or persistent (``spot``)."""
+        request_id = request_of(owner.item, region=self.region)
+        if request_id is None:
+            return None
+        request = self._read_request(request_id)
+        if request is None or not must_cancel(request, region=self.region):
+            return None
+        target = Target(ResourceKind.SPOT_REQUEST, request_id, self.region)
+        return Live(target, tags_of(request, SPOT_REQUEST), SPOT_REQUEST.state(request), request,
+                    SPOT_REQUEST.raw_state(request))
+
+    def _read_request(self, request_id: str, *, confirming: bool = False) -> Item | None:
+        """Re-read a spot request by id: None when EC2 says it is not found (or, after our
+        own cancel, returns nothing); any other reply but exactly that request is an error."""
+        reply = self.calls.call(SPOT_REQUEST.describe, SPOT_REQUEST.not_found, SpotInstanceRequestIds=[request_id])
+        if reply is None:
+            return None
+        items = list(SPOT_REQUEST.items(reply))
+        if len(items) == 1 and items[0].get(SPOT_REQUEST.id_field) == request_id:
+            return items[0]
+        if not items and confirming:
+            return None
+        raise ProviderError(f"{SPOT_REQUEST.describe} for {request_id} returned"
+                            f" {[i.get(SPOT_REQUEST.id_field) for i in items]}", region=self.region)
+
+    # -- calls ---------------------------------------------------------------------------
+
+    def delete(self, live: Live, journal: Journal, blast: Sequence[str] = ()) -> Live | None:
+        spec = BY_KIND[live.target.kind]
+        try:
+            self.calls.call(spec.delete, spec.not_found, target=live.id, blast=blast, journal=journal,
+                            refused=_TERMINATION_REFUSED if spec is INSTANCE else frozenset(),
+                            **spec.delete_params(live.id))
+        except Refused as refused:
+            raise DeleteRefused("termination_protection",
+                                f"{live.id}: TerminateInstances answered {refused}") from refused
+        if spec is SPOT_REQUEST:  # confirmed: the request is gone or final
+            request = self._read_request(live.id, confirming=True)
+            return None if is_final(request) or request is None else self._live(spec, live.target, request)
+        if spec is not INSTANCE:
+            return None  # EC2 deletes the others synchronously: the call answered, it is gone
+        after = self.read([live.target])[live.id]  # seed 002: confirm, never assume
+        if isinstance(after, Live) or after is None:
+            return after
+        raise ProviderError(f"instance {live.id} cannot be read after terminate_instances", region=self.region)
+
+    def ready(self, live: Live, owner_id: str | None, journal: Journal) -> Readiness:
+        spec, item = BY_KIND[live.target.kind], live.item
+        if spec is VOLUME:  # never detached: AWS detaches it when its instance is gone
+            if VOLUME.raw_state(item) == "available":
+                return Readiness.READY
+            holder = self._holder(dig(item, VOLUME.attached_path), owner_id)
+            return Readiness.NOT_YET if holder is Readiness.READY else holder
+        if spec is NETWORK_INTERFACE:
+            return self._detach_interface(item, owner_id, journal)
+        if spec is ADDRESS:
+            return self._disassociate_address(item, owner_id, journal)
+        if spec is SPOT_REQUEST:  # never cancel the request of a live instance outside the group
+            return self._holder(item.get("InstanceId") or None, owner_id)
+        return Readiness.READY
+
+    def _detach_interface(self, eni: Item, owner_id: str | None, journal: Journal) -> Readiness:
+        attachment = eni.get("Attachment") or {}
+        if not attachment or attachment.get("Status") == "detached":
+            return Readiness.READY
+        instance_id = attachment.get("InstanceId")
+        holder = self._holder(str(instance_id), owner_id) if instance_id else Readiness.NOT_YET
+        if holder is not Readiness.READY:
+            return holder
+        self.calls.call("detach_network_interface", _ATTACHMENT_GONE, target=NETWORK_INTERFACE.item_id(eni),
+                        journal=journal, AttachmentId=attachment["AttachmentId"])
+        return Readiness.READY
+
+    def _disassociate_address(self, address: Item, owner_id: str | None, journal: Journal) -> Readiness:
+        """Break an association only from things that are gone: an instance EC2 answers
+        terminated, or an interface whose own instance is."""
+        association = address.get("AssociationId")
+        if not association:
+            return Readiness.READY
+        instance_id = address.get("InstanceId") or None
+        eni_id = address.get("NetworkInterfaceId") or None
+        if instance_id is not None:
+            holder = self._holder(str(instance_id), owner_id)
+            if holder is not Readiness.READY:
+                return holder
+        elif eni_id is not None:
+            eni = self.read([Target(ResourceKind.NETWORK_INTERFACE, str(eni_id), self.region)])[str(eni_id)]
+            if not isinstance(eni, Live) and eni is not None:
+                return Readiness.NOT_YET
+            if eni is not None:
+                holder = self._holder(dig(eni.item, ("Attachment", "InstanceId")), owner_id)
+                if holder is not Readiness.READY:
+                    return holder
+        self.calls.call("disassociate_address", _ASSOCIATION_GONE, target=ADDRESS.item_id(address), journal=journal,
+                        AssociationId=association)
+        return Readiness.READY

@@ -1,0 +1,536 @@
+"""The one deletion algorithm, for every cloud: delete one orphan group through a small
+per-cloud operations port (``Operations``). A cloud contributes reads, calls and the facts
+only it can read; the steps that keep the safety rules are written here once, and the
+simulation's in-memory cloud implements the same port (docs/SAFETY.md rule 21).
+
+What the deleter takes from a listing (rule 21): the group's ref, each member's kind,
+immutable id and the region or zone to look it up in (``Target``). Every other fact a call
+or a match depends on (names, self links, attachments, device names, creation times, tags,
+states) comes from the operations' own fresh reads (``Live``); a forged listing batch can
+therefore only name ids, and an id names one resource for its whole life.
+
+The steps, in order (rules 3, 12, 14, 15, 19, 21):
+
+1. the owner (the group's instance) is re-read by id; gone, it is done, and only what an
+   earlier deletion confirmed attached to it may follow (``known_attached``); another
+   ref's, no ref, or a protect tag leaves the group alone;
+2. unless its deletion is already under way: its protections (a controller, a
+   termination or deletion protection, one an earlier delete found: rule 14) make the
+   group ``PROTECTED``; every other member is re-read by id, and a protect tag on any of
+   them (or a member that cannot be read) leaves the whole group alone (rule 12);
+3. the members the owner uses now, as re-read, are the ones that may go with it; others
+   are left for the next listing to regroup (``not_attached``, ``primary_gone``);
+4. the blast of the owner's delete (what the provider deletes along with it) must be
+   verified members of the group, or the owner's own root, boot or primary-interface
+   resource attached at launch (``Doomed.own_device``); anything else skips the group and
+   names the resource that blocked it (rule 15);
+5. what must happen first (the AWS spot request's cancel), then the owner's delete,
+   journaled (rule 19), confirmed terminating or gone by a re-read (seed 002);
+6. the dependents, in the order the kinds' ``depends_on`` give, each re-read by id right
+   before its own call (never across another call's wait); one still used by the group's
+   own terminating owner is "not yet" (pending), one used by anything else is ``in_use``
+   (a verdict: unsettled, never failed); with ``snapshot_before_delete`` a volume or disk
+   goes only once its snapshot is complete (``snapshots``); a snapshot goes only when it is
+   one the deleter took itself and its retention, as re-read, has passed.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+from graphlib import TopologicalSorter
+from typing import Any, Protocol
+
+from orphan_cleanup.core.errors import DependencyNotReady, ProviderError, ResourceInUse
+from orphan_cleanup.core.journal import NO_JOURNAL, Journal
+from orphan_cleanup.core.listing import ResourceGroup, ResourceKind, ResourceState
+from orphan_cleanup.core.verdicts import DeleteResult, DeleteStatus, SkippedResource
+from orphan_cleanup.providers.snapshots import SnapshotOperations, SnapshotStep, snapshot_kept
+
+
+@dataclass(frozen=True)
+class Target:
+    """A member of a group as the deleter may take it from a listing: its kind, its
+    immutable id (AWS id, GCP numeric id) and where to look it up (region, zone)."""
+
+    kind: ResourceKind
+    id: str
+    location: str
+
+
+@dataclass(frozen=True)
+class Live:
+    """A resource as the operations just read it by its id. ``state`` is the deletion's
+    view (``TERMINATING``: its deletion is under way; a stopped VM is ``ACTIVE``);
+    ``item`` is the provider's reply, read only by the cloud's own operations."""
+
+    target: Target
+    tags: Mapping[str, str]
+    state: ResourceState
+    item: Any = None
+    raw_state: str | None = None  # the provider's own word for its state, for messages
+
+    @property
+    def id(self) -> str:
+        return self.target.id
+
+
+class Unread:
+    """A read the provider answered without the resource it was asked for (not "not
+    found"): what cannot be read may carry a protect tag, so it is never taken for gone."""
+
+    def __repr__(self) -> str:
+        return "UNREAD"
+
+
+UNREAD = Unread()
+Read = Live | None | Unread
+
+
+class Readiness(StrEnum):
+    READY = "ready"  # nothing uses it (any more): it may be deleted now
+    NOT_YET = "not_yet"  # the group's own owner still holds it while it terminates: pending
+    IN_USE = "in_use"  # something outside the group uses it: a verdict, never a failure
+
+
+
+@dataclass(frozen=True)
+class Doomed:
+    """One resource the owner's delete call would take along (rule 15), as read now:
+    ``live`` None when the owner names it but it cannot be read (it blocks the call);
+    ``own_device`` when it is the owner's own root volume, boot disk or primary interface,
+    attached at launch (the operations judge it on the times they read)."""
+
+    kind: ResourceKind
+    id: str
+    live: Live | None
+    own_device: bool = False
+
+
+class DeleteRefused(Exception):
+    """The provider refused the owner's delete for a protection no read showed (AWS
+    ``OperationNotPermitted``): the group is ``PROTECTED`` (rule 14)."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+        self.detail = detail
+
+
+class Replaced(ProviderError):
+    """The name a delete call addresses (GCP) names another resource than the one read by
+    id moments before: nothing is deleted, the target is left (``replaced``)."""
+
+
+#: How far from the owner's launch its own root volume, boot disk or primary interface may
+#: have been attached (created, on GCP) and still count as attached at launch: the provider
+#: attaches them while it launches, within seconds; one attached later (a swapped root) is
+#: not the owner's to take along (rule 15).
+AT_LAUNCH = timedelta(minutes=2)
+
+
+def attached_at_launch(attached: datetime | None, launched: datetime | None) -> bool:
+    """Whether a device attached (or created) at ``attached`` came with an owner launched at
+    ``launched``. A time that cannot be read is not (fail closed)."""
+    if attached is None or launched is None or attached.tzinfo is None or launched.tzinfo is None:
+        return False
+    return abs(attached - launched) <= AT_LAUNCH
+
+
+class Kind(Protocol):
+    """A cloud's row for one kind: which kinds must be gone before it is deleted."""
+
+    @property
+    def kind(self) -> ResourceKind: ...
+
+    @property
+    def depends_on(self) -> tuple[ResourceKind, ...]: ...
+
+
+def delete_order(kinds: Iterable[Kind]) -> tuple[ResourceKind, ...]:
+    """The kinds in an order where every kind comes after those it depends on."""
+    return tuple(TopologicalSorter({k.kind: k.depends_on for k in kinds}).static_order())
+
+
+class Operations(ABC):
+    """The per-cloud operations of one deletion (one backend, one group's region). Every
+    method reads or calls by the ids it is given and the items it read itself; none takes a
+    fact from a listing. Errors are ``ProviderError`` subclasses (``ProviderUnavailable``:
+    skip the rest of the region), never an SDK's.
+
+    ``kinds``: the cloud's kind rows (``depends_on`` orders the dependents);
+    ``snapshots``: the snapshot operations (``providers.snapshots``)."""
+
+    kinds: Mapping[ResourceKind, Kind]
+    snapshots: SnapshotOperations
+
+    @abstractmethod
+    def read(self, targets: Sequence[Target]) -> dict[str, Read]:
+        """Each target read by its immutable id, now: its ``Live``; ``None`` when the
+        provider says it is gone (not found, terminated, deleted); ``UNREAD`` when the
+        answer leaves it out without saying so. Several targets may share calls."""
+
+    @abstractmethod
+    def protection(self, owner: Live, remembered: str | None) -> tuple[str, str] | None:
+        """Why the owner must never be deleted (rule 14), as ``(reason, evidence)``: a
+        controller that would re-create it, a termination or deletion protection (read
+        now, read-only). ``remembered`` is a protection an earlier delete found that no
+        read shows: one that cannot be read to see it lifted is still a protection."""
+
+    @abstractmethod
+    def uses(self, owner: Live, members: Sequence[Live]) -> set[str]:
+        """The ids of ``members`` the owner, as read now, uses (attached volumes, disks,
+        interfaces, security groups, its spot request, addresses associated with it)."""
+
+    @abstractmethod
+    def blast(self, owner: Live, members: Mapping[str, Live]) -> list[Doomed]:
+        """What the owner's delete call deletes along with it (AWS ``DeleteOnTermination``,
+        GCP ``autoDelete``), each read now by what the owner's own read names (a member's
+        read of moments ago, ``members``, may serve). ``own_device`` only for a device the
+        times read now show attached at launch (``attached_at_launch``)."""
+
+    @abstractmethod
+    def replaced_by(self, owner: Live) -> Live | None:
+        """What would launch a replacement of the owner once it is deleted and must be
+        deleted first (the AWS persistent spot request), read now; None when nothing would.
+        ``ProviderError`` when that cannot be told: nothing is deleted."""
+
+    @abstractmethod
+    def delete(self, live: Live, journal: Journal, blast: Sequence[str] = ()) -> Live | None:
+        """Delete ``live`` by what its own read says (a GCP name is checked against the id
+        right before the call: ``Replaced``), journaled with ``blast`` (rule 19), and say
+        what it is now, read again: ``None`` gone, a ``Live`` whose state is ``TERMINATING``
+        while its deletion is under way; any other state: the call did not take. Raises
+        ``DependencyNotReady`` ("not yet"), ``ResourceInUse`` (something outside the group
+        uses it), ``DeleteRefused`` (a protection the call revealed)."""
+
+    @abstractmethod
+    def ready(self, live: Live, owner_id: str | None, journal: Journal) -> Readiness:
+        """Whether a dependent may be deleted now, making it so when that is safe (an
+        interface detached or an address disassociated from an instance that is gone,
+        journaled): ``NOT_YET`` while the group's owner ``owner_id`` (or another member)
+        still holds it, ``IN_USE`` when anything else does."""
+
+
+@dataclass
+class _Run:
+    """One group's deletion in progress: what it has found and done so far."""
+
+    ops: Operations
+    group: ResourceGroup
+    targets: dict[str, Target]
+    tag_key: str
+    protect_keys: frozenset[str]
+    journal: Journal
+    remembered: str | None
+    known_attached: frozenset[str]
+    snapshots: SnapshotStep | None
+    retain_days: int | None
+    deleted: list[str] = field(default_factory=list)
+    skipped: list[SkippedResource] = field(default_factory=list)
+    pending: list[str] = field(default_factory=list)
+    unverified: list[str] = field(default_factory=list)
+    cancelled: list[str] = field(default_factory=list)
+    attached: set[str] = field(default_factory=set)
+    primary_was_gone: bool = False
+    protection: tuple[str, str] | None = None
+
+    # -- the owner ---------------------------------------------------------------------
+
+    def owner_step(self, primary: Target) -> DeleteStatus | None:
+        """Delete the owner and confirm it; None when it is gone: the dependents go on."""
+        owner = self.ops.read([primary])[primary.id]
+        if isinstance(owner, Unread):
+            return self._skip_group(primary, "unreadable")
+        member_ids = frozenset(self.targets)
+        if owner is None:
+            self.primary_was_gone = True
+            self.attached = set(self.known_attached & member_ids)
+            self.deleted.append(primary.id)
+            return None
+        reason = self.not_ours(owner)
+        if reason is not None:
+            return self._skip_group(primary, reason)
+        if owner.state is ResourceState.TERMINATING:
+            # Shutting down already: no second call, no blast to judge. Its members no longer
+            # show on it; what an earlier call confirmed attached still counts.
+            self.attached = set(self.known_attached & member_ids)
+            return self._deleting(primary.id)
+        protection = self.ops.protection(owner, self.remembered)
+        if protection is not None:
+            return self._protect_group(primary, *protection)
+        members = self._members_before_delete()
+        if isinstance(members, str):
+            return self._skip_group(primary, members, others="group_protected" if members == "group_protected"
+                                    else "owner_skipped")
+        self.attached = self.ops.uses(owner, list(members.values())) & member_ids | (self.known_attached & member_ids)
+        blast = self._blast(owner, members)
+        if isinstance(blast, str):
+            return self._skip_group(primary, blast)
+        replacement = self.ops.replaced_by(owner)
+        if replacement is not None:
+            reason = self._delete_first(replacement)
+            if reason is not None:
+                return self._skip_group(primary, reason)
+        try:
+            after = self.ops.delete(owner, self.journal, blast)
+        except DeleteRefused as refused:
+            return self._protect_group(primary, refused.reason, refused.detail)
+        except Replaced:
+            return self._skip_group(primary, "replaced")
+        if after is None:
+            self.deleted.append(primary.id)
+            return None
+        if after.state is not ResourceState.TERMINATING:  # seed 002: confirmed by the re-read, never assumed
+            raise ProviderError(f"{primary.kind} {primary.id} is still {after.raw_state} after its delete call,"
+                                " not shutting-down or terminated", region=primary.location)
+        return self._deleting(primary.id)
+
+    def _delete_first(self, replacement: Live) -> str | None:
+        """Delete what would replace the owner (a persistent spot request), confirmed; or why
+        the group is skipped: one that is protected, another ref's or untagged is not ours."""
+        kind = replacement.target.kind
+        reason = self.not_ours(replacement)
+        if reason is not None:
+            self.skipped.append(SkippedResource(kind=kind, id=replacement.id, reason=reason))
+            return f"{kind.value.replace('-', '_')}_{reason}"
+        after = self.ops.delete(replacement, self.journal)
+        if after is not None and after.state is not ResourceState.TERMINATING:
+            raise ProviderError(f"{kind} {replacement.id} is still {after.raw_state} after its delete call",
+                                region=replacement.target.location)
+        self.cancelled.append(replacement.id)
+        if replacement.id in self.targets:
+            self.deleted.append(replacement.id)
+        return None
+
+    def _deleting(self, owner_id: str) -> DeleteStatus:
+        """The owner's deletion is under way (it counts as deleted, and is not finished):
+        its dependents wait for a later call."""
+        self.deleted.append(owner_id)
+        self.pending.extend(i for i in self.targets if i == owner_id or i not in self.deleted)
+        return DeleteStatus.DELETING
+
+    def _members_before_delete(self) -> dict[str, Live] | str:
+        """Every other member re-read by id right before the owner's delete: a protect tag
+        on any of them protects the whole group, as the classifier reads a listing (rule
+        12), whether or not the delete would take it. The members read, or why the group is
+        skipped: ``group_protected`` (the protected members named), ``member_unreadable``."""
+        others = [t for t in self.targets.values() if t.id != self.group.primary_id]
+        read = self.ops.read(others) if others else {}
+        fresh = {rid: live for rid, live in read.items() if isinstance(live, Live)}
+        protected = [live.target for live in fresh.values() if not self.protect_keys.isdisjoint(live.tags)]
+        if protected:
+            self.skipped.extend(SkippedResource(kind=t.kind, id=t.id, reason="protected") for t in protected)
+            return "group_protected"
+        unread = [t for t in others if isinstance(read.get(t.id), Unread)]
+        if unread:  # fail closed: what cannot be read may carry a protect tag (rule 1)
+            self.skipped.extend(SkippedResource(kind=t.kind, id=t.id, reason="unreadable") for t in unread)
+            return "member_unreadable"
+        return fresh
+
+    def _blast(self, owner: Live, members: Mapping[str, Live]) -> tuple[str, ...] | str:
+        """Rule 15: the blast of the owner's delete, or why the group is skipped (every
+        blocking resource named). A member goes along only as re-read now (its ref, no
+        protect tag); a non-member only when it carries neither the ref tag key nor a
+        protect tag and is the owner's own device attached at launch."""
+        blast: list[str] = []
+        blocked: list[str] = []
+        for doomed in self.ops.blast(owner, members):
+            if doomed.live is None:
+                why: str | None = "blast_unreadable"
+            else:
+                why = blast_problem(doomed.live.tags, member=doomed.id in members, ref=self.group.provider_ref,
+                                    tag_key=self.tag_key, protect_keys=self.protect_keys,
+                                    own_device=doomed.own_device)
+            if why is None:
+                blast.append(doomed.id)
+            else:
+                self.skipped.append(SkippedResource(kind=doomed.kind, id=doomed.id, reason=why))
+                blocked.append(why)
+        return blocked[0] if blocked else tuple(blast)
+
+    # -- the dependents ------------------------------------------------------------------
+
+    def dependents_step(self) -> None:
+        primary_id = self.group.primary_id
+        for kind in delete_order(self.ops.kinds.values()):
+            depends_on = self.ops.kinds[kind].depends_on
+            for target in (t for t in self.targets.values() if t.kind is kind and t.id != primary_id):
+                if primary_id is not None and target.id not in self.attached and kind is not ResourceKind.SNAPSHOT:
+                    # (a snapshot is verified as one the deleter took itself instead)
+                    self._unverified(target)
+                elif any(self._still_there(k) for k in depends_on):
+                    self.pending.append(target.id)
+                else:
+                    self._delete_dependent(target)
+
+    def _still_there(self, kind: ResourceKind) -> bool:
+        """Whether a member of ``kind`` is still to be waited for (pending, in use, not
+        verified): a kind that depends on it waits. One left alone as not the group's
+        (protected, another ref's) is not waited for: the provider refuses a delete it
+        would break ("not yet")."""
+        waiting = {*self.pending, *self.unverified}
+        return any(t.kind is kind and t.id in waiting for t in self.targets.values())
+
+    def _unverified(self, target: Target) -> None:
+        """A dependent listed with the owner that no read showed attached to it: done when
+        it is gone, else left alone for the next listing to regroup (never deleted)."""
+        live = self.ops.read([target])[target.id]
+        if live is None:
+            self.deleted.append(target.id)
+            return
+        reason = "primary_gone" if self.primary_was_gone else "not_attached"
+        self.skipped.append(SkippedResource(kind=target.kind, id=target.id, reason=reason))
+        self.unverified.append(target.id)
+
+    def _delete_dependent(self, target: Target) -> None:
+        live = self.ops.read([target])[target.id]  # right before its own call (rule 21)
+        if isinstance(live, Unread):
+            self.skipped.append(SkippedResource(kind=target.kind, id=target.id, reason="unreadable"))
+            return
+        if live is None or live.state is ResourceState.TERMINATING:
+            self.deleted.append(target.id)
+            return
+        reason = self.not_ours(live)
+        if reason is None and target.kind is ResourceKind.SNAPSHOT:
+            reason = snapshot_kept(self.ops.snapshots.facts(live), tag_key=self.tag_key,
+                                   ref=self.group.provider_ref, retain_days=self.retain_days,
+                                   now=datetime.now(UTC), name_for=self.ops.snapshots.name_for)
+        if reason is not None:
+            self.skipped.append(SkippedResource(kind=target.kind, id=target.id, reason=reason))
+            return
+        try:
+            ready = self.ops.ready(live, self.group.primary_id, self.journal)
+            if ready is Readiness.READY and self.snapshots is not None \
+                    and target.kind in (ResourceKind.VOLUME, ResourceKind.DISK) \
+                    and not self.snapshots.ready(live, self.journal):
+                ready = Readiness.NOT_YET
+            if ready is Readiness.READY:
+                after = self.ops.delete(live, self.journal)
+                if after is not None and after.state is not ResourceState.TERMINATING:
+                    ready = Readiness.NOT_YET
+        except DependencyNotReady:
+            ready = Readiness.NOT_YET
+        except ResourceInUse:
+            ready = Readiness.IN_USE
+        except Replaced:
+            self.skipped.append(SkippedResource(kind=target.kind, id=target.id, reason="replaced"))
+            return
+        if ready is Readiness.READY:
+            self.deleted.append(target.id)
+            if target.kind is ResourceKind.SPOT_REQUEST:
+                self.cancelled.append(target.id)
+        elif ready is Readiness.NOT_YET:
+            self.pending.append(target.id)
+        else:  # a verdict, not a failure: named, and not finished (the group stays unsettled)
+            self.pending.append(target.id)
+            self.skipped.append(SkippedResource(kind=target.kind, id=target.id, reason="in_use"))
+
+    # -- verdicts ------------------------------------------------------------------------
+
+    def not_ours(self, live: Live) -> str | None:
+        """Why a resource read now is not the group's to delete: a protect tag, no ref, another ref."""
+        if not self.protect_keys.isdisjoint(live.tags):
+            return "protected"
+        if self.tag_key not in live.tags:
+            return "ref_missing"
+        if live.tags[self.tag_key] != self.group.provider_ref:
+            return "ref_changed"
+        return None
+
+    def _protect_group(self, primary: Target, reason: str, detail: str) -> DeleteStatus:
+        self.protection = (reason, detail)
+        self._skip_group(primary, reason)
+        return DeleteStatus.PROTECTED
+
+    def _skip_group(self, primary: Target, reason: str, others: str = "owner_skipped") -> DeleteStatus:
+        """The whole group left alone: the owner for ``reason``, each member not named yet
+        for ``others``."""
+        self.skipped.insert(0, SkippedResource(kind=primary.kind, id=primary.id, reason=reason))
+        named = {s.id for s in self.skipped}
+        self.skipped.extend(SkippedResource(kind=t.kind, id=t.id, reason=others)
+                            for t in self.targets.values() if t.id not in named)
+        return DeleteStatus.SKIPPED
+
+    def result(self, status: DeleteStatus | None) -> DeleteResult:
+        if status is None:
+            if self.pending:
+                status = DeleteStatus.DELETING
+            elif self.unverified:  # not done: unsettled, the next listing regroups them
+                status = DeleteStatus.SKIPPED if self.primary_was_gone else DeleteStatus.DELETING
+            elif self.skipped and not self.deleted:
+                status = DeleteStatus.SKIPPED
+            else:
+                status = DeleteStatus.DELETED
+        protected = status is DeleteStatus.PROTECTED and self.protection is not None
+        return DeleteResult(
+            status=status, deleted=tuple(dict.fromkeys(self.deleted)), skipped=tuple(self.skipped),
+            pending=tuple(dict.fromkeys(self.pending)),
+            protection=self.protection[0] if protected and self.protection else None,
+            protection_detail=self.protection[1] if protected and self.protection else None,
+            cancelled_requests=tuple(dict.fromkeys(self.cancelled)), attached=tuple(sorted(self.attached)),
+            snapshots=tuple(self.snapshots.completed) if self.snapshots else (),
+            snapshots_pending=tuple(self.snapshots.pending) if self.snapshots else (),
+        )
+
+
+def targets_of(group: ResourceGroup, kinds: Iterable[ResourceKind]) -> dict[str, Target]:
+    """What the deleter takes from a listed group (rule 21), refusing a shape no listing
+    could have produced (fail closed: ``ProviderError``, nothing is touched): a kind the
+    cloud does not list, an instance that is not the primary, a primary that is not an
+    instance of the group, the same id twice."""
+    known = set(kinds)
+    problems = [f"{r.kind} {r.id}: not a kind this cloud lists" for r in group.resources if r.kind not in known]
+    problems += [f"instance {r.id} is not the primary" for r in group.resources
+                 if r.kind is ResourceKind.INSTANCE and r.id != group.primary_id]
+    primary = group.primary
+    if group.primary_id is not None and (primary is None or primary.kind is not ResourceKind.INSTANCE):
+        problems.append(f"primary {group.primary_id} is not an instance of the group")
+    if len(set(group.resource_ids())) != len(group.resources):
+        problems.append("duplicate ids")
+    if problems:
+        raise ProviderError(f"refusing group {group.key}: {'; '.join(problems)}", region=group.region)
+    return {r.id: Target(r.kind, r.id, r.region) for r in group.resources}
+
+
+def delete_group(ops: Operations, group: ResourceGroup, *, tag_key: str, protect_keys: Iterable[str],
+                 journal: Journal = NO_JOURNAL, remembered_protection: str | None = None,
+                 known_attached: Iterable[str] = (), snapshot_before_delete: bool = False,
+                 retain_snapshots_days: int | None = None) -> DeleteResult:
+    """Delete one orphan group, as the module docstring says; the ``ResourceProvider``
+    deletion contract (``providers.base``) is what it returns. ``DependencyNotReady``
+    never leaves it: "not yet" is ``DELETING``."""
+    targets = targets_of(group, ops.kinds)
+    run = _Run(ops=ops, group=group, targets=targets, tag_key=tag_key, protect_keys=frozenset(protect_keys),
+               journal=journal, remembered=remembered_protection, known_attached=frozenset(known_attached),
+               snapshots=SnapshotStep(ops.snapshots, tag_key=tag_key, ref=group.provider_ref)
+               if snapshot_before_delete else None,
+               retain_days=retain_snapshots_days)
+    try:
+        if group.primary_id is not None:
+            status = run.owner_step(targets[group.primary_id])
+            if status is not None:
+                return run.result(status)
+        run.dependents_step()
+    except DependencyNotReady:
+        return DeleteResult(status=DeleteStatus.DELETING, pending=tuple(group.resource_ids()))
+    return run.result(None)
+
+
+def blast_problem(tags: Mapping[str, str], *, member: bool, ref: str, tag_key: str,
+                  protect_keys: frozenset[str], own_device: bool) -> str | None:
+    """Why a resource the provider would delete along with a call must not go with it
+    (rule 15), or None: ``blast_protected`` (a protect tag), ``blast_foreign`` (another
+    ref's, a member that lost its ref, or a resource with no ref tag that is not the
+    owner's own device attached at launch), ``blast_unlisted`` (this ref's, but not a
+    member of the group: the next cycle lists it)."""
+    if not protect_keys.isdisjoint(tags):
+        return "blast_protected"
+    if tag_key not in tags:
+        return None if own_device and not member else "blast_foreign"
+    if tags[tag_key] != ref:
+        return "blast_foreign"
+    return None if member else "blast_unlisted"
