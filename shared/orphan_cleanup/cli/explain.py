@@ -51,6 +51,8 @@ _SKIPPED = {"protected": "carries the protect tag now", "ref_changed": "carries 
             "primary_gone": "its VM was gone before this delete, and no earlier one saw it attached: left",
             "not_our_snapshot": "is a snapshot the deleter did not take",
             "snapshot_retained": "is a snapshot its retention keeps (retain_snapshots_days unset, or not that old)",
+            "in_use": "something outside its group uses it (an instance, an image): left, the group not done",
+            "replaced": "its name named another resource right before the delete call: not deleted",
             "spot_request_ref_missing": "its spot request carries no ref tag: not cancelled",
             "spot_request_protected": "its spot request carries a protect tag: not cancelled",
             "spot_request_ref_changed": "its spot request carries another ref: not cancelled"}

@@ -1,5 +1,5 @@
 """Spot instances and their requests: what must happen before a spot instance is
-terminated. Pure reads of reply items; the calls are ``aws_delete``'s.
+terminated. Pure reads of reply items; the calls are ``operations``'.
 
 A ``persistent`` request whose instance is terminated launches a replacement, so it is
 cancelled first; a ``one-time`` request (or one already ``cancelled``/``closed``) needs

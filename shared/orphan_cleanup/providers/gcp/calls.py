@@ -50,7 +50,7 @@ def read_retry(timeout: float, on_throttle: Callable[[], None] | None = None) ->
 
 
 class GcpCalls:
-    """Get, delete (and wait), aggregated list, for the kinds of ``gcp_kinds``;
+    """Get, find by id, delete (and wait), aggregated list, for the kinds of ``kinds``;
     and the project read of the identity check.
 
     ``clients`` maps ``GcpKind.client`` (``instances``/``disks``/``addresses``/``snapshots``,

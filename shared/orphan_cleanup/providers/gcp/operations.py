@@ -96,11 +96,11 @@ class GcpOperations(Operations):
                     str(getattr(item, "status", "") or ""))
 
     def _instance_at(self, link: str) -> Any | None:
-        """The instance a ``users`` link names, read now by that name (None: gone); a link
-        to no instance of this project raises (its user cannot be told: fail closed)."""
+        """The instance a ``users`` link of this project names, read now by that name (None:
+        gone). ``ProviderError`` for a link that names none (the caller: in use)."""
         where = INSTANCE_LINK.search(link)
         if where is None or where.group(1) != self.project:
-            raise ProviderError(f"cannot tell what {link[-200:]!r} is")
+            raise ProviderError(f"{link[-200:]!r} names no instance of {self.project}")
         return self.calls.get(INSTANCE, where.group(2), where.group(3))
 
     # -- the owner -----------------------------------------------------------------------
@@ -188,8 +188,9 @@ class GcpOperations(Operations):
             return Readiness.NOT_YET if getattr(item, "status", None) == "IN_USE" else Readiness.READY
         holding = Readiness.READY
         for user in users:
-            if live.target.kind is ResourceKind.ADDRESS and INSTANCE_LINK.search(user) is None:
-                return Readiness.IN_USE  # a forwarding rule, a router: outside the group
+            where = INSTANCE_LINK.search(user)
+            if where is None or where.group(1) != self.project:
+                return Readiness.IN_USE  # a forwarding rule, a router, another project's VM: outside the group
             instance = self._instance_at(user)
             if instance is None or str(instance.id) == owner_id or str(instance.status) == "STOPPING":
                 holding = Readiness.NOT_YET  # the API still names it, or the owner still holds it
