@@ -1,0 +1,250 @@
+"""Attacks on the AWS deleter, written before the rewrite of deletion as one algorithm for both
+clouds (issue 32: it acts on ids alone, SAFETY.md rule 21, and takes an instance's root volume
+for its own only when that volume was attached at launch). Real parts: a real Postgres ledger,
+EC2 on the moto server (in this process, over HTTP), the in-process runner, and the recording
+proxy of ``tests/support/aws_proxy.py`` for what moto does not do. A test that fails on the code
+before the fix is a strict xfail naming the failure it gives; the others hold today and must
+keep holding.
+
+A. **Root swap.** A stopped orphan VM whose root volume someone detached, and whose root device
+   (``RootDeviceName``, ``/dev/sda1`` on moto) now holds their own untagged volume with
+   ``DeleteOnTermination`` on. The deleter takes whatever sits at ``RootDeviceName`` for the
+   instance's own root, so ``TerminateInstances`` deletes the foreign volume. The variant after
+   a start: EC2 moves ``LaunchTime`` to the start, so a swap shortly before a start is not
+   told from the launch by ``LaunchTime``; the primary interface's attach time (device index 0
+   cannot be detached) still dates the launch. Controls: an honest stopped VM's root volume,
+   attached at launch, goes with it, also once the VM was restarted (its ``LaunchTime`` later
+   than its root's ``AttachTime``).
+
+   Time: moto stamps ``LaunchTime``, the root mapping's ``Ebs.AttachTime`` and the primary
+   interface's ``Attachment.AttachTime`` with ``utcnow()`` at ``RunInstances`` (all three the
+   same second), and a later ``AttachVolume`` with the time of that call. To make the launch
+   look an hour old, moto's clock is set back an hour while the instance is launched only
+   (``moto_clock_behind``: ``utcnow`` as ``moto.ec2.models.instances`` and
+   ``moto.ec2.models.elastic_block_store`` imported it, which are where those stamps are
+   taken; ``moto.core.utils.utcnow`` itself is not patched, since those modules hold their own
+   reference). The launch is then dated by moto itself, the same in every reply. Moto never
+   moves ``LaunchTime`` on a start, so where a test needs a restarted instance the proxy
+   rewrites ``launchTime`` in ``DescribeInstances`` replies to the start's time (the one field
+   moto does not update)."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from unittest import mock
+
+import boto3
+import moto.ec2.models.elastic_block_store as moto_ebs
+import moto.ec2.models.instances as moto_instances
+import pytest
+from moto.core.utils import utcnow as moto_utcnow
+
+from orphan_cleanup.ledger.db import Database
+from tests.e2e.test_seams_attack_aws import delete_cycle, only_result
+from tests.support.aws_proxy import AwsProxy, Rule
+from tests.support.ledger_helpers import add_backend
+from tests.support.seams import GONE, query, skip_reasons
+from tests.support.sqs_harness import AMI, REGION, MotoPlatform
+
+pytestmark = pytest.mark.usefixtures("moto_reset")
+BACKEND = "aws-prod"
+TAG = "provider_ref"
+PROTECT = "orphan-cleanup-protect"
+LAUNCHED_AGO = timedelta(hours=1)
+
+
+@pytest.fixture
+def proxy(moto_reset: str) -> Iterator[AwsProxy]:
+    with AwsProxy(moto_reset) as p:
+        yield p
+
+
+# ---- helpers ---------------------------------------------------------------------------------------
+
+@contextmanager
+def moto_clock_behind(by: timedelta) -> Iterator[None]:
+    """While the block runs, moto's EC2 stamps its launch and attach times ``by`` earlier (module
+    docstring, A: moto runs in this process)."""
+    def earlier() -> datetime:
+        return moto_utcnow() - by
+
+    with mock.patch.object(moto_instances, "utcnow", earlier), mock.patch.object(moto_ebs, "utcnow", earlier):
+        yield
+
+
+def orphan_ref(db: Database, **settings: Any) -> tuple[MotoPlatform, str]:
+    """A delete-mode backend and a ref whose placeholder owner row was hard-deleted two hours ago."""
+    add_backend(db, BACKEND, mode="delete", settings=settings or None)
+    platform = MotoPlatform(db, BACKEND)
+    issued = platform.ledger.issue_ref(owner_name="placeholder")
+    platform.ledger.hard_delete(issued.owner_id)
+    platform.age_ledger(2 * 3600)
+    return platform, issued.provider_ref
+
+
+def stopped_orphan_vm(db: Database) -> tuple[MotoPlatform, str]:
+    """An orphan VM launched an hour ago (moto's clock), only the instance tagged with the ref (its
+    root volume, attached at launch with DeleteOnTermination, is untagged), now stopped."""
+    platform, ref = orphan_ref(db)
+    with moto_clock_behind(LAUNCHED_AGO):
+        [inst] = platform.ec2.run_instances(ImageId=AMI, MinCount=1, MaxCount=1, TagSpecifications=[
+            {"ResourceType": "instance", "Tags": [{"Key": TAG, "Value": ref}]}])["Instances"]
+    platform.ec2.stop_instances(InstanceIds=[inst["InstanceId"]])
+    return platform, inst["InstanceId"]
+
+
+def ec2_via(proxy: AwsProxy) -> Any:
+    """An EC2 client whose calls go through the proxy (they see its rewrites)."""
+    return boto3.client("ec2", region_name=REGION, endpoint_url=proxy.url)
+
+
+def described(ec2: Any, vm: str) -> dict[str, Any]:
+    [inst] = ec2.describe_instances(InstanceIds=[vm])["Reservations"][0]["Instances"]
+    return inst
+
+
+def root_mapping(inst: dict[str, Any]) -> dict[str, Any]:
+    [mapping] = [b for b in inst["BlockDeviceMappings"] if b["DeviceName"] == inst["RootDeviceName"]]
+    return mapping
+
+
+def primary_eni_attached(inst: dict[str, Any]) -> datetime:
+    [eni] = [n for n in inst["NetworkInterfaces"] if n["Attachment"]["DeviceIndex"] == 0]
+    return eni["Attachment"]["AttachTime"]
+
+
+def swap_root(platform: MotoPlatform, vm: str) -> tuple[str, str]:
+    """Detach the stopped VM's root volume and attach someone's untagged volume at its
+    ``RootDeviceName`` with DeleteOnTermination turned on. Returns (old root, foreign volume)."""
+    inst = described(platform.ec2, vm)
+    device, old_root = inst["RootDeviceName"], root_mapping(inst)["Ebs"]["VolumeId"]
+    platform.ec2.detach_volume(VolumeId=old_root, InstanceId=vm)
+    foreign = platform.ec2.create_volume(AvailabilityZone=inst["Placement"]["AvailabilityZone"], Size=8)["VolumeId"]
+    platform.ec2.attach_volume(VolumeId=foreign, InstanceId=vm, Device=device)
+    platform.ec2.modify_instance_attribute(InstanceId=vm, BlockDeviceMappings=[
+        {"DeviceName": device, "Ebs": {"DeleteOnTermination": True, "VolumeId": foreign}}])
+    return old_root, foreign
+
+
+def launched_at(when: datetime) -> Callable[[bytes], bytes]:
+    """A DescribeInstances reply naming ``when`` as the launch time, as EC2 does once a stopped
+    instance was started again (moto keeps the first launch's)."""
+    stamp = b"<launchTime>" + when.strftime("%Y-%m-%dT%H:%M:%S.000Z").encode() + b"</launchTime>"
+    return lambda body: re.sub(rb"<launchTime>[^<]+</launchTime>", stamp, body)
+
+
+def restarted(platform: MotoPlatform, proxy: AwsProxy, vm: str) -> datetime:
+    """Start the stopped VM; from now on the proxy answers its LaunchTime as the start's."""
+    platform.ec2.start_instances(InstanceIds=[vm])
+    started = datetime.now(UTC).replace(microsecond=0)
+    proxy.add_rule(Rule("DescribeInstances", rewrite=launched_at(started)))
+    return started
+
+
+def outcome(db: Database, cycle_id: str) -> str:
+    [[value]] = query(db, "SELECT outcome FROM cycles WHERE id = :c", c=cycle_id)
+    return str(value)
+
+
+def journal_names(db: Database) -> set[str]:
+    """Every id a journaled intent named: its target and what it said would go with it."""
+    rows = query(db, "SELECT target, blast::text FROM provider_journal WHERE phase = 'intent'")
+    return {target for target, _ in rows} | {i for _, blast in rows for i in json.loads(blast)}
+
+
+# ---- A. root swap -------------------------------------------------------------------------------------
+
+def test_control_an_honest_stopped_vm_goes_with_its_root_volume_attached_at_launch(emptied_db, moto_reset):
+    """Given a stopped orphan VM launched an hour ago whose untagged root volume was attached at
+    launch (DeleteOnTermination true); when a delete cycle runs; then the VM is terminated and its
+    root volume goes with it (named in the terminate's journaled blast)."""
+    db = emptied_db
+    platform, vm = stopped_orphan_vm(db)
+    inst = described(platform.ec2, vm)
+    root = root_mapping(inst)
+    assert root["Ebs"]["DeleteOnTermination"] is True
+    # what moto reports: the launch, the root's attach and the primary interface's attach, one second
+    assert root["Ebs"]["AttachTime"] == inst["LaunchTime"] == primary_eni_attached(inst)
+    assert datetime.now(UTC) - inst["LaunchTime"] > LAUNCHED_AGO - timedelta(minutes=1)
+
+    cycle_id = delete_cycle(db, moto_reset)
+
+    assert platform.instance_state(vm) in GONE
+    assert root["Ebs"]["VolumeId"] not in platform.all_volumes()
+    assert root["Ebs"]["VolumeId"] in journal_names(db)
+    recorded = only_result(db, cycle_id)
+    assert recorded["result"]["status"] in ("deleting", "deleted"), recorded
+
+
+def test_control_a_restarted_vm_still_goes_with_its_root_volume(emptied_db, proxy):
+    """Given an honest orphan VM launched an hour ago, stopped and started again now: EC2 answers
+    its LaunchTime as the start's, while its root volume's and primary interface's attach times
+    stay at the launch; when a delete cycle runs; then its root volume is still its own: the VM is
+    terminated and the root volume goes with it."""
+    db = emptied_db
+    platform, vm = stopped_orphan_vm(db)
+    root = root_mapping(described(platform.ec2, vm))["Ebs"]["VolumeId"]
+    started = restarted(platform, proxy, vm)
+    inst = described(ec2_via(proxy), vm)
+    assert inst["LaunchTime"] == started and started - primary_eni_attached(inst) > LAUNCHED_AGO - timedelta(minutes=1)
+    assert root_mapping(inst)["Ebs"]["AttachTime"] == primary_eni_attached(inst)
+
+    cycle_id = delete_cycle(db, proxy.url)
+
+    assert platform.instance_state(vm) in GONE
+    assert root not in platform.all_volumes()
+    recorded = only_result(db, cycle_id)
+    assert recorded["result"]["status"] in ("deleting", "deleted"), recorded
+
+
+@pytest.mark.xfail(strict=True, reason="issue 32: root swap: TerminateInstances deletes the foreign volume attached"
+                                       " at RootDeviceName long after launch")
+def test_a_foreign_volume_swapped_in_at_the_root_device_does_not_go_with_the_instance(emptied_db, moto_reset):
+    """Given a stopped orphan VM launched an hour ago whose root volume was detached now, and someone's
+    untagged volume attached at its RootDeviceName with DeleteOnTermination on; when a delete cycle
+    runs; then the foreign volume is not the instance's own root (attached an hour after the launch):
+    the VM is not terminated, both volumes exist, and the group is skipped naming it blast_foreign."""
+    db = emptied_db
+    platform, vm = stopped_orphan_vm(db)
+    old_root, foreign = swap_root(platform, vm)
+    inst = described(platform.ec2, vm)
+    assert root_mapping(inst)["Ebs"]["VolumeId"] == foreign
+    assert root_mapping(inst)["Ebs"]["AttachTime"] - primary_eni_attached(inst) > LAUNCHED_AGO - timedelta(minutes=1)
+
+    cycle_id = delete_cycle(db, moto_reset)
+
+    assert foreign in platform.all_volumes(), "the foreign volume was deleted with the instance"
+    assert platform.instance_state(vm) not in GONE
+    assert old_root in platform.all_volumes()
+    recorded = only_result(db, cycle_id)
+    assert recorded["state"] == "skipped" and skip_reasons(recorded).get(foreign) == "blast_foreign", recorded
+    assert outcome(db, cycle_id) == "unsettled"
+
+
+@pytest.mark.xfail(strict=True, reason="issue 32: root swap then start: TerminateInstances deletes the foreign"
+                                       " volume; LaunchTime moved to the start, only the primary ENI dates the launch")
+def test_a_root_swap_followed_by_a_start_is_still_foreign(emptied_db, proxy):
+    """Given a stopped orphan VM launched an hour ago whose root volume was swapped for someone's
+    untagged volume (DeleteOnTermination on), then started at once: EC2's LaunchTime is now the
+    start's, seconds after the swap; when a delete cycle runs; then the launch is the primary
+    interface's attach time (an hour before the swap): the foreign volume is blast_foreign, the VM
+    is not terminated and the volume exists."""
+    db = emptied_db
+    platform, vm = stopped_orphan_vm(db)
+    _, foreign = swap_root(platform, vm)
+    started = restarted(platform, proxy, vm)
+    inst = described(ec2_via(proxy), vm)
+    assert abs(root_mapping(inst)["Ebs"]["AttachTime"] - inst["LaunchTime"]) < timedelta(minutes=1)
+    assert started - primary_eni_attached(inst) > LAUNCHED_AGO - timedelta(minutes=1)
+
+    cycle_id = delete_cycle(db, proxy.url)
+
+    assert foreign in platform.all_volumes(), "the foreign volume was deleted with the instance"
+    assert platform.instance_state(vm) not in GONE
+    recorded = only_result(db, cycle_id)
+    assert recorded["state"] == "skipped" and skip_reasons(recorded).get(foreign) == "blast_foreign", recorded
