@@ -26,7 +26,15 @@ A. **Root swap.** A stopped orphan VM whose root volume someone detached, and wh
    reference). The launch is then dated by moto itself, the same in every reply. Moto never
    moves ``LaunchTime`` on a start, so where a test needs a restarted instance the proxy
    rewrites ``launchTime`` in ``DescribeInstances`` replies to the start's time (the one field
-   moto does not update)."""
+   moto does not update).
+B. **Forged listing, every field but ids** (the twin of the GCP attack where a forged
+   ``self_link`` made the deleter take a protected disk). An orphan VM with a data volume of
+   its ref, plus someone's ``precious`` volume (protect tag, no ref) attached with
+   ``DeleteOnTermination``. The listing batch is forged in the queue, one field of the VM's
+   group at a time (details, ``attached_to``, ``created_at``, ``state``, ``tags``), and once by
+   listing the precious volume as a member. Whatever the forgery, the precious volume survives
+   and no call names anything outside the group; a group the forgery makes undeletable may be
+   skipped (terminating this VM would take the precious volume: it is never terminated)."""
 
 from __future__ import annotations
 
@@ -34,6 +42,7 @@ import json
 import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from unittest import mock
@@ -44,8 +53,13 @@ import moto.ec2.models.instances as moto_instances
 import pytest
 from moto.core.utils import utcnow as moto_utcnow
 
+from orphan_cleanup.core.listing import Resource, ResourceGroup, ResourceKind, ResourceState
+from orphan_cleanup.core.messages import DeleteRequest, ListingBatch
+from orphan_cleanup.core.settings import Settings
+from orphan_cleanup.entrypoints import bootstrap
 from orphan_cleanup.ledger.db import Database
-from tests.e2e.test_seams_attack_aws import delete_cycle, only_result
+from orphan_cleanup.queues.memory import InProcessQueue
+from tests.e2e.test_seams_attack_aws import attach, delete_cycle, only_result, orphan_vm, ref_of
 from tests.support.aws_proxy import AwsProxy, Rule
 from tests.support.ledger_helpers import add_backend
 from tests.support.seams import GONE, query, skip_reasons
@@ -248,3 +262,97 @@ def test_a_root_swap_followed_by_a_start_is_still_foreign(emptied_db, proxy):
     assert platform.instance_state(vm) not in GONE
     recorded = only_result(db, cycle_id)
     assert recorded["state"] == "skipped" and skip_reasons(recorded).get(foreign) == "blast_foreign", recorded
+
+
+# ---- B. a forged listing batch, every field but ids ---------------------------------------------------
+
+@dataclass(frozen=True)
+class Scene:
+    ref: str
+    vm: str
+    data: str
+    precious: str
+    bystander: str
+
+
+def _edit(group: ResourceGroup, rid: str, change: Callable[[Resource], dict[str, Any]]) -> ResourceGroup:
+    return group.model_copy(update={"resources": tuple(
+        r.model_copy(update=change(r)) if r.id == rid else r for r in group.resources)})
+
+
+def _precious_as_member(group: ResourceGroup, s: Scene) -> ResourceGroup:
+    member = Resource(kind=ResourceKind.VOLUME, id=s.precious, region=group.region, tags={TAG: s.ref},
+                      attached_to=s.vm, details={"state": "in-use", "Size": 1})
+    return group.model_copy(update={"resources": (*group.resources, member)})
+
+
+TWO_DAYS = timedelta(days=2)
+FORGERIES: dict[str, Callable[[ResourceGroup, Scene], ResourceGroup]] = {
+    "vm-details": lambda g, s: _edit(g, s.vm, lambda r: {"details": {
+        "state": "stopped", "RootDeviceName": "/dev/sdg", "InstanceType": "t3.nano"}}),
+    "vm-created-at": lambda g, s: _edit(g, s.vm, lambda r: {"created_at": r.created_at - TWO_DAYS}),
+    "vm-state": lambda g, s: _edit(g, s.vm, lambda r: {"state": ResourceState.TERMINATING}),
+    "vm-tags": lambda g, s: _edit(g, s.vm, lambda r: {"tags": {TAG: s.ref, "Name": "scratch"}}),
+    "data-details": lambda g, s: _edit(g, s.data, lambda r: {"details": {
+        "state": "available", "Size": 1000, "VolumeType": "io2", "Device": "/dev/sdg"}}),
+    "data-attached-to-another-instance": lambda g, s: _edit(g, s.data, lambda r: {"attached_to": s.bystander}),
+    "data-created-at": lambda g, s: _edit(g, s.data, lambda r: {"created_at": (r.created_at or
+                                                                              datetime.now(UTC)) - TWO_DAYS}),
+    "data-state": lambda g, s: _edit(g, s.data, lambda r: {"state": ResourceState.AVAILABLE}),
+    "data-tags": lambda g, s: _edit(g, s.data, lambda r: {"tags": {TAG: s.ref, "Name": "precious"}}),
+    "precious-listed-as-member": _precious_as_member,
+}
+
+
+def forged_cycle(db: Database, endpoint: str, forge: Callable[[ResourceGroup], ResourceGroup]) -> str:
+    """One delete cycle whose listing batches are forged in the queue (SAFETY.md rule 12: a message
+    is only a hint): each group goes through ``forge`` and the batch is sent as JSON again, so
+    the forgery is what a writer to the queue could send. Returns the cycle id."""
+    pipeline = bootstrap.build_pipeline(Settings.explicit(margin_seconds=0, aws_endpoint_url=endpoint), db=db,
+                                        listing_queue=InProcessQueue(), delete_queue=InProcessQueue())
+    cycle_id = pipeline.run_lister(BACKEND, mode="delete", manual=True).cycle_id
+    while (body := pipeline.listing_queue.pop()) is not None:
+        batch = ListingBatch.model_validate_json(body)
+        forged = batch.model_copy(update={"groups": tuple(forge(g) for g in batch.groups)})
+        pipeline.handle_batch(ListingBatch.model_validate_json(forged.model_dump_json()))
+    while (body := pipeline.delete_queue.pop()) is not None:
+        pipeline.handle_delete(DeleteRequest.model_validate_json(body))
+    return cycle_id
+
+
+@pytest.mark.parametrize("precious_goes_on_termination", [True, False],
+                         ids=["precious-deleted-on-termination", "precious-kept-on-termination"])
+@pytest.mark.parametrize("forgery", list(FORGERIES))
+def test_a_forged_listing_never_takes_a_protected_volume_or_anything_outside_the_group(
+        emptied_db, moto_reset, forgery, precious_goes_on_termination):
+    """Given an orphan VM (its root volume and interface tagged with its ref) with a data volume of
+    its ref (DeleteOnTermination), someone's precious volume (protect tag, no ref) attached to it
+    with DeleteOnTermination on (the VM may not be terminated) or off (the group is deletable), and
+    someone's running instance nearby; when a delete cycle runs on a listing batch forged in one
+    field of the VM's group; then the precious volume exists, nothing outside the group was
+    deleted or stopped, no journaled call named anything outside the group, and a VM whose
+    termination would take the precious volume is not terminated."""
+    db = emptied_db
+    platform, vm = orphan_vm(db)
+    ref = ref_of(platform, vm)
+    data = attach(platform, vm, {TAG: ref}, device="/dev/sdf", delete_on_termination=True)
+    precious = attach(platform, vm, {PROTECT: "yes", "Name": "precious"}, device="/dev/sdg",
+                      delete_on_termination=precious_goes_on_termination)
+    [bystander] = platform.ec2.run_instances(ImageId=AMI, MinCount=1, MaxCount=1)["Instances"]
+    scene = Scene(ref=ref, vm=vm, data=data, precious=precious, bystander=bystander["InstanceId"])
+    members = {vm, *platform.volumes_of(ref)} | {n["NetworkInterfaceId"] for n in described(platform.ec2, vm)[
+        "NetworkInterfaces"]}
+    outside = platform.all_volumes() - members
+
+    def forge(group: ResourceGroup) -> ResourceGroup:
+        return FORGERIES[forgery](group, scene) if group.primary_id == vm else group
+
+    cycle_id = forged_cycle(db, moto_reset, forge)
+
+    assert precious in platform.all_volumes()
+    assert outside <= platform.all_volumes(), outside - platform.all_volumes()
+    assert platform.instance_state(scene.bystander) == "running"
+    assert journal_names(db) <= members, journal_names(db) - members
+    if precious_goes_on_termination:
+        assert platform.instance_state(vm) not in GONE
+        assert outcome(db, cycle_id) != "clean"
