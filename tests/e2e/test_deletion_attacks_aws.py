@@ -34,12 +34,17 @@ B. **Forged listing, every field but ids** (the twin of the GCP attack where a f
    group at a time (details, ``attached_to``, ``created_at``, ``state``, ``tags``), and once by
    listing the precious volume as a member. Whatever the forgery, the precious volume survives
    and no call names anything outside the group; a group the forgery makes undeletable may be
-   skipped (terminating this VM would take the precious volume: it is never terminated)."""
+   skipped (terminating this VM would take the precious volume: it is never terminated).
+C. **A name reused during the window.** A primary-less orphan group of two tagged volumes; while
+   the first ``DeleteVolume`` is held at the proxy, the second volume is deleted and a new one
+   is created with its ``Name``, the ref tag and the protect tag. AWS acts on ids: the new
+   volume survives and no journal intent names it."""
 
 from __future__ import annotations
 
 import json
 import re
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -356,3 +361,48 @@ def test_a_forged_listing_never_takes_a_protected_volume_or_anything_outside_the
     if precious_goes_on_termination:
         assert platform.instance_state(vm) not in GONE
         assert outcome(db, cycle_id) != "clean"
+
+
+# ---- C. a name reused while a delete is in flight ----------------------------------------------------
+
+def test_a_name_reused_while_a_delete_is_in_flight_is_never_touched(emptied_db, proxy):
+    """Given a primary-less orphan group of two available volumes of one ref, named data-a and
+    data-b; when a delete cycle runs and, while its first DeleteVolume is held at the proxy, the
+    other volume is deleted and a new one is created with its Name, the ref tag and the protect
+    tag; then both old volumes are gone, the new one exists, and no journaled call names it."""
+    db = emptied_db
+    platform, ref = orphan_ref(db)
+    named: dict[str, str] = {}
+    for name in ("data-a", "data-b"):
+        vol = platform.ec2.create_volume(AvailabilityZone=f"{platform.region}a", Size=1, TagSpecifications=[
+            {"ResourceType": "volume", "Tags": [{"Key": TAG, "Value": ref}, {"Key": "Name", "Value": name}]}])
+        named[vol["VolumeId"]] = name
+    bodies: list[bytes] = []
+    held = proxy.add_rule(Rule("DeleteVolume", match=lambda body: bodies.append(body) is None, times=1, hold=True))
+    reused: list[str] = []
+
+    def reuse_the_other_name() -> None:
+        try:
+            assert held.arrived.wait(30), "no DeleteVolume was sent"
+            [other] = [v for v in named if v.encode() not in bodies[0]]
+            platform.ec2.delete_volume(VolumeId=other)
+            reused.append(platform.ec2.create_volume(AvailabilityZone=f"{platform.region}a", Size=1, TagSpecifications=[
+                {"ResourceType": "volume", "Tags": [{"Key": TAG, "Value": ref}, {"Key": "Name", "Value": named[other]},
+                                                    {"Key": PROTECT, "Value": "yes"}]}])["VolumeId"])
+        finally:
+            held.release()
+
+    meanwhile = threading.Thread(target=reuse_the_other_name)
+    meanwhile.start()
+    try:
+        cycle_id = delete_cycle(db, proxy.url)
+    finally:
+        held.release()
+        meanwhile.join(30)
+
+    [new] = reused
+    assert new in platform.all_volumes()
+    assert not set(named) & platform.all_volumes()
+    assert new not in journal_names(db)
+    recorded = only_result(db, cycle_id)
+    assert new not in json.dumps(recorded), recorded
