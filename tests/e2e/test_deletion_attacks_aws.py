@@ -38,7 +38,14 @@ B. **Forged listing, every field but ids** (the twin of the GCP attack where a f
 C. **A name reused during the window.** A primary-less orphan group of two tagged volumes; while
    the first ``DeleteVolume`` is held at the proxy, the second volume is deleted and a new one
    is created with its ``Name``, the ref tag and the protect tag. AWS acts on ids: the new
-   volume survives and no journal intent names it."""
+   volume survives and no journal intent names it.
+D. **Snapshot in use.** A snapshot the deleter took (ref and source tags), past
+   ``retain_snapshots_days`` (the proxy ages ``StartTime``: ``test_seams_aws.aged_snapshots``), from
+   which someone registered an AMI. Moto's ``RegisterImage`` does not link the snapshot to
+   the image (it answers ``InvalidSnapshot.InUse`` only for snapshots ``CreateImage`` made),
+   so the proxy answers ``DeleteSnapshot`` of that snapshot as EC2 does. The error must not
+   fail the group and the cycle every cycle: the snapshot is skipped ``in_use`` and the
+   cycles are unsettled, the backend never held failed."""
 
 from __future__ import annotations
 
@@ -58,6 +65,7 @@ import moto.ec2.models.instances as moto_instances
 import pytest
 from moto.core.utils import utcnow as moto_utcnow
 
+from orphan_cleanup.core.backends import SNAPSHOT_SOURCE_KEY
 from orphan_cleanup.core.listing import Resource, ResourceGroup, ResourceKind, ResourceState
 from orphan_cleanup.core.messages import DeleteRequest, ListingBatch
 from orphan_cleanup.core.settings import Settings
@@ -65,6 +73,7 @@ from orphan_cleanup.entrypoints import bootstrap
 from orphan_cleanup.ledger.db import Database
 from orphan_cleanup.queues.memory import InProcessQueue
 from tests.e2e.test_seams_attack_aws import attach, delete_cycle, only_result, orphan_vm, ref_of
+from tests.e2e.test_seams_aws import aged_snapshots
 from tests.support.aws_proxy import AwsProxy, Rule
 from tests.support.ledger_helpers import add_backend
 from tests.support.seams import GONE, query, skip_reasons
@@ -406,3 +415,45 @@ def test_a_name_reused_while_a_delete_is_in_flight_is_never_touched(emptied_db, 
     assert new not in journal_names(db)
     recorded = only_result(db, cycle_id)
     assert new not in json.dumps(recorded), recorded
+
+
+# ---- D. a snapshot of ours that an AMI uses --------------------------------------------------------------
+
+# DeleteSnapshot answered as EC2 does for a snapshot an AMI uses (snapshot id, AMI id to fill in)
+SNAPSHOT_IN_USE = (400, [("Content-Type", "text/xml;charset=UTF-8")],
+                   b'<?xml version="1.0" encoding="UTF-8"?><Response><Errors><Error><Code>InvalidSnapshot.InUse'
+                   b"</Code><Message>The snapshot %s is currently in use by %s</Message></Error></Errors>"
+                   b"<RequestID>x</RequestID></Response>")
+
+
+@pytest.mark.xfail(strict=True, reason="issue 32: snapshot in use: DeleteSnapshot's InvalidSnapshot.InUse fails the"
+                                       " group and the cycle (outcome failed), every cycle")
+def test_a_snapshot_an_ami_uses_is_skipped_in_use_and_never_fails_the_cycle(emptied_db, proxy):
+    """Given retain_snapshots_days 7 and a snapshot the deleter took of a volume of an orphan ref
+    (the ref and source tags), taken ten days ago, its volume gone, from which someone registered
+    an AMI (EC2 answers its DeleteSnapshot InvalidSnapshot.InUse); when two delete cycles run;
+    then the snapshot exists, each cycle skips it in_use and is unsettled, never failed, and the
+    backend is not backing off."""
+    db = emptied_db
+    platform, ref = orphan_ref(db, retain_snapshots_days=7)
+    ec2 = platform.ec2
+    taken_of = platform.volume(ref)
+    snap = ec2.create_snapshot(VolumeId=taken_of, TagSpecifications=[{"ResourceType": "snapshot", "Tags": [
+        {"Key": TAG, "Value": ref}, {"Key": SNAPSHOT_SOURCE_KEY, "Value": taken_of}]}])["SnapshotId"]
+    ec2.delete_volume(VolumeId=taken_of)
+    ami = ec2.register_image(Name="golden", RootDeviceName="/dev/sda1", BlockDeviceMappings=[
+        {"DeviceName": "/dev/sda1", "Ebs": {"SnapshotId": snap}}])["ImageId"]
+    status, headers, body = SNAPSHOT_IN_USE
+    proxy.add_rule(Rule("DeleteSnapshot", match=lambda b: snap.encode() in b,
+                        reply=(status, headers, body % (snap.encode(), ami.encode()))))
+    proxy.add_rule(Rule("DescribeSnapshots", rewrite=aged_snapshots(10)))
+
+    cycles = [delete_cycle(db, proxy.url) for _ in range(2)]
+
+    assert snap in {s["SnapshotId"] for s in ec2.describe_snapshots(OwnerIds=["self"])["Snapshots"]}
+    assert [outcome(db, c) for c in cycles] == ["unsettled", "unsettled"]
+    for cycle_id in cycles:
+        recorded = only_result(db, cycle_id)
+        assert recorded["state"] == "skipped" and skip_reasons(recorded).get(snap) == "in_use", recorded
+    assert query(db, "SELECT last_outcome, retry_delay_seconds FROM cleanup WHERE backend_id = :b",
+                 b=BACKEND) == [["unsettled", 0]]
