@@ -45,7 +45,11 @@ D. **Snapshot in use.** A snapshot the deleter took (ref and source tags), past
    the image (it answers ``InvalidSnapshot.InUse`` only for snapshots ``CreateImage`` made),
    so the proxy answers ``DeleteSnapshot`` of that snapshot as EC2 does. The error must not
    fail the group and the cycle every cycle: the snapshot is skipped ``in_use`` and the
-   cycles are unsettled, the backend never held failed."""
+   cycles are unsettled, the backend never held failed.
+E. **A volume in use by a foreign instance.** A tagged volume of a primary-less orphan group
+   attached to someone's running, untagged instance: it survives, is skipped ``in_use``, and
+   the cycle is unsettled, never failed.
+"""
 
 from __future__ import annotations
 
@@ -457,3 +461,27 @@ def test_a_snapshot_an_ami_uses_is_skipped_in_use_and_never_fails_the_cycle(empt
         assert recorded["state"] == "skipped" and skip_reasons(recorded).get(snap) == "in_use", recorded
     assert query(db, "SELECT last_outcome, retry_delay_seconds FROM cleanup WHERE backend_id = :b",
                  b=BACKEND) == [["unsettled", 0]]
+
+
+# ---- E. a volume of ours in use by someone's instance -------------------------------------------------
+
+@pytest.mark.xfail(strict=True, reason="issue 32: volume in use by a foreign instance: left pending (deleting),"
+                                       " not skipped in_use")
+def test_a_volume_in_use_by_a_foreign_instance_is_skipped_in_use(emptied_db, moto_reset):
+    """Given a volume of an orphan ref (no instance of the ref) attached to someone's running,
+    untagged instance; when a delete cycle runs; then the volume exists and stays attached, the
+    instance runs, the group is skipped with the volume in_use, and the cycle is unsettled."""
+    db = emptied_db
+    platform, ref = orphan_ref(db)
+    [theirs] = platform.ec2.run_instances(ImageId=AMI, MinCount=1, MaxCount=1)["Instances"]
+    vol = platform.volume(ref, az=theirs["Placement"]["AvailabilityZone"])
+    platform.ec2.attach_volume(VolumeId=vol, InstanceId=theirs["InstanceId"], Device="/dev/sdf")
+
+    cycle_id = delete_cycle(db, moto_reset)
+
+    [volume] = platform.ec2.describe_volumes(VolumeIds=[vol])["Volumes"]
+    assert [a["InstanceId"] for a in volume["Attachments"]] == [theirs["InstanceId"]]
+    assert platform.instance_state(theirs["InstanceId"]) == "running"
+    assert outcome(db, cycle_id) == "unsettled"
+    recorded = only_result(db, cycle_id)
+    assert recorded["state"] == "skipped" and skip_reasons(recorded).get(vol) == "in_use", recorded
