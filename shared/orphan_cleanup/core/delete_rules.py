@@ -65,6 +65,10 @@ def delete_record(group: ResourceGroup, *, result: DeleteResult | None = None, e
                Action.DELETING: f"deleting {what}: owner termination confirmed, dependents follow",
                Action.REPORTED: f"left {what} in place: {skipped_reason or 'resources changed since listing'}",
                }.get(action, f"failed to delete {what}: {error}")
+    in_use = [s.id for s in result.skipped if s.reason == "in_use"] if result is not None else []
+    if in_use:  # a verdict, never a failure (SAFETY.md rule 21): unsettled until it is free
+        message = (f"{message}; " if result is not None and result.deleted else f"left {what} in place: ") \
+            + f"{', '.join(in_use)} in use by something outside the group"
     if result is not None and result.cancelled_requests:
         message += f"; cancelled spot request {', '.join(result.cancelled_requests)} first"
     if result is not None and result.snapshots:
