@@ -128,31 +128,25 @@ class AwsOperations(Operations):
             self._gone_instances.add(target.id)
         return None
 
-    def _instance_gone(self, instance_id: str) -> bool:
-        """Whether EC2 answers, now, that the instance is ``terminated`` (SAFETY.md rule 3):
-        the only proof that something may be detached from it. A read only."""
-        if instance_id in self._gone_instances:
-            return True
-        params: dict[str, Any] = {INSTANCE.ids_param: [instance_id]}
-        reply = self.calls.call(INSTANCE.describe, INSTANCE.not_found, **params)
-        items = [i for i in INSTANCE.items(reply or {}) if INSTANCE.item_id(i) == instance_id]
-        if len(items) == 1 and INSTANCE.raw_state(items[0]) == "terminated":
-            self._gone_instances.add(instance_id)
-            return True
-        return False
-
     def _holder(self, instance_id: str | None, owner_id: str | None) -> Readiness:
-        """What an instance holding a dependent means: gone (or none): ready; the group's own
-        owner, or one not known live (a NotFound is not proof): not yet; a live one: in use."""
-        if not instance_id or self._instance_gone(instance_id):
+        """What an instance holding a dependent means, as EC2 answers now (a read only, SAFETY.md
+        rule 3): none, or one EC2 answers ``terminated`` (or the group's primary found gone):
+        ready, it may be detached; the group's own owner still there: not yet; a live instance
+        outside the group: in use; one EC2 does not answer for (``InvalidInstanceID.NotFound``
+        is not proof: an instance launched moments ago): not yet."""
+        if not instance_id or instance_id in self._gone_instances:
             return Readiness.READY
         if instance_id == owner_id:
             return Readiness.NOT_YET
         params: dict[str, Any] = {INSTANCE.ids_param: [instance_id]}
         reply = self.calls.call(INSTANCE.describe, INSTANCE.not_found, **params)
-        live = [i for i in INSTANCE.items(reply or {}) if INSTANCE.item_id(i) == instance_id
-                and INSTANCE.state(i) is not ResourceState.TERMINATED]
-        return Readiness.IN_USE if live else Readiness.NOT_YET
+        items = [i for i in INSTANCE.items(reply or {}) if INSTANCE.item_id(i) == instance_id]
+        if len(items) != 1:
+            return Readiness.NOT_YET
+        if INSTANCE.raw_state(items[0]) == "terminated":
+            self._gone_instances.add(instance_id)
+            return Readiness.READY
+        return Readiness.IN_USE
 
     # -- the owner -----------------------------------------------------------------------
 
@@ -211,10 +205,8 @@ class AwsOperations(Operations):
         for spec, own in doomed.items():
             targets = [Target(spec.kind, rid, self.region) for rid in sorted(own) if rid not in members]
             read = self.read(targets) if targets else {}
-            for rid in sorted(own):
+            for rid in sorted(own):  # named by the instance but not read (not found is not proof): it blocks
                 live = members.get(rid) or read.get(rid)
-                if live is None and read.get(rid) is None and rid in read:
-                    continue  # gone already: nothing goes with the call
                 out.append(Doomed(spec.kind, rid, live if isinstance(live, Live) else None, own[rid]))
         return out
 

@@ -148,8 +148,9 @@ class GcpOperations(Operations):
                     out.append(Doomed(ResourceKind.DISK, source[-200:] or "?", None))
                     continue
                 item = self.calls.get(DISK, where.group(2), where.group(3))  # the disk the instance names, now
-                if item is None:
-                    continue  # gone already
+                if item is None:  # attached, yet not found: it cannot be verified (fail closed)
+                    out.append(Doomed(ResourceKind.DISK, source[-200:], None))
+                    continue
                 live = self._live(DISK, Target(ResourceKind.DISK, str(item.id), where.group(2)), item)
             own = getattr(attached, "boot", False) is True and attached_at_launch(
                 parse_time(getattr(live.item, "creation_timestamp", "") or ""), launched)
