@@ -208,11 +208,12 @@ class Operations(ABC):
         uses it), ``DeleteRefused`` (a protection the call revealed)."""
 
     @abstractmethod
-    def ready(self, live: Live, owner_id: str | None, journal: Journal) -> Readiness:
+    def ready(self, live: Live, owner_id: str | None, member_ids: frozenset[str], journal: Journal) -> Readiness:
         """Whether a dependent may be deleted now, making it so when that is safe (an
         interface detached or an address disassociated from an instance that is gone,
-        journaled): ``NOT_YET`` while the group's owner ``owner_id`` (or another member)
-        still holds it, ``IN_USE`` when anything else does."""
+        journaled): ``NOT_YET`` while the group's owner ``owner_id`` or another member
+        (``member_ids``) still holds it, or what holds it cannot be told yet; ``IN_USE``
+        when anything outside the group does."""
 
 
 @dataclass
@@ -403,7 +404,7 @@ class _Run:
             self.skipped.append(SkippedResource(kind=target.kind, id=target.id, reason=reason))
             return
         try:
-            ready = self.ops.ready(live, self.group.primary_id, self.journal)
+            ready = self.ops.ready(live, self.group.primary_id, frozenset(self.targets), self.journal)
             if ready is Readiness.READY and self.snapshots is not None \
                     and target.kind in (ResourceKind.VOLUME, ResourceKind.DISK) \
                     and not self.snapshots.ready(live, self.journal):

@@ -88,6 +88,12 @@ def tags_of(item: Mapping[str, Any], spec: AwsKind) -> dict[str, str]:
     return {str(t["Key"]): str(t.get("Value", "")) for t in item.get(spec.tags_field) or [] if "Key" in t}
 
 
+def aware(value: Any) -> datetime | None:
+    """A time a safety decision reads (an attach time, a snapshot's age): only an aware one
+    counts, in UTC; anything else is unreadable (the decision fails closed)."""
+    return value.astimezone(UTC) if isinstance(value, datetime) and value.tzinfo is not None else None
+
+
 def as_utc(value: Any) -> datetime | None:
     if not isinstance(value, datetime):
         return None

@@ -49,7 +49,7 @@ from orphan_cleanup.providers.aws.kinds import (
     SPOT_REQUEST,
     VOLUME,
     AwsKind,
-    as_utc,
+    aware,
     dig,
     tags_of,
 )
@@ -96,7 +96,10 @@ class AwsOperations(Operations):
             found: dict[str, Item] = {}
             if len(targets) > 1:  # one filtered describe per kind; what it leaves out is asked by id
                 reply = self.calls.call(spec.describe, frozenset(), Filters=[{"Name": spec.id_filter, "Values": ids}])
-                found = {spec.item_id(i): i for i in spec.items(reply or {}) if spec.item_id(i) in ids}
+                try:
+                    found = {spec.item_id(i): i for i in spec.items(reply or {}) if spec.item_id(i) in ids}
+                except KeyError as exc:  # an item without its id: fail closed, never "gone"
+                    raise ProviderError(f"{spec.describe} returned an item without {exc}", region=self.region) from exc
             for target in (t for t in targets if t.kind is spec.kind):
                 item = found.get(target.id)
                 out[target.id] = self._live(spec, target, item) if item is not None else self._read_one(spec, target)
@@ -192,7 +195,7 @@ class AwsOperations(Operations):
         root = instance.get("RootDeviceName") or None
         doomed: dict[AwsKind, dict[str, bool]] = {  # id -> whether it is the instance's own device
             VOLUME: {str(dig(b, ("Ebs", "VolumeId"))): root is not None and b.get("DeviceName") == root
-                     and attached_at_launch(as_utc(dig(b, ("Ebs", "AttachTime"))), launched)
+                     and attached_at_launch(aware(dig(b, ("Ebs", "AttachTime"))), launched)
                      for b in instance.get("BlockDeviceMappings") or []
                      if dig(b, ("Ebs", "DeleteOnTermination")) is not False and dig(b, ("Ebs", "VolumeId"))},
             NETWORK_INTERFACE: {str(n.get("NetworkInterfaceId")): dig(n, ("Attachment", "DeviceIndex")) == 0
@@ -218,10 +221,10 @@ class AwsOperations(Operations):
         for eni in instance.get("NetworkInterfaces") or []:
             if isinstance(eni, Mapping) and dig(eni, ("Attachment", "DeviceIndex")) == 0 \
                     and dig(eni, ("Attachment", "NetworkCardIndex")) in (None, 0):
-                attached = as_utc(dig(eni, ("Attachment", "AttachTime")))
+                attached = aware(dig(eni, ("Attachment", "AttachTime")))
                 if attached is not None:
                     return attached
-        return as_utc(instance.get("LaunchTime"))
+        return aware(instance.get("LaunchTime"))
 
     def replaced_by(self, owner: Live) -> Live | None:
         """The owner's spot request when it is ``persistent`` (it would launch a replacement
@@ -272,7 +275,7 @@ class AwsOperations(Operations):
             return after
         raise ProviderError(f"instance {live.id} cannot be read after terminate_instances", region=self.region)
 
-    def ready(self, live: Live, owner_id: str | None, journal: Journal) -> Readiness:
+    def ready(self, live: Live, owner_id: str | None, member_ids: frozenset[str], journal: Journal) -> Readiness:
         spec, item = BY_KIND[live.target.kind], live.item
         if spec is VOLUME:  # never detached: AWS detaches it when its instance is gone
             if VOLUME.raw_state(item) == "available":
@@ -282,7 +285,7 @@ class AwsOperations(Operations):
         if spec is NETWORK_INTERFACE:
             return self._detach_interface(item, owner_id, journal)
         if spec is ADDRESS:
-            return self._disassociate_address(item, owner_id, journal)
+            return self._disassociate_address(item, owner_id, member_ids, journal)
         if spec is SPOT_REQUEST:  # never cancel the request of a live instance outside the group
             return self._holder(item.get("InstanceId") or None, owner_id)
         return Readiness.READY
@@ -299,9 +302,11 @@ class AwsOperations(Operations):
                         journal=journal, AttachmentId=attachment["AttachmentId"])
         return Readiness.READY
 
-    def _disassociate_address(self, address: Item, owner_id: str | None, journal: Journal) -> Readiness:
-        """Break an association only from things that are gone: an instance EC2 answers
-        terminated, or an interface whose own instance is."""
+    def _disassociate_address(self, address: Item, owner_id: str | None, member_ids: frozenset[str],
+                              journal: Journal) -> Readiness:
+        """Break an association only from what is gone: an instance EC2 answers terminated,
+        or an interface of the group whose own instance is (or that has none). An interface
+        outside the group (a NAT gateway's, a load balancer's, another ref's) holds it."""
         association = address.get("AssociationId")
         if not association:
             return Readiness.READY
@@ -312,13 +317,16 @@ class AwsOperations(Operations):
             if holder is not Readiness.READY:
                 return holder
         elif eni_id is not None:
+            if str(eni_id) not in member_ids:
+                return Readiness.IN_USE
             eni = self.read([Target(ResourceKind.NETWORK_INTERFACE, str(eni_id), self.region)])[str(eni_id)]
-            if not isinstance(eni, Live) and eni is not None:
+            if not isinstance(eni, Live):  # not found is not proof that it is gone
                 return Readiness.NOT_YET
-            if eni is not None:
-                holder = self._holder(dig(eni.item, ("Attachment", "InstanceId")), owner_id)
-                if holder is not Readiness.READY:
-                    return holder
+            holder = self._holder(dig(eni.item, ("Attachment", "InstanceId")), owner_id)
+            if holder is not Readiness.READY:
+                return holder
+        else:
+            return Readiness.NOT_YET  # associated with nothing it names: cannot be told
         self.calls.call("disassociate_address", _ASSOCIATION_GONE, target=ADDRESS.item_id(address), journal=journal,
                         AssociationId=association)
         return Readiness.READY

@@ -13,7 +13,7 @@ from orphan_cleanup.core.backends import SNAPSHOT_SOURCE_KEY
 from orphan_cleanup.core.errors import ProviderError
 from orphan_cleanup.core.journal import Journal
 from orphan_cleanup.providers.aws.calls import Ec2Calls
-from orphan_cleanup.providers.aws.kinds import SNAPSHOT, as_utc, dig, tags_of
+from orphan_cleanup.providers.aws.kinds import SNAPSHOT, aware, dig, tags_of
 from orphan_cleanup.providers.snapshots import Progress, SnapshotFacts
 
 #: ``State`` -> what it means for the volume it was taken of; any other state keeps the
@@ -26,7 +26,7 @@ def facts_of(item: Mapping[str, Any]) -> SnapshotFacts:
     volume = item.get("VolumeId")
     return SnapshotFacts(id=str(item.get("SnapshotId") or ""), tags=tags_of(item, SNAPSHOT),
                          source_id=volume if isinstance(volume, str) and volume else None, name=None,
-                         created_at=as_utc(dig(item, SNAPSHOT.created_path)),
+                         created_at=aware(dig(item, SNAPSHOT.created_path)),
                          progress=PROGRESS.get(state) if isinstance(state, str) else None,
                          state=str(state) if state is not None else None)
 

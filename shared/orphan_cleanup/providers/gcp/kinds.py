@@ -83,6 +83,8 @@ class GcpKind:
     default: ResourceState = ACTIVE  # a status the map does not name
     held_by_users: bool = False  # ``users`` non-empty: in use (``active``)
     deleting: Mapping[str, ResourceState] = field(default_factory=dict)  # the deletion's reading, over ``states``
+    busy: frozenset[str] = frozenset()  # statuses in which something holds it
+    free: frozenset[str] | None = None  # when set: every other status holds it (not final yet)
     depends_on: tuple[ResourceKind, ...] = ()
     primary: bool = False
     # Listed only with ``retain_snapshots_days`` set, by a global ``list`` (no aggregated list).
@@ -95,16 +97,24 @@ class GcpKind:
             return ACTIVE
         return state
 
+    def in_use(self, item: Any) -> bool:
+        """Whether something holds it now: its ``users``, or a status that holds it."""
+        if getattr(item, "users", None):
+            return True
+        status = str(getattr(item, "status", "") or "")
+        return status in self.busy or (self.free is not None and status not in self.free)
+
 
 INSTANCE = GcpKind(ResourceKind.INSTANCE, "instances", "zone", "instance", "instances", INSTANCE_STATES,
                    deleting=INSTANCE_DELETING, primary=True)
 DISK = GcpKind(ResourceKind.DISK, "disks", "zone", "disk", "disks", DISK_STATES, default=AVAILABLE,
                held_by_users=True, deleting=DISK_DELETING, depends_on=(ResourceKind.INSTANCE,))
 ADDRESS = GcpKind(ResourceKind.ADDRESS, "addresses", "region", "address", "addresses", ADDRESS_STATES,
-                  depends_on=(ResourceKind.INSTANCE,))
+                  busy=frozenset({"IN_USE"}), depends_on=(ResourceKind.INSTANCE,))
 # Never deleted while a disk of its group is still there.
 SNAPSHOT = GcpKind(ResourceKind.SNAPSHOT, "snapshots", "global", "snapshot", "snapshots", SNAPSHOT_STATES,
-                   depends_on=(ResourceKind.INSTANCE, ResourceKind.DISK), retained=True)
+                   free=frozenset({"READY", "FAILED"}), depends_on=(ResourceKind.INSTANCE, ResourceKind.DISK),
+                   retained=True)
 
 #: Listing order: instances first, so dependents can follow their instance's entry.
 KINDS: tuple[GcpKind, ...] = (INSTANCE, DISK, ADDRESS, SNAPSHOT)

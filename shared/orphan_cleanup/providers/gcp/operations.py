@@ -95,14 +95,6 @@ class GcpOperations(Operations):
         return Live(target, dict(getattr(item, "labels", {}) or {}), state or spec.state(item, deleting=True), item,
                     str(getattr(item, "status", "") or ""))
 
-    def _instance_at(self, link: str) -> Any | None:
-        """The instance a ``users`` link of this project names, read now by that name (None:
-        gone). ``ProviderError`` for a link that names none (the caller: in use)."""
-        where = INSTANCE_LINK.search(link)
-        if where is None or where.group(1) != self.project:
-            raise ProviderError(f"{link[-200:]!r} names no instance of {self.project}")
-        return self.calls.get(INSTANCE, where.group(2), where.group(3))
-
     # -- the owner -----------------------------------------------------------------------
 
     def protection(self, owner: Live, remembered: str | None) -> tuple[str, str] | None:
@@ -180,22 +172,18 @@ class GcpOperations(Operations):
             return self._live(spec, live.target, after.item, AFTER_DELETE.get(after.raw_state or "", after.state))
         return after
 
-    def ready(self, live: Live, owner_id: str | None, journal: Journal) -> Readiness:
-        item = live.item
-        if live.target.kind is ResourceKind.SNAPSHOT:
-            return Readiness.READY if getattr(item, "status", None) in ("READY", "FAILED") else Readiness.NOT_YET
+    def ready(self, live: Live, owner_id: str | None, member_ids: frozenset[str], journal: Journal) -> Readiness:
+        spec, item = KIND_BY_RESOURCE[live.target.kind], live.item
+        if not spec.in_use(item):
+            return Readiness.READY
         users = [str(u) for u in getattr(item, "users", ()) or ()]
-        if live.target.kind is ResourceKind.ADDRESS and not users:
-            return Readiness.NOT_YET if getattr(item, "status", None) == "IN_USE" else Readiness.READY
-        holding = Readiness.READY
+        if not users:  # a status that holds it (a snapshot being taken, an address being assigned)
+            return Readiness.NOT_YET
         for user in users:
             where = INSTANCE_LINK.search(user)
             if where is None or where.group(1) != self.project:
                 return Readiness.IN_USE  # a forwarding rule, a router, another project's VM: outside the group
-            instance = self._instance_at(user)
-            if instance is None or str(instance.id) == owner_id or str(instance.status) == "STOPPING":
-                holding = Readiness.NOT_YET  # the API still names it, or the owner still holds it
-            else:
+            instance = self.calls.get(INSTANCE, where.group(2), where.group(3))  # by the name the user link gives
+            if instance is not None and str(instance.id) != owner_id and str(instance.status) != "STOPPING":
                 return Readiness.IN_USE
-        return holding
-
+        return Readiness.NOT_YET  # the group's owner (or an instance shutting down, or gone) still named
