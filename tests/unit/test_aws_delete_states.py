@@ -158,18 +158,15 @@ def test_interface_on_a_live_instance_outside_the_group_is_never_detached(ec2):
     assert [(s.id, s.reason) for s in result.skipped] == [(ENI, "in_use")]
 
 
-def test_address_on_an_interface_that_is_not_ours_stays_associated(ec2):
+@pytest.mark.parametrize("interface_type", ["interface", "nat_gateway"])
+def test_address_on_an_interface_that_is_not_ours_stays_associated(ec2, interface_type):
+    # an interface outside the group (another ref's on a live instance, a NAT gateway's that no
+    # instance holds) holds the address: in use, never disassociated, whatever holds the interface
     client, stub = ec2
-    other, not_ours = "i-0fedcba9876543210", "eni-0notours0000000"
+    not_ours = "eni-0notours0000000"
     stub.add_response("describe_addresses", {"Addresses": [{
         "AllocationId": EIP, "AssociationId": "eipassoc-1", "NetworkInterfaceId": not_ours,
         "Tags": TAGS}]}, {"AllocationIds": [EIP]})
-    # the interface is read by id to find what holds it: another ref's, on a live instance
-    stub.add_response("describe_network_interfaces", {"NetworkInterfaces": [{
-        "NetworkInterfaceId": not_ours, "Status": "in-use", "TagSet": [{"Key": "provider_ref", "Value": "b" * 12}],
-        "Attachment": {"AttachmentId": "eni-attach-1", "InstanceId": other, "Status": "attached"}}]},
-        {"NetworkInterfaceIds": [not_ours]})
-    expect_instance(stub, "running", other)
     # no disassociate_address answer: a disassociate would fail the test
 
     result = delete(client, group(res(ResourceKind.ADDRESS, EIP), primary=None))
@@ -178,38 +175,20 @@ def test_address_on_an_interface_that_is_not_ours_stays_associated(ec2):
     assert [(s.id, s.reason) for s in result.skipped] == [(EIP, "in_use")]
 
 
-# Suspected product bug, left unfixed here (the test pins the old behaviour: strict xfail).
-# AwsOperations._disassociate_address breaks an address's association with an interface
-# that is not the group's whenever that interface has no instance attached (an interface
-# of a NAT gateway, a load balancer, a Lambda function: attached, no InstanceId) or EC2
-# answers it not found (not proof, as for an instance), and then releases the address.
-# The old deleter left such an address associated ("not yet"); the Operations contract
-# says one that anything outside the group uses is ``in_use``.
-@pytest.mark.xfail(strict=True, raises=ProviderError,
-                   reason="disassociates an address from a foreign interface that no instance holds")
-@pytest.mark.parametrize("interface", [
-    {"NetworkInterfaces": [{"NetworkInterfaceId": "eni-0notours0000000", "Status": "in-use",
-                            "InterfaceType": "nat_gateway", "TagSet": [{"Key": "provider_ref", "Value": "b" * 12}],
-                            "Attachment": {"AttachmentId": "ela-attach-1", "Status": "attached",
-                                           "InstanceOwnerId": "amazon-aws"}}]},
-    None,
-], ids=["nat-gateway-interface", "interface-not-found"])
-def test_address_on_an_interface_no_instance_holds_stays_associated(ec2, interface):
+def test_address_on_a_member_interface_ec2_does_not_answer_for_stays_associated(ec2):
+    # the group's own interface answered not found (not proof that it is gone): not yet
     client, stub = ec2
-    not_ours = "eni-0notours0000000"
     stub.add_response("describe_addresses", {"Addresses": [{
-        "AllocationId": EIP, "AssociationId": "eipassoc-1", "NetworkInterfaceId": not_ours,
+        "AllocationId": EIP, "AssociationId": "eipassoc-1", "NetworkInterfaceId": ENI,
         "Tags": TAGS}]}, {"AllocationIds": [EIP]})
-    if interface is None:
-        stub.add_client_error("describe_network_interfaces", "InvalidNetworkInterfaceID.NotFound",
-                              expected_params={"NetworkInterfaceIds": [not_ours]})
-    else:
-        stub.add_response("describe_network_interfaces", interface, {"NetworkInterfaceIds": [not_ours]})
-    # no disassociate_address answer: a disassociate fails the test (ProviderError)
+    stub.add_client_error("describe_network_interfaces", "InvalidNetworkInterfaceID.NotFound",
+                          expected_params={"NetworkInterfaceIds": [ENI]})
+    # no disassociate_address answer: a disassociate would fail the test (the interface waits for it)
 
-    result = delete(client, group(res(ResourceKind.ADDRESS, EIP), primary=None))
+    result = delete(client, group(res(ResourceKind.ADDRESS, EIP), res(ResourceKind.NETWORK_INTERFACE, ENI),
+                                  primary=None))
 
-    assert result.status is DeleteStatus.DELETING and result.pending == (EIP,)
+    assert set(result.pending) == {EIP, ENI} and result.deleted == ()
 
 
 def test_gone_everywhere_is_deleted_without_acting(ec2):

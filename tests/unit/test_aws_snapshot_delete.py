@@ -151,12 +151,8 @@ NOW = datetime(2026, 12, 1, tzinfo=UTC)
 @pytest.mark.parametrize(("started", "is_expired"), [
     (NOW - timedelta(days=7), True), (NOW - timedelta(days=7) + timedelta(seconds=1), False),
     (NOW, False), (None, False), ("2026-01-01", False),
-    # Suspected product bug, left unfixed here: aws/snapshots.facts_of reads StartTime through
-    # kinds.as_utc, which takes a naive time for UTC, so providers.snapshots.expired never sees
-    # it naive and cannot keep it ("what cannot be dated is kept"). botocore's parser always
-    # answers an aware time, so no real reply has one.
-    pytest.param(datetime(2020, 1, 1), False, marks=pytest.mark.xfail(
-        strict=True, reason="facts_of turns a naive StartTime into UTC (kinds.as_utc): not failed closed"))],
+    # a naive time cannot be dated (botocore's parser always answers an aware one): kept
+    (datetime(2020, 1, 1), False)],
     ids=["at-retention", "just-younger", "new", "no-start-time", "not-a-time", "naive-time"])
 def test_a_snapshot_expires_only_with_a_readable_start_older_than_the_retention(started, is_expired):
     assert expired(facts_of({"SnapshotId": SNAP, "StartTime": started}).created_at, retain_days=7,
