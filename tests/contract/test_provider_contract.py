@@ -28,6 +28,7 @@ import json
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -181,6 +182,14 @@ def precious_attached_managed(d: Driver, ledger: Ledger) -> None:
     d.manage("vm")
 
 
+def boot_swapped(d: Driver, ledger: Ledger) -> None:
+    """An orphan VM launched an hour ago, stopped, whose boot disk / root volume (labelled
+    with its ref) someone swapped for an unlabelled one of theirs (``foreign``) at the same
+    device, auto-delete; the old one stays, detached."""
+    d.vm("vm", ledger.gone_ref(), launched_ago=timedelta(hours=1))
+    d.swap_boot("vm", "foreign")
+
+
 def retag_vm(d: Driver, ledger: Ledger) -> None:
     d.label("vm", **{DEFAULT_TAG_KEY: ledger.gone_ref()})
 
@@ -228,14 +237,21 @@ VM = frozenset({"vm", "vm.boot"})
 VM_DATA = VM | {"vm.data"}
 LEFT_IN_PLACE = ("orphan", "owner_deleted", "reported")  # an orphan its delete left in place
 DELETED = ("orphan", "owner_deleted", "deleted")
-#: The honest row of the forged ones: an orphan VM with its data disk and ``precious``, someone
-#: else's protected disk, attached with auto-delete (it blocks the VM's delete).
+#: The honest rows of the forged ones: an orphan VM with its data disk and ``precious``, someone
+#: else's protected disk, attached with auto-delete (it blocks the VM's delete); the same VM
+#: whose boot device someone swapped (the old one, detached, is a leftover of its own and
+#: goes; the swapped-in one blocks the VM).
 PRECIOUS_HONEST = Scenario(
     "precious_honest", precious_attached,
     verdicts={"vm": LEFT_IN_PLACE}, outcome="unsettled", survivors=VM_DATA | {"precious"},
     left=VM_DATA | {"precious"},
     reasons={"vm": "blast_protected", "precious": "blast_protected", "vm.boot": "owner_skipped",
              "vm.data": "owner_skipped"})
+BOOT_SWAPPED_HONEST = Scenario(
+    "boot_swapped", boot_swapped,
+    verdicts={"vm": LEFT_IN_PLACE, "vm.boot": DELETED}, outcome="unsettled", survivors=frozenset({"vm", "foreign"}),
+    journal=journaled_ok("delete-disk", "vm.boot"), deleted=frozenset({"vm.boot"}), left=frozenset({"vm", "foreign"}),
+    reasons={"vm": "blast_foreign", "foreign": "blast_foreign"})
 #: Skipped as a whole by the deleter's own read of the VM's creation time (``cycle.deleter``).
 CREATED_AT_CHANGED: dict[str, Any] = {"left": frozenset({"vm:*"}),
                                       "reasons": {"vm:*": "owner_changed:created_at_changed"}}
@@ -326,6 +342,10 @@ SCENARIOS = [
                                               "vm.boot": "owner_skipped", "vm.data": "owner_skipped"}),
     forged(ALL, **CREATED_AT_CHANGED),
     forged(ALL_BUT_VM_CREATED_AT),
+    # a boot device swapped on a stopped VM; forged, the batch makes the old one look the
+    # VM's own, attached, and the VM look deletable
+    BOOT_SWAPPED_HONEST,
+    forged(ALL_BUT_VM_CREATED_AT, BOOT_SWAPPED_HONEST, victim="foreign", name="forged_boot_swapped"),
 ]
 
 
