@@ -114,7 +114,8 @@ class Scenario:
     deleted (gone already included); ``left``: the roles its results name as left alone,
     and ``reasons``: the reason of those whose reason both clouds must give; ``failures``:
     region index -> a word its failure's error must contain; ``forge``: the field every
-    listing batch is forged in on its way to the classifier (``forgery.py``)."""
+    listing batch is forged in on its way to the classifier (``forgery.py``); ``margin``:
+    the cycle's margin in seconds (STEP 5; 0: the clouds stamp creation times now)."""
 
     name: str
     setup: Setup
@@ -129,6 +130,8 @@ class Scenario:
     between: Between | None = None
     clouds: tuple[str, ...] = ("aws", "gcp")
     forge: Forgery | None = None
+    margin: int = 0
+    xfail: str | None = None  # a product bug: the row shows what must happen, and does not yet (strict)
 
 
 # --- the setups, cloud-neutral ------------------------------------------------------------------------------
@@ -188,6 +191,14 @@ def boot_swapped(d: Driver, ledger: Ledger) -> None:
     device, auto-delete; the old one stays, detached."""
     d.vm("vm", ledger.gone_ref(), launched_ago=timedelta(hours=1))
     d.swap_boot("vm", "foreign")
+
+
+def fresh_member(d: Driver, ledger: Ledger) -> None:
+    """An orphan VM launched an hour ago (its boot device with it) and a data disk of its ref
+    made and attached now: within a ten-minute margin (rule 2)."""
+    ref = ledger.gone_ref()
+    d.vm("vm", ref, launched_ago=timedelta(hours=1))
+    d.disk("vm.data", attach_to="vm", labels={DEFAULT_TAG_KEY: ref}, auto_delete=False)
 
 
 def retag_vm(d: Driver, ledger: Ledger) -> None:
@@ -252,6 +263,9 @@ BOOT_SWAPPED_HONEST = Scenario(
     verdicts={"vm": LEFT_IN_PLACE, "vm.boot": DELETED}, outcome="unsettled", survivors=frozenset({"vm", "foreign"}),
     journal=journaled_ok("delete-disk", "vm.boot"), deleted=frozenset({"vm.boot"}), left=frozenset({"vm", "foreign"}),
     reasons={"vm": "blast_foreign", "foreign": "blast_foreign"})
+FRESH_MEMBER_HONEST = Scenario(
+    "fresh_member", fresh_member, margin=600,
+    verdicts={"vm": ("skipped", "recent_resource", "none")}, outcome="unsettled", survivors=VM_DATA)
 #: Skipped as a whole by the deleter's own read of the VM's creation time (``cycle.deleter``).
 CREATED_AT_CHANGED: dict[str, Any] = {"left": frozenset({"vm:*"}),
                                       "reasons": {"vm:*": "owner_changed:created_at_changed"}}
@@ -340,6 +354,15 @@ SCENARIOS = [
            verdicts={"vm": ("protected", "managed_by_controller", "reported")}, outcome="clean",
            left=VM_DATA | {"vm:*"}, reasons={"vm": "managed_by_controller", "vm:*": "managed_by_controller",
                                               "vm.boot": "owner_skipped", "vm.data": "owner_skipped"}),
+    # the members aged past the margin (the VM's own time kept, which the deleter checks):
+    # the margin is judged again on the times the deleter reads (rules 2, 21)
+    FRESH_MEMBER_HONEST,
+    forged("created_at_members", FRESH_MEMBER_HONEST, name="forged_created_at_fresh_member",
+           verdicts={"vm": LEFT_IN_PLACE}, left=frozenset({"vm:*"}), reasons={"vm:*": "owner_changed:recent_resource"},
+           xfail="product bug, both clouds alike: the deleter re-checks the margin (cycle/deleter.py _owner_changed,"
+                 " _on_provider_time) on the listed creation times of every member but the VM, whose time alone it"
+                 " re-reads: a batch that ages the members gets a data disk made within the margin deleted, with"
+                 " the VM (today: orphan/deleted, outcome clean, nothing survives; rules 2 and 21)"),
     forged(ALL, **CREATED_AT_CHANGED),
     forged(ALL_BUT_VM_CREATED_AT),
     # a boot device swapped on a stopped VM; forged, the batch makes the old one look the
@@ -353,7 +376,8 @@ def cases() -> list[Any]:
     out = []
     for s in SCENARIOS:
         for cloud in s.clouds:  # a row of one cloud only (a spot request) is not run on the other
-            out.append(pytest.param(s, cloud, id=f"{s.name}-{cloud}"))
+            marks = [pytest.mark.xfail(strict=True, raises=AssertionError, reason=s.xfail)] if s.xfail else []
+            out.append(pytest.param(s, cloud, id=f"{s.name}-{cloud}", marks=marks))
     return out
 
 
@@ -417,6 +441,7 @@ def test_provider_contract(scenario: Scenario, cloud: str, driver: Driver) -> No
     driver.add_backend()
     scenario.setup(driver, ledger)
     ledger.age()
+    driver.margin_seconds = scenario.margin
     made = set(driver.things)
 
     def between(plan: Plan) -> bool:
