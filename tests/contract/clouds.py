@@ -18,12 +18,18 @@ from __future__ import annotations
 import functools
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
+from unittest import mock
 from urllib.parse import parse_qs
 
 import boto3
+import moto.ec2.models.elastic_block_store as moto_ebs
+import moto.ec2.models.instances as moto_instances
+from moto.core.utils import utcnow as moto_utcnow
 
 from orphan_cleanup.core.backends import DEFAULT_PROTECT_KEY, DEFAULT_TAG_KEY, Backend
 from orphan_cleanup.core.settings import Settings
@@ -37,6 +43,7 @@ from orphan_cleanup.providers.ratelimit import process_limits, settings_budgets
 from orphan_cleanup.queues.memory import InProcessQueue
 from tests.support.aws_proxy import THROTTLED_BODY, AwsProxy, Rule
 from tests.support.gcp_fake import FakeCompute
+from tests.support.gcp_fake_wire import project_number
 from tests.support.ledger_helpers import add_backend
 
 BACKEND = "contract"
@@ -63,12 +70,12 @@ ACTIONS: Mapping[str, str] = {
 assert set(MUTATING.values()) <= set(ACTIONS), "a mutating EC2 call the suite cannot name"
 
 
-def settings(**values: Any) -> Settings:
-    """The settings of every contract cycle: margin 0 (the clouds stamp creation times now,
-    the ledger is backdated), short read timeouts (a call throttled past its retries gives
-    up in seconds), budgets high enough that no test waits for a token."""
+def settings(margin_seconds: int = 0, **values: Any) -> Settings:
+    """The settings of every contract cycle: margin 0 unless a row says otherwise (the clouds
+    stamp creation times now, the ledger is backdated), short read timeouts (a call throttled
+    past its retries gives up in seconds), budgets high enough that no test waits for a token."""
     fast = {f"{c}_{k}": 200.0 for c in ("describe", "mutate", "terminate") for k in ("rate", "burst")}
-    return Settings.explicit(margin_seconds=0, provider_read_timeout=3.0, provider_connect_timeout=3.0,
+    return Settings.explicit(margin_seconds=margin_seconds, provider_read_timeout=3.0, provider_connect_timeout=3.0,
                              **fast, **values)
 
 
@@ -96,6 +103,8 @@ class Driver(ABC):
     def __init__(self, db: Database) -> None:
         self.db = db
         self.things: dict[str, Thing] = {}
+        #: The cycle's margin (STEP 5, rule 2): 0 unless a row sets it before its cycle.
+        self.margin_seconds = 0
 
     # --- the backend and the pipeline -------------------------------------------------
 
@@ -110,10 +119,12 @@ class Driver(ABC):
         return add_backend(self.db, BACKEND, provider=self.cloud, account=self.account, regions=self.regions,
                            mode="delete")
 
-    def pipeline(self) -> Pipeline:
+    def pipeline(self, listing_queue: InProcessQueue | None = None) -> Pipeline:
         """The CLI's pipeline (``bootstrap.build_pipeline``: the real provider factory and
-        adapters), with in-process queues, on this test's database."""
-        return bootstrap.build_pipeline(self.settings(), db=self.db, listing_queue=InProcessQueue(),
+        adapters), with in-process queues, on this test's database; ``listing_queue``: the
+        listing queue to use instead of a plain one (one that forges what it carries)."""
+        return bootstrap.build_pipeline(self.settings(), db=self.db,
+                                        listing_queue=listing_queue if listing_queue is not None else InProcessQueue(),
                                         delete_queue=InProcessQueue(), provider_for=self.provider_for())
 
     def provider_for(self) -> ProviderFactory | None:
@@ -123,10 +134,11 @@ class Driver(ABC):
     # --- making things ---------------------------------------------------------------------
 
     @abstractmethod
-    def vm(self, role: str, ref: str, *, region: str | None = None) -> str:
+    def vm(self, role: str, ref: str, *, region: str | None = None, launched_ago: timedelta | None = None) -> str:
         """An instance carrying ``ref`` with its boot disk / root volume (role ``ROLE.boot``),
         carrying ``ref`` too and deleted with the instance (autoDelete / DeleteOnTermination),
-        as the platform creates them. Returns the instance's id."""
+        as the platform creates them; ``launched_ago``: both made that long ago, as the cloud
+        dates them (default: now). Returns the instance's id."""
 
     @abstractmethod
     def disk(self, role: str, *, attach_to: str, labels: Mapping[str, str], auto_delete: bool) -> str:
@@ -142,6 +154,30 @@ class Driver(ABC):
     def mangled(self, instance_id: str) -> str:
         """What a platform that mangles ids would record for this instance id: no instance's id."""
 
+    # --- what a forged listing names (``forgery.py``) -----------------------------------------
+
+    #: The details key of a resource's zone (GCP lists ``zone``, EC2 ``AvailabilityZone``).
+    zone_key: str
+    #: Another zone of the backend's first region than the one where things go.
+    other_zone: str
+    #: The details key of a disk's / volume's size (GCP ``size_gb``, EC2 ``Size``).
+    size_key: str
+    #: The details key of the provider's own word for a state (GCP ``status``, EC2 ``state``).
+    raw_state_key: str
+
+    @abstractmethod
+    def link(self, role: str) -> str:
+        """A link naming the thing: its GCP self link; on AWS (which lists none) its ARN."""
+
+    def name(self, role: str) -> str:
+        """The thing's name: its GCP name; on AWS (no names) its id."""
+        thing = self.things[role]
+        return thing.name or thing.id
+
+    @abstractmethod
+    def device(self, role: str) -> str:
+        """The device name a disk / volume is attached at, as its instance shows it."""
+
     # --- changing them behind the product's back ---------------------------------------------
 
     @abstractmethod
@@ -151,6 +187,17 @@ class Driver(ABC):
     @abstractmethod
     def vanish(self, role: str) -> None:
         """A disk / volume detached and deleted out of band."""
+
+    @abstractmethod
+    def manage(self, role: str) -> None:
+        """The instance becomes one a controller would re-create (an EKS node group's tag, a
+        managed instance group's ``created-by``), as the listing and the deleter read it."""
+
+    @abstractmethod
+    def swap_boot(self, role: str, new_role: str) -> str:
+        """Someone stops the instance ``role``, detaches its boot disk / root volume (it stays,
+        with its labels) and attaches an unlabelled disk / volume of their own, made now (role
+        ``new_role``), at its boot / root device, deleted with the instance. Returns its id."""
 
     @abstractmethod
     def throttle(self, region: str) -> None:
@@ -204,6 +251,19 @@ _WIRE_TARGET = {  # the request parameter naming the target, per mutating EC2 ac
 }
 
 
+@contextmanager
+def moto_clock_behind(by: timedelta) -> Iterator[None]:
+    """While the block runs, moto's EC2 (in this process) stamps launch, create and attach
+    times ``by`` earlier: ``utcnow`` as ``moto.ec2.models.instances`` and
+    ``moto.ec2.models.elastic_block_store`` imported it, where those stamps are taken. The
+    times are then moto's own, the same in every reply."""
+    def earlier() -> datetime:
+        return moto_utcnow() - by
+
+    with mock.patch.object(moto_instances, "utcnow", earlier), mock.patch.object(moto_ebs, "utcnow", earlier):
+        yield
+
+
 @functools.cache
 def _test_client(moto_url: str, region: str) -> Any:
     """The test's own EC2 client of a region (kept for the session: a client costs a model load)."""
@@ -230,6 +290,7 @@ class AwsDriver(Driver):
     cloud = "aws"
     regions = ("us-east-1", "eu-west-1")
     region_throttled = "ProviderThrottled"
+    zone_key, other_zone, size_key, raw_state_key = "AvailabilityZone", "us-east-1b", "Size", "state"
 
     def __init__(self, db: Database, moto_url: str, proxy: RecordingProxy) -> None:
         super().__init__(db)
@@ -245,7 +306,7 @@ class AwsDriver(Driver):
         return "123456789012"
 
     def settings(self) -> Settings:
-        return settings(aws_endpoint_url=self.proxy.url)
+        return settings(self.margin_seconds, aws_endpoint_url=self.proxy.url)
 
     def provider_for(self) -> ProviderFactory | None:
         """The composition root's, except once a row throttles: then the same adapter
@@ -268,16 +329,17 @@ class AwsDriver(Driver):
         thing = self.things.get(role_or_region)
         return self._ec2[thing.region if thing else role_or_region]
 
-    def vm(self, role: str, ref: str, *, region: str | None = None) -> str:
+    def vm(self, role: str, ref: str, *, region: str | None = None, launched_ago: timedelta | None = None) -> str:
         # The instance and its root volume carry the ref; its primary interface does not: moto
         # attaches it with DeleteOnTermination false and keeps it after the instance (EC2 deletes
         # it with the instance), so a ref-tagged one would be an AWS-only member that the deleter
         # detaches and deletes in a pass of its own. GCP has no interface resource to compare.
         region = region or self.regions[0]
         tags = [{"Key": DEFAULT_TAG_KEY, "Value": ref}]
-        [inst] = self._ec2[region].run_instances(
-            ImageId=AMI, MinCount=1, MaxCount=1, InstanceType="t3.micro",
-            TagSpecifications=[{"ResourceType": t, "Tags": tags} for t in ("instance", "volume")])["Instances"]
+        with moto_clock_behind(launched_ago or timedelta(0)):
+            [inst] = self._ec2[region].run_instances(
+                ImageId=AMI, MinCount=1, MaxCount=1, InstanceType="t3.micro",
+                TagSpecifications=[{"ResourceType": t, "Tags": tags} for t in ("instance", "volume")])["Instances"]
         return self._launched(role, inst, region)
 
     def _launched(self, role: str, inst: Mapping[str, Any], region: str) -> str:
@@ -326,6 +388,20 @@ class AwsDriver(Driver):
     def mangled(self, instance_id: str) -> str:
         return "i-" + "0" * 17
 
+    def link(self, role: str) -> str:
+        thing = self.things[role]
+        kind = {"instance": "instance", "disk": "volume", "spot-request": "spot-instances-request"}[thing.kind]
+        return f"arn:aws:ec2:{thing.region}:{self.account}:{kind}/{thing.id}"
+
+    def _instance(self, role: str) -> dict[str, Any]:
+        [inst] = self.ec2(role).describe_instances(InstanceIds=[self.things[role].id])["Reservations"][0]["Instances"]
+        return dict(inst)
+
+    def device(self, role: str) -> str:
+        [volume] = self.ec2(role).describe_volumes(VolumeIds=[self.things[role].id])["Volumes"]
+        [attachment] = volume["Attachments"]
+        return str(attachment["Device"])
+
     def label(self, role: str, **changes: str | None) -> None:
         thing, ec2 = self.things[role], self.ec2(role)
         put = [{"Key": k, "Value": v} for k, v in changes.items() if v is not None]
@@ -341,6 +417,24 @@ class AwsDriver(Driver):
         for attachment in volume["Attachments"]:  # detached first, as EC2 requires, then deleted
             ec2.detach_volume(VolumeId=thing.id, InstanceId=attachment["InstanceId"])
         ec2.delete_volume(VolumeId=thing.id)
+
+    def manage(self, role: str) -> None:
+        self.label(role, **{"eks:nodegroup-name": "workers"})
+
+    def swap_boot(self, role: str, new_role: str) -> str:
+        # As EC2 allows it: the instance stopped, its root volume detached, another volume
+        # attached at RootDeviceName, then DeleteOnTermination turned on for that device.
+        owner, ec2 = self.things[role], self.ec2(role)
+        ec2.stop_instances(InstanceIds=[owner.id])
+        inst = self._instance(role)
+        root = inst["RootDeviceName"]
+        [old] = [b["Ebs"]["VolumeId"] for b in inst["BlockDeviceMappings"] if b["DeviceName"] == root]
+        ec2.detach_volume(VolumeId=old, InstanceId=owner.id)
+        new = ec2.create_volume(AvailabilityZone=inst["Placement"]["AvailabilityZone"], Size=8)["VolumeId"]
+        ec2.attach_volume(VolumeId=new, InstanceId=owner.id, Device=root)
+        ec2.modify_instance_attribute(InstanceId=owner.id, BlockDeviceMappings=[
+            {"DeviceName": root, "Ebs": {"DeleteOnTermination": True, "VolumeId": new}}])
+        return self._keep(Thing(new_role, "disk", new, owner.region))
 
     def throttle(self, region: str) -> None:
         # Every request signed for that region gets EC2's RequestLimitExceeded (HTTP 503).
@@ -391,6 +485,7 @@ class GcpDriver(Driver):
     regions = ("us-central1", "europe-west1")
     region_throttled = "UNREACHABLE"
     ZONES = {"us-central1": "us-central1-a", "europe-west1": "europe-west1-b"}
+    zone_key, other_zone, size_key, raw_state_key = "zone", "us-central1-b", "size_gb", "status"
 
     def __init__(self, db: Database, fake: FakeCompute) -> None:
         super().__init__(db)
@@ -401,18 +496,19 @@ class GcpDriver(Driver):
         return self.fake.project
 
     def settings(self) -> Settings:
-        return settings(gcp_endpoint=self.fake.url)
+        return settings(self.margin_seconds, gcp_endpoint=self.fake.url)
 
     @staticmethod
     def _name(role: str) -> str:
         return re.sub(r"[^a-z0-9-]", "-", role.lower())
 
-    def vm(self, role: str, ref: str, *, region: str | None = None) -> str:
+    def vm(self, role: str, ref: str, *, region: str | None = None, launched_ago: timedelta | None = None) -> str:
         region = region or self.regions[0]
         zone, name = self.ZONES[region], self._name(role)
-        vm = self.fake.add_instance(name, zone=zone, labels={DEFAULT_TAG_KEY: ref})
+        created = datetime.now(UTC) - (launched_ago or timedelta(0))
+        vm = self.fake.add_instance(name, zone=zone, labels={DEFAULT_TAG_KEY: ref}, created=created)
         boot = self.fake.add_disk(f"{name}-boot", zone=zone, labels={DEFAULT_TAG_KEY: ref}, attached_to=name,
-                                  auto_delete=True, boot=True)
+                                  auto_delete=True, boot=True, created=created)
         self._keep(Thing(f"{role}.boot", "disk", boot["id"], region, boot["name"], zone))
         return self._keep(Thing(role, "instance", vm["id"], region, name, zone))
 
@@ -426,6 +522,36 @@ class GcpDriver(Driver):
         rounded = str(int(float(instance_id)))  # the id through a float64 and back (a JSON number in JavaScript)
         assert rounded != instance_id, instance_id
         return rounded
+
+    def link(self, role: str) -> str:
+        thing = self.things[role]
+        body = self.fake.get(self._collection(thing), thing.location, thing.name)
+        assert body is not None, role
+        return str(body["selfLink"])
+
+    def device(self, role: str) -> str:
+        thing = self.things[role]
+        link = self.link(role)
+        for other in self.things.values():
+            body = self.fake.get("instances", other.location, other.name) if other.kind == "instance" else None
+            for attached in (body or {}).get("disks", []):
+                if attached.get("source") == link:
+                    return str(attached["deviceName"])
+        raise AssertionError(f"{thing.role} is attached to no instance")
+
+    def manage(self, role: str) -> None:
+        thing = self.things[role]
+        group = f"projects/{project_number(self.fake.project)}/zones/{thing.location}/instanceGroupManagers/workers"
+        self.fake.set_field("instances", thing.location, thing.name, "metadata", {
+            "kind": "compute#metadata", "fingerprint": "contract", "items": [{"key": "created-by", "value": group}]})
+
+    def swap_boot(self, role: str, new_role: str) -> str:
+        # As Compute Engine allows it: only on a stopped instance (the fake refuses it otherwise).
+        owner = self.things[role]
+        self.fake.set_status("instances", owner.location, owner.name, "TERMINATED")
+        new = self.fake.add_disk(self._name(new_role), zone=owner.location)
+        self.fake.swap_boot_disk(owner.name, new["name"], zone=owner.location, auto_delete=True)
+        return self._keep(Thing(new_role, "disk", new["id"], owner.region, new["name"], owner.location))
 
     def _collection(self, thing: Thing) -> str:
         return {"instance": "instances", "disk": "disks"}[thing.kind]
