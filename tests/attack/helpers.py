@@ -68,3 +68,22 @@ def spec(resource_type: str, values: dict[str, str]) -> list[dict[str, Any]]:
 
 def groups_of(provider: Any, ref: str = REF) -> list[ResourceGroup]:
     return [g for g in collect(provider).groups if g.provider_ref == ref]
+
+
+def on_gcp_request(monkeypatch: Any, gcp: Any, method: str, path_contains: str, action: Any, *,
+                   query_contains: str = "", times: int = 1) -> list[int]:
+    """Run ``action()`` (under the fake's lock, before it answers) when a request of ``method``
+    whose path contains ``path_contains`` (and whose query contains ``query_contains``) arrives,
+    ``times`` times: something changes in the cloud between two of the deleter's calls.
+    Returns a one-item list counting how often it fired."""
+    fired = [0]
+    original = gcp.dispatch
+
+    def dispatch(m: str, path: str, query: dict[str, str], body: bytes = b"") -> Any:
+        if m == method and path_contains in path and query_contains in str(query) and fired[0] < times:
+            fired[0] += 1
+            action()
+        return original(m, path, query, body)
+
+    monkeypatch.setattr(gcp, "dispatch", dispatch)
+    return fired
