@@ -79,3 +79,30 @@ def test_gcp_auto_delete_disk_reading_not_found_blocks_the_delete(gcp: FakeCompu
 
     blast = [i["blast"] for i in journal.intents if i["call"] == "compute.instances.delete"]
     assert gcp.get("disks", ZONE, "team-b-data") is not None, f"protected disk went with the VM; blast {blast}"
+
+
+@pytest.mark.usefixtures("moto_reset")
+@pytest.mark.xfail(strict=True, reason="F4b/AWS: a protected member whose re-read answers NotFound is taken for gone,"
+                                       " so its protect tag does not protect the group and the instance is terminated")
+def test_aws_protected_member_reading_not_found_still_protects_the_group(moto_reset: str) -> None:
+    client = ec2(moto_reset)
+    iid = client.run_instances(ImageId="ami-12345678", MinCount=1, MaxCount=1, InstanceType="t3.micro",
+                               Placement={"AvailabilityZone": f"{EAST}a"},
+                               TagSpecifications=spec("instance", {"provider_ref": REF}))["Instances"][0]["InstanceId"]
+    data = client.create_volume(AvailabilityZone=f"{EAST}a", Size=1,
+                                TagSpecifications=spec("volume", {"provider_ref": REF}))["VolumeId"]
+    client.attach_volume(VolumeId=data, InstanceId=iid, Device="/dev/sdf")
+    with AwsProxy(moto_reset) as proxy:
+        provider = aws_provider(proxy.url)
+        [group] = [g for g in groups_of(provider) if g.primary_id == iid]
+        assert data in group.resource_ids()
+        # after the listing, the data volume is protected (rule 12: that protects the whole group) ...
+        client.create_tags(Resources=[data], Tags=[{"Key": PROTECT, "Value": "keep"}])
+        # ... and its re-read before the owner's delete meets one eventual-consistency NotFound
+        proxy.add_rule(Rule("DescribeVolumes", match=lambda body: data.encode() in body, times=1,
+                            reply=(400, [("Content-Type", "text/xml")], NOT_FOUND.format(v=data).encode())))
+        journal = RecordingJournal()
+        provider.delete_resource_group(group, journal)
+
+    state = client.describe_instances(InstanceIds=[iid])["Reservations"][0]["Instances"][0]["State"]["Name"]
+    assert ("ec2:TerminateInstances", iid) not in journal.calls(), f"terminated a protected group's VM ({state})"
