@@ -30,8 +30,8 @@ def test_volume_attached_with_delete_on_termination_after_the_read_is_not_taken(
     data = client.create_volume(AvailabilityZone=f"{EAST}a", Size=1,
                                 TagSpecifications=spec("volume", {"provider_ref": REF}))["VolumeId"]
     client.attach_volume(VolumeId=data, InstanceId=iid, Device="/dev/sdf")
-    foreign = client.create_volume(AvailabilityZone=f"{EAST}a", Size=1,
-                                   TagSpecifications=spec("volume", {"provider_ref": OTHER, PROTECT: "yes"}))["VolumeId"]
+    foreign_tags = spec("volume", {"provider_ref": OTHER, PROTECT: "yes"})
+    foreign = client.create_volume(AvailabilityZone=f"{EAST}a", Size=1, TagSpecifications=foreign_tags)["VolumeId"]
     session = boto3.Session()
     done = []
 

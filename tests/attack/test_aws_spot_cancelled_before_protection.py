@@ -58,5 +58,6 @@ def test_protected_spot_instance_keeps_its_persistent_request(moto_reset: str) -
     left = client.describe_spot_instance_requests(
         Filters=[{"Name": "spot-instance-request-id", "Values": [rid]}])["SpotInstanceRequests"]
     assert ("ec2:CancelSpotInstanceRequests", rid) not in journal.calls(), \
-        f"request {rid} of a protected instance was cancelled (left: {left}); result.cancelled={result.cancelled_requests}"
+        f"request {rid} of a protected instance was cancelled (left: {left});" \
+        f" result.cancelled={result.cancelled_requests}"
     assert left and left[0]["State"] != "cancelled"

@@ -44,8 +44,8 @@ def test_aws_doomed_volume_reading_not_found_blocks_the_terminate(moto_reset: st
         Placement={"AvailabilityZone": f"{EAST}a"},
         BlockDeviceMappings=[{"DeviceName": "/dev/sda1", "Ebs": {"VolumeSize": 8, "DeleteOnTermination": False}}],
         TagSpecifications=spec("instance", {"provider_ref": REF}))["Instances"][0]["InstanceId"]
-    foreign = client.create_volume(AvailabilityZone=f"{EAST}a", Size=1,
-                                   TagSpecifications=spec("volume", {"provider_ref": OTHER, PROTECT: "yes"}))["VolumeId"]
+    foreign_tags = spec("volume", {"provider_ref": OTHER, PROTECT: "yes"})
+    foreign = client.create_volume(AvailabilityZone=f"{EAST}a", Size=1, TagSpecifications=foreign_tags)["VolumeId"]
     client.attach_volume(VolumeId=foreign, InstanceId=iid, Device="/dev/sdg")
     client.modify_instance_attribute(InstanceId=iid, BlockDeviceMappings=[
         {"DeviceName": "/dev/sdg", "Ebs": {"DeleteOnTermination": True}}])
