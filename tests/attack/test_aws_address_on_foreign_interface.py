@@ -18,8 +18,6 @@ from tests.attack.helpers import EAST, REF, RecordingJournal, aws_provider, ec2,
 pytestmark = pytest.mark.usefixtures("moto_reset")
 
 
-@pytest.mark.xfail(strict=True, reason="F1: the deleter disassociates an orphan's EIP from a live interface outside"
-                                       " the group (no instance attached) and releases it, instead of in_use")
 def test_eip_associated_with_a_foreign_detached_interface_is_left_in_use(moto_reset: str) -> None:
     client = ec2(moto_reset)
     vpc = client.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]

@@ -19,8 +19,6 @@ from tests.attack.helpers import EAST, OTHER, PROTECT, REF, RecordingJournal, aw
 pytestmark = pytest.mark.usefixtures("moto_reset")
 
 
-@pytest.mark.xfail(strict=True, reason="F3/AWS: a protected volume of another ref attached with DeleteOnTermination"
-                                       " after the instance's read is terminated along with it, unjournaled")
 def test_volume_attached_with_delete_on_termination_after_the_read_is_not_taken(moto_reset: str) -> None:
     client = ec2(moto_reset)
     inst = client.run_instances(ImageId="ami-12345678", MinCount=1, MaxCount=1, InstanceType="t3.micro",

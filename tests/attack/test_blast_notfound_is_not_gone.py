@@ -35,8 +35,6 @@ NOT_FOUND = ("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Response><Errors><Err
 
 
 @pytest.mark.usefixtures("moto_reset")
-@pytest.mark.xfail(strict=True, reason="F4/AWS: a DeleteOnTermination volume the instance names but that reads"
-                                       " NotFound is dropped from the blast and terminated along, unjudged")
 def test_aws_doomed_volume_reading_not_found_blocks_the_terminate(moto_reset: str) -> None:
     client = ec2(moto_reset)
     iid = client.run_instances(
@@ -64,8 +62,6 @@ def test_aws_doomed_volume_reading_not_found_blocks_the_terminate(moto_reset: st
     assert left, f"protected volume {foreign} of {OTHER} went with {iid} unjudged; journaled blast {blast}"
 
 
-@pytest.mark.xfail(strict=True, reason="F4/GCP: an autoDelete disk the VM names but whose get answers 404 is dropped"
-                                       " from the blast and deleted with the VM, unjudged")
 def test_gcp_auto_delete_disk_reading_not_found_blocks_the_delete(gcp: FakeCompute) -> None:
     gcp.add_instance("vm", zone=ZONE, labels={"provider_ref": REF})
     gcp.add_disk("team-b-data", zone=ZONE, labels={"provider_ref": OTHER, PROTECT: "yes"}, attached_to="vm",
@@ -82,8 +78,6 @@ def test_gcp_auto_delete_disk_reading_not_found_blocks_the_delete(gcp: FakeCompu
 
 
 @pytest.mark.usefixtures("moto_reset")
-@pytest.mark.xfail(strict=True, reason="F4b/AWS: a protected member whose re-read answers NotFound is taken for gone,"
-                                       " so its protect tag does not protect the group and the instance is terminated")
 def test_aws_protected_member_reading_not_found_still_protects_the_group(moto_reset: str) -> None:
     client = ec2(moto_reset)
     iid = client.run_instances(ImageId="ami-12345678", MinCount=1, MaxCount=1, InstanceType="t3.micro",

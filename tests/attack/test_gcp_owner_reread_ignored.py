@@ -15,8 +15,6 @@ The fix is cheap: judge the ``now`` of that last get (labels, protections, the s
 
 from __future__ import annotations
 
-import pytest
-
 from tests.attack.helpers import OTHER, PROTECT, REF, ZONE, RecordingJournal, gcp_provider, groups_of, on_gcp_request
 from tests.support.gcp_fake import FakeCompute
 
@@ -27,8 +25,6 @@ def orphan_vm_with_data_disk(gcp: FakeCompute) -> None:
     gcp.add_disk("vm-data", zone=ZONE, labels={"provider_ref": REF}, attached_to="vm", auto_delete=False)
 
 
-@pytest.mark.xfail(strict=True, reason="F3a/GCP: a protect label on the VM, visible in the read right before"
-                                       " instances.delete, does not stop the delete")
 def test_protect_label_seen_by_the_last_read_stops_the_delete(gcp: FakeCompute, monkeypatch) -> None:
     orphan_vm_with_data_disk(gcp)
     provider = gcp_provider(gcp)
@@ -47,8 +43,6 @@ def test_protect_label_seen_by_the_last_read_stops_the_delete(gcp: FakeCompute, 
     assert gcp.get("instances", ZONE, "vm") is not None
 
 
-@pytest.mark.xfail(strict=True, reason="F3b/GCP: a foreign protected disk attached with autoDelete after the VM's"
-                                       " first read is deleted with the VM and the journal intent does not name it")
 def test_foreign_disk_attached_with_auto_delete_before_the_call_is_not_deleted(gcp: FakeCompute, monkeypatch) -> None:
     orphan_vm_with_data_disk(gcp)
     foreign = gcp.add_disk("team-b-data", zone=ZONE, labels={"provider_ref": OTHER, PROTECT: "yes"})

@@ -23,8 +23,6 @@ from tests.support.aws_proxy import AwsProxy, Rule
 from tests.support.gcp_fake import FakeCompute
 
 
-@pytest.mark.xfail(strict=True, reason="F7: a VM whose delete GCP refuses as in use is recorded as 'deleting: owner"
-                                       " termination confirmed', every cycle, never in_use")
 def test_gcp_vm_in_use_by_something_outside_is_in_use_not_deleting(gcp: FakeCompute) -> None:
     gcp.add_instance("vm", zone=ZONE, labels={"provider_ref": REF})
     gcp.add_disk("vm-data", zone=ZONE, labels={"provider_ref": REF}, attached_to="vm")
@@ -41,8 +39,6 @@ def test_gcp_vm_in_use_by_something_outside_is_in_use_not_deleting(gcp: FakeComp
 
 
 @pytest.mark.usefixtures("moto_reset")
-@pytest.mark.xfail(strict=True, reason="F8: one NotFound for a running orphan instance makes the deletion report it"
-                                       " deleted without any TerminateInstances call")
 def test_aws_not_found_for_a_running_orphan_is_not_a_deletion(moto_reset: str) -> None:
     client = ec2(moto_reset)
     iid = client.run_instances(ImageId="ami-12345678", MinCount=1, MaxCount=1, InstanceType="t3.micro",

@@ -30,8 +30,6 @@ from tests.attack.helpers import (
 from tests.support.gcp_fake import FakeCompute
 
 
-@pytest.mark.xfail(strict=True, reason="F2/GCP: a protect label added to a disk while its snapshot operation runs"
-                                       " does not stop the disk's delete (no re-read after the wait)")
 def test_gcp_protect_label_added_during_the_snapshot_keeps_the_disk(gcp: FakeCompute) -> None:
     disk = gcp.add_disk("lost-data", zone=ZONE, labels={"provider_ref": REF})
     provider = gcp_provider(gcp, snapshot_before_delete=True)
@@ -50,8 +48,6 @@ def test_gcp_protect_label_added_during_the_snapshot_keeps_the_disk(gcp: FakeCom
 
 
 @pytest.mark.usefixtures("moto_reset")
-@pytest.mark.xfail(strict=True, reason="F2/AWS: a protect tag added to a volume while CreateSnapshot runs does not"
-                                       " stop DeleteVolume (no re-read after the snapshot step)")
 def test_aws_protect_tag_added_during_the_snapshot_keeps_the_volume(moto_reset: str) -> None:
     client = ec2(moto_reset)
     vol = client.create_volume(AvailabilityZone=f"{EAST}a", Size=1,

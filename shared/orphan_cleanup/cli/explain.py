@@ -53,6 +53,9 @@ _SKIPPED = {"protected": "carries the protect tag now", "ref_changed": "carries 
             "snapshot_retained": "is a snapshot its retention keeps (retain_snapshots_days unset, or not that old)",
             "in_use": "something outside its group uses it (an instance, an image): left, the group not done",
             "replaced": "its name named another resource right before the delete call: not deleted",
+            "changed_since_read": "changed between the deletion's reads and its call: left for the next cycle",
+            "protection_unreadable": "its termination protection cannot be read and a spot request would have to be"
+                                     " cancelled first: left alone",
             "spot_request_ref_missing": "its spot request carries no ref tag: not cancelled",
             "spot_request_protected": "its spot request carries a protect tag: not cancelled",
             "spot_request_ref_changed": "its spot request carries another ref: not cancelled"}

@@ -16,7 +16,7 @@ from functools import cached_property, lru_cache
 
 from orphan_cleanup.core.backends import DEFAULT_TAG_KEY
 from orphan_cleanup.core.errors import BlastRadiusExceeded
-from orphan_cleanup.core.listing import ResourceGroup, ResourceKind
+from orphan_cleanup.core.listing import PROVIDER_KINDS, ResourceGroup, ResourceKind
 from orphan_cleanup.core.listing_rules import ListedInstances
 from orphan_cleanup.core.owners import OwnerStatus, Record
 from orphan_cleanup.core.verdicts import Action, Outcome, Verdict, VerdictKind
@@ -169,7 +169,7 @@ def _orphan_unless_recent(group: ResourceGroup, record: Record, ctx: ClassifyCon
     keys = ctx.protect_keys
     if any(not keys.isdisjoint(r.tags) for r in group.resources):
         return _v(VerdictKind.PROTECTED, "protect_tag")
-    problem = malformed(group, ctx.tag_key)
+    problem = malformed(group, ctx.tag_key, ctx.scope.partition(":")[0])
     if problem is not None:
         return _v(VerdictKind.SKIPPED, "malformed_group", f"listed group {group.key} is malformed: {problem}")
     return _v(VerdictKind.ORPHAN, reason)
@@ -199,12 +199,15 @@ def protection_of(group: ResourceGroup, record: Record, *, recheck: bool = False
     return None
 
 
-def malformed(group: ResourceGroup, tag_key: str) -> str | None:
-    """Why a listed group could not have come from an adapter, or None. A group
-    about to become an orphan must be one: fail closed (SAFETY.md rule 1).
+def malformed(group: ResourceGroup, tag_key: str, provider: str | None = None) -> str | None:
+    """Why a listed group could not have come from an adapter (of ``provider``), or None. A
+    group about to become an orphan must be one: fail closed (SAFETY.md rule 1).
     (Regions are not compared: a GCP instance's group holds its regional address.)"""
     if not group.resources:
         return "no resources"
+    kinds = PROVIDER_KINDS.get(provider or "")
+    if kinds is not None and (odd := sorted({r.kind.value for r in group.resources if r.kind not in kinds})):
+        return f"{', '.join(odd)}: no kind a {provider} listing produces"
     ids = group.resource_ids()
     if len(set(ids)) != len(ids):
         return "duplicate resource ids"

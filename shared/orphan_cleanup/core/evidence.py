@@ -147,7 +147,7 @@ def record_of(group: ResourceGroup, record: Record | None, ctx: ClassifyContext,
     if recent:
         ev["rr"] = recent
     if verdict.reason == "malformed_group":
-        ev["mg"] = malformed(group, ctx.tag_key)
+        ev["mg"] = malformed(group, ctx.tag_key, ctx.scope.partition(":")[0])
     return ev
 
 

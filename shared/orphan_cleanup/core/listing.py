@@ -42,6 +42,16 @@ class ResourceKind(StrEnum):
     SNAPSHOT = "snapshot"
 
 
+#: The kinds each provider's listing produces: a group naming another kind came from no
+#: listing of that provider (a forged message) and is malformed (SAFETY.md rules 1 and 12).
+PROVIDER_KINDS: dict[str, frozenset[ResourceKind]] = {
+    "aws": frozenset({ResourceKind.INSTANCE, ResourceKind.VOLUME, ResourceKind.NETWORK_INTERFACE,
+                      ResourceKind.SECURITY_GROUP, ResourceKind.ADDRESS, ResourceKind.SPOT_REQUEST,
+                      ResourceKind.SNAPSHOT}),
+    "gcp": frozenset({ResourceKind.INSTANCE, ResourceKind.DISK, ResourceKind.ADDRESS, ResourceKind.SNAPSHOT}),
+}
+
+
 class ResourceState(StrEnum):
     """Provider states folded into what the classifier and deleter need.
 

@@ -27,8 +27,8 @@ def region_anomaly(listed: int, clean: int | None, suspect: int | None, *, max_s
             f" (a shrink over {max_shrink:.0%}); the region counts as not listed until a listing agrees")
 
 
-#: What a deleter reads back from a resource's details: the name and the location it
-#: addresses a GCP resource by, and the source disk id of a snapshot.
+#: The details a reduced group keeps for the operator's views (a name, a place, links); the
+#: deleter reads none of them (SAFETY.md rule 21: it acts on ids alone).
 KEPT_DETAILS = ("name", "zone", "region", "global", "self_link", "source_disk_id")
 
 

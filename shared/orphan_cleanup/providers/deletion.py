@@ -120,9 +120,32 @@ class DeleteRefused(Exception):
         self.detail = detail
 
 
-class Replaced(ProviderError):
+class Blocked(ProviderError):
+    """The cloud's operations found that a resource must be left alone this time, for a fact
+    only they read (``reason``): nothing is called, the resource (an owner: its group) is
+    skipped and the cycle stays unsettled."""
+
+    reason = "blocked"
+
+    def __init__(self, message: str, *, reason: str | None = None, region: str | None = None) -> None:
+        super().__init__(message, region=region)
+        if reason is not None:
+            self.reason = reason
+
+
+class Replaced(Blocked):
     """The name a delete call addresses (GCP) names another resource than the one read by
-    id moments before: nothing is deleted, the target is left (``replaced``)."""
+    id moments before: nothing is deleted."""
+
+    reason = "replaced"
+
+
+class Changed(Blocked):
+    """The read right before a delete call shows the resource changed since it was judged
+    (its tags, a protection, what its delete would take along, its name): nothing is
+    deleted this time; the next cycle judges it anew."""
+
+    reason = "changed_since_read"
 
 
 #: How far from the owner's launch its own root volume, boot disk or primary interface may
@@ -267,21 +290,31 @@ class _Run:
         if isinstance(members, str):
             return self._skip_group(primary, members, others="group_protected" if members == "group_protected"
                                     else "owner_skipped")
-        self.attached = self.ops.uses(owner, list(members.values())) & member_ids | (self.known_attached & member_ids)
+        used = self.ops.uses(owner, list(members.values())) & member_ids
+        if vanished := sorted(used - set(members) - {primary.id}):  # the owner uses it, its read says gone: unread
+            self.skipped.extend(SkippedResource(kind=self.targets[i].kind, id=i, reason="unreadable") for i in vanished)
+            return self._skip_group(primary, "member_unreadable")
+        self.attached = used | (self.known_attached & member_ids)
         blast = self._blast(owner, members)
         if isinstance(blast, str):
             return self._skip_group(primary, blast)
-        replacement = self.ops.replaced_by(owner)
-        if replacement is not None:
-            reason = self._delete_first(replacement)
-            if reason is not None:
-                return self._skip_group(primary, reason)
         try:
-            after = self.ops.delete(owner, self.journal, blast)
+            replacement = self.ops.replaced_by(owner)
+            if replacement is not None:
+                reason = self._delete_first(replacement)
+                if reason is not None:
+                    return self._skip_group(primary, reason)
+            final = self._judged_again(owner, members, blast)
+            if isinstance(final, str):
+                return self._skip_group(primary, final)
+            after = self.ops.delete(final, self.journal, blast)
         except DeleteRefused as refused:
             return self._protect_group(primary, refused.reason, refused.detail)
-        except Replaced:
-            return self._skip_group(primary, "replaced")
+        except Blocked as blocked:
+            return self._skip_group(primary, blocked.reason)
+        except (DependencyNotReady, ResourceInUse):  # the provider says something outside holds it
+            self.pending.append(primary.id)
+            return self._skip_group(primary, "in_use")
         if after is None:
             self.deleted.append(primary.id)
             return None
@@ -289,6 +322,21 @@ class _Run:
             raise ProviderError(f"{primary.kind} {primary.id} is still {after.raw_state} after its delete call,"
                                 " not shutting-down or terminated", region=primary.location)
         return self._deleting(primary.id)
+
+    def _judged_again(self, owner: Live, members: Mapping[str, Live], blast: tuple[str, ...]) -> Live | str:
+        """The owner read once more, right before its delete call, after every other read and
+        call of the judgement: the call acts on what this read shows, or not at all. Its tags
+        and what its delete would take along must be what was judged; otherwise the group is
+        left this time (``changed_since_read``; ``unreadable``; its tag's reason)."""
+        final = self.ops.read([owner.target])[owner.id]
+        if not isinstance(final, Live):
+            return "unreadable"
+        reason = self.not_ours(final)
+        if reason is not None:
+            return reason
+        if final.state is not owner.state or sorted(d.id for d in self.ops.blast(final, members)) != sorted(blast):
+            return "changed_since_read"
+        return final
 
     def _delete_first(self, replacement: Live) -> str | None:
         """Delete what would replace the owner (a persistent spot request), confirmed; or why
@@ -389,7 +437,8 @@ class _Run:
 
     def _delete_dependent(self, target: Target) -> None:
         live = self.ops.read([target])[target.id]  # right before its own call (rule 21)
-        if isinstance(live, Unread):
+        if isinstance(live, Unread):  # not done: what cannot be read may be protected
+            self.pending.append(target.id)
             self.skipped.append(SkippedResource(kind=target.kind, id=target.id, reason="unreadable"))
             return
         if live is None or live.state is ResourceState.TERMINATING:
@@ -406,9 +455,14 @@ class _Run:
         try:
             ready = self.ops.ready(live, self.group.primary_id, frozenset(self.targets), self.journal)
             if ready is Readiness.READY and self.snapshots is not None \
-                    and target.kind in (ResourceKind.VOLUME, ResourceKind.DISK) \
-                    and not self.snapshots.ready(live, self.journal):
-                ready = Readiness.NOT_YET
+                    and target.kind in (ResourceKind.VOLUME, ResourceKind.DISK):
+                if not self.snapshots.ready(live, self.journal):
+                    ready = Readiness.NOT_YET
+                else:  # the snapshot's calls and wait came between: judged again on a new read
+                    again = self._read_again(target)
+                    if not isinstance(again, Live):
+                        return
+                    live = again
             if ready is Readiness.READY:
                 after = self.ops.delete(live, self.journal)
                 if after is not None and after.state is not ResourceState.TERMINATING:
@@ -417,8 +471,9 @@ class _Run:
             ready = Readiness.NOT_YET
         except ResourceInUse:
             ready = Readiness.IN_USE
-        except Replaced:
-            self.skipped.append(SkippedResource(kind=target.kind, id=target.id, reason="replaced"))
+        except Blocked as blocked:
+            self.pending.append(target.id)
+            self.skipped.append(SkippedResource(kind=target.kind, id=target.id, reason=blocked.reason))
             return
         if ready is Readiness.READY:
             self.deleted.append(target.id)
@@ -429,6 +484,21 @@ class _Run:
         else:  # a verdict, not a failure: named, and not finished (the group stays unsettled)
             self.pending.append(target.id)
             self.skipped.append(SkippedResource(kind=target.kind, id=target.id, reason="in_use"))
+
+    def _read_again(self, target: Target) -> Live | None:
+        """A dependent read again before its call (after another call's wait): its ``Live``
+        when it is still the group's to delete; else None, with what it is recorded."""
+        live = self.ops.read([target])[target.id]
+        if live is None:
+            self.deleted.append(target.id)
+            return None
+        reason = "unreadable" if isinstance(live, Unread) else self.not_ours(live)
+        if reason is not None:
+            if reason == "unreadable":
+                self.pending.append(target.id)
+            self.skipped.append(SkippedResource(kind=target.kind, id=target.id, reason=reason))
+            return None
+        return live if isinstance(live, Live) else None
 
     # -- verdicts ------------------------------------------------------------------------
 

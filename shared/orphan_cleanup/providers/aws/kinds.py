@@ -34,6 +34,7 @@ class AwsKind:
     delete: str
     delete_param: str
     not_found: frozenset[str]
+    malformed: str  # the error code of an id of the wrong shape: nothing of that id exists
     depends_on: tuple[ResourceKind, ...] = ()
     tags_field: str = "Tags"
     attached_path: Path | None = None  # the instance id it is attached to
@@ -144,6 +145,7 @@ INSTANCE = AwsKind(
     delete_param="InstanceIds",
     delete_as_list=True,
     not_found=frozenset({"InvalidInstanceID.NotFound"}),
+    malformed="InvalidInstanceID.Malformed",
     list_filters=(
         {
             "Name": "instance-state-name",
@@ -165,6 +167,7 @@ ADDRESS = AwsKind(
     delete="release_address",
     delete_param="AllocationId",
     not_found=frozenset({"InvalidAllocationID.NotFound", "InvalidAddress.NotFound"}),
+    malformed="InvalidAllocationID.Malformed",
     depends_on=(ResourceKind.INSTANCE,),
     attached_path=("InstanceId",),
     # EC2-Classic addresses have no allocation id (and no longer exist).
@@ -184,6 +187,7 @@ NETWORK_INTERFACE = AwsKind(
     delete="delete_network_interface",
     delete_param="NetworkInterfaceId",
     not_found=frozenset({"InvalidNetworkInterfaceID.NotFound"}),
+    malformed="InvalidNetworkInterfaceID.Malformed",
     depends_on=(ResourceKind.INSTANCE, ResourceKind.ADDRESS),
     tags_field="TagSet",
     attached_path=("Attachment", "InstanceId"),
@@ -202,6 +206,7 @@ VOLUME = AwsKind(
     delete="delete_volume",
     delete_param="VolumeId",
     not_found=frozenset({"InvalidVolume.NotFound"}),
+    malformed="InvalidVolumeID.Malformed",
     depends_on=(ResourceKind.INSTANCE,),
     attached_path=("Attachments", 0, "InstanceId"),
     page_size=500,  # DescribeVolumes: 5-500 (a larger value is answered with 500)
@@ -219,6 +224,7 @@ SECURITY_GROUP = AwsKind(
     delete="delete_security_group",
     delete_param="GroupId",
     not_found=frozenset({"InvalidGroup.NotFound", "InvalidGroupId.NotFound"}),
+    malformed="InvalidGroupId.Malformed",
     depends_on=(ResourceKind.INSTANCE, ResourceKind.NETWORK_INTERFACE),
     page_size=1000,  # DescribeSecurityGroups: 5-1000 (botocore's model)
 )
@@ -247,6 +253,7 @@ SPOT_REQUEST = AwsKind(
     delete_param="SpotInstanceRequestIds",
     delete_as_list=True,
     not_found=frozenset({"InvalidSpotInstanceRequestID.NotFound"}),
+    malformed="InvalidSpotInstanceRequestID.Malformed",
     # In the dependents' pass, after the (gone) instance like every kind; a request whose
     # instance is in the group is cancelled *before* it is terminated (the deletion's ``replaced_by``).
     depends_on=(ResourceKind.INSTANCE,),
@@ -275,6 +282,7 @@ SNAPSHOT = AwsKind(
     delete="delete_snapshot",
     delete_param="SnapshotId",
     not_found=frozenset({"InvalidSnapshot.NotFound"}),
+    malformed="InvalidSnapshotID.Malformed",
     # Never deleted while its volume, listed in the same group, is still there.
     depends_on=(ResourceKind.INSTANCE, ResourceKind.VOLUME),
     # Without it DescribeSnapshots also pages through every public snapshot.

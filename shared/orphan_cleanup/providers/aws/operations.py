@@ -58,6 +58,7 @@ from orphan_cleanup.providers.aws.snapshots import AwsSnapshots
 from orphan_cleanup.providers.aws.spot import is_final, must_cancel, request_of
 from orphan_cleanup.providers.deletion import (
     UNREAD,
+    Blocked,
     DeleteRefused,
     Doomed,
     Live,
@@ -85,7 +86,8 @@ class AwsOperations(Operations):
         self.region = calls.region
         self.controller_keys = tuple(controller_keys)
         self.snapshots = AwsSnapshots(calls)
-        self._gone_instances: set[str] = set()  # instances EC2 answered terminated (or not found) by id
+        self._gone_instances: set[str] = set()  # instances EC2 answered terminated by id
+        self._protection_unread: set[str] = set()  # owners whose disableApiTermination could not be read
 
     # -- reads ---------------------------------------------------------------------------
 
@@ -107,10 +109,11 @@ class AwsOperations(Operations):
 
     def _read_one(self, spec: AwsKind, target: Target) -> Read:
         params: dict[str, Any] = {spec.ids_param: [target.id]}
-        reply = self.calls.call(spec.describe, spec.not_found, **params)
-        if reply is None:
-            self._gone(target)
-            return None
+        reply = self.calls.call(spec.describe, spec.not_found | {spec.malformed}, **params)
+        if reply is None:  # not found, or an id of no such shape: nothing of that id
+            # EC2 describes a terminated instance for an hour: not found for a listed one is not
+            # proof that it is gone (eventual consistency), so it cannot be read this time.
+            return UNREAD if spec is INSTANCE else None
         try:
             items = [i for i in spec.items(reply) if spec.item_id(i) == target.id]
         except KeyError as exc:  # an item without its id: fail closed, never "gone"
@@ -122,13 +125,10 @@ class AwsOperations(Operations):
     def _live(self, spec: AwsKind, target: Target, item: Item) -> Live | None:
         state = spec.state(item)
         if state is ResourceState.TERMINATED:
-            self._gone(target)
+            if spec is INSTANCE:
+                self._gone_instances.add(target.id)
             return None
         return Live(target, tags_of(item, spec), state, item, spec.raw_state(item))
-
-    def _gone(self, target: Target) -> None:
-        if target.kind is ResourceKind.INSTANCE:
-            self._gone_instances.add(target.id)
         return None
 
     def _holder(self, instance_id: str | None, owner_id: str | None) -> Readiness:
@@ -165,6 +165,7 @@ class AwsOperations(Operations):
             if remembered is not None:
                 return remembered, f"{pid}: {remembered} found by an earlier delete; the attribute" \
                     " cannot be read (ec2:DescribeInstanceAttribute denied) to see it lifted"
+            self._protection_unread.add(pid)  # TerminateInstances' own refusal is the fallback
             return None
         if reply is None:
             return None  # gone since the re-read: the terminate finds it gone too
@@ -236,6 +237,10 @@ class AwsOperations(Operations):
         request = self._read_request(request_id)
         if request is None or not must_cancel(request, region=self.region):
             return None
+        if owner.id in self._protection_unread:  # never change anything before the protection is known
+            raise Blocked(f"{owner.id}: cannot tell whether it is termination-protected (ec2:DescribeInstanceAttribute"
+                          " denied): its persistent spot request is not cancelled", reason="protection_unreadable",
+                          region=self.region)
         target = Target(ResourceKind.SPOT_REQUEST, request_id, self.region)
         return Live(target, tags_of(request, SPOT_REQUEST), SPOT_REQUEST.state(request), request,
                     SPOT_REQUEST.raw_state(request))

@@ -32,6 +32,7 @@ from orphan_cleanup.core.journal import Journal
 from orphan_cleanup.core.listing import ResourceKind, ResourceState
 from orphan_cleanup.providers.deletion import (
     UNREAD,
+    Changed,
     Doomed,
     Live,
     Operations,
@@ -78,6 +79,9 @@ class GcpOperations(Operations):
         out: dict[str, Read] = {}
         for target in targets:
             spec = KIND_BY_RESOURCE[target.kind]
+            if not target.id.isdigit():  # no Compute Engine id: nothing to ask for (a forged message)
+                out[target.id] = UNREAD
+                continue
             items = self.calls.find(spec, self._where(spec, target), target.id)
             match = [i for i in items if str(getattr(i, "id", "")) == target.id]
             if len(match) != len(items) or len(match) > 1:
@@ -157,11 +161,15 @@ class GcpOperations(Operations):
     def delete(self, live: Live, journal: Journal, blast: Sequence[str] = ()) -> Live | None:
         spec = KIND_BY_RESOURCE[live.target.kind]
         where, name = self._where(spec, live.target), str(getattr(live.item, "name", "") or "")
-        now = self.calls.get(spec, where, name)  # the name the call takes, checked against the id just before it
-        if now is None:
+        now = self.calls.get(spec, where, name)  # the name the call takes, checked just before it
+        if now is None:  # no longer under that name: gone, or renamed (then it is not ours to chase now)
+            if isinstance(self.read([live.target])[live.id], Live):
+                raise Changed(f"{live.id} is no longer named {name}: nothing is deleted", region=where)
             return None
         if str(now.id) != live.id:
             raise Replaced(f"{name} names {now.id} now, not {live.id}: nothing is deleted", region=where)
+        if _judged(now) != _judged(live.item):
+            raise Changed(f"{name} ({live.id}) changed since it was read: nothing is deleted", region=where)
         self.calls.delete(spec, where, name, target=live.id, blast=blast, journal=journal)
         after = self.read([live.target])[live.id]  # by its id: a new resource of that name is not it
         if after is None:
@@ -187,3 +195,16 @@ class GcpOperations(Operations):
             if instance is not None and str(instance.id) != owner_id and str(instance.status) != "STOPPING":
                 return Readiness.IN_USE
         return Readiness.NOT_YET  # the group's owner (or an instance shutting down, or gone) still named
+
+
+def _judged(item: Any) -> tuple[object, ...]:
+    """What a delete's judgement read of a resource: its labels, its protections and what its
+    delete takes along (each attached disk's link, ``autoDelete`` and ``boot``). The read by
+    name right before the call must show the same."""
+    disks = tuple(sorted((link_key(str(getattr(d, "source", "") or "")), "auto_delete" not in d or bool(d.auto_delete),
+                          bool(getattr(d, "boot", False))) for d in getattr(item, "disks", ()) or ()))
+    metadata = getattr(item, "metadata", None)
+    entries = tuple(sorted((str(getattr(e, "key", "")), str(getattr(e, "value", "")))
+                           for e in (getattr(metadata, "items", None) or ()))) if metadata is not None else ()
+    return (tuple(sorted(dict(getattr(item, "labels", {}) or {}).items())), getattr(item, "deletion_protection", None),
+            entries, disks)

@@ -117,10 +117,8 @@ class GcpProvider(ResourceProvider):
                                 f" {self.backend.id}", region=instance.region)
         target = Target(ResourceKind.INSTANCE, instance.id, instance.region)
         found = GcpOperations(self.calls).read([target])[instance.id]
-        if found is None:
+        if not isinstance(found, Live):  # gone, or not answered for: the deleter skips its group
             return None
-        if not isinstance(found, Live):
-            raise ProviderError(f"instance {instance.id} cannot be read by its id", region=instance.region)
         return parse_time(getattr(found.item, "creation_timestamp", "") or "")
 
     def delete_resource_group(self, group: ResourceGroup, journal: Journal = NO_JOURNAL, *,
