@@ -49,6 +49,12 @@ def expect_instance(stub: Stubber, state: str, iid: str = PID) -> None:
     stub.add_response("describe_instances", instance_reply(state, iid), {"InstanceIds": [iid]})
 
 
+def expect_final_read(stub: Stubber, state: str = "running") -> None:
+    """The owner read once more by id right before ``TerminateInstances``: the call acts on
+    what this read shows (its tags, state and blast must be what was judged), or not at all."""
+    expect_instance(stub, state)
+
+
 def expect_attribute(stub: Stubber, value: Any, iid: str = PID) -> None:
     stub.add_response("describe_instance_attribute", {"InstanceId": iid, "DisableApiTermination": {"Value": value}},
                       {"InstanceId": iid, "Attribute": "disableApiTermination"})
@@ -75,6 +81,7 @@ def test_shutting_down_after_terminate_is_deleting_and_leaves_dependents_for_lat
     expect_instance(stub, "running")
     expect_attribute(stub, False)
     expect_members(stub)
+    expect_final_read(stub)
     stub.add_response("terminate_instances", {}, {"InstanceIds": [PID]})
     expect_instance(stub, "shutting-down")
 
@@ -100,6 +107,7 @@ def test_termination_that_does_not_take_is_an_error(ec2):
     expect_instance(stub, "running")
     expect_attribute(stub, False)
     expect_members(stub)
+    expect_final_read(stub)
     stub.add_response("terminate_instances", {}, {"InstanceIds": [PID]})
     expect_instance(stub, "running")
 
@@ -112,6 +120,7 @@ def test_terminated_owner_lets_dependents_go_in_the_same_call_and_in_use_is_pend
     expect_instance(stub, "running")
     expect_attribute(stub, False)
     expect_members(stub)
+    expect_final_read(stub)
     stub.add_response("terminate_instances", {}, {"InstanceIds": [PID]})
     expect_instance(stub, "terminated")
     stub.add_response("describe_volumes", {"Volumes": [{"VolumeId": VOL, "State": "in-use", "Tags": TAGS,
@@ -193,7 +202,8 @@ def test_address_on_a_member_interface_ec2_does_not_answer_for_stays_associated(
 
 def test_gone_everywhere_is_deleted_without_acting(ec2):
     client, stub = ec2
-    stub.add_client_error("describe_instances", "InvalidInstanceID.NotFound", expected_params={"InstanceIds": [PID]})
+    # the instance is gone: EC2 describes it terminated (for an hour); not found would be unread
+    expect_instance(stub, "terminated")
     stub.add_client_error("describe_volumes", "InvalidVolume.NotFound", expected_params={"VolumeIds": [VOL]})
     stub.add_client_error("describe_security_groups", "InvalidGroup.NotFound", expected_params={"GroupIds": [SG]})
 
@@ -231,6 +241,7 @@ def test_operation_not_permitted_on_terminate_is_protection_not_failure(ec2):
     expect_instance(stub, "running")
     expect_attribute(stub, False)  # raced: protected after the attribute read
     expect_members(stub)
+    expect_final_read(stub)
     stub.add_client_error("terminate_instances", "OperationNotPermitted", "may not be terminated",
                           expected_params={"InstanceIds": [PID]})
 
@@ -245,6 +256,7 @@ def test_an_attribute_read_denied_falls_back_to_the_terminate_refusal(ec2):
     expect_instance(stub, "running")
     stub.add_client_error("describe_instance_attribute", "UnauthorizedOperation", "not authorized")
     expect_members(stub)
+    expect_final_read(stub)
     stub.add_client_error("terminate_instances", "OperationNotPermitted", "may not be terminated")
 
     result = delete(client, FULL)
@@ -302,6 +314,7 @@ def test_a_member_the_instance_does_not_use_is_left_for_the_next_listing(ec2):
                       {"Filters": [{"Name": "volume-id", "Values": sorted([VOL, loose])}]})
     stub.add_response("describe_security_groups", {"SecurityGroups": [{"GroupId": SG, "Tags": TAGS}]},
                       {"Filters": [{"Name": "group-id", "Values": [SG]}]})
+    expect_final_read(stub)
     stub.add_response("terminate_instances", {}, {"InstanceIds": [PID]})
     expect_instance(stub, "terminated")
     for vid in (VOL, loose):  # each volume re-read by id; only the attached one deleted
@@ -322,7 +335,7 @@ def test_a_member_the_instance_does_not_use_is_left_for_the_next_listing(ec2):
 
 def test_a_primary_gone_before_the_call_lets_only_what_an_earlier_call_saw_attached_go(ec2):
     client, stub = ec2
-    stub.add_client_error("describe_instances", "InvalidInstanceID.NotFound", expected_params={"InstanceIds": [PID]})
+    expect_instance(stub, "terminated")  # gone (not found would be unread: the group skipped)
     stub.add_response("describe_volumes", {"Volumes": [{"VolumeId": VOL, "State": "available", "Tags": TAGS}]},
                       {"VolumeIds": [VOL]})
     stub.add_response("delete_volume", {}, {"VolumeId": VOL})

@@ -93,6 +93,7 @@ def test_a_completed_snapshot_lets_the_volume_go_and_is_named(ec2):
     client, stub = ec2
     expect_volume(stub)
     expect_ours(stub, snapshot("error", "snap-0fffffffffffffff0"), snapshot("completed"))
+    expect_volume(stub)  # read again after the snapshot's calls, right before its own
     expect_delete_volume(stub)
 
     result = delete(client)
@@ -107,6 +108,7 @@ def test_a_snapshot_taken_and_completed_at_once_lets_the_volume_go_in_the_same_c
     expect_volume(stub)
     expect_ours(stub)
     expect_create(stub, "completed")
+    expect_volume(stub)  # read again after the snapshot's calls and wait, right before its own
     expect_delete_volume(stub)
 
     assert delete(client).snapshots == ((VOL, SNAP),)

@@ -67,6 +67,12 @@ def expect_cancel(stub: Stubber) -> None:
         {"SpotInstanceRequestId": SIR, "State": "cancelled"}]}, {"SpotInstanceRequestIds": [SIR]})
 
 
+def expect_final_read(stub: Stubber, **fields: Any) -> None:
+    """The owner read once more by id right before ``TerminateInstances`` (after the cancel,
+    if any): the call acts on what this read shows, or not at all."""
+    expect_spot_instance(stub, **fields)
+
+
 def expect_terminate(stub: Stubber) -> None:
     stub.add_response("terminate_instances", {}, {"InstanceIds": [PID]})
     expect_spot_instance(stub, "shutting-down")
@@ -85,6 +91,7 @@ def test_a_persistent_request_is_cancelled_and_confirmed_before_the_instance_is_
     spot_owner_read(stub, State=state)
     expect_cancel(stub)
     expect_request(stub, State="cancelled")  # the confirming re-read
+    expect_final_read(stub)  # the owner judged again after the cancel, right before its own call
     expect_terminate(stub)  # the stubber answers only in this order: terminate after cancel
 
     result = delete(client)
@@ -101,6 +108,7 @@ def test_a_persistent_request_is_cancelled_and_confirmed_before_the_instance_is_
 def test_a_request_that_cannot_launch_again_is_not_cancelled(ec2, request_fields):
     client, stub = ec2
     spot_owner_read(stub, **request_fields)
+    expect_final_read(stub)
     expect_terminate(stub)  # no cancel answer: a cancel call would fail the test
 
     result = delete(client)
@@ -115,6 +123,7 @@ def test_a_request_ec2_no_longer_knows_is_gone(ec2):
     expect_member_read(stub)
     stub.add_client_error("describe_spot_instance_requests", "InvalidSpotInstanceRequestID.NotFound",
                           expected_params={"SpotInstanceRequestIds": [SIR]})
+    expect_final_read(stub)
     expect_terminate(stub)
 
     assert delete(client).status is DeleteStatus.DELETING
@@ -205,6 +214,7 @@ def test_an_on_demand_instance_reads_no_spot_request(ec2):
     client, stub = ec2
     expect_spot_instance(stub, InstanceLifecycle=None, SpotInstanceRequestId=None)
     expect_attribute(stub)
+    expect_final_read(stub, InstanceLifecycle=None, SpotInstanceRequestId=None)
     expect_terminate(stub)
 
     group = ResourceGroup(provider_ref=REF, region=REGION, primary_id=PID, resources=(res(ResourceKind.INSTANCE, PID),))

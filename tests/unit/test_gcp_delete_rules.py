@@ -103,8 +103,9 @@ def test_the_vm_is_read_by_its_id_and_its_name_checked_right_before_the_delete()
     calls = StubCalls({"vm": vm()})
     result = run(calls, instance_res())
     assert (result.status, result.deleted) == (DeleteStatus.DELETED, ("1",))
-    # read by id, the name checked by a get, deleted, confirmed gone by id
-    assert calls.finds == [(ZONE, "1"), (ZONE, "1")] and calls.gets == [(ZONE, "vm")] and calls.deletes == ["vm"]
+    # read by id, judged again on a read by id right before the call, the name checked by a
+    # get, deleted, confirmed gone by id
+    assert calls.finds == [(ZONE, "1")] * 3 and calls.gets == [(ZONE, "vm")] and calls.deletes == ["vm"]
 
 
 def test_a_name_that_now_names_another_vm_is_not_deleted() -> None:
