@@ -114,6 +114,40 @@ def test_a_snapshot_taken_and_completed_at_once_lets_the_volume_go_in_the_same_c
     assert delete(client).snapshots == ((VOL, SNAP),)
 
 
+@pytest.mark.parametrize(("again", "reason"), [
+    ([*TAGS, {"Key": "orphan-cleanup-protect", "Value": "yes"}], "protected"),
+    ([{"Key": "provider_ref", "Value": "bbbbbbbbbbbb"}], "ref_changed"),
+], ids=["protect-tag", "another-ref"])
+def test_a_volume_that_changed_while_its_snapshot_was_taken_is_not_deleted(ec2, again, reason):
+    # the snapshot's create and wait came between the volume's read and its delete: it is
+    # judged again on a new read (its snapshot is kept and named all the same)
+    client, stub = ec2
+    expect_volume(stub)
+    expect_ours(stub)
+    expect_create(stub, "completed")
+    stub.add_response("describe_volumes", {"Volumes": [{"VolumeId": VOL, "State": "available", "Tags": again}]},
+                      {"VolumeIds": [VOL]})
+    # no delete_volume answer: a delete would fail the test
+
+    result = delete(client)
+
+    assert result.status is DeleteStatus.SKIPPED and result.deleted == ()
+    assert [(s.id, s.reason) for s in result.skipped] == [(VOL, reason)]
+    assert result.snapshots == ((VOL, SNAP),)
+
+
+def test_a_volume_unread_after_its_snapshot_is_pending_not_deleted(ec2):
+    client, stub = ec2
+    expect_volume(stub)
+    expect_ours(stub, snapshot("completed"))
+    stub.add_response("describe_volumes", {"Volumes": []}, {"VolumeIds": [VOL]})  # an answer without it
+
+    result = delete(client)
+
+    assert result.status is DeleteStatus.DELETING and result.pending == (VOL,) and result.deleted == ()
+    assert [(s.id, s.reason) for s in result.skipped] == [(VOL, "unreadable")]
+
+
 @pytest.mark.parametrize("state", ["error", "recovering"])
 def test_a_failed_snapshot_fails_the_group_and_keeps_the_volume(ec2, state):
     client, stub = ec2

@@ -221,6 +221,63 @@ def test_an_on_demand_instance_reads_no_spot_request(ec2):
     assert delete(client, group).status is DeleteStatus.DELETING
 
 
+def test_a_final_read_after_the_cancel_showing_a_protect_tag_is_not_terminated(ec2):
+    # the cancel and its confirmation came between the judgement and the call: the owner is
+    # judged again on a read after them
+    client, stub = ec2
+    spot_owner_read(stub)
+    expect_cancel(stub)
+    expect_request(stub, State="cancelled")
+    expect_final_read(stub, Tags=[*TAGS, {"Key": "orphan-cleanup-protect", "Value": ""}])
+    # no terminate answer: a terminate would fail the test
+
+    result = delete(client)
+
+    assert result.status is DeleteStatus.SKIPPED and result.cancelled_requests == (SIR,)
+    assert (PID, "protected") in [(s.id, s.reason) for s in result.skipped] and PID not in result.deleted
+
+
+# ---- the termination protection unknown: nothing is cancelled ---------------------------------------
+
+def expect_attribute_denied(stub: Stubber) -> None:
+    stub.add_client_error("describe_instance_attribute", "UnauthorizedOperation", "not authorized",
+                          expected_params={"InstanceId": PID, "Attribute": "disableApiTermination"})
+
+
+def test_an_attribute_read_denied_leaves_a_persistent_request_and_its_instance_alone(ec2):
+    # attack F5: the cancel must never come before the protection is known; with the attribute
+    # unreadable only TerminateInstances' refusal would tell, and that comes after the cancel
+    client, stub = ec2
+    expect_spot_instance(stub)
+    expect_attribute_denied(stub)
+    expect_member_read(stub)
+    expect_request(stub)  # persistent, active: it would have to be cancelled first
+    # no cancel, no final read, no terminate answer: any of them would fail the test
+
+    result = delete(client)
+
+    assert result.status is DeleteStatus.SKIPPED and result.deleted == () and result.cancelled_requests == ()
+    assert [(s.id, s.reason) for s in result.skipped] == [(PID, "protection_unreadable"), (SIR, "owner_skipped")]
+    record = delete_record(OWNER, result=result)
+    assert record.unsettled and not record.failed
+
+
+def test_an_attribute_read_denied_with_nothing_to_cancel_falls_back_to_the_terminate_refusal(ec2):
+    client, stub = ec2
+    expect_spot_instance(stub)
+    expect_attribute_denied(stub)
+    expect_member_read(stub)
+    expect_request(stub, Type="one-time")  # nothing would relaunch it: nothing to cancel first
+    expect_final_read(stub)
+    stub.add_client_error("terminate_instances", "OperationNotPermitted", "may not be terminated",
+                          expected_params={"InstanceIds": [PID]})
+
+    result = delete(client)
+
+    assert result.status is DeleteStatus.PROTECTED and result.protection == "termination_protection"
+    assert result.cancelled_requests == ()
+
+
 # ---- a leftover request (its instance is gone) ------------------------------------------------------
 
 LEFTOVER = ResourceGroup(provider_ref=REF, region=REGION, primary_id=None,
