@@ -326,17 +326,21 @@ class _Run:
     def _judged_again(self, owner: Live, members: Mapping[str, Live], blast: tuple[str, ...]) -> Live | str:
         """The owner read once more, right before its delete call, after every other read and
         call of the judgement: the call acts on what this read shows, or not at all. Its tags
-        and what its delete would take along must be what was judged; otherwise the group is
-        left this time (``changed_since_read``; ``unreadable``; its tag's reason)."""
+        must still make it the group's, and what its delete would take along is judged again
+        on this read and must be what was judged; otherwise the group is left this time
+        (``changed_since_read``, ``unreadable``, or the reason its tags or blast give)."""
         final = self.ops.read([owner.target])[owner.id]
+        if final is None or isinstance(final, Live) and final.state is not owner.state:
+            return "changed_since_read"
         if not isinstance(final, Live):
             return "unreadable"
         reason = self.not_ours(final)
         if reason is not None:
             return reason
-        if final.state is not owner.state or sorted(d.id for d in self.ops.blast(final, members)) != sorted(blast):
-            return "changed_since_read"
-        return final
+        again = self._blast(final, members)
+        if isinstance(again, str):
+            return again
+        return final if sorted(again) == sorted(blast) else "changed_since_read"
 
     def _delete_first(self, replacement: Live) -> str | None:
         """Delete what would replace the owner (a persistent spot request), confirmed; or why
@@ -521,7 +525,7 @@ class _Run:
         """The whole group left alone: the owner for ``reason``, each member not named yet
         for ``others``."""
         self.skipped.insert(0, SkippedResource(kind=primary.kind, id=primary.id, reason=reason))
-        named = {s.id for s in self.skipped}
+        named = {s.id for s in self.skipped} | set(self.deleted)  # (a spot request cancelled first is named deleted)
         self.skipped.extend(SkippedResource(kind=t.kind, id=t.id, reason=others)
                             for t in self.targets.values() if t.id not in named)
         return DeleteStatus.SKIPPED
