@@ -38,8 +38,8 @@ from bench.common import CountingDatabase, PgServer, StatementCounter, Table, me
 from orphan_cleanup.core.messages import ListingBatch
 from orphan_cleanup.core.settings import Settings
 from orphan_cleanup.cycle import bookkeeping
-from orphan_cleanup.cycle.gcpause import paused_gc
 from orphan_cleanup.cycle.pipeline import Pipeline, build_payload, limits_for
+from orphan_cleanup.cycle.python_gc import paused_gc
 from orphan_cleanup.cycle.reporting import Reporter
 from orphan_cleanup.ledger import queries
 from orphan_cleanup.ledger.db import Database

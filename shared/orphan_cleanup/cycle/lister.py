@@ -28,7 +28,7 @@ from orphan_cleanup.core.results import JobResult, ListerResult, TickResult
 from orphan_cleanup.core.settings import Settings
 from orphan_cleanup.cycle import bookkeeping
 from orphan_cleanup.cycle.deleter import Deleter, identity_failure
-from orphan_cleanup.cycle.gcpause import gc_paused
+from orphan_cleanup.cycle.python_gc import gc_paused
 from orphan_cleanup.ledger.records import CycleRef, IdleSnapshot
 from orphan_cleanup.providers.base import describe_error
 from orphan_cleanup.queues.base import Queue
@@ -142,7 +142,7 @@ class Lister(Deleter):
 
     # ---- the tick: due selection for every backend ----------------------------------
 
-    @gc_paused  # 10,000 rows of acyclic, short-lived objects: see gcpause
+    @gc_paused  # 10,000 rows of acyclic, short-lived objects: see python_gc
     def run_tick(self) -> TickResult:
         """Select every due backend in one statement and queue one listing job per
         group of due backends that share a listing (``Backend.listing_key``). Idle

@@ -22,8 +22,8 @@ from orphan_cleanup.core.results import BatchResult
 from orphan_cleanup.core.settings import Settings
 from orphan_cleanup.cycle import bookkeeping
 from orphan_cleanup.cycle.deleter import GateBusy
-from orphan_cleanup.cycle.gcpause import gc_paused
 from orphan_cleanup.cycle.lister import Lister
+from orphan_cleanup.cycle.python_gc import gc_paused
 from orphan_cleanup.cycle.reporting import Reporter
 from orphan_cleanup.ledger.db import Database
 from orphan_cleanup.ledger.records import CycleContext
@@ -58,7 +58,7 @@ class Pipeline(Lister):
 
     # ---- classifier: STEP 3-6 ---------------------------------------------
 
-    @gc_paused  # its objects are acyclic and short-lived: see gcpause
+    @gc_paused  # its objects are acyclic and short-lived: see python_gc
     def handle_batch(self, batch: ListingBatch) -> BatchResult:
         """Join, classify and apply one batch (fenced, idempotent). Returns the
         apply status (applied, duplicate, fenced, unknown_cycle) and verdict counts.
