@@ -253,8 +253,8 @@ def test_the_heartbeat_renews_only_a_live_cycle_and_only_a_gate_its_holder_still
     from orphan_cleanup.core import policy
     from orphan_cleanup.core.settings import Settings
     from orphan_cleanup.cycle import bookkeeping
+    from orphan_cleanup.ledger.locked import GateHold
     from orphan_cleanup.ledger.store import LedgerStore
-    from orphan_cleanup.ledger.unit import GateHold
 
     with db.connection() as conn:
         conn.run("INSERT INTO backends (id, provider, account, regions) VALUES (:i, 'gcp', :a, :r)",

@@ -28,9 +28,9 @@ from orphan_cleanup.core.results import JobResult
 from orphan_cleanup.core.verdicts import DeleteOutcome, DeleteStatus, Outcome, Verdict, VerdictKind
 from orphan_cleanup.cycle import bookkeeping, pipeline
 from orphan_cleanup.ledger.journal import LedgerJournal
+from orphan_cleanup.ledger.locked import LockedCycle
 from orphan_cleanup.ledger.session import LedgerSession
 from orphan_cleanup.ledger.store import LedgerStore
-from orphan_cleanup.ledger.unit import LockedCycle
 from orphan_cleanup.providers.base import ResourceProvider
 from tests.sim.cloud import SimProvider
 from tests.sim.engine import SimEnv

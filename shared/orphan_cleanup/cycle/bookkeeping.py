@@ -19,10 +19,10 @@ from orphan_cleanup.core.classify import Limits
 from orphan_cleanup.core.errors import BlastRadiusExceeded, LeaseLost
 from orphan_cleanup.core.listing import RegionFailure, ResourceGroup
 from orphan_cleanup.core.verdicts import DeleteOutcome, DeleteResult, Outcome
+from orphan_cleanup.ledger.locked import GateHold, LockedCycle
 from orphan_cleanup.ledger.records import Cycle, CycleRef, DeleteRequestRow, IdleSnapshot
 from orphan_cleanup.ledger.session import LedgerSession
 from orphan_cleanup.ledger.store import LedgerStore
-from orphan_cleanup.ledger.unit import GateHold, LockedCycle
 
 
 @dataclass(frozen=True)

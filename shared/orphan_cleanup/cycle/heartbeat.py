@@ -8,8 +8,8 @@ import threading
 
 from orphan_cleanup.core.errors import DatabaseError
 from orphan_cleanup.cycle import bookkeeping
+from orphan_cleanup.ledger.locked import GateHold
 from orphan_cleanup.ledger.store import LedgerStore
-from orphan_cleanup.ledger.unit import GateHold
 
 log = logging.getLogger("orphan_cleanup")
 

@@ -42,9 +42,9 @@ from orphan_cleanup.core.listing import ResourceGroup
 from orphan_cleanup.core.owners import Record
 from orphan_cleanup.ledger import digests, queries, reports, watch
 from orphan_cleanup.ledger.db import Database
+from orphan_cleanup.ledger.locked import LeaseUnit, LockedCycle
 from orphan_cleanup.ledger.records import CycleReport, FinishedCycle
 from orphan_cleanup.ledger.session import LedgerSession
-from orphan_cleanup.ledger.unit import LeaseUnit, LockedCycle
 
 _log = logging.getLogger(__name__)
 
