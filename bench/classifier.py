@@ -36,9 +36,11 @@ from bench import floors, legacy
 from bench import ledger_data as data
 from bench.common import CountingDatabase, PgServer, StatementCounter, Table, median
 from orphan_cleanup.core.messages import ListingBatch
+from orphan_cleanup.core.payload import build_payload
+from orphan_cleanup.core.policy import limits_for
 from orphan_cleanup.core.settings import Settings
 from orphan_cleanup.cycle import bookkeeping
-from orphan_cleanup.cycle.pipeline import Pipeline, build_payload, limits_for
+from orphan_cleanup.cycle.pipeline import Pipeline
 from orphan_cleanup.cycle.python_gc import paused_gc
 from orphan_cleanup.cycle.reporting import Reporter
 from orphan_cleanup.ledger import queries

@@ -18,7 +18,7 @@ from bench.common import PgServer
 from orphan_cleanup.core import classify
 from orphan_cleanup.core.messages import ListingBatch
 from orphan_cleanup.core.owners import LedgerRecord
-from orphan_cleanup.cycle.pipeline import build_payload
+from orphan_cleanup.core.payload import build_payload
 from orphan_cleanup.ledger.session import apply_payload
 from orphan_cleanup.providers.aws_snapshot import listed_kinds
 from tests.support.aws_proxy import AwsProxy

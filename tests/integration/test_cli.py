@@ -13,9 +13,9 @@ import pytest
 from orphan_cleanup.cli.app import main
 from orphan_cleanup.core.classify import ClassifyContext
 from orphan_cleanup.core.messages import ListingBatch
+from orphan_cleanup.core.payload import build_payload
 from orphan_cleanup.core.verdicts import Outcome
 from orphan_cleanup.cycle.bookkeeping import finish_if_complete, set_listed_at, start_cycle
-from orphan_cleanup.cycle.pipeline import build_payload
 from orphan_cleanup.ledger.migrate import available_migrations
 from orphan_cleanup.ledger.store import LedgerStore
 from tests.support.ledger_helpers import T0, add_ref, db_now, group, limits

@@ -17,6 +17,7 @@ from orphan_cleanup.core.errors import LeaseLost
 from orphan_cleanup.core.listing import RegionFailure
 from orphan_cleanup.core.messages import ListingBatch
 from orphan_cleanup.core.owners import OwnerStatus
+from orphan_cleanup.core.payload import build_payload
 from orphan_cleanup.core.verdicts import DeleteResult, DeleteStatus, Outcome
 from orphan_cleanup.cycle.bookkeeping import (
     DeleteDecision,
@@ -28,7 +29,6 @@ from orphan_cleanup.cycle.bookkeeping import (
     set_listed_at,
     start_cycle,
 )
-from orphan_cleanup.cycle.pipeline import build_payload
 from orphan_cleanup.ledger.client import LedgerClient
 from orphan_cleanup.ledger.session import LedgerSession
 from orphan_cleanup.ledger.store import LedgerStore as S

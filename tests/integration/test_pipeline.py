@@ -10,7 +10,8 @@ import pytest
 from orphan_cleanup.core.listing import ResourceKind
 from orphan_cleanup.core.messages import DeleteRequest, ListingBatch
 from orphan_cleanup.core.settings import Settings
-from orphan_cleanup.cycle.pipeline import GateBusy, Pipeline
+from orphan_cleanup.cycle.deleter import GateBusy
+from orphan_cleanup.cycle.pipeline import Pipeline
 from orphan_cleanup.cycle.runner import drain, run_cycle
 from orphan_cleanup.ledger.db import Database
 from orphan_cleanup.ledger.records import CycleReport
@@ -314,7 +315,8 @@ def test_redelivered_last_batch_completes_a_cycle_whose_first_delivery_crashed(d
     (body,) = list(pipeline.listing_queue.items)
     batch = ListingBatch.model_validate_json(body)
     # given the first delivery's apply committed but the function died before completing
-    from orphan_cleanup.cycle.pipeline import build_payload, limits_for
+    from orphan_cleanup.core.payload import build_payload
+    from orphan_cleanup.core.policy import limits_for
     with LedgerStore(db).session() as session:
         from orphan_cleanup.core import classify
         backend = session.backend("mem")

@@ -19,7 +19,7 @@ from unittest import mock
 
 import msgspec
 
-from orphan_cleanup.core import classify, delete_rules, policy
+from orphan_cleanup.core import classify, delete_rules, listing_rules, policy
 from orphan_cleanup.core.backends import Backend
 from orphan_cleanup.core.listing import ResourceGroup, ResourceState
 from orphan_cleanup.core.messages import ListingJob
@@ -359,7 +359,7 @@ def _no_blast_check(env: SimEnv, stack: ExitStack) -> None:
 def _primary_unchecked(env: SimEnv, stack: ExitStack) -> None:
     """A live owner's VM that is not its recorded primary is a retry leak whether or not
     that primary is listed (the classifier) or live (the deleter's question)."""
-    _patch(stack, classify.ListedInstances, "has", lambda self, ref, region, primary_id: True)
+    _patch(stack, listing_rules.ListedInstances, "has", lambda self, ref, region, primary_id: True)
     _patch(stack, MemoryProvider, "holds_instance", lambda self, region, instance_id, ref: True)
 
 

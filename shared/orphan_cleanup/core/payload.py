@@ -10,6 +10,7 @@ from typing import Any
 from orphan_cleanup.core import classify, evidence
 from orphan_cleanup.core.decisions import BatchApplication, GroupRow, OrphanRow, ReportEvent
 from orphan_cleanup.core.listing import ResourceGroup
+from orphan_cleanup.core.listing_rules import ListedInstances
 from orphan_cleanup.core.messages import ListingBatch
 from orphan_cleanup.core.owners import Record
 from orphan_cleanup.core.verdicts import Action, Verdict, VerdictKind
@@ -33,7 +34,7 @@ def build_payload(batch: ListingBatch, records: Mapping[str, Record], ctx: class
     # The batch holds every group of a ref in a region (``cycle.lister``'s batches never
     # split one): what a live owner's other VM is judged beside (SAFETY.md rule 17). A
     # delete cycle re-reads remembered protections (rule 14).
-    ctx = dataclasses.replace(ctx, listed=classify.ListedInstances(batch.groups, ctx.tag_key),
+    ctx = dataclasses.replace(ctx, listed=ListedInstances(batch.groups, ctx.tag_key),
                               recheck_protections=mode == "delete")
     for group in batch.groups:
         record = records.get(group.provider_ref)

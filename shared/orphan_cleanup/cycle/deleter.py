@@ -23,6 +23,7 @@ from orphan_cleanup.core.errors import (
     ProviderUnavailable,
 )
 from orphan_cleanup.core.listing import ResourceGroup
+from orphan_cleanup.core.listing_rules import ListedInstances
 from orphan_cleanup.core.messages import DeleteRequest
 from orphan_cleanup.core.owners import Record
 from orphan_cleanup.core.verdicts import DeleteOutcome, VerdictKind
@@ -192,7 +193,7 @@ class Deleter:
         assert cycle.listed_at is not None
         known = [(group.provider_ref, group.region, listed_primary)] if listed_primary else []
         ctx = dataclasses.replace(self._context(backend, cycle.listed_at, limits), recheck_protections=True,
-                                  listed=classify.ListedInstances(known=known))
+                                  listed=ListedInstances(known=known))
         verdict = classify.classify(group, record, ctx)
         return (None if verdict.kind is VerdictKind.ORPHAN else f"owner_changed:{verdict.reason}"), record
 

@@ -12,7 +12,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from orphan_cleanup.core import policy
 from orphan_cleanup.core.backends import Backend
 from orphan_cleanup.core.classify import Limits
 from orphan_cleanup.core.errors import LeaseLost, MessageRefused
@@ -21,7 +20,6 @@ from orphan_cleanup.core.payload import build_payload
 from orphan_cleanup.core.results import BatchResult
 from orphan_cleanup.core.settings import Settings
 from orphan_cleanup.cycle import bookkeeping
-from orphan_cleanup.cycle.deleter import GateBusy
 from orphan_cleanup.cycle.lister import Lister
 from orphan_cleanup.cycle.python_gc import gc_paused
 from orphan_cleanup.cycle.reporting import Reporter
@@ -29,11 +27,6 @@ from orphan_cleanup.ledger.db import Database
 from orphan_cleanup.ledger.records import CycleContext
 from orphan_cleanup.providers.base import ResourceProvider
 from orphan_cleanup.queues.base import Queue
-
-__all__ = ["GateBusy", "Pipeline", "build_payload", "effective_mode", "limits_for"]
-
-# Re-exported for callers that import them with the pipeline; the steps call ``policy``.
-effective_mode, limits_for = policy.effective_mode, policy.limits_for
 
 log = logging.getLogger("orphan_cleanup")
 ProviderFactory = Callable[[Backend], ResourceProvider]

@@ -39,8 +39,9 @@ from orphan_cleanup.core.messages import DeleteRequest, ListingBatch
 from orphan_cleanup.core.results import ListerResult
 from orphan_cleanup.core.verdicts import DeleteOutcome
 from orphan_cleanup.cycle import bookkeeping
+from orphan_cleanup.cycle.deleter import GateBusy
 from orphan_cleanup.cycle.heartbeat import Heartbeat
-from orphan_cleanup.cycle.pipeline import GateBusy, Pipeline
+from orphan_cleanup.cycle.pipeline import Pipeline
 from orphan_cleanup.cycle.plan import Plan, build_plan, group_label
 from orphan_cleanup.cycle.python_gc import paused_gc
 from orphan_cleanup.ledger.records import CycleReport
