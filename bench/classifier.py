@@ -35,8 +35,8 @@ from typing import Any
 from bench import floors, legacy
 from bench import ledger_data as data
 from bench.common import CountingDatabase, PgServer, StatementCounter, Table, median
+from orphan_cleanup.core.classify_batch import classify_batch
 from orphan_cleanup.core.messages import ListingBatch
-from orphan_cleanup.core.payload import build_payload
 from orphan_cleanup.core.policy import limits_for
 from orphan_cleanup.core.settings import Settings
 from orphan_cleanup.cycle import bookkeeping
@@ -227,7 +227,7 @@ class Bench:
             for k, v in slow.items())
         backend = queries.get_backend(self.conn, data.BACKEND)
         ctx = self.pipeline._context(backend, listed_at, limits_for(self.settings, backend))
-        payloads = [apply_payload(build_payload(batch, recs, ctx, mode="report", record_all=False))
+        payloads = [apply_payload(classify_batch(batch, recs, ctx, mode="report", record_all=False))
                     for recs in (fast, slow)]
         assert payloads[0] == payloads[1], "the msgspec records changed a verdict or the payload"
         self.checked += len(batch.groups)

@@ -132,10 +132,10 @@ def installed() -> Iterator[None]:
     def apply_payload(app: BatchApplication) -> dict[str, Any]:
         return app.payload if isinstance(app, LegacyApplication) else shipped(app)
 
-    saved = queries.load_records, pipeline.build_payload, store.apply_payload
-    queries.load_records, pipeline.build_payload, store.apply_payload = (  # type: ignore[assignment]
+    saved = queries.load_records, pipeline.classify_batch, store.apply_payload
+    queries.load_records, pipeline.classify_batch, store.apply_payload = (  # type: ignore[assignment]
         load_records, _build_legacy, apply_payload)
     try:
         yield
     finally:
-        queries.load_records, pipeline.build_payload, store.apply_payload = saved
+        queries.load_records, pipeline.classify_batch, store.apply_payload = saved

@@ -14,9 +14,9 @@ from datetime import datetime
 
 from orphan_cleanup.core.backends import Backend
 from orphan_cleanup.core.classify import Limits
+from orphan_cleanup.core.classify_batch import classify_batch
 from orphan_cleanup.core.errors import LeaseLost, MessageRefused
 from orphan_cleanup.core.messages import DeleteRequest, ListingBatch
-from orphan_cleanup.core.payload import build_payload
 from orphan_cleanup.core.results import BatchResult
 from orphan_cleanup.core.settings import Settings
 from orphan_cleanup.cycle import bookkeeping
@@ -69,7 +69,7 @@ class Pipeline(Lister):
             limits = self._limits(backend)
             assert cycle.listed_at is not None  # checked by _refuse_if_tampered
             ctx = self._context(backend, cycle.listed_at, limits)
-            app = build_payload(batch, records, ctx, mode=cycle.mode, record_all=cycle.record_all)
+            app = classify_batch(batch, records, ctx, mode=cycle.mode, record_all=cycle.record_all)
             result = session.apply(app)
         if result.status == "duplicate":
             # The first delivery may have crashed after its apply committed and before

@@ -16,7 +16,7 @@ from orphan_cleanup.core.owners import Record
 from orphan_cleanup.core.verdicts import Action, Verdict, VerdictKind
 
 
-def build_payload(batch: ListingBatch, records: Mapping[str, Record], ctx: classify.ClassifyContext, *,
+def classify_batch(batch: ListingBatch, records: Mapping[str, Record], ctx: classify.ClassifyContext, *,
                   mode: str, record_all: bool) -> BatchApplication:
     """Classify a batch and shape what the fenced apply writes. ``mode`` and
     ``record_all`` are the cycle's (from its row, never from the message).
