@@ -39,7 +39,7 @@ from orphan_cleanup.core.classify_batch import classify_batch
 from orphan_cleanup.core.messages import ListingBatch
 from orphan_cleanup.core.policy import limits_for
 from orphan_cleanup.core.settings import Settings
-from orphan_cleanup.cycle import bookkeeping
+from orphan_cleanup.cycle import cycle_state
 from orphan_cleanup.cycle.pipeline import Pipeline
 from orphan_cleanup.cycle.python_gc import paused_gc
 from orphan_cleanup.cycle.reporting import Reporter
@@ -175,10 +175,10 @@ class Bench:
         with self.db.connection() as conn:
             backend = queries.get_backend(conn, data.BACKEND)
         limits = limits_for(self.settings, backend)
-        started = bookkeeping.start_cycle(LedgerStore(self.db), data.BACKEND, "report", limits, manual=False)
+        started = cycle_state.start_cycle(LedgerStore(self.db), data.BACKEND, "report", limits, manual=False)
         assert started.cycle is not None, started.reason
         listed_at = datetime.now(UTC)
-        bookkeeping.set_listed_at(LedgerStore(self.db), started.cycle.id, listed_at)
+        cycle_state.set_listed_at(LedgerStore(self.db), started.cycle.id, listed_at)
         return started.cycle.id, listed_at
 
     def batch(self, cycle_id: str, listed_at: datetime, n_refs: int, size: int) -> tuple[ListingBatch, float]:

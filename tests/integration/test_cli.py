@@ -15,7 +15,7 @@ from orphan_cleanup.core.classify import ClassifyContext
 from orphan_cleanup.core.classify_batch import classify_batch
 from orphan_cleanup.core.messages import ListingBatch
 from orphan_cleanup.core.verdicts import Outcome
-from orphan_cleanup.cycle.bookkeeping import finish_if_complete, set_listed_at, start_cycle
+from orphan_cleanup.cycle.cycle_state import finish_if_complete, set_listed_at, start_cycle
 from orphan_cleanup.ledger.migrate import available_migrations
 from orphan_cleanup.ledger.store import LedgerStore
 from tests.support.ledger_helpers import T0, add_ref, db_now, group, limits

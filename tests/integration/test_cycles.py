@@ -1,4 +1,4 @@
-"""Cycle bookkeeping against a real ledger (bookkeeping.py over ledger/store.py):
+"""Cycle bookkeeping against a real ledger (cycle_state.py over ledger/store.py):
 enrollment, STEP 1 and the lease, fencing, the one-statement join,
 idempotent batches, and STEP 7 as stored."""
 
@@ -19,7 +19,7 @@ from orphan_cleanup.core.listing import RegionFailure
 from orphan_cleanup.core.messages import ListingBatch
 from orphan_cleanup.core.owners import OwnerStatus
 from orphan_cleanup.core.verdicts import DeleteResult, DeleteStatus, Outcome
-from orphan_cleanup.cycle.bookkeeping import (
+from orphan_cleanup.cycle.cycle_state import (
     DeleteDecision,
     delete_allowed,
     dispatch_deletes,

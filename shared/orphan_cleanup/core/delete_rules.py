@@ -1,6 +1,6 @@
 """The pure deletion rules: which delete requests may run, how a deletion's end
 is recorded, how long a delete gate holds. Data in, data out, like ``classify``;
-the pipeline (``bookkeeping``) is their only caller."""
+the pipeline (``cycle_state``) is their only caller."""
 
 from __future__ import annotations
 

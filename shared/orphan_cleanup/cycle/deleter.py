@@ -27,7 +27,7 @@ from orphan_cleanup.core.listing_rules import ListedInstances
 from orphan_cleanup.core.messages import DeleteRequest
 from orphan_cleanup.core.owners import Record
 from orphan_cleanup.core.verdicts import DeleteOutcome, VerdictKind
-from orphan_cleanup.cycle import bookkeeping
+from orphan_cleanup.cycle import cycle_state
 from orphan_cleanup.ledger.db import Database
 from orphan_cleanup.ledger.journal import LedgerJournal
 from orphan_cleanup.ledger.records import CycleContext
@@ -106,7 +106,7 @@ class Deleter:
             backend = account_view(cycle.backend, session.account_settings(cycle.backend_id))
         limits = self._limits(backend)
         try:
-            decision = bookkeeping.delete_allowed(self.store, cycle.id, request.group)
+            decision = cycle_state.delete_allowed(self.store, cycle.id, request.group)
         except LeaseLost:
             return DeleteOutcome.FENCED
         why_not, group = decision.refusal, decision.group
@@ -141,7 +141,7 @@ class Deleter:
             raise GateBusy(f"delete gate of {group.provider_ref} is held")
         try:
             try:
-                again = bookkeeping.delete_allowed(self.store, cycle.id, request.group).refusal
+                again = cycle_state.delete_allowed(self.store, cycle.id, request.group).refusal
             except LeaseLost:
                 return DeleteOutcome.FENCED
             if again is not None:  # handled by another delivery while this one waited for the gate
@@ -215,6 +215,6 @@ class Deleter:
 
     def _record(self, cycle_id: str, group: ResourceGroup, limits: Limits, **kw: Any) -> None:
         try:
-            bookkeeping.record_delete(self.store, cycle_id, group, limits, now=self._now(), **kw)
+            cycle_state.record_delete(self.store, cycle_id, group, limits, now=self._now(), **kw)
         except LeaseLost:
             log.warning("cycle %s lost its lease: delete result of %s not recorded", cycle_id, group.key)

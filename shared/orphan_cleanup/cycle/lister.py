@@ -26,7 +26,7 @@ from orphan_cleanup.core.listing import RegionFailure, RegionListing, ResourceGr
 from orphan_cleanup.core.messages import MAX_JOB_BACKENDS, ListingBatch, ListingJob
 from orphan_cleanup.core.results import JobResult, ListerResult, TickResult
 from orphan_cleanup.core.settings import Settings
-from orphan_cleanup.cycle import bookkeeping
+from orphan_cleanup.cycle import cycle_state
 from orphan_cleanup.cycle.deleter import Deleter, identity_failure
 from orphan_cleanup.cycle.python_gc import gc_paused
 from orphan_cleanup.ledger.records import CycleRef, IdleSnapshot
@@ -173,7 +173,7 @@ class Lister(Deleter):
                     go = row.lease_expires_at is None or row.lease_expires_at <= now
                     reason = "lease_expired" if go else "busy"
                 else:
-                    go, reason = bookkeeping.scheduled_step1(seen, mode, limits, now)
+                    go, reason = cycle_state.scheduled_step1(seen, mode, limits, now)
                     if not go and reason != "not_due":
                         idle.append((backend.id, seen, mode, now + timedelta(seconds=limits.interval_seconds)))
                 if not go:
@@ -232,11 +232,11 @@ class Lister(Deleter):
             if effective == "off":
                 return ListerResult(backend=backend_id, started=False, reason="off")
             limits = self._limits(backend)
-            skip = None if manual else bookkeeping.quick_skip(session, backend_id, effective, limits, self._now())
+            skip = None if manual else cycle_state.quick_skip(session, backend_id, effective, limits, self._now())
         if skip is not None:
             return ListerResult(backend=backend_id, started=False, reason=skip)
         self.store.enroll()
-        started = bookkeeping.start_cycle(self.store, backend_id, effective, limits, manual=manual, now=self._now(),
+        started = cycle_state.start_cycle(self.store, backend_id, effective, limits, manual=manual, now=self._now(),
                                           mode_of=lambda row: policy.effective_mode(self.settings, row, mode))
         if started.cycle is None or started.backend is None:
             return ListerResult(backend=backend_id, started=False, reason=started.reason)
@@ -258,10 +258,10 @@ class Lister(Deleter):
         if not batcher.regions_listed and not all_throttled:  # nothing listed: never clean, never unsettled
             error = "no region could be listed" if batcher.failures else "no region to list"
             self.reporter.error("listing failed", backend=s.backend.id, cycle_id=s.cycle.id, error=error)
-            bookkeeping.fail_cycle(self.store, s.cycle.id, error, s.limits, self._now(), failures=batcher.failures)
+            cycle_state.fail_cycle(self.store, s.cycle.id, error, s.limits, self._now(), failures=batcher.failures)
             return s.result("listing_failed")
         try:
-            bookkeeping.record_region_groups(self.store, s.cycle.id, batcher.counts)
+            cycle_state.record_region_groups(self.store, s.cycle.id, batcher.counts)
         except LeaseLost:
             return s.result("lease_lost")
         self.listing_queue.publish(batcher.close())
@@ -277,7 +277,7 @@ class Lister(Deleter):
             baselines = session.region_baselines([s.backend.id for s in group])
         for s in group:
             try:
-                listed_at = bookkeeping.set_listed_at(self.store, s.cycle.id, self._now())
+                listed_at = cycle_state.set_listed_at(self.store, s.cycle.id, self._now())
             except LeaseLost:
                 results[s.cycle.id] = s.result("lease_lost")
                 continue
@@ -286,7 +286,7 @@ class Lister(Deleter):
 
         def fail_all(reason: str, error: str, failures: list[RegionFailure] | None = None) -> None:
             for s, _ in live:
-                bookkeeping.fail_cycle(self.store, s.cycle.id, error, s.limits, self._now(), failures=failures)
+                cycle_state.fail_cycle(self.store, s.cycle.id, error, s.limits, self._now(), failures=failures)
                 results[s.cycle.id] = s.result(reason)
 
         try:

@@ -1,6 +1,6 @@
 """The steps, wired only through ports: lister (the tick, STEP 1-2: ``lister.py``),
 classifier (STEP 3-6, here), deleter (gate, re-verify, delete, record: ``deleter.py``). Whichever piece finishes last
-applies STEP 7 inside its fenced transaction (``bookkeeping``).
+applies STEP 7 inside its fenced transaction (``cycle_state``).
 
 The pipeline is the only caller of the pure core (``classify``): it reads facts
 from the ledger store, asks for the decision and hands it back to the store."""
@@ -19,7 +19,7 @@ from orphan_cleanup.core.errors import LeaseLost, MessageRefused
 from orphan_cleanup.core.messages import DeleteRequest, ListingBatch
 from orphan_cleanup.core.results import BatchResult
 from orphan_cleanup.core.settings import Settings
-from orphan_cleanup.cycle import bookkeeping
+from orphan_cleanup.cycle import cycle_state
 from orphan_cleanup.cycle.lister import Lister
 from orphan_cleanup.cycle.python_gc import gc_paused
 from orphan_cleanup.cycle.reporting import Reporter
@@ -104,10 +104,10 @@ class Pipeline(Lister):
     def _complete_listing(self, cycle: CycleContext, backend: Backend, limits: Limits) -> None:
         cycle_id = cycle.id
         if cycle.mode != "delete":
-            bookkeeping.finish_if_complete(self.store, cycle_id, limits, self._now())
+            cycle_state.finish_if_complete(self.store, cycle_id, limits, self._now())
             return
         try:
-            dispatch = bookkeeping.dispatch_deletes(self.store, cycle_id, limits, self._now())
+            dispatch = cycle_state.dispatch_deletes(self.store, cycle_id, limits, self._now())
         except LeaseLost:
             return
         if dispatch.blocked:

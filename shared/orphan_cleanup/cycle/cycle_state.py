@@ -1,4 +1,4 @@
-"""Cycle bookkeeping as the pipeline drives it: each function opens one of the
+"""A cycle's state as the pipeline drives it: each function opens one of the
 store's units of work, reads its facts, asks ``classify`` for the decision
 (STEP 1, due selection, the blast-radius cap, STEP 7; ``delete_rules`` for deletions) and
 hands it back to the same unit, inside the same fenced transaction.
