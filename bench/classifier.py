@@ -36,8 +36,9 @@ from bench import floors, legacy
 from bench import ledger_data as data
 from bench.common import CountingDatabase, PgServer, StatementCounter, Table, median
 from orphan_cleanup.core.classify_batch import classify_batch
+from orphan_cleanup.core.listing_rules import ListedInstances
 from orphan_cleanup.core.messages import ListingBatch
-from orphan_cleanup.core.policy import limits_for
+from orphan_cleanup.core.policy import classify_context, limits_for
 from orphan_cleanup.core.settings import Settings
 from orphan_cleanup.cycle import cycle_state
 from orphan_cleanup.cycle.pipeline import Pipeline
@@ -226,7 +227,8 @@ class Bench:
             floors.fields(fast[k]) == floors.fields(v) and floors._types(fast[k]) == floors._types(v)
             for k, v in slow.items())
         backend = queries.get_backend(self.conn, data.BACKEND)
-        ctx = self.pipeline._context(backend, listed_at, limits_for(self.settings, backend))
+        ctx = classify_context(self.settings, backend, listed_at, limits_for(self.settings, backend),
+                               listed=ListedInstances(batch.groups, backend.settings.tag_key))
         payloads = [apply_payload(classify_batch(batch, recs, ctx, mode="report", record_all=False))
                     for recs in (fast, slow)]
         assert payloads[0] == payloads[1], "the msgspec records changed a verdict or the payload"

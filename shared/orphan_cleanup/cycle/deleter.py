@@ -4,7 +4,6 @@ re-classify against the current ledger, delete, record."""
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import uuid
 from collections.abc import Callable
@@ -76,14 +75,6 @@ class Deleter:
 
     def _mode_of(self, backend: Backend) -> Mode:
         return policy.effective_mode(self.settings, backend)
-
-    def _context(self, backend: Backend, listed_at: datetime, limits: Limits) -> classify.ClassifyContext:
-        own = backend.settings.protect_tag_key
-        return classify.ClassifyContext(
-            backend_id=backend.id, scope=backend.scope, listed_at=listed_at,
-            margin=timedelta(seconds=limits.margin_seconds), protect_key=own,
-            more_protect_keys=backend.protect_keys - {own}, tag_key=backend.settings.tag_key,
-            stuck_after=timedelta(seconds=self.settings.stuck_pending_seconds))
 
     def handle_delete(self, request: DeleteRequest, holder: str | None = None) -> DeleteOutcome:
         """Gate, delete, record. Raises ``GateBusy`` when the ref's gate is held
@@ -192,8 +183,8 @@ class Deleter:
         record = self.store.load_records(backend.id, [group]).get(group.provider_ref)
         assert cycle.listed_at is not None
         known = [(group.provider_ref, group.region, listed_primary)] if listed_primary else []
-        ctx = dataclasses.replace(self._context(backend, cycle.listed_at, limits), recheck_protections=True,
-                                  listed=ListedInstances(known=known))
+        ctx = policy.classify_context(self.settings, backend, cycle.listed_at, limits, recheck_protections=True,
+                                      listed=ListedInstances(known=known))
         verdict = classify.classify(group, record, ctx)
         return (None if verdict.kind is VerdictKind.ORPHAN else f"owner_changed:{verdict.reason}"), record
 

@@ -12,10 +12,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from orphan_cleanup.core import policy
 from orphan_cleanup.core.backends import Backend
 from orphan_cleanup.core.classify import Limits
 from orphan_cleanup.core.classify_batch import classify_batch
 from orphan_cleanup.core.errors import LeaseLost, MessageRefused
+from orphan_cleanup.core.listing_rules import ListedInstances
 from orphan_cleanup.core.messages import DeleteRequest, ListingBatch
 from orphan_cleanup.core.results import BatchResult
 from orphan_cleanup.core.settings import Settings
@@ -68,7 +70,12 @@ class Pipeline(Lister):
             records = session.load_records(backend.id, batch.groups)
             limits = self._limits(backend)
             assert cycle.listed_at is not None  # checked by _refuse_if_tampered
-            ctx = self._context(backend, cycle.listed_at, limits)
+            # The batch holds every group of a ref in a region (``cycle.lister``'s batches never
+            # split one): what a live owner's other VM is judged beside (SAFETY.md rule 17). A
+            # delete cycle re-reads remembered protections (rule 14).
+            ctx = policy.classify_context(self.settings, backend, cycle.listed_at, limits,
+                                          listed=ListedInstances(batch.groups, backend.settings.tag_key),
+                                          recheck_protections=cycle.mode == "delete")
             app = classify_batch(batch, records, ctx, mode=cycle.mode, record_all=cycle.record_all)
             result = session.apply(app)
         if result.status == "duplicate":
