@@ -1,17 +1,16 @@
-"""The deleter step (the base of ``Pipeline``, with the wiring the steps share):
-refuse what the cycle did not ask for, verify the identity, take the ref's gate,
-re-classify against the current ledger, delete, record."""
+"""The deleter step: refuse what the cycle did not ask for, verify the identity, take
+the ref's gate, re-classify against the current ledger, delete, record."""
 
 from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable
-from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
 
 from orphan_cleanup.core import classify, delete_rules, policy
-from orphan_cleanup.core.backends import Backend, Mode, account_view, deletes_reach
+from orphan_cleanup.core.backends import Backend, account_view, deletes_reach
 from orphan_cleanup.core.classify import Limits
 from orphan_cleanup.core.errors import (
     IdentityMismatch,
@@ -27,15 +26,10 @@ from orphan_cleanup.core.messages import DeleteRequest
 from orphan_cleanup.core.owners import Record
 from orphan_cleanup.core.verdicts import DeleteOutcome, VerdictKind
 from orphan_cleanup.cycle import cycle_state
-from orphan_cleanup.ledger.db import Database
+from orphan_cleanup.cycle.step_context import StepContext
 from orphan_cleanup.ledger.journal import LedgerJournal
 from orphan_cleanup.ledger.records import CycleContext
-from orphan_cleanup.ledger.store import LedgerStore
 from orphan_cleanup.providers.base import ResourceProvider, describe_error
-
-if TYPE_CHECKING:
-    from orphan_cleanup.core.settings import Settings
-    from orphan_cleanup.cycle.reporting import Reporter
 
 log = logging.getLogger("orphan_cleanup")
 
@@ -54,27 +48,9 @@ def identity_failure(exc: ProviderError) -> str:
     return str(exc) if isinstance(exc, IdentityMismatch) else f"identity_check_failed: {describe_error(exc)}"
 
 
+@dataclass
 class Deleter:
-    settings: Settings
-    provider_for: Callable[[Backend], ResourceProvider]
-    reporter: Reporter
-
-    db: Database
-    clock: Callable[[], datetime] | None
-
-    # The wiring the steps share (``Pipeline`` holds the fields).
-    @property
-    def store(self) -> LedgerStore:
-        return LedgerStore(self.db, on_finish=self.reporter.cycle_finished)
-
-    def _now(self) -> datetime | None:
-        return self.clock() if self.clock is not None else None
-
-    def _limits(self, backend: Backend) -> Limits:
-        return policy.limits_for(self.settings, backend)
-
-    def _mode_of(self, backend: Backend) -> Mode:
-        return policy.effective_mode(self.settings, backend)
+    ctx: StepContext
 
     def handle_delete(self, request: DeleteRequest, holder: str | None = None) -> DeleteOutcome:
         """Gate, delete, record. Raises ``GateBusy`` when the ref's gate is held
@@ -84,27 +60,27 @@ class Deleter:
         cycle's, as the cycle took it (rule 18), and the resources deleted are those the
         cycle recorded for that group as an orphan; a request that disagrees raises
         ``MessageRefused``. Every provider mutation is journaled (rule 19)."""
-        with self.store.session() as session:
+        with self.ctx.store.session() as session:
             cycle = session.cycle_context(request.cycle_id)
             if cycle is None or cycle.listed_at is None:
                 return DeleteOutcome.CYCLE_UNKNOWN
             if request.backend != cycle.backend_id:
-                self.reporter.error("delete request refused: another backend than its cycle's",
-                                    backend=cycle.backend_id, cycle_id=cycle.id, group=request.group.key)
+                self.ctx.reporter.error("delete request refused: another backend than its cycle's",
+                                        backend=cycle.backend_id, cycle_id=cycle.id, group=request.group.key)
                 raise MessageRefused(f"delete request for {request.group.key} names backend {request.backend!r},"
                                      f" its cycle is of {cycle.backend_id!r}")
             # The keys of the account now as well as when the lease was taken (the safe direction).
             backend = account_view(cycle.backend, session.account_settings(cycle.backend_id))
-        limits = self._limits(backend)
+        limits = self.ctx.limits(backend)
         try:
-            decision = cycle_state.delete_allowed(self.store, cycle.id, request.group)
+            decision = cycle_state.delete_allowed(self.ctx.store, cycle.id, request.group)
         except LeaseLost:
             return DeleteOutcome.FENCED
         why_not, group = decision.refusal, decision.group
         if why_not is DeleteOutcome.GROUP_MISMATCH:
-            self.reporter.error("delete request refused: its resources differ from the classified group",
-                                backend=backend.id, cycle_id=cycle.id, group=request.group.key)
-        if why_not is None and policy.effective_mode(self.settings, backend.model_copy(
+            self.ctx.reporter.error("delete request refused: its resources differ from the classified group",
+                                    backend=backend.id, cycle_id=cycle.id, group=request.group.key)
+        if why_not is None and policy.effective_mode(self.ctx.settings, backend.model_copy(
                 update={"mode": cycle.row_mode})) == "off":
             why_not = DeleteOutcome.BACKEND_OFF  # switched off since the cycle started: off is final
         if why_not is None and (cycle.row is None or deletes_reach(cycle.row) != deletes_reach(cycle.backend)):
@@ -119,7 +95,7 @@ class Deleter:
         if why_not is not None or group is None:
             return why_not or DeleteOutcome.NOT_DISPATCHED
         # The delete role when the backend has one (the listing role may only describe).
-        provider = self.provider_for(backend.for_deleting())
+        provider = self.ctx.provider_for(backend.for_deleting())
         try:
             provider.verify_identity()  # SAFETY.md rule 11: before anything is deleted
         except ProviderError as exc:
@@ -128,11 +104,11 @@ class Deleter:
         # One holder per delivery: a redelivered request (an SQS duplicate, or a visibility
         # timeout while this call is still running) must wait for the gate, not share it.
         holder = holder or f"{cycle.id}:{group.key}:{uuid.uuid4().hex[:12]}"
-        if not self.store.acquire_gate(backend.scope, group.provider_ref, holder, delete_rules.gate_ttl(limits)):
+        if not self.ctx.store.acquire_gate(backend.scope, group.provider_ref, holder, delete_rules.gate_ttl(limits)):
             raise GateBusy(f"delete gate of {group.provider_ref} is held")
         try:
             try:
-                again = cycle_state.delete_allowed(self.store, cycle.id, request.group).refusal
+                again = cycle_state.delete_allowed(self.ctx.store, cycle.id, request.group).refusal
             except LeaseLost:
                 return DeleteOutcome.FENCED
             if again is not None:  # handled by another delivery while this one waited for the gate
@@ -154,7 +130,7 @@ class Deleter:
             if changed is not None:
                 self._record(cycle.id, group, limits, skipped_reason=changed)
                 return DeleteOutcome.SKIPPED
-            journal = LedgerJournal(self.db, backend_id=backend.id, cycle_id=cycle.id, scope=backend.scope,
+            journal = LedgerJournal(self.ctx.db, backend_id=backend.id, cycle_id=cycle.id, scope=backend.scope,
                                     provider_ref=group.provider_ref, group_key=group.key)
             remembered = record.protected_primaries.get(group.primary_id or "") if record is not None else None
             try:
@@ -170,7 +146,7 @@ class Deleter:
             self._record(cycle.id, group, limits, result=result)
             return DeleteOutcome(result.status.value)
         finally:
-            self.store.release_gate(backend.scope, group.provider_ref, holder)
+            self.ctx.store.release_gate(backend.scope, group.provider_ref, holder)
 
     def _owner_changed(self, cycle: CycleContext, group: ResourceGroup, backend: Backend, limits: Limits,
                        listed_primary: str | None) -> tuple[str | None, Record | None]:
@@ -180,10 +156,10 @@ class Deleter:
         is still an orphan against the current ledger is deleted; otherwise why not (and
         the record read). A retry leak is judged beside the primary its cycle listed with
         it (rule 17); a remembered protection goes to the provider's re-read (rule 14)."""
-        record = self.store.load_records(backend.id, [group]).get(group.provider_ref)
+        record = self.ctx.store.load_records(backend.id, [group]).get(group.provider_ref)
         assert cycle.listed_at is not None
         known = [(group.provider_ref, group.region, listed_primary)] if listed_primary else []
-        ctx = policy.classify_context(self.settings, backend, cycle.listed_at, limits, recheck_protections=True,
+        ctx = policy.classify_context(self.ctx.settings, backend, cycle.listed_at, limits, recheck_protections=True,
                                       listed=ListedInstances(known=known))
         verdict = classify.classify(group, record, ctx)
         return (None if verdict.kind is VerdictKind.ORPHAN else f"owner_changed:{verdict.reason}"), record
@@ -206,6 +182,6 @@ class Deleter:
 
     def _record(self, cycle_id: str, group: ResourceGroup, limits: Limits, **kw: Any) -> None:
         try:
-            cycle_state.record_delete(self.store, cycle_id, group, limits, now=self._now(), **kw)
+            cycle_state.record_delete(self.ctx.store, cycle_id, group, limits, now=self.ctx.now(), **kw)
         except LeaseLost:
             log.warning("cycle %s lost its lease: delete result of %s not recorded", cycle_id, group.key)
