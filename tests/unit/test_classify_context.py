@@ -3,7 +3,7 @@ classifier and the deleter's re-check judge a backend's groups with."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from orphan_cleanup.core.backends import Backend, BackendSettings
 from orphan_cleanup.core.classify import Limits
@@ -11,7 +11,7 @@ from orphan_cleanup.core.listing_rules import ListedInstances
 from orphan_cleanup.core.policy import classify_context
 from orphan_cleanup.core.settings import Settings
 
-LISTED_AT = datetime(2030, 1, 1, tzinfo=timezone.utc)
+LISTED_AT = datetime(2030, 1, 1, tzinfo=UTC)
 LIMITS = Limits(interval_seconds=900, margin_seconds=600, max_backoff_seconds=3600, cycle_deadline_seconds=900,
                 max_deletes=50, max_delete_share=0.5)
 BACKEND = Backend(id="aws-prod", provider="aws", account="123456789012", regions=("us-east-1",),
