@@ -35,11 +35,14 @@ from typing import Any
 from bench import floors, legacy
 from bench import ledger_data as data
 from bench.common import CountingDatabase, PgServer, StatementCounter, Table, median
+from orphan_cleanup.core.classify_batch import classify_batch
+from orphan_cleanup.core.listing_rules import ListedInstances
 from orphan_cleanup.core.messages import ListingBatch
+from orphan_cleanup.core.policy import classify_context, limits_for
 from orphan_cleanup.core.settings import Settings
-from orphan_cleanup.cycle import bookkeeping
-from orphan_cleanup.cycle.gcpause import paused_gc
-from orphan_cleanup.cycle.pipeline import Pipeline, build_payload, limits_for
+from orphan_cleanup.cycle import cycle_state
+from orphan_cleanup.cycle.pipeline import Pipeline
+from orphan_cleanup.cycle.python_gc import paused_gc
 from orphan_cleanup.cycle.reporting import Reporter
 from orphan_cleanup.ledger import queries
 from orphan_cleanup.ledger.db import Database
@@ -173,10 +176,10 @@ class Bench:
         with self.db.connection() as conn:
             backend = queries.get_backend(conn, data.BACKEND)
         limits = limits_for(self.settings, backend)
-        started = bookkeeping.start_cycle(LedgerStore(self.db), data.BACKEND, "report", limits, manual=False)
+        started = cycle_state.start_cycle(LedgerStore(self.db), data.BACKEND, "report", limits, manual=False)
         assert started.cycle is not None, started.reason
         listed_at = datetime.now(UTC)
-        bookkeeping.set_listed_at(LedgerStore(self.db), started.cycle.id, listed_at)
+        cycle_state.set_listed_at(LedgerStore(self.db), started.cycle.id, listed_at)
         return started.cycle.id, listed_at
 
     def batch(self, cycle_id: str, listed_at: datetime, n_refs: int, size: int) -> tuple[ListingBatch, float]:
@@ -224,8 +227,9 @@ class Bench:
             floors.fields(fast[k]) == floors.fields(v) and floors._types(fast[k]) == floors._types(v)
             for k, v in slow.items())
         backend = queries.get_backend(self.conn, data.BACKEND)
-        ctx = self.pipeline._context(backend, listed_at, limits_for(self.settings, backend))
-        payloads = [apply_payload(build_payload(batch, recs, ctx, mode="report", record_all=False))
+        ctx = classify_context(self.settings, backend, listed_at, limits_for(self.settings, backend),
+                               listed=ListedInstances(batch.groups, backend.settings.tag_key))
+        payloads = [apply_payload(classify_batch(batch, recs, ctx, mode="report", record_all=False))
                     for recs in (fast, slow)]
         assert payloads[0] == payloads[1], "the msgspec records changed a verdict or the payload"
         self.checked += len(batch.groups)

@@ -123,7 +123,7 @@ def _build_legacy(batch: ListingBatch, records: dict, ctx: classify.ClassifyCont
 @contextmanager
 def installed() -> Iterator[None]:
     """Run ``Pipeline.handle_batch`` with the functions above (the "before")."""
-    import orphan_cleanup.cycle.pipeline as pipeline
+    import orphan_cleanup.cycle.classifier as classifier  # where handle_batch finds classify_batch
     import orphan_cleanup.ledger.queries as queries
     import orphan_cleanup.ledger.session as store  # where LedgerSession.apply finds apply_payload
 
@@ -132,10 +132,10 @@ def installed() -> Iterator[None]:
     def apply_payload(app: BatchApplication) -> dict[str, Any]:
         return app.payload if isinstance(app, LegacyApplication) else shipped(app)
 
-    saved = queries.load_records, pipeline.build_payload, store.apply_payload
-    queries.load_records, pipeline.build_payload, store.apply_payload = (  # type: ignore[assignment]
+    saved = queries.load_records, classifier.classify_batch, store.apply_payload
+    queries.load_records, classifier.classify_batch, store.apply_payload = (  # type: ignore[assignment]
         load_records, _build_legacy, apply_payload)
     try:
         yield
     finally:
-        queries.load_records, pipeline.build_payload, store.apply_payload = saved
+        queries.load_records, classifier.classify_batch, store.apply_payload = saved

@@ -37,10 +37,10 @@ BUCKETS: list[tuple[str, tuple[str, ...]]] = [
     ("records: LedgerRecord validation", ("validate_json", "queries.py", "legacy.py:record_from_row",
                                           "legacy.py:load_records")),
     ("classify (classify.py, Verdict models)", ("classify.py",)),
-    ("payload rows (build_payload, model_dump)", ("build_payload", "to_python", "model_dump", "models.py:key",
-                                                  "pipeline.py:<listcomp>", "legacy.py:<listcomp>",
-                                                  "pipeline.py:<genexpr>", "legacy.py:<genexpr>",
-                                                  "pipeline.py:<dictcomp>", "payload.py:", "decisions.py:",
+    ("payload rows (classify_batch, model_dump)", ("build_payload", "to_python", "model_dump", "models.py:key",
+                                                  "classifier.py:<listcomp>", "legacy.py:<listcomp>",
+                                                  "classifier.py:<genexpr>", "legacy.py:<genexpr>",
+                                                  "classifier.py:<dictcomp>", "classify_batch.py:", "decisions.py:",
                                                   "store.py:apply_payload", "store.py:row", "store.py:<listcomp>")),
     ("payload json.dumps", ("json/encoder.py", "json/__init__.py")),
     ("reporting (log lines)", ("logging/", "reporting.py")),
@@ -172,7 +172,7 @@ def run(server: PgServer, quick: bool = False) -> list[Table]:
     for func, calls, tt in top_after:
         top.add(function=func, calls=calls, **{"own ms": tt * 1000})
     gct = Table(f"Cyclic GC: one {BATCH:,}-group batch with the collector on (default thresholds, the baseline) "
-                "and off (what gcpause.paused_gc ships; no profiler, median ms)",
+                "and off (what python_gc.paused_gc ships; no profiler, median ms)",
                 ["step", "gc on ms", "gc off ms", "gc share"])
     for step, label in (("parse", "ListingBatch.model_validate_json (queue body)"),
                         ("handle", "Pipeline.handle_batch (shipped, its pause unwrapped)")):
@@ -181,5 +181,5 @@ def run(server: PgServer, quick: bool = False) -> list[Table]:
     gct.notes += ["the share depends on the whole heap (this process also loaded moto, boto3 and the Google "
                   "clients for the other benchmarks): a generation-2 pass walks every live object.",
                   "shipped: the classifier entry points and Pipeline.handle_batch pause the collector over a "
-                  "batch (orphan_cleanup.cycle.gcpause); its objects are acyclic and freed by reference counting."]
+                  "batch (orphan_cleanup.cycle.python_gc); its objects are acyclic and freed by reference counting."]
     return [spots, top, gct]

@@ -200,7 +200,7 @@ def tick_at_scale(server: PgServer, n: int = SCALE_BACKENDS, reps: int = 5) -> T
         "warm = the same pipeline's next tick (backends whose row did not change are not validated again); "
         "baseline = run_tick with the statement and row reading it had before (bench/tick.py "
         "_baseline_tick_rows in place of LedgerSession.tick_rows) and the collector on, as it ran before "
-        "(now: paused over run_tick, gcpause)",
+        "(now: paused over run_tick, python_gc)",
         "statements = run_tick's on the wire: the tick's one statement and one mark_idle_many, whatever the count"]
     return table
 
@@ -265,7 +265,7 @@ def _measure_run_tick(db: Any, n: int, reps: int) -> dict[str, Any]:
             real = LedgerSession.tick_rows
             if kind == "baseline":
                 LedgerSession.tick_rows = _baseline_tick_rows  # type: ignore[method-assign]
-            # the baseline: run_tick as it was, without the collector paused (gcpause)
+            # the baseline: run_tick as it was, without the collector paused (python_gc)
             run = type(pipeline).run_tick.__wrapped__ if kind == "baseline" else type(pipeline).run_tick
             try:
                 start = time.perf_counter()

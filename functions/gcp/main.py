@@ -8,7 +8,7 @@ import functions_framework
 
 from orphan_cleanup.core.errors import ConfigError
 from orphan_cleanup.core.messages import ListingBatch
-from orphan_cleanup.cycle.gcpause import gc_paused
+from orphan_cleanup.cycle.python_gc import gc_paused
 from orphan_cleanup.entrypoints import gcp
 
 
@@ -22,7 +22,7 @@ def lister(request):
 
 
 @functions_framework.cloud_event
-@gc_paused  # the batch's decode and classification (orphan_cleanup.cycle.gcpause)
+@gc_paused  # the batch's decode and classification (orphan_cleanup.cycle.python_gc)
 def classifier(cloud_event):
     gcp.pipeline().handle_batch(gcp.parse(ListingBatch, cloud_event.data))
 

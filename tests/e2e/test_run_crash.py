@@ -252,9 +252,9 @@ def test_the_heartbeat_renews_only_a_live_cycle_and_only_a_gate_its_holder_still
 
     from orphan_cleanup.core import policy
     from orphan_cleanup.core.settings import Settings
-    from orphan_cleanup.cycle import bookkeeping
+    from orphan_cleanup.cycle import cycle_state
+    from orphan_cleanup.ledger.locked import GateHold
     from orphan_cleanup.ledger.store import LedgerStore
-    from orphan_cleanup.ledger.unit import GateHold
 
     with db.connection() as conn:
         conn.run("INSERT INTO backends (id, provider, account, regions) VALUES (:i, 'gcp', :a, :r)",
@@ -263,7 +263,7 @@ def test_the_heartbeat_renews_only_a_live_cycle_and_only_a_gate_its_holder_still
     with store.session() as session:
         backend = session.backend(BACKEND)
     limits = policy.limits_for(Settings.explicit(cycle_deadline_seconds=LEASE), backend)
-    old = bookkeeping.start_cycle(store, BACKEND, "delete", limits, manual=True).cycle
+    old = cycle_state.start_cycle(store, BACKEND, "delete", limits, manual=True).cycle
     assert old is not None
     gate = GateHold(backend.scope, "abcdefabcdef", "holder-1", 600)
     assert store.acquire_gate(gate.scope, gate.ref, gate.holder, 60)
@@ -272,18 +272,18 @@ def test_the_heartbeat_renews_only_a_live_cycle_and_only_a_gate_its_holder_still
         rows = sql(db, "SELECT extract(epoch FROM expires_at - now()) FROM delete_gates")
         return float(rows[0][0]) if rows else None
 
-    assert bookkeeping.renew_lease(store, old.id, 300, gate=gate)
+    assert cycle_state.renew_lease(store, old.id, 300, gate=gate)
     assert 290 < (lease_end(db) - sql(db, "SELECT oc_clock()")[0][0]).total_seconds() <= 300
     assert 590 < (gate_left() or 0) <= 600  # renewed with the lease
     store.release_gate(gate.scope, gate.ref, gate.holder)
-    assert bookkeeping.renew_lease(store, old.id, 300, gate=gate)
+    assert cycle_state.renew_lease(store, old.id, 300, gate=gate)
     assert gate_left() is None  # a released gate is not taken again
 
     later = sql(db, "SELECT oc_clock()")[0][0] + timedelta(seconds=301)  # the old lease has run out by then
-    new = bookkeeping.start_cycle(store, BACKEND, "report", limits, manual=True, now=later).cycle
+    new = cycle_state.start_cycle(store, BACKEND, "report", limits, manual=True, now=later).cycle
     assert new is not None and new.fence == old.fence + 1
     taken = lease_end(db)
 
-    assert not bookkeeping.renew_lease(store, old.id, 300)  # fenced: the old cycle renews nothing
+    assert not cycle_state.renew_lease(store, old.id, 300)  # fenced: the old cycle renews nothing
     assert lease_end(db) == taken
     assert cycle(db, old.id) == ("failed", "cycle did not complete before its deadline")

@@ -16,9 +16,9 @@ from bench import classifier, legacy, peers
 from bench import ledger_data as data
 from bench.common import PgServer
 from orphan_cleanup.core import classify
+from orphan_cleanup.core.classify_batch import classify_batch
 from orphan_cleanup.core.messages import ListingBatch
 from orphan_cleanup.core.owners import LedgerRecord
-from orphan_cleanup.cycle.pipeline import build_payload
 from orphan_cleanup.ledger.session import apply_payload
 from orphan_cleanup.providers.aws.kinds import listed_kinds
 from tests.support.aws_proxy import AwsProxy
@@ -60,7 +60,7 @@ def test_v0_build_payload_agrees_with_the_shipped_one():
                              groups=tuple(groups))
         # when both versions shape the payload
         before = legacy.build_payload(batch, records, ctx)
-        after = build_payload(batch, records, ctx, mode=batch.mode, record_all=batch.record_all)
+        after = classify_batch(batch, records, ctx, mode=batch.mode, record_all=batch.record_all)
         # then they are equal (as shipped to oc_apply_batch and reported), verdict counts in the same order
         # included; the shipped rows also carry the evidence that v0 did not compute (migration 0008)
         shipped = apply_payload(after)

@@ -12,10 +12,10 @@ import pytest
 
 from orphan_cleanup.cli.app import main
 from orphan_cleanup.core.classify import ClassifyContext
+from orphan_cleanup.core.classify_batch import classify_batch
 from orphan_cleanup.core.messages import ListingBatch
 from orphan_cleanup.core.verdicts import Outcome
-from orphan_cleanup.cycle.bookkeeping import finish_if_complete, set_listed_at, start_cycle
-from orphan_cleanup.cycle.pipeline import build_payload
+from orphan_cleanup.cycle.cycle_state import finish_if_complete, set_listed_at, start_cycle
 from orphan_cleanup.ledger.migrate import available_migrations
 from orphan_cleanup.ledger.store import LedgerStore
 from tests.support.ledger_helpers import T0, add_ref, db_now, group, limits
@@ -150,7 +150,7 @@ def _finish_report_cycle(db, backend_id, groups):
     with store.session() as session:
         ctx = ClassifyContext(backend_id=backend_id, scope="aws:123456789012", listed_at=listed_at, margin=timedelta(0),
                               protect_key="orphan-cleanup-protect")
-        session.apply(build_payload(batch, session.load_records(backend_id, batch.groups), ctx,
+        session.apply(classify_batch(batch, session.load_records(backend_id, batch.groups), ctx,
                                     mode=batch.mode, record_all=batch.record_all))
     assert finish_if_complete(store, cycle.id, lim) is Outcome.CLEAN
     return listed_at

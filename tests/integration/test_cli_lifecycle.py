@@ -19,7 +19,7 @@ import pytest
 
 from orphan_cleanup.core.backends import Backend
 from orphan_cleanup.core.errors import ConfigError, LeaseLost
-from orphan_cleanup.cycle.bookkeeping import start_cycle
+from orphan_cleanup.cycle.cycle_state import start_cycle
 from orphan_cleanup.ledger.db import Database
 from orphan_cleanup.ledger.store import LedgerStore
 from tests.support.ledger_helpers import add_backend, add_instance, add_ref, limits

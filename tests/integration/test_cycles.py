@@ -1,4 +1,4 @@
-"""Cycle bookkeeping against a real ledger (bookkeeping.py over ledger/store.py):
+"""Cycle bookkeeping against a real ledger (cycle_state.py over ledger/store.py):
 enrollment, STEP 1 and the lease, fencing, the one-statement join,
 idempotent batches, and STEP 7 as stored."""
 
@@ -12,13 +12,14 @@ import pytest
 
 from orphan_cleanup.core.backends import DEFAULT_PROTECT_KEY
 from orphan_cleanup.core.classify import ClassifyContext
+from orphan_cleanup.core.classify_batch import classify_batch
 from orphan_cleanup.core.decisions import BatchApplication
 from orphan_cleanup.core.errors import LeaseLost
 from orphan_cleanup.core.listing import RegionFailure
 from orphan_cleanup.core.messages import ListingBatch
 from orphan_cleanup.core.owners import OwnerStatus
 from orphan_cleanup.core.verdicts import DeleteResult, DeleteStatus, Outcome
-from orphan_cleanup.cycle.bookkeeping import (
+from orphan_cleanup.cycle.cycle_state import (
     DeleteDecision,
     delete_allowed,
     dispatch_deletes,
@@ -28,7 +29,6 @@ from orphan_cleanup.cycle.bookkeeping import (
     set_listed_at,
     start_cycle,
 )
-from orphan_cleanup.cycle.pipeline import build_payload
 from orphan_cleanup.ledger.client import LedgerClient
 from orphan_cleanup.ledger.session import LedgerSession
 from orphan_cleanup.ledger.store import LedgerStore as S
@@ -73,7 +73,7 @@ def payload(db, cycle_id, groups=(), *, listed_at, seq=0, last=True, batch_count
     records = S(db).load_records(B, batch.groups)
     ctx = ClassifyContext(backend_id=B, scope="aws:123456789012", listed_at=listed_at, margin=timedelta(seconds=lim.margin_seconds),
                           protect_key=DEFAULT_PROTECT_KEY)
-    return build_payload(batch, records, ctx, mode=batch.mode, record_all=batch.record_all)
+    return classify_batch(batch, records, ctx, mode=batch.mode, record_all=batch.record_all)
 
 
 def apply(db, p):

@@ -141,7 +141,7 @@ def test_no_credentials_is_a_one_line_access_denied(settings):
 
 
 def test_malformed_role_arn_is_a_one_line_provider_error(session):
-    # The model refuses such a row (models.BackendSettings); one built without validation
+    # The model refuses such a row (core.backends.BackendSettings); one built without validation
     # still fails in one line at the adapter.
     bad = backend().model_copy(update={"settings": BackendSettings.model_construct(role_arn="not-an-arn")})
     provider = build_aws_provider(bad, session=session, connect_timeout=2, read_timeout=10, max_attempts=5)

@@ -10,7 +10,8 @@ import pytest
 from orphan_cleanup.core.listing import ResourceKind
 from orphan_cleanup.core.messages import DeleteRequest, ListingBatch
 from orphan_cleanup.core.settings import Settings
-from orphan_cleanup.cycle.pipeline import GateBusy, Pipeline
+from orphan_cleanup.cycle.deleter import GateBusy
+from orphan_cleanup.cycle.pipeline import Pipeline
 from orphan_cleanup.cycle.runner import drain, run_cycle
 from orphan_cleanup.ledger.db import Database
 from orphan_cleanup.ledger.records import CycleReport
@@ -314,13 +315,14 @@ def test_redelivered_last_batch_completes_a_cycle_whose_first_delivery_crashed(d
     (body,) = list(pipeline.listing_queue.items)
     batch = ListingBatch.model_validate_json(body)
     # given the first delivery's apply committed but the function died before completing
-    from orphan_cleanup.cycle.pipeline import build_payload, limits_for
+    from orphan_cleanup.core.classify_batch import classify_batch
+    from orphan_cleanup.core.policy import limits_for
     with LedgerStore(db).session() as session:
         from orphan_cleanup.core import classify
         backend = session.backend("mem")
         ctx = classify.ClassifyContext(backend_id="mem", scope="aws:123456789012", listed_at=batch.listed_at,
                                        margin=timedelta(seconds=300), protect_key="orphan-cleanup-protect")
-        payload = build_payload(batch, session.load_records("mem", batch.groups), ctx,
+        payload = classify_batch(batch, session.load_records("mem", batch.groups), ctx,
                                 mode=batch.mode, record_all=batch.record_all)
         assert session.apply(payload).status == "applied"
     assert LedgerStore(db).cycle_report(started.cycle_id).outcome == "unsettled"  # not finished yet

@@ -13,7 +13,7 @@ from orphan_cleanup.core.errors import ProviderError
 from orphan_cleanup.core.listing import ResourceGroup
 from orphan_cleanup.core.messages import DeleteRequest, ListingBatch, ListingJob
 from orphan_cleanup.core.verdicts import DeleteResult
-from orphan_cleanup.cycle.pipeline import GateBusy
+from orphan_cleanup.cycle.deleter import GateBusy
 from tests.sim.queues import VISIBILITY_TIMEOUT, SimQueue
 
 

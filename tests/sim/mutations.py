@@ -19,18 +19,18 @@ from unittest import mock
 
 import msgspec
 
-from orphan_cleanup.core import classify, delete_rules, policy
+from orphan_cleanup.core import classify, delete_rules, listing_rules, policy
 from orphan_cleanup.core.backends import Backend
 from orphan_cleanup.core.listing import ResourceGroup, ResourceState
 from orphan_cleanup.core.messages import ListingJob
 from orphan_cleanup.core.owners import LedgerRow
 from orphan_cleanup.core.results import JobResult
 from orphan_cleanup.core.verdicts import DeleteOutcome, DeleteStatus, Outcome, Verdict, VerdictKind
-from orphan_cleanup.cycle import bookkeeping, pipeline
+from orphan_cleanup.cycle import cycle_state, pipeline
 from orphan_cleanup.ledger.journal import LedgerJournal
+from orphan_cleanup.ledger.locked import LockedCycle
 from orphan_cleanup.ledger.session import LedgerSession
 from orphan_cleanup.ledger.store import LedgerStore
-from orphan_cleanup.ledger.unit import LockedCycle
 from orphan_cleanup.providers.base import ResourceProvider
 from tests.sim.cloud import SimProvider
 from tests.sim.engine import SimEnv
@@ -241,7 +241,7 @@ def _trust_message_mode(env: SimEnv, stack: ExitStack) -> None:
     record_all, a delete request's backend and resources (the deleter deletes the
     message's group, in whatever mode the cycle was)."""
     current: list[Any] = []
-    real_context, real_allowed = LedgerSession.cycle_context, bookkeeping.delete_allowed
+    real_context, real_allowed = LedgerSession.cycle_context, cycle_state.delete_allowed
     real_batch, real_delete = pipeline.Pipeline.handle_batch, pipeline.Pipeline.handle_delete
 
     def context(self, cycle_id):  # type: ignore[no-untyped-def]
@@ -263,7 +263,7 @@ def _trust_message_mode(env: SimEnv, stack: ExitStack) -> None:
             decision = real_allowed(store, cycle_id, recorded) if recorded else decision
             why = decision.refusal if recorded else DeleteOutcome.NOT_DISPATCHED
         trusted = why in (None, DeleteOutcome.NOT_DELETE_MODE)
-        return bookkeeping.DeleteDecision(None if trusted else why, requested, decision.listed_primary)
+        return cycle_state.DeleteDecision(None if trusted else why, requested, decision.listed_primary)
 
     def around(real):  # type: ignore[no-untyped-def]
         def handle(self, msg, *a, **k):  # type: ignore[no-untyped-def]
@@ -275,7 +275,7 @@ def _trust_message_mode(env: SimEnv, stack: ExitStack) -> None:
         return handle
 
     _patch(stack, LedgerSession, "cycle_context", context)
-    _patch(stack, bookkeeping, "delete_allowed", allowed)
+    _patch(stack, cycle_state, "delete_allowed", allowed)
     _patch(stack, pipeline.Pipeline, "handle_batch", around(real_batch))
     _patch(stack, pipeline.Pipeline, "handle_delete", around(real_delete))
 
@@ -359,7 +359,7 @@ def _no_blast_check(env: SimEnv, stack: ExitStack) -> None:
 def _primary_unchecked(env: SimEnv, stack: ExitStack) -> None:
     """A live owner's VM that is not its recorded primary is a retry leak whether or not
     that primary is listed (the classifier) or live (the deleter's question)."""
-    _patch(stack, classify.ListedInstances, "has", lambda self, ref, region, primary_id: True)
+    _patch(stack, listing_rules.ListedInstances, "has", lambda self, ref, region, primary_id: True)
     _patch(stack, MemoryProvider, "holds_instance", lambda self, region, instance_id, ref: True)
 
 
@@ -374,7 +374,7 @@ def _keys_per_backend(env: SimEnv, stack: ExitStack) -> None:
     what another backend of the account protects is an orphan to this one."""
     from orphan_cleanup.cycle import deleter
 
-    for module in (bookkeeping, deleter):
+    for module in (cycle_state, deleter):
         _patch(stack, module, "account_view", lambda backend, account_settings: backend)
 
 

@@ -16,7 +16,8 @@ from orphan_cleanup.core.messages import DeleteRequest, ListingBatch
 from orphan_cleanup.core.owners import OwnerStatus
 from orphan_cleanup.core.settings import Settings
 from orphan_cleanup.core.verdicts import DeleteResult
-from orphan_cleanup.cycle.pipeline import GateBusy, Pipeline
+from orphan_cleanup.cycle.deleter import GateBusy
+from orphan_cleanup.cycle.pipeline import Pipeline
 from orphan_cleanup.ledger.db import Database
 from orphan_cleanup.queues.memory import InProcessQueue
 from tests.support.memory_cloud import MemoryCloud, MemoryProvider

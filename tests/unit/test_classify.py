@@ -6,8 +6,9 @@ from datetime import timedelta
 
 import pytest
 
-from orphan_cleanup.core.classify import ClassifyContext, ListedInstances, classify
+from orphan_cleanup.core.classify import ClassifyContext, classify
 from orphan_cleanup.core.listing import ResourceGroup
+from orphan_cleanup.core.listing_rules import ListedInstances
 from orphan_cleanup.core.owners import LedgerRecord, OwnerStatus
 from orphan_cleanup.core.verdicts import VerdictKind
 from tests.support.ledger_helpers import T0, group, leftovers, resource

@@ -150,7 +150,7 @@ def test_bad_credentials_json_is_a_config_error() -> None:
 
 @pytest.mark.parametrize(("provider", "tag_key"), [("aws", "provider_ref"), ("gcp", "Provider Ref")])
 def test_provider_rejects_bad_backends(provider: str, tag_key: str) -> None:
-    # The model refuses a GCP label key like this one (models.Backend); the adapter checks
+    # The model refuses a GCP label key like this one (core.backends.Backend); the adapter checks
     # again, for a Backend built without validation.
     backend = Backend.model_construct(id="b", provider=provider, account="p", regions=("us-central1",),
                                       settings=BackendSettings(tag_key=tag_key), mode=None)

@@ -24,12 +24,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from orphan_cleanup.core.classify import ClassifyContext, ListedInstances, classify
+from orphan_cleanup.core.classify import ClassifyContext, classify
+from orphan_cleanup.core.classify_batch import classify_batch
 from orphan_cleanup.core.listing import Resource, ResourceGroup, ResourceKind
+from orphan_cleanup.core.listing_rules import ListedInstances
 from orphan_cleanup.core.messages import DeleteRequest, ListerEvent, ListingBatch
 from orphan_cleanup.core.owners import LedgerRecord
 from orphan_cleanup.core.verdicts import VerdictKind
-from orphan_cleanup.cycle.pipeline import build_payload
 from orphan_cleanup.entrypoints.aws import DeleteRequestRecord, ListingBatchRecord
 from orphan_cleanup.entrypoints.gcp import MalformedMessage, parse
 
@@ -186,7 +187,7 @@ def test_a_batch_of_a_malformed_group_dispatches_nothing(shape: str) -> None:
                          groups=(MALFORMED[shape],), last=True, batch_count=1)
     records = {REF: _orphan_making_records()[0]}
 
-    payload = build_payload(batch, records, CTX, mode="delete", record_all=False)
+    payload = classify_batch(batch, records, CTX, mode="delete", record_all=False)
 
     assert payload.orphans == ()
 

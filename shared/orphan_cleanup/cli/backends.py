@@ -9,7 +9,7 @@ import json
 import sys
 from typing import Any
 
-from orphan_cleanup.cli import validation as cli_input
+from orphan_cleanup.cli import validation
 from orphan_cleanup.cli.exits import EXIT_BAD_INPUT, EXIT_OK
 from orphan_cleanup.cli.output import human_time, print_fields, print_table, verdict_style
 from orphan_cleanup.core.backends import BackendSettings
@@ -149,25 +149,25 @@ def _source(key: str, source: str) -> str:
 
 def update(db: Database, args: argparse.Namespace) -> int:
     """Change what is given, checked as a whole by the model; only ``--mode`` while a cycle runs."""
-    patch = cli_input.parse_settings(args.settings) if args.settings is not None else None
-    replacement = cli_input.parse_settings(args.settings_replace, "--settings-replace") \
+    patch = validation.parse_settings(args.settings) if args.settings is not None else None
+    replacement = validation.parse_settings(args.settings_replace, "--settings-replace") \
         if args.settings_replace is not None else None
     if args.account is None and args.regions is None and args.mode is None and patch is None \
             and replacement is None:
         raise ConfigError("nothing to update: give --account, --regions, --mode, --settings or --settings-replace")
     if args.regions is not None:
-        cli_input.known_aws_regions()  # botocore's data loads once, before the row is locked
+        validation.known_aws_regions()  # botocore's data loads once, before the row is locked
     before: list[BackendRow] = []
 
     def edit(current: BackendRow, running: RunningCycle | None) -> BackendRow:
         before.append(current)
         provider = current.provider
-        account = current.account if args.account is None else cli_input.check_account(provider, args.account)
-        regions = current.regions if args.regions is None else tuple(cli_input.parse_regions(provider, args.regions))
+        account = current.account if args.account is None else validation.check_account(provider, args.account)
+        regions = current.regions if args.regions is None else tuple(validation.parse_regions(provider, args.regions))
         mode = current.mode if args.mode is None else (None if args.mode == "none" else args.mode)
         settings = replacement if replacement is not None else \
-            cli_input.merge_settings(current.settings, patch) if patch is not None else current.settings
-        cli_input.checked_backend(current.id, provider, account, regions, settings, mode)
+            validation.merge_settings(current.settings, patch) if patch is not None else current.settings
+        validation.checked_backend(current.id, provider, account, regions, settings, mode)
         if running is not None and (account, regions, settings) != (current.account, current.regions,
                                                                     current.settings):
             raise BackendBusy(f"backend {current.id}: cycle {running.cycle_id} is running (lease until"

@@ -10,7 +10,7 @@ backend, bad argument, database unreachable or not migrated).
 
 What is recorded: every orphan, protected and skipped group of every cycle;
 tracked and ignored groups only by manual runs (``run``), which record all. An id no
-cycle recorded exits 1 with the reasons that are true (``cli/absent.py``).
+cycle recorded exits 1 with the reasons that are true (``cli/explain_unrecorded.py``).
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def command(args: argparse.Namespace) -> int:
     journal = journal_entries(db, args.backend, query, sorted({g.group.provider_ref for g in groups}))
     ignored = ignored_limits(db, settings, args.backend)
     if not groups and not journal:
-        from orphan_cleanup.cli.absent import why_not_recorded
+        from orphan_cleanup.cli.explain_unrecorded import why_not_recorded
 
         for line in why_not_recorded(db, args.backend, query):  # the reasons that are true here
             print(line, file=sys.stderr)

@@ -2,7 +2,7 @@
 written: ids, accounts, regions, settings JSON. Every problem is a one-line
 ``ConfigError`` (exit 2).
 
-Stricter than a row written with SQL (``models.Backend``, which every parse applies):
+Stricter than a row written with SQL (``core.backends.Backend``, which every parse applies):
 unknown settings keys are refused, and AWS regions must be ones botocore knows (its
 bundled endpoint data: offline, no call)."""
 

@@ -1,9 +1,9 @@
 """What a backend's configuration must satisfy, whoever wrote it (the CLI or a
 platform's plain SQL): tag keys valid for the provider, IAM role ARNs, regions.
 
-Pure rules, no I/O: ``models.Backend`` / ``models.BackendSettings`` apply them on
+Pure rules, no I/O: ``backends.Backend`` / ``backends.BackendSettings`` apply them on
 every parse of a row, the CLI before writing one. The CLI also checks AWS region
-names against botocore's own list (``cli_input.known_aws_regions``); a row only
+names against botocore's own list (``cli.validation.known_aws_regions``); a row only
 needs a non-empty region list, so a region newer than the installed botocore
 still works from SQL (its listing fails alone if the name is wrong)."""
 

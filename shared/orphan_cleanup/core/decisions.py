@@ -86,6 +86,10 @@ class DeleteRecord:
     trip_region: bool  # the group's region is skipped for the rest of the cycle (rule 5)
     error: str | None
     message: str  # the event's text
+    # Whether the group's orphan row keeps a protection it remembers (SAFETY.md rule 14) and,
+    # with it, its verdict and reason; False: a deletion happened, which ends the protection
+    # (it was lifted) and the row becomes the orphan its cycle classified again.
+    keeps_protection: bool
     result: DeleteResult | None = None
     skipped_reason: str | None = None
     # A protection the delete found (SAFETY.md rule 14): the group's verdict becomes

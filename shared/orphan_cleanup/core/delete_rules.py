@@ -1,6 +1,7 @@
 """The pure deletion rules: which delete requests may run, how a deletion's end
-is recorded, how long a delete gate holds. Data in, data out, like ``classify``;
-the pipeline (``bookkeeping``) is their only caller."""
+is recorded (and whether a remembered protection survives it), how long a delete
+gate holds. Data in, data out, like ``classify``; the pipeline (``cycle_state``) is
+their only caller."""
 
 from __future__ import annotations
 
@@ -50,6 +51,7 @@ def delete_record(group: ResourceGroup, *, result: DeleteResult | None = None, e
         # the cycle neither failed nor held unsettled by it.
         return DeleteRecord(action=Action.REPORTED, request_state="skipped", orphan_state="protected",
                             unsettled=False, failed=False, trip_region=False, error=None,
+                            keeps_protection=keeps_protection(Action.REPORTED),
                             message=f"left orphan group {group.key} in place: protected ({result.protection}:"
                                     f" {result.protection_detail})",
                             result=result, skipped_reason=result.protection, protection=result.protection,
@@ -81,7 +83,18 @@ def delete_record(group: ResourceGroup, *, result: DeleteResult | None = None, e
     return DeleteRecord(action=action, request_state=_REQUEST_STATE[action], orphan_state=_ORPHAN_STATE[action],
                         unsettled=action in (Action.DELETING, Action.REPORTED),
                         failed=action is Action.DELETE_FAILED and not trip_region, trip_region=trip_region,
-                        error=error, message=message, result=result, skipped_reason=skipped_reason)
+                        error=error, message=message, keeps_protection=keeps_protection(action), result=result,
+                        skipped_reason=skipped_reason)
+
+
+def keeps_protection(action: Action) -> bool:
+    """SAFETY.md rule 14: whether a protection the group's orphan row remembers (AWS
+    termination protection, which no listing shows: ``LedgerRecord.protected_primaries``)
+    survives a deletion's end that took ``action``. Only a deletion (``deleted``, or
+    ``deleting`` with the owner terminated) ends it: the protection was lifted. Anything else
+    (a re-read that failed, a skip, a tripped region, the protection found again) leaves it
+    remembered: a protection that cannot be read stays one."""
+    return action not in (Action.DELETED, Action.DELETING)
 
 
 def gate_ttl(limits: Limits) -> int:

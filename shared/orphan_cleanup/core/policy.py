@@ -1,15 +1,17 @@
 """What a backend runs with: the process settings overridden by the backend's own
-(limits, mode), where the stack's safety limits are ceilings a row may only tighten.
-Pure: data in, data out."""
+(limits, mode), where the stack's safety limits are ceilings a row may only tighten,
+and the context its groups are classified in. Pure: data in, data out."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
 from orphan_cleanup.core.backends import Backend, Mode
-from orphan_cleanup.core.classify import Limits
+from orphan_cleanup.core.classify import ClassifyContext, Limits
+from orphan_cleanup.core.listing_rules import ListedInstances
 from orphan_cleanup.core.settings import Settings
 
 #: The stack's limits a backend row may only tighten (SAFETY.md rule 8): the count and share
@@ -60,6 +62,23 @@ def limits_for(settings: Settings, backend: Backend) -> Limits:
         max_deletes=_limit(settings, backend, "max_deletes"),
         max_delete_share=_limit(settings, backend, "max_delete_share"),
     )
+
+
+def classify_context(settings: Settings, backend: Backend, listed_at: datetime, limits: Limits, *,
+                     listed: ListedInstances | None = None, recheck_protections: bool = False) -> ClassifyContext:
+    """The one way a ``ClassifyContext`` is made: ``backend``'s id, account scope, ref tag
+    key and protect keys (its own, and its account's others: SAFETY.md rule 16), the
+    cycle's ``listed_at``, the margin of ``limits`` and the stack's stuck-pending threshold.
+    ``listed``: the instances a live owner's other VM is judged beside (rule 17; None:
+    none known). ``recheck_protections``: a remembered protection is not trusted but left
+    to the deleter's re-read (a delete cycle, rule 14)."""
+    own = backend.settings.protect_tag_key
+    return ClassifyContext(
+        backend_id=backend.id, scope=backend.scope, listed_at=listed_at,
+        margin=timedelta(seconds=limits.margin_seconds), protect_key=own,
+        more_protect_keys=backend.protect_keys - {own}, tag_key=backend.settings.tag_key,
+        stuck_after=timedelta(seconds=settings.stuck_pending_seconds),
+        recheck_protections=recheck_protections, listed=listed)
 
 
 def effective_mode(settings: Settings, backend: Backend, override: Mode | None = None) -> Mode:

@@ -1,18 +1,21 @@
-"""The deleter step (the base of ``Pipeline``, with the wiring the steps share):
-refuse what the cycle did not ask for, verify the identity, take the ref's gate,
-re-classify against the current ledger, delete, record."""
+"""The deleter step, read like a reconcile: a delete request goes through an ordered list
+of guards, each of which may end it with its named outcome (``DeleteOutcome``): the cycle
+asked for it, the backend is still on and still reaches the same account, the provider's
+identity checks out. Then the ref's gate, and under it the guards that must hold right
+before acting (still asked for, still an orphan), and the provider's delete. Every end
+that concerns the group its cycle recorded is recorded (``cycle_state.record_delete``),
+under the gate when it was taken."""
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
 
 from orphan_cleanup.core import classify, delete_rules, policy
-from orphan_cleanup.core.backends import Backend, Mode, account_view, deletes_reach
+from orphan_cleanup.core.backends import Backend, account_view, deletes_reach
 from orphan_cleanup.core.classify import Limits
 from orphan_cleanup.core.errors import (
     IdentityMismatch,
@@ -23,19 +26,16 @@ from orphan_cleanup.core.errors import (
     ProviderUnavailable,
 )
 from orphan_cleanup.core.listing import ResourceGroup
+from orphan_cleanup.core.listing_rules import ListedInstances
 from orphan_cleanup.core.messages import DeleteRequest
 from orphan_cleanup.core.owners import Record
-from orphan_cleanup.core.verdicts import DeleteOutcome, VerdictKind
-from orphan_cleanup.cycle import bookkeeping
-from orphan_cleanup.ledger.db import Database
+from orphan_cleanup.core.verdicts import DeleteOutcome, DeleteResult, VerdictKind
+from orphan_cleanup.cycle import cycle_state
+from orphan_cleanup.cycle.cycle_state import DeleteDecision
+from orphan_cleanup.cycle.step_context import StepContext
 from orphan_cleanup.ledger.journal import LedgerJournal
 from orphan_cleanup.ledger.records import CycleContext
-from orphan_cleanup.ledger.store import LedgerStore
 from orphan_cleanup.providers.base import ResourceProvider, describe_error
-
-if TYPE_CHECKING:
-    from orphan_cleanup.core.settings import Settings
-    from orphan_cleanup.cycle.reporting import Reporter
 
 log = logging.getLogger("orphan_cleanup")
 
@@ -54,166 +54,245 @@ def identity_failure(exc: ProviderError) -> str:
     return str(exc) if isinstance(exc, IdentityMismatch) else f"identity_check_failed: {describe_error(exc)}"
 
 
-class Deleter:
-    settings: Settings
-    provider_for: Callable[[Backend], ResourceProvider]
-    reporter: Reporter
+@dataclass(frozen=True)
+class Stop:
+    """A guard's answer that the request ends here, with ``outcome``. ``recorded``: the end
+    is recorded against the group its cycle recorded (if there is one), with these fields
+    (``cycle_state.record_delete``); otherwise nothing is written."""
 
-    db: Database
-    clock: Callable[[], datetime] | None
+    outcome: DeleteOutcome
+    recorded: bool = False
+    error: str | None = None
+    skipped_reason: str | None = None
+    trip_region: bool = False
+    result: DeleteResult | None = None
 
-    # The wiring the steps share (``Pipeline`` holds the fields).
+    @classmethod
+    def left_in_place(cls, outcome: DeleteOutcome) -> Stop:
+        """The group stays, skipped for ``outcome`` (a tripped region stays tripped)."""
+        return cls(outcome, recorded=True, skipped_reason=outcome.value,
+                   trip_region=outcome is DeleteOutcome.REGION_TRIPPED)
+
+    @classmethod
+    def provider_failed(cls, exc: ProviderError) -> Stop:
+        """A provider call failed: an unavailable region trips (SAFETY.md rule 5), anything
+        else fails the deletion."""
+        if isinstance(exc, ProviderUnavailable):
+            return cls(DeleteOutcome.REGION_TRIPPED, recorded=True, error=describe_error(exc), trip_region=True)
+        return cls(DeleteOutcome.FAILED, recorded=True, error=describe_error(exc))
+
+
+@dataclass
+class DeleteJob:
+    """One delete request on its way through the guards: what they read, as they read it."""
+
+    request: DeleteRequest
+    cycle: CycleContext
+    listed_at: datetime  # the cycle's
+    # The cycle's backend as the cycle took it (rule 18), with the keys of its account as they
+    # are now as well as when the lease was taken (the safe direction, rule 16).
+    backend: Backend
+    limits: Limits
+    decision: DeleteDecision = DeleteDecision(None, None)  # the cycle's answer (``_asked_for``)
+    provider: ResourceProvider | None = None  # the delete role's adapter (``_identity_verified``)
+    record: Record | None = None  # the ledger's record of the group's ref, read under the gate
+
     @property
-    def store(self) -> LedgerStore:
-        return LedgerStore(self.db, on_finish=self.reporter.cycle_finished)
+    def group(self) -> ResourceGroup:
+        """The group as its cycle recorded it (every request past ``_has_group`` has one)."""
+        assert self.decision.group is not None
+        return self.decision.group
 
-    def _now(self) -> datetime | None:
-        return self.clock() if self.clock is not None else None
+    @property
+    def verified_provider(self) -> ResourceProvider:
+        assert self.provider is not None
+        return self.provider
 
-    def _limits(self, backend: Backend) -> Limits:
-        return policy.limits_for(self.settings, backend)
 
-    def _mode_of(self, backend: Backend) -> Mode:
-        return policy.effective_mode(self.settings, backend)
+Guard = Callable[[DeleteJob], Stop | None]
 
-    def _context(self, backend: Backend, listed_at: datetime, limits: Limits) -> classify.ClassifyContext:
-        own = backend.settings.protect_tag_key
-        return classify.ClassifyContext(
-            backend_id=backend.id, scope=backend.scope, listed_at=listed_at,
-            margin=timedelta(seconds=limits.margin_seconds), protect_key=own,
-            more_protect_keys=backend.protect_keys - {own}, tag_key=backend.settings.tag_key,
-            stuck_after=timedelta(seconds=self.settings.stuck_pending_seconds))
+
+@dataclass
+class Deleter:
+    ctx: StepContext
 
     def handle_delete(self, request: DeleteRequest, holder: str | None = None) -> DeleteOutcome:
-        """Gate, delete, record. Raises ``GateBusy`` when the ref's gate is held
-        (the message should be redelivered later).
+        """Refuse, verify, gate, re-check, delete, record: the outcome names the guard that
+        ended the request, or what the provider's delete did. Raises ``GateBusy`` when the
+        ref's gate is held (the message should be redelivered later).
 
         The message only names a group (SAFETY.md rule 12): the backend is the
         cycle's, as the cycle took it (rule 18), and the resources deleted are those the
         cycle recorded for that group as an orphan; a request that disagrees raises
         ``MessageRefused``. Every provider mutation is journaled (rule 19)."""
-        with self.store.session() as session:
+        job = self._read(request)
+        if isinstance(job, DeleteOutcome):
+            return job
+        stop = _first_stop(job, (self._asked_for, self._backend_on, self._reach_unchanged, self._has_group,
+                                 self._identity_verified))
+        if stop is not None:
+            return self._end(job, stop)
+        # One holder per delivery: a redelivered request (an SQS duplicate, or a visibility
+        # timeout while this call is still running) must wait for the gate, not share it.
+        holder = holder or f"{job.cycle.id}:{job.group.key}:{uuid.uuid4().hex[:12]}"
+        scope, ref = job.backend.scope, job.group.provider_ref
+        if not self.ctx.store.acquire_gate(scope, ref, holder, delete_rules.gate_ttl(job.limits)):
+            raise GateBusy(f"delete gate of {ref} is held")
+        try:  # the gate holds the re-checks, the provider's delete and its record
+            return self._end(job, _first_stop(job, (self._still_asked_for, self._still_an_orphan))
+                             or self._delete(job))
+        finally:
+            self.ctx.store.release_gate(scope, ref, holder)
+
+    def _read(self, request: DeleteRequest) -> DeleteJob | DeleteOutcome:
+        """The request's cycle and backend, from the ledger: ``cycle_unknown`` without a
+        cycle that listed; ``MessageRefused`` when the request names another backend."""
+        with self.ctx.store.session() as session:
             cycle = session.cycle_context(request.cycle_id)
             if cycle is None or cycle.listed_at is None:
                 return DeleteOutcome.CYCLE_UNKNOWN
             if request.backend != cycle.backend_id:
-                self.reporter.error("delete request refused: another backend than its cycle's",
-                                    backend=cycle.backend_id, cycle_id=cycle.id, group=request.group.key)
+                self.ctx.reporter.error("delete request refused: another backend than its cycle's",
+                                        backend=cycle.backend_id, cycle_id=cycle.id, group=request.group.key)
                 raise MessageRefused(f"delete request for {request.group.key} names backend {request.backend!r},"
                                      f" its cycle is of {cycle.backend_id!r}")
-            # The keys of the account now as well as when the lease was taken (the safe direction).
             backend = account_view(cycle.backend, session.account_settings(cycle.backend_id))
-        limits = self._limits(backend)
-        try:
-            decision = bookkeeping.delete_allowed(self.store, cycle.id, request.group)
-        except LeaseLost:
-            return DeleteOutcome.FENCED
-        why_not, group = decision.refusal, decision.group
-        if why_not is DeleteOutcome.GROUP_MISMATCH:
-            self.reporter.error("delete request refused: its resources differ from the classified group",
-                                backend=backend.id, cycle_id=cycle.id, group=request.group.key)
-        if why_not is None and policy.effective_mode(self.settings, backend.model_copy(
-                update={"mode": cycle.row_mode})) == "off":
-            why_not = DeleteOutcome.BACKEND_OFF  # switched off since the cycle started: off is final
-        if why_not is None and (cycle.row is None or deletes_reach(cycle.row) != deletes_reach(cycle.backend)):
-            # The row's account, roles or key changed since the lease (SAFETY.md rule 18): the
-            # cycle neither follows the edit nor deletes against it; the next cycle lists anew.
-            why_not = DeleteOutcome.BACKEND_CHANGED
-        if why_not in (DeleteOutcome.REGION_TRIPPED, DeleteOutcome.BACKEND_OFF, DeleteOutcome.BACKEND_CHANGED) \
-                and group is not None:
-            self._record(cycle.id, group, limits, skipped_reason=why_not.value,
-                         trip_region=why_not is DeleteOutcome.REGION_TRIPPED)
-            return why_not
-        if why_not is not None or group is None:
-            return why_not or DeleteOutcome.NOT_DISPATCHED
-        # The delete role when the backend has one (the listing role may only describe).
-        provider = self.provider_for(backend.for_deleting())
-        try:
-            provider.verify_identity()  # SAFETY.md rule 11: before anything is deleted
-        except ProviderError as exc:
-            self._record(cycle.id, group, limits, error=identity_failure(exc))
-            return DeleteOutcome.IDENTITY_FAILED
-        # One holder per delivery: a redelivered request (an SQS duplicate, or a visibility
-        # timeout while this call is still running) must wait for the gate, not share it.
-        holder = holder or f"{cycle.id}:{group.key}:{uuid.uuid4().hex[:12]}"
-        if not self.store.acquire_gate(backend.scope, group.provider_ref, holder, delete_rules.gate_ttl(limits)):
-            raise GateBusy(f"delete gate of {group.provider_ref} is held")
-        try:
-            try:
-                again = bookkeeping.delete_allowed(self.store, cycle.id, request.group).refusal
-            except LeaseLost:
-                return DeleteOutcome.FENCED
-            if again is not None:  # handled by another delivery while this one waited for the gate
-                return again
-            changed, record = self._owner_changed(cycle, group, backend, limits, decision.listed_primary)
-            if changed is None and group.primary is not None:
-                try:
-                    changed, record = self._on_provider_time(provider, cycle, group, backend, limits,
-                                                             decision.listed_primary)
-                except ProviderUnavailable as exc:  # read as the delete would have been
-                    self._record(cycle.id, group, limits, error=describe_error(exc), trip_region=True)
-                    return DeleteOutcome.REGION_TRIPPED
-                except ProviderError as exc:
-                    self._record(cycle.id, group, limits, error=describe_error(exc))
-                    return DeleteOutcome.FAILED
-            if changed is None and record is not None and decision.listed_primary is not None \
-                    and not provider.holds_instance(group.region, decision.listed_primary, group.provider_ref):
-                changed = "owner_changed:primary_not_listed"  # the provider does not confirm it (rule 17)
-            if changed is not None:
-                self._record(cycle.id, group, limits, skipped_reason=changed)
-                return DeleteOutcome.SKIPPED
-            journal = LedgerJournal(self.db, backend_id=backend.id, cycle_id=cycle.id, scope=backend.scope,
-                                    provider_ref=group.provider_ref, group_key=group.key)
-            remembered = record.protected_primaries.get(group.primary_id or "") if record is not None else None
-            try:
-                result = provider.delete_resource_group(
-                    group, journal, remembered_protection=remembered,
-                    known_attached=record.known_orphan_resource_ids if record is not None else ())
-            except ProviderUnavailable as exc:
-                self._record(cycle.id, group, limits, error=describe_error(exc), trip_region=True)
-                return DeleteOutcome.REGION_TRIPPED
-            except ProviderError as exc:
-                self._record(cycle.id, group, limits, error=describe_error(exc))
-                return DeleteOutcome.FAILED
-            self._record(cycle.id, group, limits, result=result)
-            return DeleteOutcome(result.status.value)
-        finally:
-            self.store.release_gate(backend.scope, group.provider_ref, holder)
+        return DeleteJob(request, cycle, cycle.listed_at, backend, self.ctx.limits(backend))
 
-    def _owner_changed(self, cycle: CycleContext, group: ResourceGroup, backend: Backend, limits: Limits,
-                       listed_primary: str | None) -> tuple[str | None, Record | None]:
+    # ---- the guards, in order: each ends the request (a ``Stop``) or lets it go on (None) ----
+
+    def _asked_for(self, job: DeleteJob) -> Stop | None:
+        """Its cycle asked for it, against the group as the cycle recorded it (rule 12): a
+        delete cycle dispatched exactly these resources and nobody handled the request yet.
+        In a region that tripped (rule 5) the group is left in place."""
+        try:
+            job.decision = cycle_state.delete_allowed(self.ctx.store, job.cycle.id, job.request.group)
+        except LeaseLost:
+            return Stop(DeleteOutcome.FENCED)
+        why = job.decision.refusal
+        if why is DeleteOutcome.GROUP_MISMATCH:
+            self.ctx.reporter.error("delete request refused: its resources differ from the classified group",
+                                    backend=job.backend.id, cycle_id=job.cycle.id, group=job.request.group.key)
+        if why is DeleteOutcome.REGION_TRIPPED:
+            return Stop.left_in_place(why)
+        return None if why is None else Stop(why)
+
+    def _backend_on(self, job: DeleteJob) -> Stop | None:
+        """The backend was not switched off since the cycle started: off is final."""
+        row = job.backend.model_copy(update={"mode": job.cycle.row_mode})
+        off = policy.effective_mode(self.ctx.settings, row) == "off"
+        return Stop.left_in_place(DeleteOutcome.BACKEND_OFF) if off else None
+
+    def _reach_unchanged(self, job: DeleteJob) -> Stop | None:
+        """The row's account, roles and key are those of the lease (SAFETY.md rule 18): the
+        cycle neither follows an edit nor deletes against it; the next cycle lists anew."""
+        cycle = job.cycle
+        if cycle.row is None or deletes_reach(cycle.row) != deletes_reach(cycle.backend):
+            return Stop.left_in_place(DeleteOutcome.BACKEND_CHANGED)
+        return None
+
+    def _has_group(self, job: DeleteJob) -> Stop | None:
+        return Stop(DeleteOutcome.NOT_DISPATCHED) if job.decision.group is None else None
+
+    def _identity_verified(self, job: DeleteJob) -> Stop | None:
+        """The provider answers as the backend's account (SAFETY.md rule 11), before anything
+        is deleted, with the delete role when the backend has one (the listing role may only
+        describe)."""
+        job.provider = self.ctx.provider_for(job.backend.for_deleting())
+        try:
+            job.provider.verify_identity()
+        except ProviderError as exc:
+            return Stop(DeleteOutcome.IDENTITY_FAILED, recorded=True, error=identity_failure(exc))
+        return None
+
+    # ---- under the gate --------------------------------------------------------------------
+
+    def _still_asked_for(self, job: DeleteJob) -> Stop | None:
+        """Still asked for: another delivery may have handled it while this one waited."""
+        try:
+            again = cycle_state.delete_allowed(self.ctx.store, job.cycle.id, job.request.group).refusal
+        except LeaseLost:
+            return Stop(DeleteOutcome.FENCED)
+        return None if again is None else Stop(again)
+
+    def _still_an_orphan(self, job: DeleteJob) -> Stop | None:
+        """Still an orphan against the ledger as it is now (``_owner_changed``), judged on the
+        VM's creation time the provider reports (``_on_provider_time``) and, for a retry
+        leak, beside a primary the provider confirms (rule 17); else left in place."""
+        group, listed_primary = job.group, job.decision.listed_primary
+        changed, job.record = self._owner_changed(job, group)
+        if changed is None and group.primary is not None:
+            try:
+                changed, job.record = self._on_provider_time(job)
+            except ProviderError as exc:  # read as the delete would have been
+                return Stop.provider_failed(exc)
+        if changed is None and job.record is not None and listed_primary is not None \
+                and not job.verified_provider.holds_instance(group.region, listed_primary, group.provider_ref):
+            changed = "owner_changed:primary_not_listed"  # the provider does not confirm it (rule 17)
+        return None if changed is None else Stop(DeleteOutcome.SKIPPED, recorded=True, skipped_reason=changed)
+
+    def _delete(self, job: DeleteJob) -> Stop:
+        """The provider's delete of the group, journaled (rule 19); its result is the outcome."""
+        group, record, backend = job.group, job.record, job.backend
+        journal = LedgerJournal(self.ctx.db, backend_id=backend.id, cycle_id=job.cycle.id, scope=backend.scope,
+                                provider_ref=group.provider_ref, group_key=group.key)
+        remembered = record.protected_primaries.get(group.primary_id or "") if record is not None else None
+        try:
+            result = job.verified_provider.delete_resource_group(
+                group, journal, remembered_protection=remembered,
+                known_attached=record.known_orphan_resource_ids if record is not None else ())
+        except ProviderError as exc:
+            return Stop.provider_failed(exc)
+        return Stop(DeleteOutcome(result.status.value), recorded=True, result=result)
+
+    def _end(self, job: DeleteJob, stop: Stop) -> DeleteOutcome:
+        """Record ``stop`` when it is to be recorded and the cycle recorded the group
+        (fenced: a cycle that lost its lease records nothing); its outcome."""
+        group = job.decision.group
+        if stop.recorded and group is not None:
+            try:
+                cycle_state.record_delete(self.ctx.store, job.cycle.id, group, job.limits, result=stop.result,
+                                          error=stop.error, trip_region=stop.trip_region,
+                                          skipped_reason=stop.skipped_reason, now=self.ctx.now())
+            except LeaseLost:
+                log.warning("cycle %s lost its lease: delete result of %s not recorded", job.cycle.id, group.key)
+        return stop.outcome
+
+    def _owner_changed(self, job: DeleteJob, group: ResourceGroup) -> tuple[str | None, Record | None]:
         """STEP 3-5 again, under the gate, right before acting. The batch was classified
         a while ago (queue latency, redeliveries) and the owner may have moved on since:
         pending or terminating again, or provisioned with this primary. Only a group that
         is still an orphan against the current ledger is deleted; otherwise why not (and
         the record read). A retry leak is judged beside the primary its cycle listed with
         it (rule 17); a remembered protection goes to the provider's re-read (rule 14)."""
-        record = self.store.load_records(backend.id, [group]).get(group.provider_ref)
-        assert cycle.listed_at is not None
+        record = self.ctx.store.load_records(job.backend.id, [group]).get(group.provider_ref)
+        listed_primary = job.decision.listed_primary
         known = [(group.provider_ref, group.region, listed_primary)] if listed_primary else []
-        ctx = dataclasses.replace(self._context(backend, cycle.listed_at, limits), recheck_protections=True,
-                                  listed=classify.ListedInstances(known=known))
+        ctx = policy.classify_context(self.ctx.settings, job.backend, job.listed_at, job.limits,
+                                      recheck_protections=True, listed=ListedInstances(known=known))
         verdict = classify.classify(group, record, ctx)
         return (None if verdict.kind is VerdictKind.ORPHAN else f"owner_changed:{verdict.reason}"), record
 
-    def _on_provider_time(self, provider: ResourceProvider, cycle: CycleContext, group: ResourceGroup,
-                          backend: Backend, limits: Limits, listed_primary: str | None,
-                          ) -> tuple[str | None, Record | None]:
+    def _on_provider_time(self, job: DeleteJob) -> tuple[str | None, Record | None]:
         """``_owner_changed`` judged on the creation time the provider reports now for the
         group's VM, never the listing message's: the copy rule and the margin read it, and
         a forged batch could age a user's copy into a retry leak (SAFETY.md rules 12 and 17).
         A VM the provider does not report, or reports created at another time, is skipped."""
+        group = job.group
         primary = group.primary
         assert primary is not None
-        created = provider.instance_created_at(primary)
+        created = job.verified_provider.instance_created_at(primary)
         if created is None or primary.created_at is None or abs(created - primary.created_at) > _SAME_TIME:
             return "owner_changed:created_at_changed", None
         judged = group.model_copy(update={"resources": tuple(
             r.model_copy(update={"created_at": created}) if r is primary else r for r in group.resources)})
-        return self._owner_changed(cycle, judged, backend, limits, listed_primary)
+        return self._owner_changed(job, judged)
 
-    def _record(self, cycle_id: str, group: ResourceGroup, limits: Limits, **kw: Any) -> None:
-        try:
-            bookkeeping.record_delete(self.store, cycle_id, group, limits, now=self._now(), **kw)
-        except LeaseLost:
-            log.warning("cycle %s lost its lease: delete result of %s not recorded", cycle_id, group.key)
+
+def _first_stop(job: DeleteJob, guards: Sequence[Guard]) -> Stop | None:
+    """The first of ``guards`` (in order) that ends the request, or None: all let it go on."""
+    for guard in guards:
+        stop = guard(job)
+        if stop is not None:
+            return stop
+    return None

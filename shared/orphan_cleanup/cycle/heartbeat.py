@@ -7,9 +7,9 @@ import logging
 import threading
 
 from orphan_cleanup.core.errors import DatabaseError
-from orphan_cleanup.cycle import bookkeeping
+from orphan_cleanup.cycle import cycle_state
+from orphan_cleanup.ledger.locked import GateHold
 from orphan_cleanup.ledger.store import LedgerStore
-from orphan_cleanup.ledger.unit import GateHold
 
 log = logging.getLogger("orphan_cleanup")
 
@@ -47,7 +47,7 @@ class Heartbeat:
         try:
             while not self._stop.wait(self.lease_seconds / 3):
                 try:
-                    renewed = bookkeeping.renew_lease(self.store, self.cycle_id, self.lease_seconds, gate=self.gate)
+                    renewed = cycle_state.renew_lease(self.store, self.cycle_id, self.lease_seconds, gate=self.gate)
                 except DatabaseError as exc:  # the lease may lapse; fencing keeps the cycle safe
                     log.warning("cycle %s: lease renewal failed: %s", self.cycle_id, exc)
                     continue

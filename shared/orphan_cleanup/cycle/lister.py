@@ -1,4 +1,4 @@
-"""The lister step (a base of ``Pipeline``): the tick selects the due backends and
+"""The lister step: the tick selects the due backends and
 queues listing jobs; a job, or a direct run, takes each backend's lease (STEP 1) and
 lists once per group of backends sharing a listing (STEP 2), each cycle getting its
 own batches."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -26,9 +26,9 @@ from orphan_cleanup.core.listing import RegionFailure, RegionListing, ResourceGr
 from orphan_cleanup.core.messages import MAX_JOB_BACKENDS, ListingBatch, ListingJob
 from orphan_cleanup.core.results import JobResult, ListerResult, TickResult
 from orphan_cleanup.core.settings import Settings
-from orphan_cleanup.cycle import bookkeeping
-from orphan_cleanup.cycle.deleter import Deleter, identity_failure
-from orphan_cleanup.cycle.gcpause import gc_paused
+from orphan_cleanup.cycle import cycle_state
+from orphan_cleanup.cycle.deleter import identity_failure
+from orphan_cleanup.cycle.step_context import StepContext
 from orphan_cleanup.ledger.records import CycleRef, IdleSnapshot
 from orphan_cleanup.providers.base import describe_error
 from orphan_cleanup.queues.base import Queue
@@ -131,18 +131,20 @@ def _ref_of(group: ResourceGroup) -> str:
     return group.provider_ref
 
 
-class Lister(Deleter):
+@dataclass
+class Lister:
+    ctx: StepContext
     listing_queue: Queue
-    jobs_queue: Queue | None
+    # The tick's listing jobs (the deployed functions); None where there is no tick.
+    jobs_queue: Queue | None = None
     # False (the deployed functions): a backend whose row holds a key is not listed.
     ledger_keys: bool = True
     # The backends the last tick validated, by their row's JSON (``LedgerSession.tick_rows``):
     # a warm function does not validate 10,000 unchanged rows again every minute.
-    _tick_backends: dict[bytes, Backend] | None = None
+    _tick_backends: dict[bytes, Backend] | None = field(default=None, init=False, repr=False)
 
     # ---- the tick: due selection for every backend ----------------------------------
 
-    @gc_paused  # 10,000 rows of acyclic, short-lived objects: see gcpause
     def run_tick(self) -> TickResult:
         """Select every due backend in one statement and queue one listing job per
         group of due backends that share a listing (``Backend.listing_key``). Idle
@@ -151,9 +153,9 @@ class Lister(Deleter):
             raise ConfigError("the tick needs a jobs queue (JOBS_QUEUE_URL on AWS, JOBS_TOPIC on GCP)")
         if self._tick_backends is None:
             self._tick_backends = {}
-        with self.store.session() as session:
+        with self.ctx.store.session() as session:
             # An injected clock is not the statement's: then every row comes with its facts.
-            rows = session.tick_rows(self._tick_backends, horizon=self.clock is None)
+            rows = session.tick_rows(self._tick_backends, horizon=self.ctx.clock is None)
             due: dict[str, str] = {}
             skipped: dict[str, str] = {}
             shared: dict[str, list[str]] = {}
@@ -161,19 +163,19 @@ class Lister(Deleter):
             stalest: tuple[int, str] | None = None  # StalestBackendSeconds: enabled, enrolled backends
             for row in rows:
                 backend, seen = row.backend, row.snapshot
-                mode = policy.effective_mode(self.settings, backend)
+                mode = policy.effective_mode(self.ctx.settings, backend)
                 if mode != "off" and row.stale_seconds is not None:
                     stalest = max(stalest or (row.stale_seconds, backend.id), (row.stale_seconds, backend.id))
                 if mode == "off" or seen is None:
                     skipped[backend.id] = "off" if mode == "off" else "not_due" if row.due_later else "not_enrolled"
                     continue
-                now = self._now() or seen.now
-                limits = self._limits(backend)
+                now = self.ctx.now() or seen.now
+                limits = self.ctx.limits(backend)
                 if seen.leased:
                     go = row.lease_expires_at is None or row.lease_expires_at <= now
                     reason = "lease_expired" if go else "busy"
                 else:
-                    go, reason = bookkeeping.scheduled_step1(seen, mode, limits, now)
+                    go, reason = cycle_state.scheduled_step1(seen, mode, limits, now)
                     if not go and reason != "not_due":
                         idle.append((backend.id, seen, mode, now + timedelta(seconds=limits.interval_seconds)))
                 if not go:
@@ -182,7 +184,7 @@ class Lister(Deleter):
                 due[backend.id] = reason
                 shared.setdefault(backend.listing_key, []).append(backend.id)
             if idle:
-                session.mark_idle_many(idle, self._now() or idle[0][1].now)
+                session.mark_idle_many(idle, self.ctx.now() or idle[0][1].now)
         jobs = [ids[i:i + MAX_JOB_BACKENDS] for ids in shared.values() for i in range(0, len(ids), MAX_JOB_BACKENDS)]
         for ids in jobs:
             self.jobs_queue.publish(ListingJob(backends=tuple(ids)))
@@ -199,7 +201,7 @@ class Lister(Deleter):
             try:
                 start = self.start_cycle(backend_id, mode=None, manual=False)
             except ConfigError as exc:  # e.g. the backend row was removed since the tick
-                self.reporter.error("listing job: backend not started", backend=backend_id, error=str(exc))
+                self.ctx.reporter.error("listing job: backend not started", backend=backend_id, error=str(exc))
                 results.append(ListerResult(backend=backend_id, started=False, reason="unknown_backend"))
                 continue
             if isinstance(start, ListerResult):
@@ -222,26 +224,27 @@ class Lister(Deleter):
         """STEP 1 and the lease of one backend: its started cycle, or why it did not start.
         ``run_lister`` is this and ``list_cycles``; the manual runner calls them apart to
         keep the lease alive (a heartbeat) from the moment it is taken."""
-        with self.store.session() as session:
+        with self.ctx.store.session() as session:
             backend = session.backend(backend_id)
             refused = None if self.ledger_keys else policy.ledger_key_refusal(backend)
             if refused is not None:
-                self.reporter.error(refused, backend=backend_id)
+                self.ctx.reporter.error(refused, backend=backend_id)
                 return ListerResult(backend=backend_id, started=False, reason="ledger_key", error=refused)
-            effective = policy.effective_mode(self.settings, backend, mode)
+            effective = policy.effective_mode(self.ctx.settings, backend, mode)
             if effective == "off":
                 return ListerResult(backend=backend_id, started=False, reason="off")
-            limits = self._limits(backend)
-            skip = None if manual else bookkeeping.quick_skip(session, backend_id, effective, limits, self._now())
+            limits = self.ctx.limits(backend)
+            skip = None if manual else cycle_state.quick_skip(session, backend_id, effective, limits, self.ctx.now())
         if skip is not None:
             return ListerResult(backend=backend_id, started=False, reason=skip)
-        self.store.enroll()
-        started = bookkeeping.start_cycle(self.store, backend_id, effective, limits, manual=manual, now=self._now(),
-                                          mode_of=lambda row: policy.effective_mode(self.settings, row, mode))
+        self.ctx.store.enroll()
+        started = cycle_state.start_cycle(self.ctx.store, backend_id, effective, limits, manual=manual,
+                                          now=self.ctx.now(),
+                                          mode_of=lambda row: policy.effective_mode(self.ctx.settings, row, mode))
         if started.cycle is None or started.backend is None:
             return ListerResult(backend=backend_id, started=False, reason=started.reason)
         # From here on the cycle works on its snapshot of the backend (SAFETY.md rule 18).
-        return StartedCycle(backend=started.backend, cycle=started.cycle, limits=self._limits(started.backend),
+        return StartedCycle(backend=started.backend, cycle=started.cycle, limits=self.ctx.limits(started.backend),
                             reason=started.reason, manual=manual)
 
     def _close(self, s: StartedCycle, batcher: _Batcher) -> ListerResult:
@@ -252,16 +255,17 @@ class Lister(Deleter):
         the regions are unavailable for this cycle, so it ends unsettled (SAFETY.md
         rule 5: throttling never fails a cycle; no failed-cycle backoff for a busy account)."""
         if batcher.suspects:
-            with self.store.session() as session:
+            with self.ctx.store.session() as session:
                 session.mark_suspect(s.backend.id, batcher.suspects)
         all_throttled = bool(batcher.failures) and batcher.regions_throttled == len(batcher.failures)
         if not batcher.regions_listed and not all_throttled:  # nothing listed: never clean, never unsettled
             error = "no region could be listed" if batcher.failures else "no region to list"
-            self.reporter.error("listing failed", backend=s.backend.id, cycle_id=s.cycle.id, error=error)
-            bookkeeping.fail_cycle(self.store, s.cycle.id, error, s.limits, self._now(), failures=batcher.failures)
+            self.ctx.reporter.error("listing failed", backend=s.backend.id, cycle_id=s.cycle.id, error=error)
+            cycle_state.fail_cycle(self.ctx.store, s.cycle.id, error, s.limits, self.ctx.now(),
+                                   failures=batcher.failures)
             return s.result("listing_failed")
         try:
-            bookkeeping.record_region_groups(self.store, s.cycle.id, batcher.counts)
+            cycle_state.record_region_groups(self.ctx.store, s.cycle.id, batcher.counts)
         except LeaseLost:
             return s.result("lease_lost")
         self.listing_queue.publish(batcher.close())
@@ -273,24 +277,24 @@ class Lister(Deleter):
         failures and outcome. Returns one result per backend, in order."""
         results: dict[str, ListerResult] = {}
         live: list[tuple[StartedCycle, _Batcher]] = []
-        with self.store.session() as session:
+        with self.ctx.store.session() as session:
             baselines = session.region_baselines([s.backend.id for s in group])
         for s in group:
             try:
-                listed_at = bookkeeping.set_listed_at(self.store, s.cycle.id, self._now())
+                listed_at = cycle_state.set_listed_at(self.ctx.store, s.cycle.id, self.ctx.now())
             except LeaseLost:
                 results[s.cycle.id] = s.result("lease_lost")
                 continue
             live.append((s, _Batcher(s, listed_at, self.listing_queue.max_message_bytes - 4096,
-                                     baselines[s.backend.id], self.settings)))
+                                     baselines[s.backend.id], self.ctx.settings)))
 
         def fail_all(reason: str, error: str, failures: list[RegionFailure] | None = None) -> None:
             for s, _ in live:
-                bookkeeping.fail_cycle(self.store, s.cycle.id, error, s.limits, self._now(), failures=failures)
+                cycle_state.fail_cycle(self.ctx.store, s.cycle.id, error, s.limits, self.ctx.now(), failures=failures)
                 results[s.cycle.id] = s.result(reason)
 
         try:
-            provider = self.provider_for(live[0][0].backend) if live else None
+            provider = self.ctx.provider_for(live[0][0].backend) if live else None
             if provider is not None:
                 try:
                     provider.verify_identity()  # SAFETY.md rule 11: before anything is listed
@@ -304,8 +308,8 @@ class Lister(Deleter):
                 except ProviderError as exc:
                     reason = identity_failure(exc)
                     for s, _ in live:
-                        self.reporter.error("identity check failed", backend=s.backend.id, cycle_id=s.cycle.id,
-                                            error=reason)
+                        self.ctx.reporter.error("identity check failed", backend=s.backend.id,
+                                                cycle_id=s.cycle.id, error=reason)
                     fail_all("identity_failed", reason, [RegionFailure(region="*", error=reason)])
                     live, provider = [], None
             for region in provider.iter_listing() if provider is not None else ():
@@ -316,8 +320,8 @@ class Lister(Deleter):
                 results[s.cycle.id] = self._close(s, batcher)
         except Exception as exc:  # the listing raised: the cycles fail (STEP 7), never orphans
             for s, _ in live:
-                self.reporter.error("listing failed", backend=s.backend.id, cycle_id=s.cycle.id,
-                                    error=describe_error(exc))
+                self.ctx.reporter.error("listing failed", backend=s.backend.id, cycle_id=s.cycle.id,
+                                        error=describe_error(exc))
             fail_all("listing_failed", f"listing failed: {describe_error(exc)}")
             if not isinstance(exc, (OrphanCleanupError, DatabaseError)):
                 raise

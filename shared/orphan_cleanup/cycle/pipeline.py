@@ -1,123 +1,117 @@
-"""The steps, wired only through ports: lister (the tick, STEP 1-2: ``lister.py``),
-classifier (STEP 3-6, here), deleter (gate, re-verify, delete, record: ``deleter.py``). Whichever piece finishes last
-applies STEP 7 inside its fenced transaction (``bookkeeping``).
+"""The steps of a cycle, composed: the lister (the tick, STEP 1-2: ``lister.py``), the
+classifier (STEP 3-6: ``classifier.py``) and the deleter (gate, re-verify, delete, record:
+``deleter.py``), each on the one ``StepContext`` a ``Pipeline`` makes, with the queues it
+uses. Whichever piece finishes last applies STEP 7 inside its fenced transaction
+(``cycle_state``).
 
-The pipeline is the only caller of the pure core (``classify``): it reads facts
-from the ledger store, asks for the decision and hands it back to the store."""
+The steps are the only callers of the pure core (``classify``, ``delete_rules``,
+``policy``): they read facts from the ledger store, ask for the decision and hand it
+back to the store. The ``Pipeline`` is what the entry points, the CLI, the demo and the
+manual runner hold: it answers each call with the step that owns it."""
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Generic, TypeVar, overload
 
-from orphan_cleanup.core import policy
-from orphan_cleanup.core.backends import Backend
-from orphan_cleanup.core.classify import Limits
-from orphan_cleanup.core.errors import LeaseLost, MessageRefused
-from orphan_cleanup.core.messages import DeleteRequest, ListingBatch
-from orphan_cleanup.core.payload import build_payload
-from orphan_cleanup.core.results import BatchResult
+from orphan_cleanup.core.backends import Mode
+from orphan_cleanup.core.messages import DeleteRequest, ListingBatch, ListingJob
+from orphan_cleanup.core.results import BatchResult, JobResult, ListerResult, TickResult
 from orphan_cleanup.core.settings import Settings
-from orphan_cleanup.cycle import bookkeeping
-from orphan_cleanup.cycle.deleter import GateBusy
-from orphan_cleanup.cycle.gcpause import gc_paused
-from orphan_cleanup.cycle.lister import Lister
+from orphan_cleanup.core.verdicts import DeleteOutcome
+from orphan_cleanup.cycle.classifier import Classifier
+from orphan_cleanup.cycle.deleter import Deleter
+from orphan_cleanup.cycle.lister import Lister, StartedCycle
+from orphan_cleanup.cycle.python_gc import gc_paused
 from orphan_cleanup.cycle.reporting import Reporter
+from orphan_cleanup.cycle.step_context import ProviderFactory, StepContext
 from orphan_cleanup.ledger.db import Database
-from orphan_cleanup.ledger.records import CycleContext
-from orphan_cleanup.providers.base import ResourceProvider
+from orphan_cleanup.ledger.store import LedgerStore
 from orphan_cleanup.queues.base import Queue
 
-__all__ = ["GateBusy", "Pipeline", "build_payload", "effective_mode", "limits_for"]
-
-# Re-exported for callers that import them with the pipeline; the steps call ``policy``.
-effective_mode, limits_for = policy.effective_mode, policy.limits_for
-
-log = logging.getLogger("orphan_cleanup")
-ProviderFactory = Callable[[Backend], ResourceProvider]
+T = TypeVar("T")
 
 
-@dataclass
-class Pipeline(Lister):
-    settings: Settings
-    db: Database
-    provider_for: ProviderFactory
-    listing_queue: Queue
-    delete_queue: Queue
-    reporter: Reporter = field(default_factory=Reporter)
-    # The tick's listing jobs (the deployed functions); None where there is no tick.
-    jobs_queue: Queue | None = None
-    # None: every compared timestamp is the database's clock (SAFETY.md rule 13).
-    # Tests and the simulation may inject a time source.
-    clock: Callable[[], datetime] | None = None
-    # The deployed functions refuse backends whose row holds a service-account key (or a
-    # key file path): ``policy.ledger_key_refusal``. The CLI and the demo accept them.
-    ledger_keys: bool = True
+class _Kept(Generic[T]):
+    """An attribute of the ``Pipeline`` kept by one of its parts (``part``: the shared
+    context or a step): read there and replaced there, so that every step sees a
+    replacement (a test's clock, a provider factory) at its next call."""
 
-    # ---- classifier: STEP 3-6 ---------------------------------------------
+    def __init__(self, part: str) -> None:
+        self.part = part
+        self.name = ""
 
-    @gc_paused  # its objects are acyclic and short-lived: see gcpause
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, pipeline: None, owner: type) -> _Kept[T]: ...
+
+    @overload
+    def __get__(self, pipeline: Pipeline, owner: type) -> T: ...
+
+    def __get__(self, pipeline: Pipeline | None, owner: type) -> T | _Kept[T]:
+        return self if pipeline is None else getattr(getattr(pipeline, self.part), self.name)
+
+    def __set__(self, pipeline: Pipeline, value: T) -> None:
+        setattr(getattr(pipeline, self.part), self.name, value)
+
+
+class Pipeline:
+    """Built by ``entrypoints/bootstrap.build_pipeline`` (tests build it directly)."""
+
+    settings: _Kept[Settings] = _Kept("context")
+    db: _Kept[Database] = _Kept("context")
+    provider_for: _Kept[ProviderFactory] = _Kept("context")
+    reporter: _Kept[Reporter] = _Kept("context")
+    clock: _Kept[Callable[[], datetime] | None] = _Kept("context")
+    listing_queue: _Kept[Queue] = _Kept("lister")
+    jobs_queue: _Kept[Queue | None] = _Kept("lister")
+    ledger_keys: _Kept[bool] = _Kept("lister")
+    delete_queue: _Kept[Queue] = _Kept("classifier")
+
+    def __init__(self, *, settings: Settings, db: Database, provider_for: ProviderFactory, listing_queue: Queue,
+                 delete_queue: Queue, reporter: Reporter | None = None, jobs_queue: Queue | None = None,
+                 clock: Callable[[], datetime] | None = None, ledger_keys: bool = True) -> None:
+        """``jobs_queue``: the tick's listing jobs (the deployed functions; None where there
+        is no tick). ``clock``: None, every compared timestamp is the database's (SAFETY.md
+        rule 13); tests and the simulation may inject one. ``ledger_keys``: False in the
+        deployed functions, which refuse a backend whose row holds a service-account key
+        (or a key file path): ``policy.ledger_key_refusal``; the CLI and the demo accept them."""
+        self.context = StepContext(settings=settings, db=db, provider_for=provider_for,
+                                   reporter=Reporter() if reporter is None else reporter, clock=clock)
+        self.lister = Lister(self.context, listing_queue, jobs_queue, ledger_keys)
+        self.classifier = Classifier(self.context, delete_queue)
+        self.deleter = Deleter(self.context)
+
+    @property
+    def store(self) -> LedgerStore:
+        return self.context.store
+
+    # ---- the lister ------------------------------------------------------------------
+
+    @gc_paused  # 10,000 rows of acyclic, short-lived objects: see python_gc
+    def run_tick(self) -> TickResult:
+        return self.lister.run_tick()
+
+    def run_job(self, job: ListingJob) -> JobResult:
+        return self.lister.run_job(job)
+
+    def run_lister(self, backend_id: str, *, mode: Mode | None = None, manual: bool = False) -> ListerResult:
+        return self.lister.run_lister(backend_id, mode=mode, manual=manual)
+
+    def start_cycle(self, backend_id: str, *, mode: Mode | None, manual: bool) -> StartedCycle | ListerResult:
+        return self.lister.start_cycle(backend_id, mode=mode, manual=manual)
+
+    def list_cycles(self, group: list[StartedCycle]) -> list[ListerResult]:
+        return self.lister.list_cycles(group)
+
+    # ---- the classifier and the deleter ------------------------------------------------
+
+    @gc_paused  # its objects are acyclic and short-lived: see python_gc
     def handle_batch(self, batch: ListingBatch) -> BatchResult:
-        """Join, classify and apply one batch (fenced, idempotent). Returns the
-        apply status (applied, duplicate, fenced, unknown_cycle) and verdict counts.
-        Three statements on one connection: the cycle with its backend, the join, the apply.
+        return self.classifier.handle_batch(batch)
 
-        The message is a hint (SAFETY.md rule 12): backend, mode and listing time
-        come from the cycle's row; a batch that disagrees raises ``MessageRefused``."""
-        with self.store.session() as session:
-            cycle = session.cycle_context(batch.cycle_id)
-            if cycle is None:
-                return BatchResult(status="unknown_cycle")
-            self._refuse_if_tampered(batch, cycle)
-            backend = cycle.backend
-            records = session.load_records(backend.id, batch.groups)
-            limits = self._limits(backend)
-            assert cycle.listed_at is not None  # checked by _refuse_if_tampered
-            ctx = self._context(backend, cycle.listed_at, limits)
-            app = build_payload(batch, records, ctx, mode=cycle.mode, record_all=cycle.record_all)
-            result = session.apply(app)
-        if result.status == "duplicate":
-            # The first delivery may have crashed after its apply committed and before
-            # completing the listing: completing is fenced and idempotent, so retry it.
-            self._complete_listing(cycle, backend, limits)
-        if result.status != "applied":
-            return BatchResult(status=result.status)
-        self.reporter.count("GroupsListed", len(batch.groups), backend.id)
-        for verdict, n in app.counts.items():
-            self.reporter.count(f"Groups_{verdict}", n, backend.id)
-        for row in app.to_report:
-            self.reporter.orphan(backend.id, batch.cycle_id, row.as_dict())
-        for message, row in app.errors:
-            self.reporter.error(message, backend=backend.id, provider_ref=row.group.provider_ref,
-                                group=row.group.key, region=row.group.region, primary_id=row.group.primary_id,
-                                owner_id=row.owner_id, owner_name=row.owner_name)
-        if result.listing_complete:
-            self._complete_listing(cycle, backend, limits)
-        return BatchResult(status="applied", verdicts=app.counts)
-
-    def _refuse_if_tampered(self, batch: ListingBatch, cycle: CycleContext) -> None:
-        wrong = [name for name, sent, truth in (
-            ("backend", batch.backend, cycle.backend_id), ("mode", batch.mode, cycle.mode),
-            ("listed_at", batch.listed_at, cycle.listed_at), ("record_all", batch.record_all, cycle.record_all))
-            if sent != truth]
-        if wrong:
-            self.reporter.error("listing batch refused: it disagrees with its cycle", backend=cycle.backend_id,
-                                cycle_id=cycle.id, fields=",".join(wrong), seq=batch.seq)
-            raise MessageRefused(f"batch {batch.seq} of cycle {cycle.id} refused: its {', '.join(wrong)}"
-                                 " differ from the cycle's")
-
-    def _complete_listing(self, cycle: CycleContext, backend: Backend, limits: Limits) -> None:
-        cycle_id = cycle.id
-        if cycle.mode != "delete":
-            bookkeeping.finish_if_complete(self.store, cycle_id, limits, self._now())
-            return
-        try:
-            dispatch = bookkeeping.dispatch_deletes(self.store, cycle_id, limits, self._now())
-        except LeaseLost:
-            return
-        if dispatch.blocked:
-            self.reporter.error("blast-radius cap: deleted nothing", backend=backend.id, reason=str(dispatch.blocked))
-        for group in dispatch.groups:
-            self.delete_queue.publish(DeleteRequest(cycle_id=cycle_id, backend=backend.id, group=group))
+    def handle_delete(self, request: DeleteRequest, holder: str | None = None) -> DeleteOutcome:
+        return self.deleter.handle_delete(request, holder)

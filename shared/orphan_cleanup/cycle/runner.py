@@ -38,11 +38,12 @@ from orphan_cleanup.core.errors import ConfigError, DatabaseError, LeaseLost, Or
 from orphan_cleanup.core.messages import DeleteRequest, ListingBatch
 from orphan_cleanup.core.results import ListerResult
 from orphan_cleanup.core.verdicts import DeleteOutcome
-from orphan_cleanup.cycle import bookkeeping
-from orphan_cleanup.cycle.gcpause import paused_gc
+from orphan_cleanup.cycle import cycle_state
+from orphan_cleanup.cycle.deleter import GateBusy
 from orphan_cleanup.cycle.heartbeat import Heartbeat
-from orphan_cleanup.cycle.pipeline import GateBusy, Pipeline
+from orphan_cleanup.cycle.pipeline import Pipeline
 from orphan_cleanup.cycle.plan import Plan, build_plan, group_label
+from orphan_cleanup.cycle.python_gc import paused_gc
 from orphan_cleanup.ledger.records import CycleReport
 from orphan_cleanup.ledger.store import LedgerStore
 from orphan_cleanup.providers.base import describe_error
@@ -178,11 +179,11 @@ class _Run:
         """Record each planned group as left in place; the last one ends the cycle (unsettled)."""
         for request in requests:
             try:
-                decision = bookkeeping.delete_allowed(self.store, self.cycle_id, request.group)
+                decision = cycle_state.delete_allowed(self.store, self.cycle_id, request.group)
             except LeaseLost:  # fenced: the cycle is not ours any more
                 return
             if decision.refusal is None and decision.group is not None:
-                bookkeeping.record_delete(self.store, self.cycle_id, decision.group, self.limits,
+                cycle_state.record_delete(self.store, self.cycle_id, decision.group, self.limits,
                                           skipped_reason=DECLINED)
 
     def delete(self, requests: list[DeleteRequest]) -> None:
@@ -195,7 +196,7 @@ class _Run:
         if self.heartbeat is not None:
             self.heartbeat.stop()
         try:
-            return bookkeeping.fail_cycle(self.store, self.cycle_id, error, self.limits) is not None
+            return cycle_state.fail_cycle(self.store, self.cycle_id, error, self.limits) is not None
         except DatabaseError as exc:
             log.warning("could not fail cycle %s (%s): its lease expires on its own", self.cycle_id, exc)
             return False

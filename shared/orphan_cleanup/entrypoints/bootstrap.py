@@ -15,8 +15,9 @@ from typing import Any
 from orphan_cleanup.core.backends import Backend
 from orphan_cleanup.core.errors import ConfigError
 from orphan_cleanup.core.settings import Settings
-from orphan_cleanup.cycle.pipeline import Pipeline, ProviderFactory
+from orphan_cleanup.cycle.pipeline import Pipeline
 from orphan_cleanup.cycle.reporting import Reporter, sentry_sink
+from orphan_cleanup.cycle.step_context import ProviderFactory
 from orphan_cleanup.ledger.cloudsql import CloudSqlOpener
 from orphan_cleanup.ledger.db import Database, PasswordSource
 from orphan_cleanup.ledger.embedded import ensure_database, start_embedded

@@ -1,6 +1,6 @@
 """The notify step's wiring (part of the composition root): the channels the settings name
 (``NOTIFY_TOPIC_ARN``, ``NOTIFY_TOPIC``, ``SLACK_WEBHOOK_URL`` / ``SLACK_WEBHOOK_SECRET_ARN``),
-each client built here with the notification timeout, and the ``Digests`` step on them."""
+each client built here with the notification timeout, and the ``NotifyStep`` on them."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import functools
 from typing import Any
 
 from orphan_cleanup.core.settings import Settings
-from orphan_cleanup.cycle.digests import Digests
+from orphan_cleanup.cycle.notify_step import NotifyStep
 from orphan_cleanup.ledger.db import Database
 from orphan_cleanup.notify.base import Notifier
 
@@ -53,9 +53,9 @@ def _secret_reader(settings: Settings) -> Any:
     return read
 
 
-def digests(settings: Settings, db: Database, logger: Any = None) -> Digests | None:
+def digests(settings: Settings, db: Database, logger: Any = None) -> NotifyStep | None:
     """The notify step for ``Reporter.after_finish``; None when no channel is configured."""
     channels = notifiers(settings)
     if not channels:
         return None
-    return Digests(settings=settings, db=db, notifiers=channels, **({"logger": logger} if logger else {}))
+    return NotifyStep(settings=settings, db=db, notifiers=channels, **({"logger": logger} if logger else {}))

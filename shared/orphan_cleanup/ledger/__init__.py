@@ -1,4 +1,4 @@
 """The ledger port and its Postgres adapter: every SQL statement of a cycle (``store``,
-``session``, ``unit``), the operator's reads (``reports``, ``explain``), the platform's
+``session``, ``locked``), the operator's reads (``reports``, ``explain``), the platform's
 writer (``client.LedgerClient``), connections (``db``, ``url``, ``embedded``) and the
 migrations."""

@@ -40,11 +40,11 @@ from orphan_cleanup.core.backends import Backend, BackendSettings
 from orphan_cleanup.core.digest import DigestFacts
 from orphan_cleanup.core.listing import ResourceGroup
 from orphan_cleanup.core.owners import Record
-from orphan_cleanup.ledger import digests, queries, reports, watch
+from orphan_cleanup.ledger import digest_facts, queries, reports, watch
 from orphan_cleanup.ledger.db import Database
+from orphan_cleanup.ledger.locked import LeaseUnit, LockedCycle
 from orphan_cleanup.ledger.records import CycleReport, FinishedCycle
 from orphan_cleanup.ledger.session import LedgerSession
-from orphan_cleanup.ledger.unit import LeaseUnit, LockedCycle
 
 _log = logging.getLogger(__name__)
 
@@ -185,13 +185,13 @@ class LedgerStore:
     def digest_facts(self, cycle_id: str) -> DigestFacts | None:
         """What a finished cycle found, deleted and failed to delete (its digest's facts)."""
         with self.db.connection() as conn:
-            return digests.digest_facts(conn, cycle_id)
+            return digest_facts.digest_facts(conn, cycle_id)
 
     def record_notification(self, backend_id: str, cycle_id: str, *, failed: dict[str, str],
                             sent: list[str]) -> None:
         """The digest's events: ``notify_failed`` per failed channel, else ``digest_sent``."""
         with self.db.transaction() as conn:
-            digests.record_notification(conn, backend_id, cycle_id, failed=failed, sent=sent)
+            digest_facts.record_notification(conn, backend_id, cycle_id, failed=failed, sent=sent)
 
     def cycle_report(self, cycle_id: str, *, groups: bool = True) -> CycleReport:
         """The C3 report; ``groups=False``: its header only (stream the groups with ``report_groups``)."""

@@ -1,5 +1,5 @@
 """The cyclic collector is paused over a batch's decode and classification
-(orphan_cleanup.cycle.gcpause, issue #17 item 4), and resumed afterwards, also when the
+(orphan_cleanup.cycle.python_gc, issue #17 item 4), and resumed afterwards, also when the
 block raises or when several threads pause at once."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import pytest
 
 from orphan_cleanup.core.messages import ListingBatch
 from orphan_cleanup.core.settings import Settings
-from orphan_cleanup.cycle.gcpause import paused_gc
 from orphan_cleanup.cycle.pipeline import Pipeline
+from orphan_cleanup.cycle.python_gc import paused_gc
 from orphan_cleanup.queues.memory import InProcessQueue
 from tests.support.memory_cloud import MemoryCloud, MemoryProvider
 from tests.support.platform import Platform, add_backend

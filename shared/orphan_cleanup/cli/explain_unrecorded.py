@@ -13,18 +13,18 @@ from __future__ import annotations
 import json
 
 from orphan_cleanup.cli.output import human_time
-from orphan_cleanup.ledger.absence import Absence, LedgerOwner, absence
 from orphan_cleanup.ledger.db import Database
+from orphan_cleanup.ledger.unrecorded import LedgerOwner, UnrecordedFacts, unrecorded_facts
 
 
 def why_not_recorded(db: Database, backend_id: str, query: str) -> list[str]:
     """The lines ``explain`` prints on stderr before it exits 1."""
-    facts = absence(db, backend_id, query)
+    facts = unrecorded_facts(db, backend_id, query)
     head = f"orphan-cleanup: nothing recorded for {query!r} by the cycles of backend {backend_id}:"
     return [head, *(f"  - {line}" for line in reasons(backend_id, query, facts))]
 
 
-def reasons(backend_id: str, query: str, facts: Absence) -> list[str]:
+def reasons(backend_id: str, query: str, facts: UnrecordedFacts) -> list[str]:
     out: list[str] = []
     run = f"`orphan-cleanup run --backend {backend_id}` (report mode: deletes nothing)"
     manual = facts.manual
@@ -51,7 +51,7 @@ def reasons(backend_id: str, query: str, facts: Absence) -> list[str]:
     return out
 
 
-def _ledger(query: str, facts: Absence) -> list[str]:
+def _ledger(query: str, facts: UnrecordedFacts) -> list[str]:
     lines = []
     if facts.is_ref and not facts.ref_known:
         lines.append(f"the ledger has no ref {query} (provider_refs): a resource tagged with it is not ours"

@@ -46,7 +46,7 @@ class LedgerOwner:
 
 
 @dataclass(frozen=True)
-class Absence:
+class UnrecordedFacts:
     """Why nothing was recorded: the latest manual listing, the scheduled listings since
     (or ever, without a manual one), and what the ledger holds for the id."""
 
@@ -74,7 +74,7 @@ _BY_PRIMARY = (f"SELECT i.provider_ref, i.id, {_OWNER} FROM instances i"
                " ORDER BY i.id LIMIT 5")
 
 
-def absence(db: Database, backend_id: str, query: str) -> Absence:
+def unrecorded_facts(db: Database, backend_id: str, query: str) -> UnrecordedFacts:
     """The facts behind "nothing recorded for ``query``" (see the module docstring)."""
     try:
         with db.connection() as conn:
@@ -92,7 +92,7 @@ def absence(db: Database, backend_id: str, query: str) -> Absence:
         raise DatabaseError(describe(e)) from e
     owners = tuple(_owner(r) for r in [*by_ref, *by_primary])
     tag_key = keys[0][0] if keys and isinstance(keys[0][0], str) and keys[0][0] else DEFAULT_TAG_KEY
-    return Absence(tag_key=tag_key, manual=manual, scheduled=int(count), latest_scheduled=latest, is_ref=is_ref,
+    return UnrecordedFacts(tag_key=tag_key, manual=manual, scheduled=int(count), latest_scheduled=latest, is_ref=is_ref,
                    ref_known=bool(by_ref), owners=owners)
 
 

@@ -1,4 +1,4 @@
-"""Cycle bookkeeping as the pipeline drives it: each function opens one of the
+"""A cycle's state as the pipeline drives it: each function opens one of the
 store's units of work, reads its facts, asks ``classify`` for the decision
 (STEP 1, due selection, the blast-radius cap, STEP 7; ``delete_rules`` for deletions) and
 hands it back to the same unit, inside the same fenced transaction.
@@ -19,10 +19,10 @@ from orphan_cleanup.core.classify import Limits
 from orphan_cleanup.core.errors import BlastRadiusExceeded, LeaseLost
 from orphan_cleanup.core.listing import RegionFailure, ResourceGroup
 from orphan_cleanup.core.verdicts import DeleteOutcome, DeleteResult, Outcome
+from orphan_cleanup.ledger.locked import GateHold, LockedCycle
 from orphan_cleanup.ledger.records import Cycle, CycleRef, DeleteRequestRow, IdleSnapshot
 from orphan_cleanup.ledger.session import LedgerSession
 from orphan_cleanup.ledger.store import LedgerStore
-from orphan_cleanup.ledger.unit import GateHold, LockedCycle
 
 
 @dataclass(frozen=True)

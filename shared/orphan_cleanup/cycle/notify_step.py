@@ -23,7 +23,7 @@ log = logging.getLogger("orphan_cleanup")
 
 
 @dataclass
-class Digests:
+class NotifyStep:
     """``Reporter.after_finish``: one digest per eventful cycle, to each notifier."""
 
     settings: Settings

@@ -23,7 +23,7 @@ from orphan_cleanup.core.backends import Backend, Mode
 from orphan_cleanup.core.decisions import DeleteRecord
 from orphan_cleanup.core.errors import BlastRadiusExceeded, ConfigError, LeaseLost
 from orphan_cleanup.core.listing import RegionFailure, ResourceGroup
-from orphan_cleanup.core.verdicts import Action, Outcome
+from orphan_cleanup.core.verdicts import Outcome
 from orphan_cleanup.ledger import queries
 from orphan_cleanup.ledger.queries import activity_since
 from orphan_cleanup.ledger.records import (
@@ -252,17 +252,17 @@ class LockedCycle:
             return False
         self.conn.run("UPDATE cycle_groups SET action = :a, error = :e, updated_at = now()"
                       " WHERE cycle_id = :c AND group_key = :k", a=rec.action.value, e=rec.error, c=c.id, k=group.key)
-        # A deletion ends a remembered protection (it was lifted: SAFETY.md rule 14): the row is the
-        # orphan its cycle classified again. Anything else (a re-read that failed, a skip, a
-        # tripped region) leaves it remembered: a protection that cannot be read stays one.
+        # A row remembering a protection (SAFETY.md rule 14) keeps it, with its verdict and
+        # reason, as ``delete_rules`` decided (``rec.keeps_protection``); otherwise the row is
+        # the orphan its cycle classified again.
         self.conn.run("UPDATE orphans o SET state = CASE WHEN o.state = 'protected' AND o.reason ="
-                      " 'termination_protection' AND NOT :gone THEN o.state ELSE :s END, last_error = :e,"
-                      " verdict = CASE WHEN :gone THEN g.verdict ELSE o.verdict END,"
-                      " reason = CASE WHEN :gone THEN g.reason ELSE o.reason END"
+                      " 'termination_protection' AND :keep THEN o.state ELSE :s END, last_error = :e,"
+                      " verdict = CASE WHEN :keep THEN o.verdict ELSE g.verdict END,"
+                      " reason = CASE WHEN :keep THEN o.reason ELSE g.reason END"
                       " FROM cycle_groups g WHERE o.backend_id = :b AND o.group_key = :k"
                       " AND g.cycle_id = :c AND g.group_key = :k",
                       s=rec.orphan_state, e=rec.error, b=c.backend_id, k=group.key, c=c.id,
-                      gone=rec.action in (Action.DELETED, Action.DELETING))
+                      keep=rec.keeps_protection)
         if rec.result is not None and rec.result.attached and group.primary_id in rec.result.deleted:
             # What the deleter saw attached to the orphan VM it terminated: its leftovers later.
             # Through the definer's function: the deleter's role may not write orphan_resources

@@ -3,7 +3,6 @@ writes (``BatchApplication``). Pure."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -15,10 +14,11 @@ from orphan_cleanup.core.owners import Record
 from orphan_cleanup.core.verdicts import Action, Verdict, VerdictKind
 
 
-def build_payload(batch: ListingBatch, records: Mapping[str, Record], ctx: classify.ClassifyContext, *,
+def classify_batch(batch: ListingBatch, records: Mapping[str, Record], ctx: classify.ClassifyContext, *,
                   mode: str, record_all: bool) -> BatchApplication:
     """Classify a batch and shape what the fenced apply writes. ``mode`` and
-    ``record_all`` are the cycle's (from its row, never from the message).
+    ``record_all`` are the cycle's (from its row, never from the message); ``ctx`` is
+    the cycle's, judging beside this batch's listing (``policy.classify_context``).
 
     Most groups of a healthy account are tracked: unless the cycle records
     every group, a group that is neither written nor logged is only counted
@@ -30,11 +30,6 @@ def build_payload(batch: ListingBatch, records: Mapping[str, Record], ctx: class
     errors: list[tuple[str, GroupRow]] = []
     by_kind: dict[VerdictKind, int] = {}
     recorded = classify.RECORDED
-    # The batch holds every group of a ref in a region (``cycle.lister``'s batches never
-    # split one): what a live owner's other VM is judged beside (SAFETY.md rule 17). A
-    # delete cycle re-reads remembered protections (rule 14).
-    ctx = dataclasses.replace(ctx, listed=classify.ListedInstances(batch.groups, ctx.tag_key),
-                              recheck_protections=mode == "delete")
     for group in batch.groups:
         record = records.get(group.provider_ref)
         verdict = classify.classify(group, record, ctx)
