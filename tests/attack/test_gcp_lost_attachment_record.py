@@ -16,8 +16,6 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import pytest
-
 from orphan_cleanup.core.settings import Settings
 from orphan_cleanup.cycle.pipeline import Pipeline
 from orphan_cleanup.cycle.runner import run_cycle
@@ -29,8 +27,6 @@ from tests.support.gcp_fake import FakeCompute
 from tests.support.ledger_helpers import add_backend, add_instance
 
 
-@pytest.mark.xfail(strict=True, reason="F6: a dependent's failure after the VM's delete drops the result; the leak's"
-                                       " disk is then protected as the live owner's, forever")
 def test_a_retry_leaks_disk_is_deleted_after_a_dependent_failed_once(gcp: FakeCompute, db: Database) -> None:
     now = datetime.now(UTC)
     add_backend(db, "gcp-attack", provider="gcp", account=gcp.project, regions=(REGION,))

@@ -266,7 +266,7 @@ BOOT_SWAPPED_HONEST = Scenario(
 FRESH_MEMBER_HONEST = Scenario(
     "fresh_member", fresh_member, margin=600,
     verdicts={"vm": ("skipped", "recent_resource", "none")}, outcome="unsettled", survivors=VM_DATA)
-#: Skipped as a whole by the deleter's own read of the VM's creation time (``cycle.deleter``).
+#: Skipped as a whole by the deleter's own read of the creation times (``cycle.deleter``).
 CREATED_AT_CHANGED: dict[str, Any] = {"left": frozenset({"vm:*"}),
                                       "reasons": {"vm:*": "owner_changed:created_at_changed"}}
 
@@ -335,10 +335,11 @@ SCENARIOS = [
     # --- forged listing batches (rule 21): one field of every listed resource altered, the
     # ids, kinds, ref and region / zone kept; the honest row first
     PRECIOUS_HONEST,
-    *(forged(f) for f in FORGERIES if f not in ("created_at", "tags", "controller")),
-    # the VM's creation time forged: the deleter reads it again before anything and, finding
-    # another time, leaves the whole group (rules 12, 17)
+    *(forged(f) for f in FORGERIES if f not in ("created_at", "created_at_members", "tags", "controller")),
+    # a creation time forged (the VM's, or its members'): the deleter reads them again before
+    # anything and, finding another time, leaves the whole group (rules 2, 12, 17, 21)
     forged("created_at", **CREATED_AT_CHANGED),
+    forged("created_at_members", **CREATED_AT_CHANGED),
     # every listed resource claims the ref and no other tag; with a protected member, its
     # protect tag is stripped from the listing: the classifier sees an orphan, the deleter's
     # re-read the protect tag
@@ -357,18 +358,19 @@ SCENARIOS = [
     # the members aged past the margin (the VM's own time kept, which the deleter checks):
     # the margin is judged again on the times the deleter reads (rules 2, 21)
     FRESH_MEMBER_HONEST,
+    # (before the deleter read every member's creation time, both clouds deleted the fresh disk
+    # with the VM here: the margin was judged again on the listed member times)
     forged("created_at_members", FRESH_MEMBER_HONEST, name="forged_created_at_fresh_member",
-           verdicts={"vm": LEFT_IN_PLACE}, left=frozenset({"vm:*"}), reasons={"vm:*": "owner_changed:recent_resource"},
-           xfail="product bug, both clouds alike: the deleter re-checks the margin (cycle/deleter.py _owner_changed,"
-                 " _on_provider_time) on the listed creation times of every member but the VM, whose time alone it"
-                 " re-reads: a batch that ages the members gets a data disk made within the margin deleted, with"
-                 " the VM (today: orphan/deleted, outcome clean, nothing survives; rules 2 and 21)"),
+           verdicts={"vm": LEFT_IN_PLACE}, **CREATED_AT_CHANGED),
     forged(ALL, **CREATED_AT_CHANGED),
-    forged(ALL_BUT_VM_CREATED_AT),
+    forged(ALL_BUT_VM_CREATED_AT, **CREATED_AT_CHANGED),
     # a boot device swapped on a stopped VM; forged, the batch makes the old one look the
-    # VM's own, attached, and the VM look deletable
+    # VM's own, attached, and the VM look deletable (the forged times stop both groups)
     BOOT_SWAPPED_HONEST,
-    forged(ALL_BUT_VM_CREATED_AT, BOOT_SWAPPED_HONEST, victim="foreign", name="forged_boot_swapped"),
+    forged(ALL_BUT_VM_CREATED_AT, BOOT_SWAPPED_HONEST, victim="foreign", name="forged_boot_swapped",
+           verdicts={"vm": LEFT_IN_PLACE, "vm.boot": LEFT_IN_PLACE}, survivors=frozenset({"vm", "foreign", "vm.boot"}),
+           journal=[], deleted=frozenset(), left=frozenset({"vm", "foreign", "vm.boot:*"}),
+           reasons={"vm": "blast_foreign", "foreign": "blast_foreign", "vm.boot:*": "owner_changed:created_at_changed"}),
 ]
 
 
@@ -420,16 +422,21 @@ def recorded_resources(d: Driver, cycle_id: str) -> dict[str, tuple[Resource, ..
 def delete_outcomes(d: Driver, cycle_id: str) -> tuple[set[str], dict[str, str]]:
     """Over every delete request of the cycle: the roles its results count as deleted, and
     role -> why it was left alone (a request skipped as a whole, by the re-classification,
-    is named ``ROLE:*``, the role of its group's primary, or ``GROUP_KEY:*`` without one)."""
+    is named ``ROLE:*``, the role of its group's primary, or its resources' roles joined with
+    ``+`` without one)."""
     gone: set[str] = set()
     left: dict[str, str] = {}
+    groups = {key: "+".join(sorted(d.role_of(r["id"]) for r in json.loads(resources) if isinstance(r, dict)))
+              for key, resources in query(d.db, "SELECT group_key, resources::text FROM cycle_groups"
+                                                " WHERE cycle_id = :c", c=cycle_id)}
     for recorded in delete_results(d.db, cycle_id):
         outcome = recorded.get("result") or {}
         gone |= {d.role_of(i) for i in outcome.get("deleted") or []}
         left |= {d.role_of(s["id"]): s["reason"] for s in outcome.get("skipped") or []}
         if recorded.get("skipped"):
             primary = recorded["group_key"].rsplit("/", 1)[1]
-            left[f"{d.role_of(primary) if primary != '-' else recorded['group_key']}:*"] = recorded["skipped"]
+            name = d.role_of(primary) if primary != "-" else groups.get(recorded["group_key"], recorded["group_key"])
+            left[f"{name}:*"] = recorded["skipped"]
     return gone, left
 
 

@@ -56,7 +56,10 @@ def delete_record(group: ResourceGroup, *, result: DeleteResult | None = None, e
                                     f" {result.protection_detail})",
                             result=result, skipped_reason=result.protection, protection=result.protection,
                             protection_detail=result.protection_detail)
-    if result is not None:
+    if result is not None and result.error is not None:  # part deleted, then a call failed
+        error, trip_region = result.error, trip_region or result.region_unavailable
+        action = Action.DELETE_FAILED
+    elif result is not None:
         action = _RESULT_ACTION[result.status]
     elif skipped_reason is not None:
         action = Action.REPORTED
@@ -83,8 +86,9 @@ def delete_record(group: ResourceGroup, *, result: DeleteResult | None = None, e
     return DeleteRecord(action=action, request_state=_REQUEST_STATE[action], orphan_state=_ORPHAN_STATE[action],
                         unsettled=action in (Action.DELETING, Action.REPORTED),
                         failed=action is Action.DELETE_FAILED and not trip_region, trip_region=trip_region,
-                        error=error, message=message, keeps_protection=keeps_protection(action), result=result,
-                        skipped_reason=skipped_reason)
+                        error=error, message=message, result=result, skipped_reason=skipped_reason,
+                        keeps_protection=keeps_protection(action) and not (
+                            result is not None and group.primary_id is not None and group.primary_id in result.deleted))
 
 
 def keeps_protection(action: Action) -> bool:

@@ -98,6 +98,10 @@ class DeleteResult(Frozen):
     # ``(volume id, snapshot id)``; and those still being taken.
     snapshots: tuple[tuple[str, str], ...] = ()
     snapshots_pending: tuple[tuple[str, str], ...] = ()
+    # A provider call failed after part of the group was deleted: the one-line error (the
+    # deletion failed, or its region tripped when ``region_unavailable``), and the rest pending.
+    error: str | None = None
+    region_unavailable: bool = False
 
     @model_validator(mode="after")
     def _protection_iff_protected(self) -> DeleteResult:

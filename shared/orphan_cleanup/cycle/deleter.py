@@ -40,8 +40,8 @@ from orphan_cleanup.providers.base import ResourceProvider, describe_error
 log = logging.getLogger("orphan_cleanup")
 
 
-#: How far the provider's creation time of a VM may be from its listing's (the same field,
-#: read again; a rounding, never a forgery's hours).
+#: How far the provider's creation time of a resource may be from its listing's (the same
+#: field, read again; a rounding, never a forgery's hours).
 _SAME_TIME = timedelta(seconds=1)
 
 
@@ -217,11 +217,11 @@ class Deleter:
 
     def _still_an_orphan(self, job: DeleteJob) -> Stop | None:
         """Still an orphan against the ledger as it is now (``_owner_changed``), judged on the
-        VM's creation time the provider reports (``_on_provider_time``) and, for a retry
-        leak, beside a primary the provider confirms (rule 17); else left in place."""
+        creation times the provider reports (``_on_provider_time``) and, for a retry leak,
+        beside a primary the provider confirms (rule 17); else left in place."""
         group, listed_primary = job.group, job.decision.listed_primary
         changed, job.record = self._owner_changed(job, group)
-        if changed is None and group.primary is not None:
+        if changed is None:
             try:
                 changed, job.record = self._on_provider_time(job)
             except ProviderError as exc:  # read as the delete would have been
@@ -243,6 +243,10 @@ class Deleter:
                 known_attached=record.known_orphan_resource_ids if record is not None else ())
         except ProviderError as exc:
             return Stop.provider_failed(exc)
+        if result.error is not None:  # failed after part of it went: recorded with what went
+            tripped = result.region_unavailable
+            return Stop(DeleteOutcome.REGION_TRIPPED if tripped else DeleteOutcome.FAILED, recorded=True,
+                        result=result, error=result.error, trip_region=tripped)
         return Stop(DeleteOutcome(result.status.value), recorded=True, result=result)
 
     def _end(self, job: DeleteJob, stop: Stop) -> DeleteOutcome:
@@ -274,19 +278,27 @@ class Deleter:
         return (None if verdict.kind is VerdictKind.ORPHAN else f"owner_changed:{verdict.reason}"), record
 
     def _on_provider_time(self, job: DeleteJob) -> tuple[str | None, Record | None]:
-        """``_owner_changed`` judged on the creation time the provider reports now for the
-        group's VM, never the listing message's: the copy rule and the margin read it, and
-        a forged batch could age a user's copy into a retry leak (SAFETY.md rules 12 and 17).
-        A VM the provider does not report, or reports created at another time, is skipped."""
+        """``_owner_changed`` judged on the creation times the provider reports now for the
+        group's resources, never the listing message's: the margin and the copy rule read
+        them, and a forged batch could age a fresh resource past the margin or a user's copy
+        into a retry leak (SAFETY.md rules 2, 12, 17 and 21). A VM the provider does not
+        report, or any resource it reports created at another time, is skipped."""
         group = job.group
-        primary = group.primary
-        assert primary is not None
-        created = job.verified_provider.instance_created_at(primary)
-        if created is None or primary.created_at is None or abs(created - primary.created_at) > _SAME_TIME:
+        times = job.verified_provider.created_times(group)
+        if group.primary_id is not None and group.primary_id not in times:
+            return "owner_changed:created_at_changed", None
+        if any(r.id in times and not _same_time(times[r.id], r.created_at) for r in group.resources):
             return "owner_changed:created_at_changed", None
         judged = group.model_copy(update={"resources": tuple(
-            r.model_copy(update={"created_at": created}) if r is primary else r for r in group.resources)})
+            r.model_copy(update={"created_at": times[r.id]}) if r.id in times else r for r in group.resources)})
         return self._owner_changed(job, judged)
+
+
+def _same_time(fresh: datetime | None, listed: datetime | None) -> bool:
+    """The provider's time and the listing's are the same field read again (a rounding at most)."""
+    if fresh is None or listed is None:
+        return fresh is listed
+    return abs(fresh - listed) <= _SAME_TIME
 
 
 def _first_stop(job: DeleteJob, guards: Sequence[Guard]) -> Stop | None:

@@ -44,10 +44,11 @@ from enum import StrEnum
 from graphlib import TopologicalSorter
 from typing import Any, Protocol
 
-from orphan_cleanup.core.errors import DependencyNotReady, ProviderError, ResourceInUse
+from orphan_cleanup.core.errors import DependencyNotReady, ProviderError, ProviderUnavailable, ResourceInUse
 from orphan_cleanup.core.journal import NO_JOURNAL, Journal
 from orphan_cleanup.core.listing import ResourceGroup, ResourceKind, ResourceState
 from orphan_cleanup.core.verdicts import DeleteResult, DeleteStatus, SkippedResource
+from orphan_cleanup.providers.base import describe_error
 from orphan_cleanup.providers.snapshots import SnapshotOperations, SnapshotStep, snapshot_kept
 
 
@@ -229,6 +230,11 @@ class Operations(ABC):
         while its deletion is under way; any other state: the call did not take. Raises
         ``DependencyNotReady`` ("not yet"), ``ResourceInUse`` (something outside the group
         uses it), ``DeleteRefused`` (a protection the call revealed)."""
+
+    @abstractmethod
+    def created_at(self, live: Live) -> datetime | None:
+        """When the resource was created, as its read says (the field a listing reads for
+        ``Resource.created_at``); None when the provider reports none."""
 
     @abstractmethod
     def ready(self, live: Live, owner_id: str | None, member_ids: frozenset[str], journal: Journal) -> Readiness:
@@ -530,6 +536,14 @@ class _Run:
                             for t in self.targets.values() if t.id not in named)
         return DeleteStatus.SKIPPED
 
+    def interrupted(self, exc: ProviderError) -> DeleteResult:
+        """A provider call failed after something was deleted: the result so far, the rest
+        pending, and the error (``ProviderUnavailable``: the region trips)."""
+        named = {*self.deleted, *self.pending, *(s.id for s in self.skipped)}
+        self.pending.extend(i for i in self.targets if i not in named)
+        return self.result(DeleteStatus.DELETING).model_copy(update={
+            "error": describe_error(exc), "region_unavailable": isinstance(exc, ProviderUnavailable)})
+
     def result(self, status: DeleteStatus | None) -> DeleteResult:
         if status is None:
             if self.pending:
@@ -592,7 +606,20 @@ def delete_group(ops: Operations, group: ResourceGroup, *, tag_key: str, protect
         run.dependents_step()
     except DependencyNotReady:
         return DeleteResult(status=DeleteStatus.DELETING, pending=tuple(group.resource_ids()))
+    except ProviderError as exc:
+        if not run.deleted:
+            raise
+        return run.interrupted(exc)  # what went before the failure stays on record (its attached set)
     return run.result(None)
+
+
+def created_times(ops: Operations, group: ResourceGroup) -> dict[str, datetime | None]:
+    """The creation time each resource of ``group`` has now, read by its id (read-only): what
+    the deleter judges the margin and the copy rule on, never a listing's (rules 2, 12, 21).
+    A resource that is gone is absent; one that cannot be read maps to None."""
+    read = ops.read(list(targets_of(group, ops.kinds).values()))
+    return {rid: ops.created_at(live) if isinstance(live, Live) else None for rid, live in read.items()
+            if live is not None}
 
 
 def blast_problem(tags: Mapping[str, str], *, member: bool, ref: str, tag_key: str,

@@ -49,6 +49,7 @@ from orphan_cleanup.providers.aws.kinds import (
     SPOT_REQUEST,
     VOLUME,
     AwsKind,
+    as_utc,
     aware,
     dig,
     tags_of,
@@ -279,6 +280,9 @@ class AwsOperations(Operations):
         if isinstance(after, Live) or after is None:
             return after
         raise ProviderError(f"instance {live.id} cannot be read after terminate_instances", region=self.region)
+
+    def created_at(self, live: Live) -> datetime | None:
+        return as_utc(dig(live.item, BY_KIND[live.target.kind].created_path))  # as the listing reads it
 
     def ready(self, live: Live, owner_id: str | None, member_ids: frozenset[str], journal: Journal) -> Readiness:
         spec, item = BY_KIND[live.target.kind], live.item

@@ -35,7 +35,7 @@ from orphan_cleanup.providers.aws.kinds import INSTANCE, AwsKind, as_utc, dig
 from orphan_cleanup.providers.aws.listing import describe_tagged, list_region
 from orphan_cleanup.providers.aws.operations import AwsOperations
 from orphan_cleanup.providers.base import ResourceProvider, parallel_regions
-from orphan_cleanup.providers.deletion import Live, Target, delete_group
+from orphan_cleanup.providers.deletion import Live, Target, created_times, delete_group
 from orphan_cleanup.providers.ratelimit import DEFAULT_BUDGETS, RateLimits, process_limits
 
 
@@ -99,16 +99,20 @@ class AwsProvider(ResourceProvider):
     def delete_resource_group(self, group: ResourceGroup, journal: Journal = NO_JOURNAL, *,
                               remembered_protection: str | None = None,
                               known_attached: Iterable[str] = ()) -> DeleteResult:
-        outside = sorted({r.region for r in group.resources} - {group.region})
-        if outside or group.region not in self.backend.regions:
-            raise ProviderError(f"group {group.key} names {', '.join(outside) or group.region}, not its region"
-                                f" in backend {self.backend.id}", region=group.region)
+        self._check_places(group)
         settings = self.backend.settings
         return delete_group(self.operations(group.region), group, tag_key=self.tag_key,
                             protect_keys={self.protect_key, *self.protect_keys}, journal=journal,
                             remembered_protection=remembered_protection, known_attached=known_attached,
                             snapshot_before_delete=settings.snapshot_before_delete,
                             retain_snapshots_days=settings.retain_snapshots_days)
+
+    def _check_places(self, group: ResourceGroup) -> None:
+        """Every resource in the group's region, one of the backend's (a forged batch may name another)."""
+        outside = sorted({r.region for r in group.resources} - {group.region})
+        if outside or group.region not in self.backend.regions:
+            raise ProviderError(f"group {group.key} names {', '.join(outside) or group.region}, not its region"
+                                f" in backend {self.backend.id}", region=group.region)
 
     def holds_instance(self, region: str, instance_id: str, ref: str) -> bool:
         if region not in self.backend.regions:
@@ -118,6 +122,10 @@ class AwsProvider(ResourceProvider):
         except ProviderError:  # a malformed id, an unavailable region: cannot confirm, so no
             return False
         return isinstance(live, Live) and live.tags.get(self.tag_key) == ref
+
+    def created_times(self, group: ResourceGroup) -> dict[str, datetime | None]:
+        self._check_places(group)
+        return created_times(self.operations(group.region), group)
 
     def instance_created_at(self, instance: Resource) -> datetime | None:
         live = self.operations(instance.region).read([Target(INSTANCE.kind, instance.id, instance.region)])

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from orphan_cleanup.core.errors import ProviderError
@@ -179,6 +180,9 @@ class GcpOperations(Operations):
         if spec is INSTANCE:
             return self._live(spec, live.target, after.item, AFTER_DELETE.get(after.raw_state or "", after.state))
         return after
+
+    def created_at(self, live: Live) -> datetime | None:
+        return parse_time(getattr(live.item, "creation_timestamp", "") or "")  # as the listing reads it
 
     def ready(self, live: Live, owner_id: str | None, member_ids: frozenset[str], journal: Journal) -> Readiness:
         spec, item = KIND_BY_RESOURCE[live.target.kind], live.item

@@ -23,7 +23,7 @@ from orphan_cleanup.core.journal import NO_JOURNAL, Journal
 from orphan_cleanup.core.listing import RegionListing, Resource, ResourceGroup, ResourceKind
 from orphan_cleanup.core.verdicts import DeleteResult
 from orphan_cleanup.providers.base import ResourceProvider
-from orphan_cleanup.providers.deletion import Live, Target, delete_group
+from orphan_cleanup.providers.deletion import Live, Target, created_times, delete_group
 from orphan_cleanup.providers.gcp.calls import GcpCalls, read_retry
 from orphan_cleanup.providers.gcp.clients import build_gcp_clients
 from orphan_cleanup.providers.gcp.kinds import INSTANCE, parse_time
@@ -94,6 +94,12 @@ class GcpProvider(ResourceProvider):
     def iter_listing(self) -> Iterator[RegionListing]:
         yield from GcpListing(self.calls, self.backend).regions()
 
+    def _check_places(self, group: ResourceGroup) -> None:
+        """The group's places belong to the backend's entries (a forged batch may name others)."""
+        if (outside := outside_of(tuple(self.backend.regions), group)) is not None:
+            raise ProviderError(f"group {group.key} names {outside}, not in a zone or region of backend"
+                                f" {self.backend.id}", region=group.region)
+
     def holds_instance(self, region: str, instance_id: str, ref: str) -> bool:
         """Only in ``region`` (the group's zone), and only a zone of this backend's entries."""
         if not instance_id.isdigit() or entry_for(tuple(self.backend.regions), region) is None:
@@ -108,6 +114,10 @@ class GcpProvider(ResourceProvider):
         except ProviderError:  # cannot confirm, so no
             return False
         return False
+
+    def created_times(self, group: ResourceGroup) -> dict[str, datetime | None]:
+        self._check_places(group)
+        return created_times(GcpOperations(self.calls), group)
 
     def instance_created_at(self, instance: Resource) -> datetime | None:
         """The instance read by its numeric id in the zone it was listed in; its
@@ -124,9 +134,7 @@ class GcpProvider(ResourceProvider):
     def delete_resource_group(self, group: ResourceGroup, journal: Journal = NO_JOURNAL, *,
                               remembered_protection: str | None = None,
                               known_attached: Iterable[str] = ()) -> DeleteResult:
-        if (outside := outside_of(tuple(self.backend.regions), group)) is not None:
-            raise ProviderError(f"group {group.key} names {outside}, not in a zone or region of backend"
-                                f" {self.backend.id}", region=group.region)
+        self._check_places(group)
         settings = self.backend.settings
         return delete_group(GcpOperations(self.calls), group, tag_key=self.tag_key,
                             protect_keys={self.protect_key, *self.protect_keys}, journal=journal,
