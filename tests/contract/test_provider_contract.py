@@ -370,7 +370,8 @@ SCENARIOS = [
     forged(ALL_BUT_VM_CREATED_AT, BOOT_SWAPPED_HONEST, victim="foreign", name="forged_boot_swapped",
            verdicts={"vm": LEFT_IN_PLACE, "vm.boot": LEFT_IN_PLACE}, survivors=frozenset({"vm", "foreign", "vm.boot"}),
            journal=[], deleted=frozenset(), left=frozenset({"vm", "foreign", "vm.boot:*"}),
-           reasons={"vm": "blast_foreign", "foreign": "blast_foreign", "vm.boot:*": "owner_changed:created_at_changed"}),
+           reasons={"vm": "blast_foreign", "foreign": "blast_foreign",
+                    "vm.boot:*": "owner_changed:created_at_changed"}),
 ]
 
 
