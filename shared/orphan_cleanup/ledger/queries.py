@@ -21,8 +21,14 @@ BACKEND_COLUMNS = "id, provider, account, regions, settings, mode"
 
 
 def json_value(value: Any) -> Any:
-    """A json/jsonb column as pg8000 returns it (decoded, or text for some types), decoded."""
-    return json.loads(value) if isinstance(value, (str, bytes)) else value
+    """A json/jsonb column as pg8000 returns it (decoded, or text for some types), decoded. A
+    JSON string value comes back already decoded, as text that is no JSON: it is that string."""
+    if not isinstance(value, (str, bytes)):
+        return value
+    try:
+        return json.loads(value)
+    except ValueError:
+        return value
 
 
 def backend_from_row(row: list) -> Backend:
