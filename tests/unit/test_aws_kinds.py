@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
@@ -18,7 +18,7 @@ from orphan_cleanup.providers.aws.kinds import (
 )
 from orphan_cleanup.providers.aws.listing import link_resources, to_resource
 from orphan_cleanup.providers.base import group_resources
-from orphan_cleanup.providers.deletion import delete_order
+from orphan_cleanup.providers.operations import delete_order
 
 REF = "abcdefabcdef"
 T = [{"Key": "provider_ref", "Value": REF}]
@@ -80,7 +80,7 @@ def test_instance_item_becomes_a_resource():
     assert (res.kind, res.id, res.region, res.state) == (ResourceKind.INSTANCE, "i-1", "us-east-1",
                                                         ResourceState.ACTIVE)
     assert res.tags == {"provider_ref": REF}
-    assert res.created_at == datetime(2024, 5, 1, 10, 0, tzinfo=timezone.utc)
+    assert res.created_at == datetime(2024, 5, 1, 10, 0, tzinfo=UTC)
     assert res.attached_to is None and res.details["state"] == "running"
 
 
@@ -90,11 +90,11 @@ def test_dependents_take_their_attachment_and_times():
                                "Attachments": [{"InstanceId": "i-1", "State": "attached"}]}, "r")
     eni = to_resource(NETWORK_INTERFACE, {"NetworkInterfaceId": "eni-1", "Status": "in-use", "TagSet": T,
                                           "Attachment": {"InstanceId": "i-1",
-                                                         "AttachTime": datetime(2024, 1, 2, tzinfo=timezone.utc)}},
+                                                         "AttachTime": datetime(2024, 1, 2, tzinfo=UTC)}},
                       "r")
     loose = to_resource(VOLUME, {"VolumeId": "vol-2", "State": "available", "Attachments": []}, "r")
 
-    assert vol.attached_to == "i-1" and vol.created_at == datetime(2024, 1, 1, tzinfo=timezone.utc)
+    assert vol.attached_to == "i-1" and vol.created_at == datetime(2024, 1, 1, tzinfo=UTC)
     assert eni.attached_to == "i-1" and eni.tags == {"provider_ref": REF} and eni.created_at is not None
     assert loose.attached_to is None and loose.created_at is None and loose.tags == {}
 

@@ -14,15 +14,9 @@ import pytest
 from orphan_cleanup.core.errors import ProviderError
 from orphan_cleanup.core.listing import Resource, ResourceGroup, ResourceKind, ResourceState
 from orphan_cleanup.providers.aws.kinds import BY_KIND as AWS_KINDS
-from orphan_cleanup.providers.deletion import (
-    AT_LAUNCH,
-    Target,
-    attached_at_launch,
-    blast_problem,
-    delete_order,
-    targets_of,
-)
+from orphan_cleanup.providers.deletion import blast_problem, targets_of
 from orphan_cleanup.providers.gcp.kinds import KIND_BY_RESOURCE as GCP_KINDS
+from orphan_cleanup.providers.operations import AT_LAUNCH, Target, attached_at_launch, delete_order
 
 REF = "abcdefabcdef"
 OTHER = "bbbbbbbbbbbb"

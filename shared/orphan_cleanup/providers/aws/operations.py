@@ -57,7 +57,7 @@ from orphan_cleanup.providers.aws.kinds import (
 from orphan_cleanup.providers.aws.listing import controller_of
 from orphan_cleanup.providers.aws.snapshots import AwsSnapshots
 from orphan_cleanup.providers.aws.spot import is_final, must_cancel, request_of
-from orphan_cleanup.providers.deletion import (
+from orphan_cleanup.providers.operations import (
     UNREAD,
     Blocked,
     DeleteRefused,

@@ -35,7 +35,8 @@ from orphan_cleanup.providers.aws.kinds import INSTANCE, AwsKind, as_utc, dig
 from orphan_cleanup.providers.aws.listing import describe_tagged, list_region
 from orphan_cleanup.providers.aws.operations import AwsOperations
 from orphan_cleanup.providers.base import ResourceProvider, parallel_regions
-from orphan_cleanup.providers.deletion import Live, Target, created_times, delete_group
+from orphan_cleanup.providers.deletion import created_times, delete_group
+from orphan_cleanup.providers.operations import Live, Target
 from orphan_cleanup.providers.ratelimit import DEFAULT_BUDGETS, RateLimits, process_limits
 
 

@@ -31,18 +31,6 @@ from typing import Any
 from orphan_cleanup.core.errors import ProviderError
 from orphan_cleanup.core.journal import Journal
 from orphan_cleanup.core.listing import ResourceKind, ResourceState
-from orphan_cleanup.providers.deletion import (
-    UNREAD,
-    Changed,
-    Doomed,
-    Live,
-    Operations,
-    Read,
-    Readiness,
-    Replaced,
-    Target,
-    attached_at_launch,
-)
 from orphan_cleanup.providers.gcp.calls import GcpCalls
 from orphan_cleanup.providers.gcp.kinds import (
     AFTER_DELETE,
@@ -56,6 +44,18 @@ from orphan_cleanup.providers.gcp.kinds import (
     protection_of,
 )
 from orphan_cleanup.providers.gcp.snapshots import GcpSnapshots
+from orphan_cleanup.providers.operations import (
+    UNREAD,
+    Changed,
+    Doomed,
+    Live,
+    Operations,
+    Read,
+    Readiness,
+    Replaced,
+    Target,
+    attached_at_launch,
+)
 
 #: ``.../projects/P/zones/Z/disks/N``: an attached disk's ``source``; ``.../instances/N``: a user.
 DISK_LINK = re.compile(r"(?:^|/)projects/([^/]+)/zones/([a-z]+-[a-z]+\d+-[a-z])/disks/"

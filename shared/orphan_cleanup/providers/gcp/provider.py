@@ -23,13 +23,14 @@ from orphan_cleanup.core.journal import NO_JOURNAL, Journal
 from orphan_cleanup.core.listing import RegionListing, Resource, ResourceGroup, ResourceKind
 from orphan_cleanup.core.verdicts import DeleteResult
 from orphan_cleanup.providers.base import ResourceProvider
-from orphan_cleanup.providers.deletion import Live, Target, created_times, delete_group
+from orphan_cleanup.providers.deletion import created_times, delete_group
 from orphan_cleanup.providers.gcp.calls import GcpCalls, read_retry
 from orphan_cleanup.providers.gcp.clients import build_gcp_clients
 from orphan_cleanup.providers.gcp.kinds import INSTANCE, parse_time
 from orphan_cleanup.providers.gcp.listing import GcpListing
 from orphan_cleanup.providers.gcp.operations import GcpOperations
 from orphan_cleanup.providers.gcp.places import entry_for, location_of, outside_of
+from orphan_cleanup.providers.operations import Live, Target
 from orphan_cleanup.providers.ratelimit import DEFAULT_BUDGETS, RateLimits, process_limits
 
 LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
