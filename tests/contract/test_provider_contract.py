@@ -266,7 +266,7 @@ BOOT_SWAPPED_HONEST = Scenario(
 FRESH_MEMBER_HONEST = Scenario(
     "fresh_member", fresh_member, margin=600,
     verdicts={"vm": ("skipped", "recent_resource", "none")}, outcome="unsettled", survivors=VM_DATA)
-#: Skipped as a whole by the deleter's own read of the creation times (``cycle.deleter``).
+#: Skipped as a whole by the deleter's own read of the VM's creation time (``cycle.deleter``).
 CREATED_AT_CHANGED: dict[str, Any] = {"left": frozenset({"vm:*"}),
                                       "reasons": {"vm:*": "owner_changed:created_at_changed"}}
 
@@ -335,11 +335,11 @@ SCENARIOS = [
     # --- forged listing batches (rule 21): one field of every listed resource altered, the
     # ids, kinds, ref and region / zone kept; the honest row first
     PRECIOUS_HONEST,
-    *(forged(f) for f in FORGERIES if f not in ("created_at", "created_at_members", "tags", "controller")),
-    # a creation time forged (the VM's, or its members'): the deleter reads them again before
-    # anything and, finding another time, leaves the whole group (rules 2, 12, 17, 21)
+    *(forged(f) for f in FORGERIES if f not in ("created_at", "tags", "controller")),
+    # the VM's creation time forged: the deleter reads it again before anything and, finding
+    # another time, leaves the whole group (rules 12, 17); its members' are judged on the times
+    # the deleter reads (the row above: as honest)
     forged("created_at", **CREATED_AT_CHANGED),
-    forged("created_at_members", **CREATED_AT_CHANGED),
     # every listed resource claims the ref and no other tag; with a protected member, its
     # protect tag is stripped from the listing: the classifier sees an orphan, the deleter's
     # re-read the protect tag
@@ -361,17 +361,13 @@ SCENARIOS = [
     # (before the deleter read every member's creation time, both clouds deleted the fresh disk
     # with the VM here: the margin was judged again on the listed member times)
     forged("created_at_members", FRESH_MEMBER_HONEST, name="forged_created_at_fresh_member",
-           verdicts={"vm": LEFT_IN_PLACE}, **CREATED_AT_CHANGED),
+           verdicts={"vm": LEFT_IN_PLACE}, left=frozenset({"vm:*"}), reasons={"vm:*": "owner_changed:recent_resource"}),
     forged(ALL, **CREATED_AT_CHANGED),
-    forged(ALL_BUT_VM_CREATED_AT, **CREATED_AT_CHANGED),
+    forged(ALL_BUT_VM_CREATED_AT),
     # a boot device swapped on a stopped VM; forged, the batch makes the old one look the
-    # VM's own, attached, and the VM look deletable (the forged times stop both groups)
+    # VM's own, attached, and the VM look deletable
     BOOT_SWAPPED_HONEST,
-    forged(ALL_BUT_VM_CREATED_AT, BOOT_SWAPPED_HONEST, victim="foreign", name="forged_boot_swapped",
-           verdicts={"vm": LEFT_IN_PLACE, "vm.boot": LEFT_IN_PLACE}, survivors=frozenset({"vm", "foreign", "vm.boot"}),
-           journal=[], deleted=frozenset(), left=frozenset({"vm", "foreign", "vm.boot:*"}),
-           reasons={"vm": "blast_foreign", "foreign": "blast_foreign",
-                    "vm.boot:*": "owner_changed:created_at_changed"}),
+    forged(ALL_BUT_VM_CREATED_AT, BOOT_SWAPPED_HONEST, victim="foreign", name="forged_boot_swapped"),
 ]
 
 

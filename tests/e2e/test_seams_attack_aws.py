@@ -151,7 +151,7 @@ def test_a_member_the_reread_leaves_out_keeps_the_instance(emptied_db, proxy, le
     def between() -> None:
         platform.ec2.create_tags(Resources=[data], Tags=[{"Key": PROTECT, "Value": "yes"}])
         proxy.add_rule(Rule("DescribeVolumes", match=lambda body: data.encode() in body,
-                            times=1 if left_out == "filtered" else 2, reply=NO_VOLUMES))
+                            times=1 if left_out == "filtered" else None, reply=NO_VOLUMES))
 
     cycle_id = delete_cycle(db, proxy.url, between)
 
@@ -210,7 +210,11 @@ def test_a_transient_not_found_never_detaches_a_dependent_from_a_live_instance(e
         assert eni["Attachment"]["InstanceId"] == x["InstanceId"], eni
     assert platform.instance_state(x["InstanceId"]) == "running"
     recorded = only_result(db, cycle_id)
-    assert recorded["state"] == "deleting" and dep in recorded["result"]["pending"], recorded
+    if kind == "address":
+        assert recorded["state"] == "deleting" and dep in recorded["result"]["pending"], recorded
+    else:  # attached since the listing: the interface's time as EC2 reports it now (its attach
+        # time) is after the listing, so the deleter leaves it, before any call (SAFETY.md rule 21)
+        assert (recorded["state"], recorded["skipped"]) == ("skipped", "owner_changed:recent_resource"), recorded
 
 
 # ---- F6. a forged listing batch naming a snapshot its retention keeps ---------------------------------

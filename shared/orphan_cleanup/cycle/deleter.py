@@ -282,13 +282,13 @@ class Deleter:
         group's resources, never the listing message's: the margin and the copy rule read
         them, and a forged batch could age a fresh resource past the margin or a user's copy
         into a retry leak (SAFETY.md rules 2, 12, 17 and 21). A VM the provider does not
-        report, or any resource it reports created at another time, is skipped."""
-        group = job.group
+        report, or reports created at another time, is not the VM that was listed: skipped.
+        (A resource gone or unreadable keeps its listed time: the deletion's own read finds
+        nothing of it to delete, or leaves it as unreadable.)"""
+        group, primary = job.group, job.group.primary
         times = job.verified_provider.created_times(group)
-        if group.primary_id is not None and group.primary_id not in times:
-            return "owner_changed:created_at_changed", None
-        if any(r.id in times and not _same_time(times[r.id], r.created_at) for r in group.resources):
-            return "owner_changed:created_at_changed", None
+        if primary is not None and (primary.id not in times or not _same_time(times[primary.id], primary.created_at)):
+            return "owner_changed:created_at_changed", None  # not the VM that was listed
         judged = group.model_copy(update={"resources": tuple(
             r.model_copy(update={"created_at": times[r.id]}) if r.id in times else r for r in group.resources)})
         return self._owner_changed(job, judged)

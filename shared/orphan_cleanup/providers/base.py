@@ -147,8 +147,8 @@ class ResourceProvider(ABC):
         """The creation time the provider reports now for each resource of ``group`` (the
         field the listing reads), read by its immutable id, read-only, whatever its tags: what
         the deleter judges the margin and the copy rule on, never a listing message's (SAFETY.md
-        rules 2, 12 and 21). A resource that is gone is absent; one that cannot be read maps to
-        None. Raises ``ProviderError`` as ``delete_resource_group`` would."""
+        rules 2, 12 and 21). A resource that is gone, or cannot be read, is absent. Raises
+        ``ProviderError`` as ``delete_resource_group`` would."""
 
     @abstractmethod
     def delete_resource_group(self, group: ResourceGroup, journal: Journal = NO_JOURNAL, *,

@@ -431,10 +431,9 @@ def delete_group(ops: Operations, group: ResourceGroup, *, tag_key: str, protect
 def created_times(ops: Operations, group: ResourceGroup) -> dict[str, datetime | None]:
     """The creation time each resource of ``group`` has now, read by its id (read-only): what
     the deleter judges the margin and the copy rule on, never a listing's (rules 2, 12, 21).
-    A resource that is gone is absent; one that cannot be read maps to None."""
+    A resource that is gone, or cannot be read, is absent."""
     read = ops.read(list(targets_of(group, ops.kinds).values()))
-    return {rid: ops.created_at(live) if isinstance(live, Live) else None for rid, live in read.items()
-            if live is not None}
+    return {rid: ops.created_at(live) for rid, live in read.items() if isinstance(live, Live)}
 
 
 def blast_problem(tags: Mapping[str, str], *, member: bool, ref: str, tag_key: str,
