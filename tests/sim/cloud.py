@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
@@ -32,11 +33,11 @@ from orphan_cleanup.core.errors import (
     ProviderTimeout,
     ProviderUnavailable,
 )
-from orphan_cleanup.core.journal import NO_JOURNAL, Journal
 from orphan_cleanup.core.listing import RegionListing, Resource, ResourceGroup, ResourceKind, ResourceState
-from orphan_cleanup.core.verdicts import DeleteResult
 from orphan_cleanup.providers.base import describe_error, group_resources
-from tests.support.memory_cloud import CloudResource, MemoryCloud, MemoryProvider
+from orphan_cleanup.providers.deletion import Live
+from tests.sim.world import EPOCH
+from tests.support.memory_cloud import CloudResource, Deletion, MemoryCloud, MemoryOperations, MemoryProvider
 
 if TYPE_CHECKING:
     from tests.sim.engine import Simulation
@@ -57,6 +58,7 @@ class ResMeta:
     ghost_for: int = 0  # seconds a terminated resource keeps showing in listings
     shutdown_for: int = 0  # seconds a terminating instance takes to terminate
     replaced: bool = False  # a controller re-created this instance after it went (rule 14)
+    of_instance: str | None = None  # a root volume: the instance it was launched with
 
 
 @dataclass
@@ -91,6 +93,7 @@ class SimCloud(MemoryCloud):
         self.account = account
         self._ids = itertools.count(id_base + 1)
         self.meta: dict[str, ResMeta] = {}
+        self.now = EPOCH  # the simulated time of the last tick
 
     def add(self, kind: ResourceKind, region: str, tags: dict[str, str], *, now: datetime, meta: ResMeta,
             attached_to: str | None = None) -> str:
@@ -98,9 +101,18 @@ class SimCloud(MemoryCloud):
         self.meta[rid] = meta
         return rid
 
+    def replaced(self, old: CloudResource, new: CloudResource) -> None:
+        """A persistent spot request relaunched ``old`` as ``new``: as fresh as can be."""
+        new.created_at = self.now
+        m = self.meta.get(old.id)
+        if m is not None:
+            self.meta[new.id] = dataclasses.replace(m, origin="spot", visible_at=self.now, terminating_since=None,
+                                                    terminated_at=None, replaced=False)
+
     def tick(self, now: datetime) -> None:
         """Provider-side progress: shutting-down instances terminate after a while."""
-        for res in self.resources.values():
+        self.now = now
+        for res in list(self.resources.values()):
             m = self.meta.get(res.id)
             if m is None:
                 continue
@@ -108,10 +120,7 @@ class SimCloud(MemoryCloud):
                 if m.terminating_since is None:
                     m.terminating_since = now
                 elif now - m.terminating_since >= timedelta(seconds=m.shutdown_for):
-                    res.state = ResourceState.TERMINATED
-                    for dep in self.resources.values():
-                        if dep.attached_to == res.id:
-                            dep.attached_to, dep.state = None, ResourceState.AVAILABLE
+                    self.finish_termination(res)
             if res.state is ResourceState.TERMINATED and m.terminated_at is None:
                 m.terminated_at = now
         for res in list(self.resources.values()):
@@ -125,8 +134,9 @@ class SimCloud(MemoryCloud):
                     replaced=False))
                 self.resources[new].controller = res.controller
 
-    def snapshot(self) -> dict[str, tuple[ResourceState, tuple[tuple[str, str], ...]]]:
-        return {rid: (r.state, tuple(sorted(r.tags.items()))) for rid, r in self.resources.items()}
+    def snapshot(self) -> dict[str, tuple[ResourceState, tuple[tuple[str, str], ...], str | None]]:
+        """Each resource's state, tags and what it is attached to, now."""
+        return {rid: (r.state, tuple(sorted(r.tags.items())), r.attached_to) for rid, r in self.resources.items()}
 
 
 class SimProvider(MemoryProvider):
@@ -190,14 +200,21 @@ class SimProvider(MemoryProvider):
             listed.append(_resource(r))
         return listed
 
-    # ---- deletion ------------------------------------------------------------
+    # ---- deletion: the product's algorithm over the memory cloud's operations ----------
 
-    def delete_resource_group(self, group: ResourceGroup, journal: Journal = NO_JOURNAL, *,
-                              remembered_protection: str | None = None,
-                              known_attached: Iterable[str] = ()) -> DeleteResult:
+    def operations(self, region: str) -> SimOperations:
+        return SimOperations(self.sim_cloud, region, self.sim, self.backend, None)
+
+    @contextmanager
+    def deleting(self, group: ResourceGroup) -> Iterator[Deletion]:
+        """One group's deletion (``deletion.delete_group`` runs inside): the faults before it
+        acts, the other pieces of the cleanup that run meanwhile, a timeout after it acted,
+        and the checks around it (G1, T1, P2, and what it touched: V1, K1, J1, R1, R2)."""
         sim = self.sim
+        cycle = sim._cycle()
         sim.checker.provider_call(self.backend, self.sim_cloud, f"delete {group.key}")
-        sim.checker.delete_attempt(sim._cycle(), self.backend.id, self.sim_cloud, group)
+        sim.checker.delete_attempt(cycle, self.backend.id, self.sim_cloud, group)
+        sim.checker.delete_reaches(cycle, self.backend, self.sim_cloud, group)
         sim.provider_call_started(group)
         try:
             dice = sim.dice
@@ -209,25 +226,52 @@ class SimProvider(MemoryProvider):
                 raise ProviderError(f"{group.region}: InternalError (injected)", region=group.region)
             sim.concurrent_work(group)
             before = self.sim_cloud.snapshot()
+            call = Deletion(SimOperations(self.sim_cloud, group.region, sim, self.backend, group))
             try:
-                result = super().delete_resource_group(group, journal, remembered_protection=remembered_protection,
-                                                       known_attached=known_attached)
+                yield call
             finally:
                 after = self.sim_cloud.resources
-                sim.provider_touched(group, [rid for rid, (state, _tags) in before.items()
-                                             if after[rid].state in GONE and after[rid].state != state])
+                sim.provider_touched(group, [rid for rid, (state, _tags, _on) in before.items()
+                                             if after[rid].state in GONE and after[rid].state != state
+                                             and rid not in sim.checker.people_removed], before,
+                                     self.backend.settings.retain_snapshots_days)
             if dice.roll("delete_timeout_after"):
                 sim.trace(f"provider: delete of {group.key} acted, then timed out")
                 raise ProviderTimeout(f"{group.region}: read timeout (injected, after acting)", region=group.region)
+            result = call.result
+            assert result is not None
             sim.trace(f"provider: delete {group.key} -> {result.status.value}"
                       + (f" skipped={[s.reason for s in result.skipped]}" if result.skipped else ""))
             sim.provider_result(group, result)
-            return result
         except ProviderError as exc:
             sim.provider_result(group, exc)
             raise
         finally:
             sim.provider_call_finished(group)
+
+
+class SimOperations(MemoryOperations):
+    """The memory cloud's operations, watched: every mutating call is checked as the cloud
+    acts on it (N1: a call removes only its target and what goes along with it; U1: never
+    detached from a live instance, never what an image uses; P3: no instance terminated
+    while a persistent spot request would relaunch it)."""
+
+    def __init__(self, cloud: SimCloud, region: str, sim: Simulation, backend: Backend,
+                 group: ResourceGroup | None) -> None:
+        super().__init__(cloud, region)
+        self.sim, self.backend, self.group = sim, backend, group
+
+    def _act(self, call: str, live: Live, act: Callable[[], object]) -> None:
+        cloud, checker = self.cloud, self.sim.checker
+        target = cloud.named(live.target.kind, live.target.location, live.item.resource.name)
+        checker.provider_acts(self.sim._cycle(), self.group, call, live.id, target, cloud)
+        before = {rid: (r.state, r.attached_to, r.auto_delete) for rid, r in cloud.resources.items()}
+        try:
+            act()
+        finally:
+            removed = [rid for rid, (state, _on, _auto) in before.items()
+                       if cloud.resources[rid].state in GONE and cloud.resources[rid].state != state]
+            checker.provider_removed(self.sim._cycle(), self.group, call, live.id, removed, before)
 
 
 def _resource(r: CloudResource) -> Resource:

@@ -21,7 +21,7 @@ import msgspec
 
 from orphan_cleanup.core import classify, delete_rules, policy
 from orphan_cleanup.core.backends import Backend
-from orphan_cleanup.core.listing import ResourceGroup, ResourceState
+from orphan_cleanup.core.listing import ResourceGroup
 from orphan_cleanup.core.messages import ListingJob
 from orphan_cleanup.core.owners import LedgerRow
 from orphan_cleanup.core.results import JobResult
@@ -31,10 +31,11 @@ from orphan_cleanup.ledger.journal import LedgerJournal
 from orphan_cleanup.ledger.session import LedgerSession
 from orphan_cleanup.ledger.store import LedgerStore
 from orphan_cleanup.ledger.unit import LockedCycle
+from orphan_cleanup.providers import deletion, snapshots
 from orphan_cleanup.providers.base import ResourceProvider
-from tests.sim.cloud import SimProvider
+from tests.sim.cloud import SimOperations
 from tests.sim.engine import SimEnv
-from tests.support.memory_cloud import MemoryProvider
+from tests.support.memory_cloud import Item, MemoryOperations, MemoryProvider
 
 Applier = Callable[[SimEnv, ExitStack], dict[str, Any] | None]
 
@@ -104,19 +105,19 @@ def _classify_margin_zero(env: SimEnv, stack: ExitStack) -> None:
 
 # ---- rule 3: re-read by immutable id before deleting; the protect tag ------------------
 
-class NoRereadProvider(SimProvider):
-    """Deletes what the listing said, without checking the live tags again."""
+def _no_reread(env: SimEnv, stack: ExitStack) -> None:
+    """The memory operations' read by id answers the tags the listing showed: a protect tag
+    added or a ref removed since is not seen (the deletion believes the listing)."""
+    real = SimOperations._read
 
-    def _reread(self, res, ref):  # type: ignore[no-untyped-def]
-        self.cloud.calls["describe"] += 1
-        live = self.cloud.resources.get(res.id)
-        if live is None or live.state is ResourceState.TERMINATED:
-            return None, None
-        return live, None
+    def read(self: SimOperations, target: Any) -> Any:
+        live = real(self, target)
+        listed = {r.id: r for r in self.group.resources} if self.group is not None else {}
+        if live is None or target.id not in listed:
+            return live
+        return dataclasses.replace(live, tags=dict(listed[target.id].tags))
 
-
-def _no_reread(env: SimEnv, stack: ExitStack) -> dict[str, Any]:
-    return {"provider_cls": NoRereadProvider}
+    _patch(stack, SimOperations, "_read", read)
 
 
 def _protect_ignored(env: SimEnv, stack: ExitStack) -> None:
@@ -314,7 +315,7 @@ def _controller_ignored(env: SimEnv, stack: ExitStack) -> None:
     """What the product does without the rule: a controller-managed orphan candidate is an
     orphan (the classifier's rule-14 check, and the deleter's re-classification under the
     gate, ignore controllers), and the provider's re-read before terminating does too."""
-    real_of, real_reread = classify.protection_of, MemoryProvider._protection
+    real_of, real_reread = classify.protection_of, MemoryOperations.protection
 
     def protection_of(group: ResourceGroup, record: Any, **kw: Any) -> str | None:
         why = real_of(group, record, **kw)
@@ -324,8 +325,9 @@ def _controller_ignored(env: SimEnv, stack: ExitStack) -> None:
             r.model_copy(update={"controller": None}) for r in group.resources)}), record, **kw)
 
     _patch(stack, classify, "protection_of", protection_of)
-    _patch(stack, MemoryProvider, "_protection",
-           lambda self, live: real_reread(self, dataclasses.replace(live, controller=None)))
+    _patch(stack, MemoryOperations, "protection", lambda self, owner, remembered: real_reread(
+        self, dataclasses.replace(owner, item=Item(dataclasses.replace(owner.item.resource, controller=None),
+                                                   owner.item.attachments)), remembered))
 
 
 def _protection_forgotten(env: SimEnv, stack: ExitStack) -> None:
@@ -351,9 +353,7 @@ def _protection_fails_cycle(env: SimEnv, stack: ExitStack) -> None:
 
 def _no_blast_check(env: SimEnv, stack: ExitStack) -> None:
     """The deleter terminates an instance whatever the provider would delete with it."""
-    real = MemoryProvider._blast
-    _patch(stack, MemoryProvider, "_blast",
-           lambda self, live, group, rereads: (real(self, live, group, rereads)[0], []))
+    _patch(stack, deletion, "blast_problem", lambda *a, **k: None)
 
 
 def _primary_unchecked(env: SimEnv, stack: ExitStack) -> None:
@@ -365,8 +365,8 @@ def _primary_unchecked(env: SimEnv, stack: ExitStack) -> None:
 
 def _foreign_snapshots(env: SimEnv, stack: ExitStack) -> None:
     """Snapshots are listed and deleted by their ref tag alone, whoever took them."""
-    _patch(stack, MemoryProvider, "_listable", lambda self, r: True)
-    _patch(stack, MemoryProvider, "_ours", staticmethod(lambda r: True))
+    _patch(stack, snapshots, "taken_by_us", lambda facts, *, tag_key, ref, name_for: bool(
+        facts.tags.get(tag_key)) and (ref is None or facts.tags.get(tag_key) == ref))
 
 
 def _keys_per_backend(env: SimEnv, stack: ExitStack) -> None:

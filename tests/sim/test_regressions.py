@@ -6,8 +6,9 @@ Postgres, with the in-memory cloud behind the provider port.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import pytest
 
@@ -15,11 +16,10 @@ from orphan_cleanup.core.listing import ResourceGroup
 from orphan_cleanup.core.messages import DeleteRequest, ListingBatch
 from orphan_cleanup.core.owners import OwnerStatus
 from orphan_cleanup.core.settings import Settings
-from orphan_cleanup.core.verdicts import DeleteResult
 from orphan_cleanup.cycle.pipeline import GateBusy, Pipeline
 from orphan_cleanup.ledger.db import Database
 from orphan_cleanup.queues.memory import InProcessQueue
-from tests.support.memory_cloud import MemoryCloud, MemoryProvider
+from tests.support.memory_cloud import Deletion, MemoryCloud, MemoryProvider
 from tests.support.platform import Platform, add_backend
 
 
@@ -47,12 +47,14 @@ def test_a_redelivered_delete_waits_for_the_running_one(db: Database) -> None:
     seen: list[str] = []
 
     class SlowProvider(MemoryProvider):
-        def delete_resource_group(self, group: ResourceGroup, *args: Any, **kw: Any) -> DeleteResult:
+        @contextmanager
+        def deleting(self, group: ResourceGroup) -> Iterator[Deletion]:
             if not seen:  # the message becomes visible again and another deleter takes it
                 seen.append("nested")
                 with pytest.raises(GateBusy):
                     pipeline.handle_delete(request)
-            return super().delete_resource_group(group, *args, **kw)
+            with super().deleting(group) as call:
+                yield call
 
     pipeline = _pipeline(db, lambda b: SlowProvider(b, cloud))
     [request] = _classify_all(pipeline)

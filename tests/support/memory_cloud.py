@@ -169,7 +169,8 @@ class MemoryCloud:
     def attach(self, rid: str, instance_id: str, *, device: str | None = None, at: datetime | None = None,
                auto_delete: bool = False) -> None:
         r = self.resources[rid]
-        r.attached_to, r.device, r.attached_at, r.auto_delete = instance_id, device, at or datetime.now(UTC), auto_delete
+        r.attached_to, r.device, r.auto_delete = instance_id, device, auto_delete
+        r.attached_at = at or datetime.now(UTC)
         r.state = ResourceState.ACTIVE
 
     def detach(self, rid: str) -> None:
@@ -479,6 +480,15 @@ def facts_of(r: CloudResource) -> SnapshotFacts:
 # ---- the provider port ---------------------------------------------------------------------
 
 
+@dataclass
+class Deletion:
+    """One group's deletion through ``MemoryProvider.deleting``: its operations, its result."""
+
+    ops: MemoryOperations
+    result: DeleteResult | None = None
+
+
+
 class MemoryProvider(ResourceProvider):
     def __init__(self, backend: Backend, cloud: MemoryCloud) -> None:
         super().__init__(backend)
@@ -521,9 +531,10 @@ class MemoryProvider(ResourceProvider):
         return MemoryOperations(self.cloud, region)
 
     @contextmanager
-    def deleting(self, group: ResourceGroup) -> Iterator[MemoryOperations]:
-        """The operations of one group's deletion (a seam: the simulation's faults and checks)."""
-        yield self.operations(group.region)
+    def deleting(self, group: ResourceGroup) -> Iterator[Deletion]:
+        """One group's deletion: its operations, and its result once ``delete_group`` gave
+        it (a seam: the simulation puts its faults and checks around it)."""
+        yield Deletion(self.operations(group.region))
 
     def holds_instance(self, region: str, instance_id: str, ref: str) -> bool:
         try:
@@ -547,11 +558,13 @@ class MemoryProvider(ResourceProvider):
         if outside := sorted({r.region for r in group.resources} - {group.region}):
             raise ProviderError(f"group {group.key} names {', '.join(outside)}, not its region", region=group.region)
         settings = self.backend.settings
-        with self.deleting(group) as ops:
-            return delete_group(ops, group, tag_key=self.tag_key, protect_keys={self.protect_key, *self.protect_keys},
-                                journal=journal, remembered_protection=remembered_protection,
-                                known_attached=known_attached, snapshot_before_delete=settings.snapshot_before_delete,
-                                retain_snapshots_days=settings.retain_snapshots_days)
+        with self.deleting(group) as call:
+            call.result = delete_group(
+                call.ops, group, tag_key=self.tag_key, protect_keys={self.protect_key, *self.protect_keys},
+                journal=journal, remembered_protection=remembered_protection, known_attached=known_attached,
+                snapshot_before_delete=settings.snapshot_before_delete,
+                retain_snapshots_days=settings.retain_snapshots_days)
+        return call.result
 
 
 def listed_resource(r: CloudResource) -> Resource:
