@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import random
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from orphan_cleanup.core.backends import Backend
+from orphan_cleanup.core.backends import DEFAULT_CONTROLLER_TAG_KEYS, SNAPSHOT_SOURCE_KEY, Backend
 from orphan_cleanup.core.errors import (
     ProviderError,
     ProviderThrottled,
@@ -36,13 +37,24 @@ from orphan_cleanup.core.errors import (
 from orphan_cleanup.core.listing import RegionListing, Resource, ResourceGroup, ResourceKind, ResourceState
 from orphan_cleanup.providers.base import describe_error, group_resources
 from orphan_cleanup.providers.deletion import Live
+from tests.sim.owners import PROTECT_KEYS
 from tests.sim.world import EPOCH
-from tests.support.memory_cloud import CloudResource, Deletion, MemoryCloud, MemoryOperations, MemoryProvider
+from tests.support.memory_cloud import (
+    ROOT_DEVICE,
+    CloudResource,
+    Deletion,
+    MemoryCloud,
+    MemoryOperations,
+    MemoryProvider,
+)
 
 if TYPE_CHECKING:
     from tests.sim.engine import Simulation
 
 GONE = (ResourceState.TERMINATING, ResourceState.TERMINATED)
+#: The listing keeps this much of each message for its envelope (``cycle/lister.py``): what
+#: is left is the room for groups (rule 20).
+ENVELOPE = 4096
 
 
 @dataclass
@@ -74,6 +86,11 @@ class ListingRecord:
     groups: int = 0
     at: datetime | None = None  # simulated time of the first listing call (C1, A1)
     order: int = 0  # when it started, in the checker's order of events (P2)
+    # O1 (rule 20): groups listed per region, those too large for one message even reduced,
+    # and the regions with a group too close to that limit for the simulation to judge.
+    region_groups: dict[str, int] = field(default_factory=dict)
+    huge: dict[str, int] = field(default_factory=dict)
+    borderline: set[str] = field(default_factory=set)
 
 
 def listing_scope(account: str, regions: tuple[str, ...] | list[str], tag_key: str, protect_key: str,
@@ -94,11 +111,18 @@ class SimCloud(MemoryCloud):
         self._ids = itertools.count(id_base + 1)
         self.meta: dict[str, ResMeta] = {}
         self.now = EPOCH  # the simulated time of the last tick
+        self.roots = False  # instances launch with their own root volume (the swap world)
+        self.spot_rng: random.Random | None = None  # the platform's VMs are sometimes spot (the spot world)
 
     def add(self, kind: ResourceKind, region: str, tags: dict[str, str], *, now: datetime, meta: ResMeta,
             attached_to: str | None = None) -> str:
         rid = self.create(kind, region, tags, attached_to=attached_to, created_at=now)
         self.meta[rid] = meta
+        if kind is ResourceKind.INSTANCE:
+            if self.roots:  # the swap world: every instance launches with its own root volume
+                root_volume(self, rid, meta, now)
+            if self.spot_rng is not None and meta.origin == "platform" and self.spot_rng.random() < 0.4:
+                spot_request(self, rid, self.spot_rng, meta, now)  # the spot world
         return rid
 
     def replaced(self, old: CloudResource, new: CloudResource) -> None:
@@ -108,6 +132,8 @@ class SimCloud(MemoryCloud):
         if m is not None:
             self.meta[new.id] = dataclasses.replace(m, origin="spot", visible_at=self.now, terminating_since=None,
                                                     terminated_at=None, replaced=False)
+            if self.roots:
+                root_volume(self, new.id, self.meta[new.id], self.now)
 
     def tick(self, now: datetime) -> None:
         """Provider-side progress: shutting-down instances terminate after a while."""
@@ -171,7 +197,22 @@ class SimProvider(MemoryProvider):
                 raise ProviderError(f"listing of {region} raised (injected)", region=region)
             groups = group_resources(self._visible(region, sim.clock()), self.tag_key)
             record.groups += len(groups)
+            self._measure(record, region, groups)
             yield RegionListing(region=region, groups=tuple(groups))
+
+    def _measure(self, record: ListingRecord, region: str, groups: list[ResourceGroup]) -> None:
+        """O1's facts: which groups no message can carry, even reduced to what matters."""
+        limit = self.sim.listing_q.max_message_bytes - ENVELOPE
+        keep = frozenset({self.tag_key, SNAPSHOT_SOURCE_KEY, *PROTECT_KEYS, *DEFAULT_CONTROLLER_TAG_KEYS})
+        record.region_groups[region] = len(groups)
+        for g in groups:
+            full, small = group_size(g, keep)
+            if full <= limit:
+                continue
+            if abs(small - limit) < 128:
+                record.borderline.add(region)
+            elif small > limit:
+                record.huge[region] = record.huge.get(region, 0) + 1
 
     def _region_failure(self, region: str) -> str | None:
         if not self.sim.dice.roll("region_failure"):
@@ -272,6 +313,33 @@ class SimOperations(MemoryOperations):
             removed = [rid for rid, (state, _on, _auto) in before.items()
                        if cloud.resources[rid].state in GONE and cloud.resources[rid].state != state]
             checker.provider_removed(self.sim._cycle(), self.group, call, live.id, removed, before)
+
+
+def group_size(group: ResourceGroup, keep: frozenset[str]) -> tuple[int, int]:
+    """A listed group's size in a message, as listed and reduced to the tags that matter
+    (the simulation's own measure, rule 20)."""
+    small = group.model_copy(update={"resources": tuple(
+        r.model_copy(update={"tags": {k: v for k, v in r.tags.items() if k in keep}, "details": {}})
+        for r in group.resources)})
+    return len(group.model_dump_json()) + 1, len(small.model_dump_json()) + 1
+
+
+def spot_request(cloud: SimCloud, rid: str, rng: random.Random, meta: ResMeta, now: datetime) -> None:
+    """A spot instance's request, tagged like it (a member of its group)."""
+    vm = cloud.resources[rid]
+    req = cloud.create(ResourceKind.SPOT_REQUEST, vm.region, dict(vm.tags), attached_to=rid, created_at=now)
+    cloud.meta[req] = meta
+    cloud.resources[req].persistent = rng.random() < 0.7
+    vm.spot_request = req
+
+
+def root_volume(cloud: SimCloud, rid: str, meta: ResMeta, now: datetime) -> None:
+    """An instance's own root volume: untagged, deleted with it, attached at launch."""
+    vol = cloud.create(ResourceKind.VOLUME, cloud.resources[rid].region, {}, attached_to=rid, created_at=now,
+                       device=ROOT_DEVICE, auto_delete=True, attached_at=now)
+    cloud.meta[vol] = ResMeta(origin="root", owner_id=meta.owner_id, attempt=meta.attempt,
+                              visible_at=meta.visible_at, of_instance=rid)
+
 
 
 def _resource(r: CloudResource) -> Resource:

@@ -55,7 +55,7 @@ class Functions:
         try:
             result = self.pipeline.handle_batch(batch)
         except Exception as exc:  # noqa: BLE001 - the record fails and is redelivered
-            self._crash("classifier", exc)
+            self._crash("classifier", exc, (batch.backend,))
             return VISIBILITY_TIMEOUT
         self.trace(f"classifier: batch {batch.seq}{' (last)' if batch.last else ''} of {batch.cycle_id[:8]}"
                    f" -> {result.status} {result.verdicts or ''}")
@@ -68,7 +68,7 @@ class Functions:
         try:
             result = self.pipeline.run_job(job)
         except Exception as exc:  # noqa: BLE001 - the record fails and is redelivered
-            self._crash("lister job", exc)
+            self._crash("lister job", exc, job.backends)
             return self.jobs_q.visibility_timeout
         started = sum(1 for r in result.results if r.started)
         self.work["listing_jobs"] += 1
@@ -99,7 +99,7 @@ class Functions:
             self.checker.gate_refused(req.cycle_id, req.group.provider_ref)
             return self.rng_sched.randint(5, 60)
         except Exception as exc:  # noqa: BLE001 - the record fails and is redelivered
-            self._crash("deleter", exc)
+            self._crash("deleter", exc, (req.backend,))
             return VISIBILITY_TIMEOUT
         finally:
             self.delete_ctx.pop()

@@ -76,6 +76,8 @@ if TYPE_CHECKING:
     from tests.sim.engine import Simulation
 
 TOUCHED = (ResourceState.TERMINATING, ResourceState.TERMINATED)
+#: What a function may raise for the faults the simulation injects (X2 looks past them).
+BENIGN_CRASHES = frozenset({"DatabaseError", "InterfaceError", "OperationalError", "PublishFailed", "MessageRefused"})
 
 CYCLES_SQL = """
 SELECT c.id, (c.outcome IS NOT NULL OR cl.lease_owner IS DISTINCT FROM c.id OR cl.fence <> c.fence) AS dead,
@@ -88,7 +90,7 @@ SELECT c.id, (c.outcome IS NOT NULL OR cl.lease_owner IS DISTINCT FROM c.id OR c
        (SELECT count(*) FROM delete_requests d WHERE d.cycle_id = c.id AND d.state <> 'queued') AS ended,
        (SELECT count(*) FROM delete_requests d WHERE d.cycle_id = c.id AND d.state <> 'done'
            AND NOT (d.state = 'skipped' AND d.result->'result'->>'status' = 'protected')) AS not_done,
-       c.backend_id
+       c.backend_id, c.expected_batches, c.groups_listed, c.error
   FROM cycles c JOIN cleanup cl ON cl.backend_id = c.backend_id
 """
 STATE_SQL = f"""
@@ -132,6 +134,10 @@ class CycleRow:
     deletes_ended: int
     deletes_not_done: int
     backend: str
+    expected_batches: int | None = None
+    groups_listed: int = 0
+    error: str | None = None
+    failure_list: tuple[tuple[str, str], ...] = ()  # (region, error) as the cycle recorded them
 
     def writes(self) -> tuple[Any, ...]:
         """What a fenced-out cycle must never change again."""
@@ -204,7 +210,8 @@ class Checker:
             failures = v[10] if isinstance(v[10], list) else json.loads(v[10] or "[]")
             listed_at = datetime.fromisoformat(v[3]) if v[3] else None
             out[v[0]] = CycleRow(v[0], bool(v[1]), v[2], listed_at, v[4], v[5], v[6], bool(v[7]),
-                                 tuple(v[8] or ()), v[9], len(failures), *v[11:18])
+                                 tuple(v[8] or ()), v[9], len(failures), *v[11:21],
+                                 failure_list=tuple((str(f.get("region")), str(f.get("error"))) for f in failures))
         return out, clean_at
 
     def clock_advanced(self, seconds: int) -> None:
@@ -358,7 +365,7 @@ class Checker:
             holder = world.get(on or "")
             if world[rid].used_by is not None or (
                     holder is not None and on != target and before[on][0] is not ResourceState.TERMINATED
-                    and rid not in along):
+                    and rid not in along and world[rid].kind is not ResourceKind.SPOT_REQUEST):
                 self.fail("U1", f"a delete of {where} removed {rid}, in use by {world[rid].used_by or on}")
 
     def delete_attempt(self, cycle_id: str | None, backend_id: str, cloud: Any, group: ResourceGroup) -> None:
@@ -439,6 +446,18 @@ class Checker:
         elif state == "skipped" and protection == "termination_protection" and group.primary_id is not None:
             self.protection_found.setdefault((backend, group.primary_id), next(self.order))
 
+    def function_crashed(self, where: str, exc: BaseException, backends: set[str]) -> None:
+        """X2 (rules 16, 20): a backend row whose settings cannot be read fails only its own
+        backend's work: while one is broken, no function run for another backend raises
+        (but for the faults the simulation injects: the database, the queues, forgeries)."""
+        broken = {b for b, spec in self.sim.backends.items() if spec.broken is not None}
+        if not broken or type(exc).__name__ in BENIGN_CRASHES:
+            return
+        self.checks["X2"] += 1
+        if healthy := sorted(backends - broken):
+            self.fail("X2", f"{where} for {healthy} raised {type(exc).__name__}: {str(exc)[:160]}, while the"
+                            f" settings of {sorted(broken)} are no JSON object (one bad row fails alone)")
+
     def region_tripped(self, cycle_id: str, region: str) -> None:
         self.tripped.add((cycle_id, region))
 
@@ -507,6 +526,8 @@ class Checker:
             self._forgotten_protections()  # a finishing cycle closes the orphan rows it did not list
             self.protection_reported([r for cid, r in after.items() if r.outcome is not None
                                       and (cid not in self.cycles or self.cycles[cid].outcome is None)])
+        self._one_bad_group([r for cid, r in after.items() if r.outcome is not None
+                             and (cid not in self.cycles or self.cycles[cid].outcome is None)])
         self._fencing(after)
         self._clean_at(after, clean_at)
         self._blast_radius()
@@ -523,6 +544,38 @@ class Checker:
                                   p=sorted({pid for _b, pid in self.protection_found}))
         for backend, pid in gone:
             self.protection_found.pop((backend, pid), None)
+
+    def _one_bad_group(self, finished: list[CycleRow]) -> None:
+        """O1 (rule 20): a group too large for one message even reduced fails alone: its
+        region's failure is recorded, the region's other groups are classified, and neither
+        the cycle nor another region fails for it; a group that fits once reduced is
+        classified. Judged on what the simulation saw the listing yield (its own measure of
+        each group), for cycles whose every batch was applied."""
+        for row in finished:
+            listing = self.listings.get(row.id)
+            if listing is None or listing.crashed or row.id in self.sim.forged_group_cycles \
+                    or any(region == "*" for region, _ in row.failure_list):
+                continue
+            self.checks["O1"] += 1
+            anomalies = {region for region, error in row.failure_list if error.startswith("anomaly:")}
+            causes = set(listing.failures) | anomalies | set(listing.huge) | listing.borderline
+            if unexplained := sorted({f"{region}: {error[:120]}" for region, error in row.failure_list
+                                      if region not in causes}):
+                self.fail("O1", f"cycle {row.id[:8]} of {row.backend} recorded region failures its listing gives no"
+                                f" cause for: {unexplained}")
+            oversized = [region for region, _ in row.failure_list if region in listing.huge
+                         and region not in listing.failures and region not in anomalies]
+            if row.outcome == "failed" and row.error == "no region could be listed" and oversized:
+                self.fail("O1", f"cycle {row.id[:8]} of {row.backend} failed for a group too large for a message"
+                                f" in {oversized}: one bad group fails alone")
+            if row.expected_batches is None or row.applied != row.expected_batches or listing.borderline:
+                continue
+            expected = sum(n - listing.huge.get(region, 0) for region, n in listing.region_groups.items()
+                           if region not in anomalies)
+            if row.groups_listed != expected:
+                self.fail("O1", f"cycle {row.id[:8]} of {row.backend} classified {row.groups_listed} groups; its"
+                                f" listing yielded {expected} that fit a message (too large even reduced:"
+                                f" {listing.huge or 'none'}): a bad group took others with it")
 
     def _fencing(self, after: dict[str, CycleRow]) -> None:
         for cid, row in self.cycles.items():

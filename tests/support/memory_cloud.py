@@ -251,6 +251,9 @@ class MemoryCloud:
                             b.attached_to, b.state = None, ResourceState.TERMINATED
                             self.deleted.append(b.id)
                 return rid
+            if kind is ResourceKind.SPOT_REQUEST:  # a cancel: the instance it launched stays
+                r.state = ResourceState.TERMINATED
+                return rid
             holder = self.resources.get(r.attached_to or "")
             if holder is not None and holder.state is not ResourceState.TERMINATED:
                 raise ResourceInUse(f"{rid} is in use by {holder.id}", region=region)
