@@ -56,7 +56,7 @@ if TYPE_CHECKING:
 
 #: world -> share of the seeds it is on in.
 SHARES = {"names": 0.35, "swap": 0.35, "inuse": 0.35, "ages": 0.35, "spot": 0.35, "settings": 0.3,
-          "moves": 0.3, "bulk": 0.3, "forge2": 0.35}
+          "moves": 0.3, "bulk": 0.35, "forge2": 0.35}
 BACKEND_D = "sim-d"
 #: Values of ``backends.settings`` that are no JSON object (as jsonb literals). A JSON string
 #: whose text is no JSON (``'"oops"'``) crashes every function of the account and the tick
@@ -95,7 +95,7 @@ class Worlds:
         rates = {"names": ("user_reuse_name", (0.3, 0.6)), "swap": ("user_swap_root", (0.2, 0.4)),
                  "inuse": ("user_borrow_volume", (0.2, 0.4)), "ages": ("snapshot_forged_young", (0.25, 0.5)),
                  "settings": ("settings_broken", (0.05, 0.1)), "moves": ("backend_moved", (0.05, 0.1)),
-                 "bulk": ("user_inflate_group", (0.1, 0.2)), "forge2": ("message_forged2", (0.25, 0.5))}
+                 "bulk": ("user_inflate_group", (0.2, 0.4)), "forge2": ("message_forged2", (0.25, 0.5))}
         for name, (kind, choices) in rates.items():
             w = self.worlds[name]
             if w.on:
@@ -449,7 +449,7 @@ class WorldPeople:
         o = w.rng.choice(done)
         region = o.attempts[-1].region
         limit = sim.listing_q.max_message_bytes - ENVELOPE
-        huge = limit <= 8192 and w.rng.random() < 0.5
+        huge = limit <= 8192 and w.rng.random() < 0.7
         if huge:  # so many that their ids alone are too large for a message
             n, tags = limit // 80 + w.rng.randint(5, 15), {TAG: o.ref}
         else:  # a few, with tags that make them too large until reduced

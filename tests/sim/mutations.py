@@ -385,6 +385,119 @@ def _no_journal(env: SimEnv, stack: ExitStack) -> None:
     _patch(stack, LedgerJournal, "result", lambda self, intent, outcome, error=None: None)
 
 
+# ---- the one deletion algorithm (rules 15, 18, 20, 21, and 14's spot requests) ------------------------
+# Each patches the product's deletion (``providers.deletion``, its snapshot rules) or the
+# memory cloud's operations where the check lives, never an invariant.
+
+def _own_device_unchecked(env: SimEnv, stack: ExitStack) -> None:
+    """Any device counts as attached at launch: a root swapped in later goes with the instance."""
+    _patch(stack, deletion, "attached_at_launch", lambda attached, launched: True)
+
+
+def _name_unchecked(env: SimEnv, stack: ExitStack) -> None:
+    """The memory operations' delete calls address a name without checking that it still
+    names the id they read (as a GCP delete by name without its ``get``)."""
+    _patch(stack, MemoryOperations, "_still_named", lambda self, live: True)
+
+
+def _in_use_fails(env: SimEnv, stack: ExitStack) -> None:
+    """A delete the provider refuses as in use (``ResourceInUse``) is a failure of the group:
+    the deletion no longer catches it, and the cycle fails."""
+
+    class NeverRaised(Exception):
+        pass
+
+    _patch(stack, deletion, "ResourceInUse", NeverRaised)
+
+
+def _in_use_ignored(env: SimEnv, stack: ExitStack) -> None:
+    """The memory operations take any instance holding a dependent for gone: they detach it."""
+    from orphan_cleanup.providers.deletion import Readiness
+
+    _patch(stack, MemoryOperations, "_holder", lambda self, instance_id, owner_id, where: Readiness.READY)
+
+
+def _snapshot_age_unchecked(env: SimEnv, stack: ExitStack) -> None:
+    """The deleter's re-check of a snapshot ignores the retention (any age will do)."""
+    real = deletion.snapshot_kept
+    _patch(stack, deletion, "snapshot_kept", lambda facts, **kw: real(facts, **{**kw, "retain_days": 0}))
+
+
+def _listing_facts_trusted(env: SimEnv, stack: ExitStack) -> None:
+    """The deletion takes facts from the group it was given (the listing the cycle recorded)
+    instead of its own reads: creation times (the VM's, a snapshot's), attachments, names,
+    controllers and protections (rule 21)."""
+    real = SimOperations._read
+
+    def read(self: SimOperations, target: Any) -> Any:
+        live = real(self, target)
+        listed = {r.id: r for r in self.group.resources} if self.group is not None else {}
+        r = listed.get(target.id)
+        if live is None or r is None:
+            return live
+        res = live.item.resource
+        res = dataclasses.replace(res, created_at=r.created_at or res.created_at, attached_to=r.attached_to,
+                                  controller=r.controller, protection=r.protection,
+                                  name=str(r.details.get("name") or res.name))
+        return dataclasses.replace(live, item=Item(res, live.item.attachments))
+
+    _patch(stack, SimOperations, "_read", read)
+    _patch(stack, MemoryProvider, "instance_created_at", lambda self, instance: instance.created_at)
+
+
+def _backend_row_trusted(env: SimEnv, stack: ExitStack) -> None:
+    """A cycle works on its backend's row as it is now, not as its lease snapshotted it (rule 18)."""
+    real = LedgerSession.cycle_context
+
+    def context(self: LedgerSession, cycle_id: str) -> Any:
+        c = real(self, cycle_id)
+        return dataclasses.replace(c, backend=c.row) if c is not None and c.row is not None else c
+
+    _patch(stack, LedgerSession, "cycle_context", context)
+
+
+def _oversized_fails_region(env: SimEnv, stack: ExitStack) -> None:
+    """A group too large for one message even reduced takes its whole region down with it."""
+    from orphan_cleanup.core.listing import RegionListing
+    from orphan_cleanup.cycle import lister
+
+    real = lister._Batcher.add
+
+    def add(self: Any, region: RegionListing) -> Any:
+        if region.failure is None and any(self._sized(g)[1] > self.limit for g in region.groups):
+            region = RegionListing(region=region.region, failure="a group is too large for one message")
+        return real(self, region)
+
+    _patch(stack, lister._Batcher, "add", add)
+
+
+def _spot_unchecked(env: SimEnv, stack: ExitStack) -> None:
+    """Nothing would replace a deleted instance: a persistent spot request is left open."""
+    _patch(stack, MemoryOperations, "replaced_by", lambda self, owner: None)
+
+
+def _unreadable_row_refused(env: SimEnv, stack: ExitStack) -> None:
+    """A backend row whose settings cannot be read is refused, not read leniently (rule 16):
+    the account's keys cannot be formed, and every cycle of the account stops."""
+    import sys
+
+    from orphan_cleanup.core import backends
+    from orphan_cleanup.core.errors import ConfigError
+
+    real = backends.account_view
+
+    def strict(backend: Backend, account_settings: Any) -> Backend:
+        rows = list(account_settings)
+        if any(not backends._readable(raw) for raw in rows):
+            raise ConfigError("a backend of the account has settings that cannot be read")
+        return real(backend, rows)
+
+    for module in [m for m in list(sys.modules.values())
+                   if getattr(m, "__name__", "").startswith("orphan_cleanup.")
+                   and getattr(m, "account_view", None) is real]:
+        _patch(stack, module, "account_view", strict)
+
+
 MUTATIONS: dict[str, Mutation] = {m.name: m for m in (
     Mutation("orphan_without_record", "1: never touch a resource without a ledger record",
              frozenset({"S2"}), _orphan_without_record),
@@ -432,4 +545,22 @@ MUTATIONS: dict[str, Mutation] = {m.name: m for m in (
              frozenset({"K1"}), _foreign_snapshots),
     Mutation("keys_per_backend", "16: one account, one set of keys", frozenset({"S3"}), _keys_per_backend),
     Mutation("no_journal", "19: every provider mutation leaves a record", frozenset({"J1"}), _no_journal),
+    Mutation("own_device_unchecked", "15: only the owner's own device attached at launch goes with it",
+             frozenset({"V1"}), _own_device_unchecked),
+    Mutation("name_unchecked", "3/21: a name is checked against the id right before the call",
+             frozenset({"N1", "V1"}), _name_unchecked),
+    Mutation("in_use_fails", "15: in use outside the group is a verdict, never a failure", frozenset({"U2"}),
+             _in_use_fails),
+    Mutation("in_use_ignored", "3/15: never detached from a live instance", frozenset({"U1"}), _in_use_ignored),
+    Mutation("snapshot_age_unchecked", "15: a snapshot's age is re-read before it is deleted", frozenset({"K1"}),
+             _snapshot_age_unchecked),
+    Mutation("listing_facts_trusted", "21: the deleter acts on ids alone",
+             frozenset({"S1", "S3", "X1", "P1", "K1", "U1"}), _listing_facts_trusted),
+    Mutation("backend_row_trusted", "18: a cycle works on the backend as its lease snapshotted it",
+             frozenset({"D1"}), _backend_row_trusted),
+    Mutation("oversized_fails_region", "20: one bad group fails alone", frozenset({"O1"}), _oversized_fails_region),
+    Mutation("spot_unchecked", "14/15: a persistent spot request is cancelled before its instance goes",
+             frozenset({"P3"}), _spot_unchecked),
+    Mutation("unreadable_row_refused", "16/20: a row whose settings cannot be read adds the default keys",
+             frozenset({"X2"}), _unreadable_row_refused),
 )}
