@@ -10,10 +10,11 @@ call fails before acting (unavailable, throttled, error) or times out after it
 acted, and other pieces of the cleanup run while a provider delete is in
 flight (a concurrent deleter, an overlapping lister).
 
-``SimProvider`` subclasses ``MemoryProvider``: deletion is the in-memory
-cloud's own (re-read by id, confirm termination, dependents after the owner);
-only the listing is re-implemented, to apply lag and ghosts, on top of the real
-``group_resources``.
+``SimProvider`` subclasses ``MemoryProvider``: deletion is the product's own algorithm
+(``deletion.delete_group``) over the memory cloud's operations (SAFETY.md rule 21), with
+the faults and checks around it (``SimProvider.deleting``) and on every call the cloud acts
+on (``SimOperations``); only the listing is re-implemented, to apply lag and ghosts, on top
+of the real ``group_resources``.
 """
 
 from __future__ import annotations

@@ -119,8 +119,14 @@ class Settle:
             return "violation"
         # Report mode: each backend's last complete cycle reports the orphans in its account and regions.
         for bid, spec in sorted(self.backends.items()):
+            # A detached leftover of a live owner is an orphan to a backend once that backend's
+            # own deletion recorded it (``orphan_resources`` is per backend): another backend of
+            # the account that deleted its VM knows it, this one does not.
+            known_here = frozenset(r[0] for r in self.admin.run(
+                "SELECT resource_id FROM orphan_resources WHERE backend_id = :b", b=bid))
             mine = [rid for rid in orphans if self.world.of(rid).account == spec.account
-                    and self.world.resources[rid].region in spec.regions]
+                    and self.world.resources[rid].region in spec.regions
+                    and self.platform.is_orphan(rid, known=known_here)]
             # The last cycle that listed everything (clean, or unsettled by a group it skipped:
             # a leaked attempt in another region than its recorded primary stays skipped; or
             # by a group too large for any message, which fails its region for good: rule 20, O1).
