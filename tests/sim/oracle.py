@@ -96,6 +96,10 @@ class Oracle:
             return False  # terminating it would delete a non-member with it: kept (rule 15)
         if any((m := cloud.meta.get(g.id)) is not None and m.origin == "bulk-huge" for g in self._group_members(rid)):
             return False  # its group is too large for any message: never classified (rule 20)
+        request = cloud.resources.get(r.spot_request or "") if r.kind is ResourceKind.INSTANCE else None
+        if request is not None and request.persistent and request.state is not ResourceState.TERMINATED \
+                and (request.tags.get(TAG) != ref or not PROTECT_KEYS.isdisjoint(request.tags)):
+            return False  # its persistent spot request, not the group's to cancel, would relaunch it: kept
         vm = cloud.resources.get(r.attached_to or "")
         if r.kind is not ResourceKind.INSTANCE and vm is not None and cloud.exists(vm.id):
             # In use by an instance: deletable only with it (a re-tagged instance keeps it forever).
