@@ -81,6 +81,8 @@ class BackendSpec:
     settings: dict[str, Any] = field(default_factory=dict)
     row_regions: tuple[str, ...] = ()  # the row as the operator left it
     row_settings: dict[str, Any] = field(default_factory=dict)
+    broken: str | None = None  # settings that are no JSON object, while the row holds them (the settings world)
+    configured_account: str = ""  # the account it was set up with (the moves world moves the row)
 
     @property
     def credentials(self) -> tuple[str, str | None]:
@@ -161,6 +163,7 @@ class Backends:
         # The functions' clock against the database's (the function_clock mutation's world):
         # sometimes well past the margin, either way.
         self.skew = topo.choice((0, 5, -5, 30, -90, MARGIN + 60, MARGIN * 3, -(MARGIN * 3)))
+        self.world_backends(regions)
         for b in self.backends.values():
             b.row_regions, b.row_settings = b.regions, dict(b.settings)
             self.admin.run("INSERT INTO backends (id, provider, account, regions, settings, mode)"
@@ -238,6 +241,7 @@ class Backends:
     def restore_backends(self: Simulation) -> None:
         """The settle phase: every row back to its configuration, in the seed's final mode."""
         self.wrong_until.clear()
+        self.restore_worlds()
         for b in self.backends.values():
             if b.row_regions != b.regions:
                 b.row_regions = b.regions

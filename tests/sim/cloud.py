@@ -10,38 +10,52 @@ call fails before acting (unavailable, throttled, error) or times out after it
 acted, and other pieces of the cleanup run while a provider delete is in
 flight (a concurrent deleter, an overlapping lister).
 
-``SimProvider`` subclasses ``MemoryProvider``: deletion is the in-memory
-cloud's own (re-read by id, confirm termination, dependents after the owner);
-only the listing is re-implemented, to apply lag and ghosts, on top of the real
-``group_resources``.
+``SimProvider`` subclasses ``MemoryProvider``: deletion is the product's own algorithm
+(``deletion.delete_group``) over the memory cloud's operations (SAFETY.md rule 21), with
+the faults and checks around it (``SimProvider.deleting``) and on every call the cloud acts
+on (``SimOperations``); only the listing is re-implemented, to apply lag and ghosts, on top
+of the real ``group_resources``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Iterable, Iterator
+import random
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from orphan_cleanup.core.backends import Backend
+from orphan_cleanup.core.backends import DEFAULT_CONTROLLER_TAG_KEYS, SNAPSHOT_SOURCE_KEY, Backend
 from orphan_cleanup.core.errors import (
     ProviderError,
     ProviderThrottled,
     ProviderTimeout,
     ProviderUnavailable,
 )
-from orphan_cleanup.core.journal import NO_JOURNAL, Journal
 from orphan_cleanup.core.listing import RegionListing, Resource, ResourceGroup, ResourceKind, ResourceState
-from orphan_cleanup.core.verdicts import DeleteResult
 from orphan_cleanup.providers.base import describe_error, group_resources
-from tests.support.memory_cloud import CloudResource, MemoryCloud, MemoryProvider
+from orphan_cleanup.providers.operations import Live
+from tests.sim.owners import PROTECT_KEYS
+from tests.sim.world import EPOCH
+from tests.support.memory_cloud import (
+    ROOT_DEVICE,
+    CloudResource,
+    Deletion,
+    MemoryCloud,
+    MemoryOperations,
+    MemoryProvider,
+)
 
 if TYPE_CHECKING:
     from tests.sim.engine import Simulation
 
 GONE = (ResourceState.TERMINATING, ResourceState.TERMINATED)
+#: The listing keeps this much of each message for its envelope (``cycle/lister.py``): what
+#: is left is the room for groups (rule 20).
+ENVELOPE = 4096
 
 
 @dataclass
@@ -57,6 +71,7 @@ class ResMeta:
     ghost_for: int = 0  # seconds a terminated resource keeps showing in listings
     shutdown_for: int = 0  # seconds a terminating instance takes to terminate
     replaced: bool = False  # a controller re-created this instance after it went (rule 14)
+    of_instance: str | None = None  # a root volume: the instance it was launched with
 
 
 @dataclass
@@ -72,6 +87,11 @@ class ListingRecord:
     groups: int = 0
     at: datetime | None = None  # simulated time of the first listing call (C1, A1)
     order: int = 0  # when it started, in the checker's order of events (P2)
+    # O1 (rule 20): groups listed per region, those too large for one message even reduced,
+    # and the regions with a group too close to that limit for the simulation to judge.
+    region_groups: dict[str, int] = field(default_factory=dict)
+    huge: dict[str, int] = field(default_factory=dict)
+    borderline: set[str] = field(default_factory=set)
 
 
 def listing_scope(account: str, regions: tuple[str, ...] | list[str], tag_key: str, protect_key: str,
@@ -91,16 +111,35 @@ class SimCloud(MemoryCloud):
         self.account = account
         self._ids = itertools.count(id_base + 1)
         self.meta: dict[str, ResMeta] = {}
+        self.now = EPOCH  # the simulated time of the last tick
+        self.roots = False  # instances launch with their own root volume (the swap world)
+        self.spot_rng: random.Random | None = None  # the platform's VMs are sometimes spot (the spot world)
 
     def add(self, kind: ResourceKind, region: str, tags: dict[str, str], *, now: datetime, meta: ResMeta,
             attached_to: str | None = None) -> str:
         rid = self.create(kind, region, tags, attached_to=attached_to, created_at=now)
         self.meta[rid] = meta
+        if kind is ResourceKind.INSTANCE:
+            if self.roots:  # the swap world: every instance launches with its own root volume
+                root_volume(self, rid, meta, now)
+            if self.spot_rng is not None and meta.origin == "platform" and self.spot_rng.random() < 0.4:
+                spot_request(self, rid, self.spot_rng, meta, now)  # the spot world
         return rid
+
+    def replaced(self, old: CloudResource, new: CloudResource) -> None:
+        """A persistent spot request relaunched ``old`` as ``new``: as fresh as can be."""
+        new.created_at = self.now
+        m = self.meta.get(old.id)
+        if m is not None:
+            self.meta[new.id] = dataclasses.replace(m, origin="spot", visible_at=self.now, terminating_since=None,
+                                                    terminated_at=None, replaced=False)
+            if self.roots:
+                root_volume(self, new.id, self.meta[new.id], self.now)
 
     def tick(self, now: datetime) -> None:
         """Provider-side progress: shutting-down instances terminate after a while."""
-        for res in self.resources.values():
+        self.now = now
+        for res in list(self.resources.values()):
             m = self.meta.get(res.id)
             if m is None:
                 continue
@@ -108,10 +147,7 @@ class SimCloud(MemoryCloud):
                 if m.terminating_since is None:
                     m.terminating_since = now
                 elif now - m.terminating_since >= timedelta(seconds=m.shutdown_for):
-                    res.state = ResourceState.TERMINATED
-                    for dep in self.resources.values():
-                        if dep.attached_to == res.id:
-                            dep.attached_to, dep.state = None, ResourceState.AVAILABLE
+                    self.finish_termination(res)
             if res.state is ResourceState.TERMINATED and m.terminated_at is None:
                 m.terminated_at = now
         for res in list(self.resources.values()):
@@ -125,8 +161,9 @@ class SimCloud(MemoryCloud):
                     replaced=False))
                 self.resources[new].controller = res.controller
 
-    def snapshot(self) -> dict[str, tuple[ResourceState, tuple[tuple[str, str], ...]]]:
-        return {rid: (r.state, tuple(sorted(r.tags.items()))) for rid, r in self.resources.items()}
+    def snapshot(self) -> dict[str, tuple[ResourceState, tuple[tuple[str, str], ...], str | None]]:
+        """Each resource's state, tags and what it is attached to, now."""
+        return {rid: (r.state, tuple(sorted(r.tags.items())), r.attached_to) for rid, r in self.resources.items()}
 
 
 class SimProvider(MemoryProvider):
@@ -161,7 +198,22 @@ class SimProvider(MemoryProvider):
                 raise ProviderError(f"listing of {region} raised (injected)", region=region)
             groups = group_resources(self._visible(region, sim.clock()), self.tag_key)
             record.groups += len(groups)
+            self._measure(record, region, groups)
             yield RegionListing(region=region, groups=tuple(groups))
+
+    def _measure(self, record: ListingRecord, region: str, groups: list[ResourceGroup]) -> None:
+        """O1's facts: which groups no message can carry, even reduced to what matters."""
+        limit = self.sim.listing_q.max_message_bytes - ENVELOPE
+        keep = frozenset({self.tag_key, SNAPSHOT_SOURCE_KEY, *PROTECT_KEYS, *DEFAULT_CONTROLLER_TAG_KEYS})
+        record.region_groups[region] = len(groups)
+        for g in groups:
+            full, small = group_size(g, keep)
+            if full <= limit:
+                continue
+            if abs(small - limit) < 128:
+                record.borderline.add(region)
+            elif small > limit:
+                record.huge[region] = record.huge.get(region, 0) + 1
 
     def _region_failure(self, region: str) -> str | None:
         if not self.sim.dice.roll("region_failure"):
@@ -190,14 +242,21 @@ class SimProvider(MemoryProvider):
             listed.append(_resource(r))
         return listed
 
-    # ---- deletion ------------------------------------------------------------
+    # ---- deletion: the product's algorithm over the memory cloud's operations ----------
 
-    def delete_resource_group(self, group: ResourceGroup, journal: Journal = NO_JOURNAL, *,
-                              remembered_protection: str | None = None,
-                              known_attached: Iterable[str] = ()) -> DeleteResult:
+    def operations(self, region: str) -> SimOperations:
+        return SimOperations(self.sim_cloud, region, self.sim, self.backend, None)
+
+    @contextmanager
+    def deleting(self, group: ResourceGroup) -> Iterator[Deletion]:
+        """One group's deletion (``deletion.delete_group`` runs inside): the faults before it
+        acts, the other pieces of the cleanup that run meanwhile, a timeout after it acted,
+        and the checks around it (G1, T1, P2, and what it touched: V1, K1, J1, R1, R2)."""
         sim = self.sim
+        cycle = sim._cycle()
         sim.checker.provider_call(self.backend, self.sim_cloud, f"delete {group.key}")
-        sim.checker.delete_attempt(sim._cycle(), self.backend.id, self.sim_cloud, group)
+        sim.checker.delete_attempt(cycle, self.backend.id, self.sim_cloud, group)
+        sim.checker.delete_reaches(cycle, self.backend, self.sim_cloud, group)
         sim.provider_call_started(group)
         try:
             dice = sim.dice
@@ -209,25 +268,79 @@ class SimProvider(MemoryProvider):
                 raise ProviderError(f"{group.region}: InternalError (injected)", region=group.region)
             sim.concurrent_work(group)
             before = self.sim_cloud.snapshot()
+            call = Deletion(SimOperations(self.sim_cloud, group.region, sim, self.backend, group))
             try:
-                result = super().delete_resource_group(group, journal, remembered_protection=remembered_protection,
-                                                       known_attached=known_attached)
+                yield call
             finally:
                 after = self.sim_cloud.resources
-                sim.provider_touched(group, [rid for rid, (state, _tags) in before.items()
-                                             if after[rid].state in GONE and after[rid].state != state])
+                sim.provider_touched(group, [rid for rid, (state, _tags, _on) in before.items()
+                                             if after[rid].state in GONE and after[rid].state != state
+                                             and rid not in sim.checker.people_removed], before,
+                                     self.backend.settings.retain_snapshots_days)
             if dice.roll("delete_timeout_after"):
                 sim.trace(f"provider: delete of {group.key} acted, then timed out")
                 raise ProviderTimeout(f"{group.region}: read timeout (injected, after acting)", region=group.region)
+            result = call.result
+            assert result is not None
             sim.trace(f"provider: delete {group.key} -> {result.status.value}"
                       + (f" skipped={[s.reason for s in result.skipped]}" if result.skipped else ""))
             sim.provider_result(group, result)
-            return result
         except ProviderError as exc:
             sim.provider_result(group, exc)
             raise
         finally:
             sim.provider_call_finished(group)
+
+
+class SimOperations(MemoryOperations):
+    """The memory cloud's operations, watched: every mutating call is checked as the cloud
+    acts on it (N1: a call removes only its target and what goes along with it; U1: never
+    detached from a live instance, never what an image uses; P3: no instance terminated
+    while a persistent spot request would relaunch it)."""
+
+    def __init__(self, cloud: SimCloud, region: str, sim: Simulation, backend: Backend,
+                 group: ResourceGroup | None) -> None:
+        super().__init__(cloud, region)
+        self.sim, self.backend, self.group = sim, backend, group
+
+    def _act(self, call: str, live: Live, act: Callable[[], object]) -> None:
+        cloud, checker = self.cloud, self.sim.checker
+        target = cloud.named(live.target.kind, live.target.location, live.item.resource.name)
+        checker.provider_acts(self.sim._cycle(), self.group, call, live.id, target, cloud)
+        before = {rid: (r.state, r.attached_to, r.auto_delete) for rid, r in cloud.resources.items()}
+        try:
+            act()
+        finally:
+            removed = [rid for rid, (state, _on, _auto) in before.items()
+                       if cloud.resources[rid].state in GONE and cloud.resources[rid].state != state]
+            checker.provider_removed(self.sim._cycle(), self.group, call, live.id, removed, before)
+
+
+def group_size(group: ResourceGroup, keep: frozenset[str]) -> tuple[int, int]:
+    """A listed group's size in a message, as listed and reduced to the tags that matter
+    (the simulation's own measure, rule 20)."""
+    small = group.model_copy(update={"resources": tuple(
+        r.model_copy(update={"tags": {k: v for k, v in r.tags.items() if k in keep}, "details": {}})
+        for r in group.resources)})
+    return len(group.model_dump_json()) + 1, len(small.model_dump_json()) + 1
+
+
+def spot_request(cloud: SimCloud, rid: str, rng: random.Random, meta: ResMeta, now: datetime) -> None:
+    """A spot instance's request, tagged like it (a member of its group)."""
+    vm = cloud.resources[rid]
+    req = cloud.create(ResourceKind.SPOT_REQUEST, vm.region, dict(vm.tags), attached_to=rid, created_at=now)
+    cloud.meta[req] = meta
+    cloud.resources[req].persistent = rng.random() < 0.7
+    vm.spot_request = req
+
+
+def root_volume(cloud: SimCloud, rid: str, meta: ResMeta, now: datetime) -> None:
+    """An instance's own root volume: untagged, deleted with it, attached at launch."""
+    vol = cloud.create(ResourceKind.VOLUME, cloud.resources[rid].region, {}, attached_to=rid, created_at=now,
+                       device=ROOT_DEVICE, auto_delete=True, attached_at=now)
+    cloud.meta[vol] = ResMeta(origin="root", owner_id=meta.owner_id, attempt=meta.attempt,
+                              visible_at=meta.visible_at, of_instance=rid)
+
 
 
 def _resource(r: CloudResource) -> Resource:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import random
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -36,6 +36,7 @@ from orphan_cleanup.cycle.reporting import Reporter
 from tests.sim import db as simdb
 from tests.sim.backends import Backends
 from tests.sim.cloud import ListingRecord, SimCloud, SimProvider
+from tests.sim.deletion_worlds import Worlds
 from tests.sim.functions import Functions
 from tests.sim.invariants import Checker, Violation
 from tests.sim.platform import Platform
@@ -123,7 +124,7 @@ class SimReporter(Reporter):
         super().orphan(backend_id, cycle_id, row)
 
 
-class Simulation(Functions, Settle, Backends):
+class Simulation(Functions, Settle, Backends, Worlds):
     def __init__(self, env: SimEnv, seed: int, steps: int,
                  provider_cls: Callable[..., SimProvider] = SimProvider, ignore: frozenset[str] = frozenset(),
                  function_clock: bool = False) -> None:
@@ -166,6 +167,7 @@ class Simulation(Functions, Settle, Backends):
         # primary_id (a float-rounded number, the VM's name).
         self.rng_mangle = stream(seed, "mangle")
         self.mangle = self.rng_mangle.random() < 0.3
+        self.setup_worlds()  # the deletion's worlds (deletion_worlds.py), each from streams of its own
         self.rng_sched, self.rng_platform = stream(seed, "sched"), stream(seed, "platform")
         self.rng_cloud, self.rng_db = stream(seed, "cloud"), stream(seed, "db")
         self.checker = Checker(self)
@@ -207,6 +209,7 @@ class Simulation(Functions, Settle, Backends):
         self.delete_q.forger = self.forge_request
         self.jobs_q.forger = self.forge_job
         self.listing_q.on_publish = self.batch_published
+        self.world_queues()
         # The product's clock is the database's (oc_clock(), on simulated time: db.py). The
         # ``function_clock`` mutation brings back the function's own clock, skewed by this
         # seed's skew (the world that rule 13 guards against).
@@ -227,11 +230,14 @@ class Simulation(Functions, Settle, Backends):
         backups = stream(seed, "backups")  # rule 15's snapshots (a stream of its own)
         if backups.random() < 0.4:
             self.platform.backup_history(backups)
+        self.platform.world_history()
 
     # ---- the run -------------------------------------------------------------
 
     def run(self) -> SeedResult:
-        logging.getLogger("orphan_cleanup").disabled = True
+        quiet_loggers = [logging.getLogger(n) for n in ("orphan_cleanup", "orphan_cleanup.ledger.store")]
+        for logger in quiet_loggers:
+            logger.disabled = True
         try:
             for _ in range(self.steps):
                 self.step()
@@ -240,7 +246,8 @@ class Simulation(Functions, Settle, Backends):
             outcome = self.settle()
             return self._result(outcome)
         finally:
-            logging.getLogger("orphan_cleanup").disabled = False
+            for logger in quiet_loggers:
+                logger.disabled = False
             self.platform.flush(everything=True)
             self.env.pipeline_pool.faults = None
 
@@ -263,6 +270,7 @@ class Simulation(Functions, Settle, Backends):
         self.clock.advance(dt)
         for cloud in self.clouds.values():
             cloud.tick(self.clock())
+        self.world_operators()
         if self.dice.roll("db_kill_backends"):
             self.env.pipeline_pool.kill_next(self.admin)
             self.trace("db: pg_terminate_backend on an idle pooled connection")
@@ -328,7 +336,7 @@ class Simulation(Functions, Settle, Backends):
         try:
             result = self.pipeline.run_tick()
         except Exception as exc:  # noqa: BLE001 - the function crashed; the schedule ticks again later
-            self._crash("tick", exc)
+            self._crash("tick", exc, self.backends)
             return None
         self.work["ticks"] += 1
         for bid, reason in sorted(result.skipped.items()):
@@ -370,14 +378,16 @@ class Simulation(Functions, Settle, Backends):
             self.trace(f"lister {bid}{' (manual)' if manual else ''}{f' mode={mode}' if mode else ''}:"
                        f" {summary.reason} cycle={str(summary.cycle_id)[:8]} batches={summary.batches}")
         except Exception as exc:  # noqa: BLE001 - the function crashed; the scheduler tries again later
-            self._crash("lister", exc)
+            self._crash("lister", exc, (bid,))
         self.work["direct_lister_runs"] += 1
         if summary is not None and summary.reason == "no_activity":
             self.checker.no_activity_skip(bid)
         return summary
 
-    def _crash(self, where: str, exc: BaseException) -> None:
+    def _crash(self, where: str, exc: BaseException, backends: Iterable[str] = ()) -> None:
+        """A function raised (its record or event comes back). ``backends``: whose work it was."""
         self.crashes[f"{where}:{type(exc).__name__}"] += 1
+        self.checker.function_crashed(where, exc, set(backends))
         self.trace(f"{where}: crashed with {type(exc).__name__}: {str(exc)[:90]}")
 
 

@@ -1,7 +1,7 @@
 """The functions as the queues drive them (a mixin of ``Simulation``): Lambda's
 SQS poller with batches of records and partial batch failures (one record per
 invocation for the lister's jobs, as template.yaml sets it), crashes before or
-after a record, and the hooks ``SimProvider`` calls around each provider delete
+after a record, and the hooks ``SimProvider`` calls around each group's deletion
 (attribution to a cycle, concurrent deleters, lister runs and listing jobs)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from orphan_cleanup.core.errors import ProviderError
+from orphan_cleanup.core.errors import ProviderError, ResourceInUse
 from orphan_cleanup.core.listing import ResourceGroup
 from orphan_cleanup.core.messages import DeleteRequest, ListingBatch, ListingJob
 from orphan_cleanup.core.verdicts import DeleteResult
@@ -55,7 +55,7 @@ class Functions:
         try:
             result = self.pipeline.handle_batch(batch)
         except Exception as exc:  # noqa: BLE001 - the record fails and is redelivered
-            self._crash("classifier", exc)
+            self._crash("classifier", exc, (batch.backend,))
             return VISIBILITY_TIMEOUT
         self.trace(f"classifier: batch {batch.seq}{' (last)' if batch.last else ''} of {batch.cycle_id[:8]}"
                    f" -> {result.status} {result.verdicts or ''}")
@@ -68,7 +68,7 @@ class Functions:
         try:
             result = self.pipeline.run_job(job)
         except Exception as exc:  # noqa: BLE001 - the record fails and is redelivered
-            self._crash("lister job", exc)
+            self._crash("lister job", exc, job.backends)
             return self.jobs_q.visibility_timeout
         started = sum(1 for r in result.results if r.started)
         self.work["listing_jobs"] += 1
@@ -99,7 +99,7 @@ class Functions:
             self.checker.gate_refused(req.cycle_id, req.group.provider_ref)
             return self.rng_sched.randint(5, 60)
         except Exception as exc:  # noqa: BLE001 - the record fails and is redelivered
-            self._crash("deleter", exc)
+            self._crash("deleter", exc, (req.backend,))
             return VISIBILITY_TIMEOUT
         finally:
             self.delete_ctx.pop()
@@ -133,8 +133,9 @@ class Functions:
     def provider_call_finished(self, group: ResourceGroup) -> None:
         self.checker.provider_call_finished(group)
 
-    def provider_touched(self, group: ResourceGroup, touched: list[str]) -> None:
-        self.checker.provider_touched(self._cycle(), group, touched)
+    def provider_touched(self, group: ResourceGroup, touched: list[str], before: dict[str, Any],
+                         retain_days: int | None) -> None:
+        self.checker.provider_touched(self._cycle(), group, touched, before, retain_days)
 
     def provider_result(self, group: ResourceGroup, result: DeleteResult | ProviderError) -> None:
         cid = self._cycle()
@@ -142,6 +143,9 @@ class Functions:
             answer = result.status.value if isinstance(result, DeleteResult) else type(result).__name__
             self.checker.results[cid][group.key] = answer
         self.checker.provider_answered(cid, group, result.protection if isinstance(result, DeleteResult) else None)
+        in_use = [s.id for s in result.skipped if s.reason == "in_use"] if isinstance(result, DeleteResult) \
+            else [group.key] if isinstance(result, ResourceInUse) else []
+        self.checker.in_use_answered(cid, group, in_use)
 
     def concurrent_work(self, group: ResourceGroup) -> None:
         """While a provider delete is in flight, other pieces of the cleanup run."""

@@ -64,17 +64,20 @@ import itertools
 import json
 from collections import Counter, defaultdict
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from orphan_cleanup.core.backends import SNAPSHOT_SOURCE_KEY
-from orphan_cleanup.core.listing import ResourceGroup, ResourceState
+from orphan_cleanup.core.listing import ResourceGroup, ResourceKind, ResourceState
 from tests.sim.db import shift_gates
+from tests.sim.owners import TAG
 
 if TYPE_CHECKING:
     from tests.sim.engine import Simulation
 
 TOUCHED = (ResourceState.TERMINATING, ResourceState.TERMINATED)
+#: What a function may raise for the faults the simulation injects (X2 looks past them).
+BENIGN_CRASHES = frozenset({"DatabaseError", "InterfaceError", "OperationalError", "PublishFailed", "MessageRefused"})
 
 CYCLES_SQL = """
 SELECT c.id, (c.outcome IS NOT NULL OR cl.lease_owner IS DISTINCT FROM c.id OR cl.fence <> c.fence) AS dead,
@@ -87,7 +90,7 @@ SELECT c.id, (c.outcome IS NOT NULL OR cl.lease_owner IS DISTINCT FROM c.id OR c
        (SELECT count(*) FROM delete_requests d WHERE d.cycle_id = c.id AND d.state <> 'queued') AS ended,
        (SELECT count(*) FROM delete_requests d WHERE d.cycle_id = c.id AND d.state <> 'done'
            AND NOT (d.state = 'skipped' AND d.result->'result'->>'status' = 'protected')) AS not_done,
-       c.backend_id
+       c.backend_id, c.expected_batches, c.groups_listed, c.error
   FROM cycles c JOIN cleanup cl ON cl.backend_id = c.backend_id
 """
 STATE_SQL = f"""
@@ -95,6 +98,20 @@ SELECT (SELECT coalesce(json_object_agg(backend_id, clean_at), '{{}}') FROM clea
        (SELECT count(*) FROM delete_gates),
        (SELECT coalesce(json_agg(x), '[]') FROM ({CYCLES_SQL}) AS x)
 """
+
+
+def snapshot_untouchable(snap: Any, retain_days: int | None, now: datetime | None = None) -> str | None:
+    """Why the deleter must never delete this snapshot (rule 15), on the simulation's own
+    reading of it: one it did not take (the ref tag, the source tag naming the very volume
+    it was taken of, the name it gives its snapshots), or one younger than the retention
+    (none without one), on the wall clock the product's listing and deleter read."""
+    ref, source = snap.tags.get(TAG), snap.source_id
+    if not ref or not source or snap.tags.get(SNAPSHOT_SOURCE_KEY) != source or snap.name != f"oc-{ref}-{source}":
+        return f"the deleter never took it (tags {snap.tags}, source {source}, name {snap.name})"
+    now = now or datetime.now(UTC)
+    if retain_days is None or snap.created_at > now - timedelta(days=retain_days):
+        return f"it is younger than the retention ({(now - snap.created_at).days} days, keep {retain_days})"
+    return None
 
 
 @dataclass(frozen=True)
@@ -117,6 +134,10 @@ class CycleRow:
     deletes_ended: int
     deletes_not_done: int
     backend: str
+    expected_batches: int | None = None
+    groups_listed: int = 0
+    error: str | None = None
+    failure_list: tuple[tuple[str, str], ...] = ()  # (region, error) as the cycle recorded them
 
     def writes(self) -> tuple[Any, ...]:
         """What a fenced-out cycle must never change again."""
@@ -163,6 +184,9 @@ class Checker:
         self.order = itertools.count(1)
         self.protection_found: dict[tuple[str, str], int] = {}
         self.protected_answers: dict[tuple[str, str], str] = {}
+        self.in_use_answers: dict[tuple[str, str], list[str]] = {}  # (cycle, group key) -> ids in use (U2)
+        self.snapshot_accounts: dict[str, str | None] = {}  # cycle -> the account its lease snapshotted (D1)
+        self.people_removed: set[str] = set()  # resources people deleted themselves (not the product)
 
     def fail(self, invariant: str, message: str) -> None:
         if invariant in self.sim.ignore:
@@ -186,7 +210,8 @@ class Checker:
             failures = v[10] if isinstance(v[10], list) else json.loads(v[10] or "[]")
             listed_at = datetime.fromisoformat(v[3]) if v[3] else None
             out[v[0]] = CycleRow(v[0], bool(v[1]), v[2], listed_at, v[4], v[5], v[6], bool(v[7]),
-                                 tuple(v[8] or ()), v[9], len(failures), *v[11:18])
+                                 tuple(v[8] or ()), v[9], len(failures), *v[11:21],
+                                 failure_list=tuple((str(f.get("region")), str(f.get("error"))) for f in failures))
         return out, clean_at
 
     def clock_advanced(self, seconds: int) -> None:
@@ -243,18 +268,26 @@ class Checker:
     def provider_call_finished(self, group: ResourceGroup) -> None:
         self.in_flight[group.provider_ref] -= 1
 
-    def provider_touched(self, cycle_id: str | None, group: ResourceGroup, touched: list[str]) -> None:
+    def provider_touched(self, cycle_id: str | None, group: ResourceGroup, touched: list[str],
+                         before: dict[str, tuple[Any, ...]], retain_days: int | None) -> None:
+        """What one group's deletion removed (moved to shutting-down or terminated)."""
         if not touched:
             return
         self.attributed.update(touched)
         self.checks["V1"] += 1
-        if outside := sorted(set(touched) - set(group.resource_ids())):
-            self.fail("V1", f"a delete of {group.key} also removed {outside}, which are not members of the group")
-        self.checks["K1"] += 1
         world = self.sim.world.resources
-        if backups := [rid for rid in touched if world[rid].kind.value == "snapshot"
-                       and SNAPSHOT_SOURCE_KEY not in world[rid].tags]:
-            self.fail("K1", f"a delete of {group.key} removed {backups}, snapshots the deleter never took")
+        meta = self.sim.world.meta
+        # The instance's own root volume, launched with it and still on it, goes with it (rule 15).
+        own = {rid for rid in touched if (m := meta.get(rid)) is not None and m.origin == "root"
+               and m.of_instance == group.primary_id and before[rid][2] == group.primary_id}
+        if outside := sorted(set(touched) - set(group.resource_ids()) - own):
+            self.fail("V1", f"a delete of {group.key} also removed {outside}, which are not members of the group"
+                            f" ({', '.join(self._what(rid, before) for rid in outside)})")
+        self.checks["K1"] += 1
+        for rid in (rid for rid in touched if world[rid].kind is ResourceKind.SNAPSHOT):
+            why = snapshot_untouchable(world[rid], retain_days)
+            if why is not None:
+                self.fail("K1", f"a delete of {group.key} removed snapshot {rid}: {why}")
         self.checks["J1"] += 1
         journaled = {t for (t,) in self.sim.admin.run(  # the call's target, or what it takes along (blast)
             "SELECT DISTINCT e.x FROM provider_journal j, LATERAL (SELECT j.target UNION ALL"
@@ -273,6 +306,67 @@ class Checker:
             self.fail("R2", f"cycle {key[:8]} (recorded mode {row.mode if row else None}) touched {touched}")
         elif row.backend in self.off:
             self.fail("R2", f"cycle {key[:8]} touched {touched} after backend {row.backend} was switched off")
+
+    def _what(self, rid: str, before: dict[str, tuple[Any, ...]]) -> str:
+        r, m = self.sim.world.resources[rid], self.sim.world.meta.get(rid)
+        return (f"{rid}: {r.kind.value} {m.origin if m else '?'}, tags {dict(before[rid][1])}, on"
+                f" {before[rid][2]} at {r.device}")
+
+    def delete_reaches(self, cycle_id: str | None, backend: Any, cloud: Any, group: ResourceGroup) -> None:
+        """D1 (rule 18): a cycle's deletes go to the account its lease snapshotted, whatever
+        the row says now."""
+        if cycle_id is None:
+            return
+        if cycle_id not in self.snapshot_accounts:
+            rows = self.sim.admin.run("SELECT backend_snapshot->>'account', backend_snapshot->'settings'->>'project'"
+                                      " FROM cycles WHERE id = :c", c=cycle_id)
+            self.snapshot_accounts[cycle_id] = (rows[0][1] or rows[0][0]) if rows else None
+        account = self.snapshot_accounts[cycle_id]
+        self.checks["D1"] += 1
+        if account is not None and cloud.account != account:
+            self.fail("D1", f"cycle {cycle_id[:8]} (its lease snapshotted account {account}) sent the delete of"
+                            f" {group.key} to account {cloud.account}")
+
+    def provider_acts(self, cycle_id: str | None, group: ResourceGroup | None, call: str, target: str,
+                      named: str | None, cloud: Any) -> None:
+        """Right before the cloud acts on one call for ``target`` (``named``: what the name
+        the call takes names now): P3 and U1."""
+        where = group.key if group is not None else "?"
+        if call == "terminate" and named is not None:
+            self.checks["P3"] += 1
+            request = cloud.resources.get(cloud.resources[named].spot_request or "")
+            if request is not None and request.persistent and request.state is not ResourceState.TERMINATED:
+                self.fail("P3", f"a delete of {where} terminated {named} while its persistent spot request"
+                                f" {request.id} was open: the request relaunches it (cancel it first)")
+        if call == "detach":
+            self.checks["U1"] += 1
+            holder = cloud.resources.get(cloud.resources[target].attached_to or "")
+            if holder is not None and holder.state is not ResourceState.TERMINATED:
+                self.fail("U1", f"a delete of {where} detached {target} from {holder.id}, which is"
+                                f" {holder.state.value} (never detach from a live instance)")
+
+    def provider_removed(self, cycle_id: str | None, group: ResourceGroup | None, call: str, target: str,
+                         removed: list[str], before: dict[str, tuple[Any, ...]]) -> None:
+        """What one call removed: its target (read by id), what the provider takes along with
+        it, and nothing else (N1: never what took its name since; U1: nothing in use)."""
+        if not removed:
+            return
+        where = group.key if group is not None else "?"
+        self.checks["N1"] += 1
+        along = {rid for rid, (_state, on, auto) in before.items() if on == target and auto}
+        if other := sorted(set(removed) - {target} - along):
+            names = {rid: self.sim.world.resources[rid].name for rid in other}
+            self.fail("N1", f"a delete of {where} addressed {target} (read by id) and removed {other} {names}"
+                            " instead: the name it took names another resource now")
+        self.checks["U1"] += 1
+        world = self.sim.world.resources
+        for rid in removed:
+            on = before[rid][1]
+            holder = world.get(on or "")
+            if world[rid].used_by is not None or (
+                    holder is not None and on != target and before[on][0] is not ResourceState.TERMINATED
+                    and rid not in along and world[rid].kind is not ResourceKind.SPOT_REQUEST):
+                self.fail("U1", f"a delete of {where} removed {rid}, in use by {world[rid].used_by or on}")
 
     def delete_attempt(self, cycle_id: str | None, backend_id: str, cloud: Any, group: ResourceGroup) -> None:
         """P2: a provider delete of a primary whose protection a delete already found comes
@@ -316,23 +410,53 @@ class Checker:
         else:
             self.protected_answers[(cycle_id, group.key)] = protection
 
-    def delete_done(self, cycle_id: str, group: ResourceGroup) -> None:
-        """P2: a delete delivery returned; if its provider call answered protected, how was it recorded?"""
-        protection = self.protected_answers.pop((cycle_id, group.key), None)
-        if protection is None:
+    def in_use_answered(self, cycle_id: str | None, group: ResourceGroup, in_use: list[str]) -> None:
+        """The last answer of a provider delete of ``group``: the resources in use it named."""
+        if cycle_id is None:
             return
-        self.checks["P2"] += 1
+        if in_use:
+            self.in_use_answers[(cycle_id, group.key)] = in_use
+        else:
+            self.in_use_answers.pop((cycle_id, group.key), None)
+
+    def delete_done(self, cycle_id: str, group: ResourceGroup) -> None:
+        """P2, U2: a delete delivery returned; if its provider call answered protected or in
+        use, how was it recorded?"""
+        protection = self.protected_answers.pop((cycle_id, group.key), None)
+        in_use = self.in_use_answers.pop((cycle_id, group.key), None)
+        if protection is None and in_use is None:
+            return
         rows = self.sim.admin.run("SELECT d.state, c.backend_id FROM delete_requests d JOIN cycles c"
                                   " ON c.id = d.cycle_id WHERE d.cycle_id = :c AND d.group_key = :k",
                                   c=cycle_id, k=group.key)
         if not rows:
             return
         state, backend = rows[0]
+        if in_use is not None:
+            self.checks["U2"] += 1
+            if state == "failed":
+                self.fail("U2", f"cycle {cycle_id[:8]}: the delete of {group.key} found {in_use} in use outside"
+                                " the group, yet was recorded as a failed deletion (the backend fails by it)")
+        if protection is None:
+            return
+        self.checks["P2"] += 1
         if state == "failed":
             self.fail("P2", f"cycle {cycle_id[:8]}: the delete of {group.key} found it protected ({protection}),"
                             " yet was recorded as a failed deletion")
         elif state == "skipped" and protection == "termination_protection" and group.primary_id is not None:
             self.protection_found.setdefault((backend, group.primary_id), next(self.order))
+
+    def function_crashed(self, where: str, exc: BaseException, backends: set[str]) -> None:
+        """X2 (rules 16, 20): a backend row whose settings cannot be read fails only its own
+        backend's work: while one is broken, no function run for another backend raises
+        (but for the faults the simulation injects: the database, the queues, forgeries)."""
+        broken = {b for b, spec in self.sim.backends.items() if spec.broken is not None}
+        if not broken or type(exc).__name__ in BENIGN_CRASHES:
+            return
+        self.checks["X2"] += 1
+        if healthy := sorted(backends - broken):
+            self.fail("X2", f"{where} for {healthy} raised {type(exc).__name__}: {str(exc)[:160]}, while the"
+                            f" settings of {sorted(broken)} are no JSON object (one bad row fails alone)")
 
     def region_tripped(self, cycle_id: str, region: str) -> None:
         self.tripped.add((cycle_id, region))
@@ -380,7 +504,7 @@ class Checker:
                    if r.state in TOUCHED and rid in before and before[rid][0] != r.state]
         primaries = {o.vm_of(o.tracked): o for o in sim.platform.owners
                      if o.committed in ("provisioning", "idle", "busy") and not o.soft_deleted}
-        for rid in touched:
+        for rid in (rid for rid in touched if rid not in self.people_removed):
             self.checks["X1"] += 1
             if rid in primaries:
                 o = primaries[rid]
@@ -394,7 +518,7 @@ class Checker:
             if res.controller is not None or res.protection is not None or res.termination_protected:
                 what = res.controller or res.protection or "termination protection"
                 self.fail("P1", f"{rid} is protected by rule 14 ({what}), yet was touched")
-            if rid not in self.attributed:
+            if rid not in self.attributed and rid not in self.people_removed:
                 self.fail("S2", f"{rid} changed state outside any provider delete call")
         after, clean_at = self.read_state()
         if any(r.outcome is not None and (cid not in self.cycles or self.cycles[cid].outcome is None)
@@ -402,6 +526,8 @@ class Checker:
             self._forgotten_protections()  # a finishing cycle closes the orphan rows it did not list
             self.protection_reported([r for cid, r in after.items() if r.outcome is not None
                                       and (cid not in self.cycles or self.cycles[cid].outcome is None)])
+        self._one_bad_group([r for cid, r in after.items() if r.outcome is not None
+                             and (cid not in self.cycles or self.cycles[cid].outcome is None)])
         self._fencing(after)
         self._clean_at(after, clean_at)
         self._blast_radius()
@@ -418,6 +544,38 @@ class Checker:
                                   p=sorted({pid for _b, pid in self.protection_found}))
         for backend, pid in gone:
             self.protection_found.pop((backend, pid), None)
+
+    def _one_bad_group(self, finished: list[CycleRow]) -> None:
+        """O1 (rule 20): a group too large for one message even reduced fails alone: its
+        region's failure is recorded, the region's other groups are classified, and neither
+        the cycle nor another region fails for it; a group that fits once reduced is
+        classified. Judged on what the simulation saw the listing yield (its own measure of
+        each group), for cycles whose every batch was applied."""
+        for row in finished:
+            listing = self.listings.get(row.id)
+            if listing is None or listing.crashed or row.id in self.sim.forged_group_cycles \
+                    or any(region == "*" for region, _ in row.failure_list):
+                continue
+            self.checks["O1"] += 1
+            anomalies = {region for region, error in row.failure_list if error.startswith("anomaly:")}
+            causes = set(listing.failures) | anomalies | set(listing.huge) | listing.borderline
+            if unexplained := sorted({f"{region}: {error[:120]}" for region, error in row.failure_list
+                                      if region not in causes}):
+                self.fail("O1", f"cycle {row.id[:8]} of {row.backend} recorded region failures its listing gives no"
+                                f" cause for: {unexplained}")
+            oversized = [region for region, _ in row.failure_list if region in listing.huge
+                         and region not in listing.failures and region not in anomalies]
+            if row.outcome == "failed" and row.error == "no region could be listed" and oversized:
+                self.fail("O1", f"cycle {row.id[:8]} of {row.backend} failed for a group too large for a message"
+                                f" in {oversized}: one bad group fails alone")
+            if row.expected_batches is None or row.applied != row.expected_batches or listing.borderline:
+                continue
+            expected = sum(n - listing.huge.get(region, 0) for region, n in listing.region_groups.items()
+                           if region not in anomalies)
+            if row.groups_listed != expected:
+                self.fail("O1", f"cycle {row.id[:8]} of {row.backend} classified {row.groups_listed} groups; its"
+                                f" listing yielded {expected} that fit a message (too large even reduced:"
+                                f" {listing.huge or 'none'}): a bad group took others with it")
 
     def _fencing(self, after: dict[str, CycleRow]) -> None:
         for cid, row in self.cycles.items():

@@ -21,7 +21,7 @@ import msgspec
 
 from orphan_cleanup.core import classify, delete_rules, listing_rules, policy
 from orphan_cleanup.core.backends import Backend
-from orphan_cleanup.core.listing import ResourceGroup, ResourceState
+from orphan_cleanup.core.listing import ResourceGroup
 from orphan_cleanup.core.messages import ListingJob
 from orphan_cleanup.core.owners import LedgerRow
 from orphan_cleanup.core.results import JobResult
@@ -31,10 +31,11 @@ from orphan_cleanup.ledger.journal import LedgerJournal
 from orphan_cleanup.ledger.locked import LockedCycle
 from orphan_cleanup.ledger.session import LedgerSession
 from orphan_cleanup.ledger.store import LedgerStore
+from orphan_cleanup.providers import deletion, operations, snapshots
 from orphan_cleanup.providers.base import ResourceProvider
-from tests.sim.cloud import SimProvider
+from tests.sim.cloud import SimOperations
 from tests.sim.engine import SimEnv
-from tests.support.memory_cloud import MemoryProvider
+from tests.support.memory_cloud import Item, MemoryOperations, MemoryProvider
 
 Applier = Callable[[SimEnv, ExitStack], dict[str, Any] | None]
 
@@ -104,19 +105,19 @@ def _classify_margin_zero(env: SimEnv, stack: ExitStack) -> None:
 
 # ---- rule 3: re-read by immutable id before deleting; the protect tag ------------------
 
-class NoRereadProvider(SimProvider):
-    """Deletes what the listing said, without checking the live tags again."""
+def _no_reread(env: SimEnv, stack: ExitStack) -> None:
+    """The memory operations' read by id answers the tags the listing showed: a protect tag
+    added or a ref removed since is not seen (the deletion believes the listing)."""
+    real = SimOperations._read
 
-    def _reread(self, res, ref):  # type: ignore[no-untyped-def]
-        self.cloud.calls["describe"] += 1
-        live = self.cloud.resources.get(res.id)
-        if live is None or live.state is ResourceState.TERMINATED:
-            return None, None
-        return live, None
+    def read(self: SimOperations, target: Any) -> Any:
+        live = real(self, target)
+        listed = {r.id: r for r in self.group.resources} if self.group is not None else {}
+        if live is None or target.id not in listed:
+            return live
+        return dataclasses.replace(live, tags=dict(listed[target.id].tags))
 
-
-def _no_reread(env: SimEnv, stack: ExitStack) -> dict[str, Any]:
-    return {"provider_cls": NoRereadProvider}
+    _patch(stack, SimOperations, "_read", read)
 
 
 def _protect_ignored(env: SimEnv, stack: ExitStack) -> None:
@@ -314,7 +315,7 @@ def _controller_ignored(env: SimEnv, stack: ExitStack) -> None:
     """What the product does without the rule: a controller-managed orphan candidate is an
     orphan (the classifier's rule-14 check, and the deleter's re-classification under the
     gate, ignore controllers), and the provider's re-read before terminating does too."""
-    real_of, real_reread = classify.protection_of, MemoryProvider._protection
+    real_of, real_reread = classify.protection_of, MemoryOperations.protection
 
     def protection_of(group: ResourceGroup, record: Any, **kw: Any) -> str | None:
         why = real_of(group, record, **kw)
@@ -324,8 +325,9 @@ def _controller_ignored(env: SimEnv, stack: ExitStack) -> None:
             r.model_copy(update={"controller": None}) for r in group.resources)}), record, **kw)
 
     _patch(stack, classify, "protection_of", protection_of)
-    _patch(stack, MemoryProvider, "_protection",
-           lambda self, live: real_reread(self, dataclasses.replace(live, controller=None)))
+    _patch(stack, MemoryOperations, "protection", lambda self, owner, remembered: real_reread(
+        self, dataclasses.replace(owner, item=Item(dataclasses.replace(owner.item.resource, controller=None),
+                                                   owner.item.attachments)), remembered))
 
 
 def _protection_forgotten(env: SimEnv, stack: ExitStack) -> None:
@@ -351,9 +353,7 @@ def _protection_fails_cycle(env: SimEnv, stack: ExitStack) -> None:
 
 def _no_blast_check(env: SimEnv, stack: ExitStack) -> None:
     """The deleter terminates an instance whatever the provider would delete with it."""
-    real = MemoryProvider._blast
-    _patch(stack, MemoryProvider, "_blast",
-           lambda self, live, group, rereads: (real(self, live, group, rereads)[0], []))
+    _patch(stack, deletion, "blast_problem", lambda *a, **k: None)
 
 
 def _primary_unchecked(env: SimEnv, stack: ExitStack) -> None:
@@ -365,8 +365,8 @@ def _primary_unchecked(env: SimEnv, stack: ExitStack) -> None:
 
 def _foreign_snapshots(env: SimEnv, stack: ExitStack) -> None:
     """Snapshots are listed and deleted by their ref tag alone, whoever took them."""
-    _patch(stack, MemoryProvider, "_listable", lambda self, r: True)
-    _patch(stack, MemoryProvider, "_ours", staticmethod(lambda r: True))
+    _patch(stack, snapshots, "taken_by_us", lambda facts, *, tag_key, ref, name_for: bool(
+        facts.tags.get(tag_key)) and (ref is None or facts.tags.get(tag_key) == ref))
 
 
 def _keys_per_backend(env: SimEnv, stack: ExitStack) -> None:
@@ -383,6 +383,119 @@ def _no_journal(env: SimEnv, stack: ExitStack) -> None:
     recorded only inside the cycle's fenced transaction does once the lease is lost)."""
     _patch(stack, LedgerJournal, "intent", lambda self, call, target, **kw: None)
     _patch(stack, LedgerJournal, "result", lambda self, intent, outcome, error=None: None)
+
+
+# ---- the one deletion algorithm (rules 15, 18, 20, 21, and 14's spot requests) ------------------------
+# Each patches the product's deletion (``providers.deletion``, its snapshot rules) or the
+# memory cloud's operations where the check lives, never an invariant.
+
+def _own_device_unchecked(env: SimEnv, stack: ExitStack) -> None:
+    """Any device counts as attached at launch: a root swapped in later goes with the instance."""
+    _patch(stack, operations, "attached_at_launch", lambda attached, launched: True)
+
+
+def _name_unchecked(env: SimEnv, stack: ExitStack) -> None:
+    """The memory operations' delete calls address a name without checking that it still
+    names the id they read (as a GCP delete by name without its ``get``)."""
+    _patch(stack, MemoryOperations, "_still_named", lambda self, live: True)
+
+
+def _in_use_fails(env: SimEnv, stack: ExitStack) -> None:
+    """A delete the provider refuses as in use (``ResourceInUse``) is a failure of the group:
+    the deletion no longer catches it, and the cycle fails."""
+
+    class NeverRaised(Exception):
+        pass
+
+    _patch(stack, deletion, "ResourceInUse", NeverRaised)
+
+
+def _in_use_ignored(env: SimEnv, stack: ExitStack) -> None:
+    """The memory operations take any instance holding a dependent for gone: they detach it."""
+    from orphan_cleanup.providers.operations import Readiness
+
+    _patch(stack, MemoryOperations, "_holder", lambda self, instance_id, owner_id, where: Readiness.READY)
+
+
+def _snapshot_age_unchecked(env: SimEnv, stack: ExitStack) -> None:
+    """The deleter's re-check of a snapshot ignores the retention (any age will do)."""
+    real = deletion.snapshot_kept
+    _patch(stack, deletion, "snapshot_kept", lambda facts, **kw: real(facts, **{**kw, "retain_days": 0}))
+
+
+def _listing_facts_trusted(env: SimEnv, stack: ExitStack) -> None:
+    """The deletion takes facts from the group it was given (the listing the cycle recorded)
+    instead of its own reads: creation times (the VM's, a snapshot's), attachments, names,
+    controllers and protections (rule 21)."""
+    real = SimOperations._read
+
+    def read(self: SimOperations, target: Any) -> Any:
+        live = real(self, target)
+        listed = {r.id: r for r in self.group.resources} if self.group is not None else {}
+        r = listed.get(target.id)
+        if live is None or r is None:
+            return live
+        res = live.item.resource
+        res = dataclasses.replace(res, created_at=r.created_at or res.created_at, attached_to=r.attached_to,
+                                  controller=r.controller, protection=r.protection,
+                                  name=str(r.details.get("name") or res.name))
+        return dataclasses.replace(live, item=Item(res, live.item.attachments))
+
+    _patch(stack, SimOperations, "_read", read)
+    _patch(stack, MemoryProvider, "instance_created_at", lambda self, instance: instance.created_at)
+
+
+def _backend_row_trusted(env: SimEnv, stack: ExitStack) -> None:
+    """A cycle works on its backend's row as it is now, not as its lease snapshotted it (rule 18)."""
+    real = LedgerSession.cycle_context
+
+    def context(self: LedgerSession, cycle_id: str) -> Any:
+        c = real(self, cycle_id)
+        return dataclasses.replace(c, backend=c.row) if c is not None and c.row is not None else c
+
+    _patch(stack, LedgerSession, "cycle_context", context)
+
+
+def _oversized_fails_region(env: SimEnv, stack: ExitStack) -> None:
+    """A group too large for one message even reduced takes its whole region down with it."""
+    from orphan_cleanup.core.listing import RegionListing
+    from orphan_cleanup.cycle import lister
+
+    real = lister._Batcher.add
+
+    def add(self: Any, region: RegionListing) -> Any:
+        if region.failure is None and any(self._sized(g)[1] > self.limit for g in region.groups):
+            region = RegionListing(region=region.region, failure="a group is too large for one message")
+        return real(self, region)
+
+    _patch(stack, lister._Batcher, "add", add)
+
+
+def _spot_unchecked(env: SimEnv, stack: ExitStack) -> None:
+    """Nothing would replace a deleted instance: a persistent spot request is left open."""
+    _patch(stack, MemoryOperations, "replaced_by", lambda self, owner: None)
+
+
+def _unreadable_row_refused(env: SimEnv, stack: ExitStack) -> None:
+    """A backend row whose settings cannot be read is refused, not read leniently (rule 16):
+    the account's keys cannot be formed, and every cycle of the account stops."""
+    import sys
+
+    from orphan_cleanup.core import backends
+    from orphan_cleanup.core.errors import ConfigError
+
+    real = backends.account_view
+
+    def strict(backend: Backend, account_settings: Any) -> Backend:
+        rows = list(account_settings)
+        if any(not backends._readable(raw) for raw in rows):
+            raise ConfigError("a backend of the account has settings that cannot be read")
+        return real(backend, rows)
+
+    for module in [m for m in list(sys.modules.values())
+                   if getattr(m, "__name__", "").startswith("orphan_cleanup.")
+                   and getattr(m, "account_view", None) is real]:
+        _patch(stack, module, "account_view", strict)
 
 
 MUTATIONS: dict[str, Mutation] = {m.name: m for m in (
@@ -432,4 +545,22 @@ MUTATIONS: dict[str, Mutation] = {m.name: m for m in (
              frozenset({"K1"}), _foreign_snapshots),
     Mutation("keys_per_backend", "16: one account, one set of keys", frozenset({"S3"}), _keys_per_backend),
     Mutation("no_journal", "19: every provider mutation leaves a record", frozenset({"J1"}), _no_journal),
+    Mutation("own_device_unchecked", "15: only the owner's own device attached at launch goes with it",
+             frozenset({"V1"}), _own_device_unchecked),
+    Mutation("name_unchecked", "3/21: a name is checked against the id right before the call",
+             frozenset({"N1", "V1"}), _name_unchecked),
+    Mutation("in_use_fails", "15: in use outside the group is a verdict, never a failure", frozenset({"U2"}),
+             _in_use_fails),
+    Mutation("in_use_ignored", "3/15: never detached from a live instance", frozenset({"U1"}), _in_use_ignored),
+    Mutation("snapshot_age_unchecked", "15: a snapshot's age is re-read before it is deleted", frozenset({"K1"}),
+             _snapshot_age_unchecked),
+    Mutation("listing_facts_trusted", "21: the deleter acts on ids alone",
+             frozenset({"S1", "S3", "X1", "P1", "K1", "U1"}), _listing_facts_trusted),
+    Mutation("backend_row_trusted", "18: a cycle works on the backend as its lease snapshotted it",
+             frozenset({"D1"}), _backend_row_trusted),
+    Mutation("oversized_fails_region", "20: one bad group fails alone", frozenset({"O1"}), _oversized_fails_region),
+    Mutation("spot_unchecked", "14/15: a persistent spot request is cancelled before its instance goes",
+             frozenset({"P3"}), _spot_unchecked),
+    Mutation("unreadable_row_refused", "16/20: a row whose settings cannot be read adds the default keys",
+             frozenset({"X2"}), _unreadable_row_refused),
 )}

@@ -14,6 +14,9 @@ from tests.sim.world import UNKNOWN_BACKEND
 class Oracle:
     def untouchable(self, rid: str, tags: dict[str, str]) -> tuple[str, str] | None:
         """Why the cleanup must never touch ``rid`` (tags as they were before the step)."""
+        meta = self.sim.world.meta.get(rid)
+        if meta is not None and meta.origin == "root" and TAG not in tags and PROTECT_KEYS.isdisjoint(tags):
+            return None  # an instance's own root volume goes with it: V1 judges the call that took it
         ref = tags.get(TAG)
         if not is_valid_ref(ref):
             return "S2", f"{rid} carries no valid ref tag ({ref!r})"
@@ -36,6 +39,12 @@ class Oracle:
             return "S1", (f"{rid} is tracked by live owner {owner.id} (status {st},"
                           f" primary {owner.vm_of(owner.tracked)})")
         return None
+
+    def _own_root(self, d: Any, instance_id: str) -> bool:
+        """``d`` is the instance's own root volume, launched with it (no ref tag, no protect tag)."""
+        m = self.sim.world.meta.get(d.id)
+        return (m is not None and m.origin == "root" and m.of_instance == instance_id and TAG not in d.tags
+                and PROTECT_KEYS.isdisjoint(d.tags))
 
     def _copy_predates(self, rid: str, owner: Any) -> bool:
         """A copy made before the owner's (latest) provisioning plus the margin: after a
@@ -82,9 +91,15 @@ class Oracle:
             return False
         if r.kind is ResourceKind.INSTANCE and any(
                 d.attached_to == rid and d.auto_delete and d.state is not ResourceState.TERMINATED
-                and (d.tags.get(TAG) != ref or not PROTECT_KEYS.isdisjoint(d.tags))
+                and (d.tags.get(TAG) != ref or not PROTECT_KEYS.isdisjoint(d.tags)) and not self._own_root(d, rid)
                 for d in cloud.resources.values()):
             return False  # terminating it would delete a non-member with it: kept (rule 15)
+        if any((m := cloud.meta.get(g.id)) is not None and m.origin == "bulk-huge" for g in self._group_members(rid)):
+            return False  # its group is too large for any message: never classified (rule 20)
+        request = cloud.resources.get(r.spot_request or "") if r.kind is ResourceKind.INSTANCE else None
+        if request is not None and request.persistent and request.state is not ResourceState.TERMINATED \
+                and (request.tags.get(TAG) != ref or not PROTECT_KEYS.isdisjoint(request.tags)):
+            return False  # its persistent spot request, not the group's to cancel, would relaunch it: kept
         vm = cloud.resources.get(r.attached_to or "")
         if r.kind is not ResourceKind.INSTANCE and vm is not None and cloud.exists(vm.id):
             # In use by an instance: deletable only with it (a re-tagged instance keeps it forever).

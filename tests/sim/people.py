@@ -47,6 +47,7 @@ class People:
             self.rule14_people()
         if self.sim.cascade:
             self.cascade_people()
+        self.world_people()
 
     def _protect_key(self) -> str:
         """The default key, or, half the time when a backend of the account has it, that

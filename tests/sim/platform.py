@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from orphan_cleanup.core.listing import ResourceKind, ResourceState
 from tests.sim.cloud import ResMeta
 from tests.sim.db import ConnectionPool, PooledConnection, set_sim_now
+from tests.sim.deletion_worlds import WorldPeople
 from tests.sim.history import History
 from tests.sim.oracle import Oracle
 from tests.sim.owners import (
@@ -49,7 +50,7 @@ from tests.sim.world import BACKEND_FO, UNKNOWN_BACKEND
 if TYPE_CHECKING:
     from tests.sim.engine import Simulation
 
-class Platform(History, People, Protections, Oracle):
+class Platform(History, People, Protections, WorldPeople, Oracle):
     def __init__(self, sim: Simulation, pool: ConnectionPool, backend_id: str, regions: tuple[str, ...]) -> None:
         self.sim = sim
         self.pool = pool
@@ -328,7 +329,11 @@ class Platform(History, People, Protections, Oracle):
             cloud = self.sim.world
             vm = cloud.resources.get(att.vm or "")
             if vm is not None and vm.state is ResourceState.ACTIVE:
+                self.cancel_spot(vm)
                 vm.state = ResourceState.TERMINATING
+                for root in [r for r in cloud.resources.values() if r.attached_to == vm.id
+                             and (m := cloud.meta.get(r.id)) is not None and m.origin == "root"]:
+                    root.attached_to, root.state = None, ResourceState.TERMINATED  # its own root goes with it
             for dep in att.deps:
                 res = cloud.resources.get(dep)
                 if res is not None and res.state not in (ResourceState.TERMINATING, ResourceState.TERMINATED):

@@ -64,6 +64,9 @@ class SimQueue(Queue):
         self.forge_kind = FORGE_KINDS[name]
         #: Called with every message the queue accepted (lost in flight or not).
         self.on_publish: Callable[[BaseModel], None] | None = None
+        #: More forgers, each with the dice of its own world and its kind of fault: their
+        #: copies are injected the same way, drawing only from their world's streams.
+        self.extra_forgers: list[tuple[Dice, str, Callable[[str], str | None]]] = []
 
     def publish(self, message: BaseModel) -> None:
         body = message.model_dump_json()
@@ -85,9 +88,13 @@ class SimQueue(Queue):
             forged = self.forger(body)
             if forged is not None:
                 self._put(forged, forged=True)
+        for dice, kind, forger in self.extra_forgers:
+            if dice.roll(kind) and (forged := forger(body)) is not None:
+                self._put(forged, forged=True, dice=dice)
 
-    def _put(self, body: str, forged: bool = False) -> None:
-        delay = self.rng.randint(5, 240) if self.dice.roll("queue_delay") else 0
+    def _put(self, body: str, forged: bool = False, dice: Dice | None = None) -> None:
+        dice = dice or self.dice
+        delay = (self.rng if dice is self.dice else dice.rng).randint(5, 240) if dice.roll("queue_delay") else 0
         self.messages.append(Message(next(self._ids), body, self.clock() + timedelta(seconds=delay), forged=forged))
 
     def ready(self) -> list[Message]:

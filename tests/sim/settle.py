@@ -13,6 +13,7 @@ from tests.sim.world import DEADLINE, EPOCH, MARGIN, SETTLE_INTERVAL, SETTLE_RUN
 class Settle:
     def settle(self) -> str:
         self.dice.enabled = self.rule14_dice.enabled = False
+        self.settle_worlds()
         self.platform.quiesce()
         self.trace("settle: faults stop, the platform finishes its in-flight work")
         self.restore_backends()  # rows back to their configuration, every backend in the final mode
@@ -118,13 +119,21 @@ class Settle:
             return "violation"
         # Report mode: each backend's last complete cycle reports the orphans in its account and regions.
         for bid, spec in sorted(self.backends.items()):
+            # A detached leftover of a live owner is an orphan to a backend once that backend's
+            # own deletion recorded it (``orphan_resources`` is per backend): another backend of
+            # the account that deleted its VM knows it, this one does not.
+            known_here = frozenset(r[0] for r in self.admin.run(
+                "SELECT resource_id FROM orphan_resources WHERE backend_id = :b", b=bid))
             mine = [rid for rid in orphans if self.world.of(rid).account == spec.account
-                    and self.world.resources[rid].region in spec.regions]
+                    and self.world.resources[rid].region in spec.regions
+                    and self.platform.is_orphan(rid, known=known_here)]
             # The last cycle that listed everything (clean, or unsettled by a group it skipped:
-            # a leaked attempt in another region than its recorded primary stays skipped).
+            # a leaked attempt in another region than its recorded primary stays skipped; or
+            # by a group too large for any message, which fails its region for good: rule 20, O1).
             rows = self.admin.run("SELECT listed_at, id FROM cycles WHERE outcome IN ('clean', 'unsettled')"
-                                  " AND backend_id = :b AND failures = '[]' AND tripped_regions = '{}'"
-                                  " ORDER BY listed_at DESC LIMIT 1", b=bid)
+                                  " AND backend_id = :b AND tripped_regions = '{}' AND NOT EXISTS (SELECT 1 FROM"
+                                  " jsonb_array_elements(failures) f WHERE f->>'error' NOT LIKE 'group % is too"
+                                  " large for one message%') ORDER BY listed_at DESC LIMIT 1", b=bid)
             if not rows:
                 if mine:
                     self.checker.fail("L1", f"report mode: no cycle of {bid} listed everything after the platform"

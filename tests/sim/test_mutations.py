@@ -1,5 +1,5 @@
-"""Disabling any one safety rule of docs/SAFETY.md makes the simulation report a
-violation, within a fixed seed budget (the first seed that catches each mutant
+"""Disabling any one safety rule of docs/SAFETY.md (rules 1 to 21) makes the simulation
+report a violation, within a fixed seed budget (the first seed that catches each mutant
 is noted; the budget leaves room for changes in the simulation).
 
 ``classify_margin_zero`` is not here: it survives (see tests/sim/README.md).
@@ -15,40 +15,52 @@ from tests.sim.run import run_many, table
 
 STEPS = 50
 #: mutation -> seeds to try (stop at the first violation): the first N seeds, or, for
-#: the mutations first caught late (seed 8 or later; two only by rare seeds), a window
-#: from a few seeds before the first catching seed of a longer search (``python -m
-#: tests.sim --seeds 300 --mutation NAME``), which keeps the default run short; the
-#: slow test below searches those from seed 0. First seeds as measured once rule 14's
-#: world (``protections.py``, a third of the seeds) joined the simulation.
+#: the mutations first caught at seed 3 or later, a window from a few seeds before the
+#: first catching seed of a longer search (``python -m tests.sim --seeds 300 --mutation
+#: NAME --stop-on-violation``), which keeps the default run short; the slow test below
+#: searches those from seed 0. First seeds as measured once the deletion's worlds
+#: (``deletion_worlds.py``, the product's deletion algorithm over the memory cloud's
+#: operations) joined the simulation: they moved where a world is on in a seed.
 BUDGET: dict[str, int | range] = {                       # first seed that catches it today
-    "orphan_without_record": range(6, 25),   # 11
-    "pending_is_orphan": 8,      # 1
+    "orphan_without_record": range(4, 20),  # 6
+    "pending_is_orphan": range(1, 15),      # 3
     "margin_zero": 8,            # 0
-    "no_reread": range(12, 30),              # 17
+    "no_reread": range(14, 30),              # 17 (a protect tag added while a request waits)
     "protect_ignored": 8,        # 1
-    "no_gate": range(5, 25),                 # 10
-    "global_gate": 15,           # 4
-    "no_region_trip": 10,        # 1
-    "no_fence": 10,              # 8
+    "no_gate": 8,                # 0
+    "global_gate": 8,            # 0
+    "no_region_trip": range(1, 15),         # 3
+    "no_fence": range(6, 20),               # 8
     "clean_always": 8,           # 0
-    "no_blast_cap": 15,          # 8
-    "no_delete_activity": 10,    # 0
-    "no_backend_activity": range(26, 40),    # 31 (see README: rare, a quiet spell after an edit)
-    "ownership_by_backend_id": 8,  # 2
-    "listing_key_ignores_account": 8,  # 1 (the tick: a failover backend due with sim, in its regions)
-    "no_identity_check": range(4, 25),       # 9
-    "trust_message_mode": range(44, 59),     # 53 (see README: forged report-mode batches are rare)
-    "job_grouping_trusted": range(20, 40),   # 25 (a forged or stale listing job)
-    "off_overridable": range(9, 30),         # 14
+    "no_blast_cap": range(3, 15),           # 5
+    "no_delete_activity": 8,     # 0
+    "no_backend_activity": range(49, 65),    # 52 (see README: rare, a quiet spell after an edit)
+    "ownership_by_backend_id": 8,  # 0
+    "listing_key_ignores_account": range(5, 20),  # 8 (the tick: a failover backend due with sim, in its regions)
+    "no_identity_check": range(6, 25),       # 9
+    "trust_message_mode": range(11, 30),     # 14 (see README: forged report-mode batches)
+    "job_grouping_trusted": range(11, 30),   # 14 (a forged or stale listing job)
+    "off_overridable": range(7, 25),         # 10
     "function_clock": 8,         # 1
     "controller_ignored": 8,     # 0 (an Auto Scaling group's instance with a finished owner's ref)
-    "protection_forgotten": range(6, 25),    # 11 (a report cycle after a delete found the protection)
+    "protection_forgotten": range(8, 25),    # 11 (a report cycle after a delete found the protection)
     "protection_fails_cycle": 8,  # 0 (the first delete that finds a termination protection)
     "no_journal": 8,             # 0 (the first deletion)
-    "foreign_snapshots": 8,      # 2 (a backup's ref-tagged snapshot beside an orphan's volume)
-    "no_blast_check": 10,        # 6 (a foreign DeleteOnTermination volume on an instance being deleted)
-    "primary_unchecked": 8,      # 1 (a live owner whose recorded primary_id names no VM)
-    "keys_per_backend": range(18, 40),       # 22 (sim-b with its own protect key, a user's tag of either)
+    "foreign_snapshots": 8,      # 0 (the ages world: a backup's ref-tagged snapshot, past the retention)
+    "no_blast_check": range(4, 15),         # 6 (a foreign DeleteOnTermination volume on an instance being deleted)
+    "primary_unchecked": range(20, 40),      # 23 (a live owner whose recorded primary_id names no VM)
+    "keys_per_backend": 8,       # 2 (sim-b with its own protect key, a user's tag of either)
+    # the one deletion algorithm (deletion_worlds.py)
+    "own_device_unchecked": range(38, 55),   # 41 (swap: a stopped VM's root swapped for someone's)
+    "name_unchecked": 8,         # 2 (names: a name reused right after the deletion's read)
+    "in_use_fails": 8,           # 0 (a snapshot an image uses, a volume attached during the delete)
+    "in_use_ignored": 8,         # 0 (inuse: an orphan's volume on someone's instance)
+    "snapshot_age_unchecked": range(15, 30),  # 18 (ages: a forged batch claims a young snapshot old)
+    "listing_facts_trusted": range(15, 30),  # 18 (the same forged claim: its age from the listing)
+    "backend_row_trusted": 8,    # 0 (moves: sim-d's row moved to the stranger's account mid-cycle)
+    "oversized_fails_region": 8,  # 0 (bulk: a group too large even reduced takes its region along)
+    "spot_unchecked": range(1, 15),         # 3 (spot: a persistent request relaunches the orphan's instance)
+    "unreadable_row_refused": range(19, 35),  # 22 (settings: a row's settings no JSON object)
 }
 
 

@@ -6,8 +6,9 @@ Postgres, with the in-memory cloud behind the provider port.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import pytest
 
@@ -15,12 +16,11 @@ from orphan_cleanup.core.listing import ResourceGroup
 from orphan_cleanup.core.messages import DeleteRequest, ListingBatch
 from orphan_cleanup.core.owners import OwnerStatus
 from orphan_cleanup.core.settings import Settings
-from orphan_cleanup.core.verdicts import DeleteResult
 from orphan_cleanup.cycle.deleter import GateBusy
 from orphan_cleanup.cycle.pipeline import Pipeline
 from orphan_cleanup.ledger.db import Database
 from orphan_cleanup.queues.memory import InProcessQueue
-from tests.support.memory_cloud import MemoryCloud, MemoryProvider
+from tests.support.memory_cloud import Deletion, MemoryCloud, MemoryProvider
 from tests.support.platform import Platform, add_backend
 
 
@@ -48,12 +48,14 @@ def test_a_redelivered_delete_waits_for_the_running_one(db: Database) -> None:
     seen: list[str] = []
 
     class SlowProvider(MemoryProvider):
-        def delete_resource_group(self, group: ResourceGroup, *args: Any, **kw: Any) -> DeleteResult:
+        @contextmanager
+        def deleting(self, group: ResourceGroup) -> Iterator[Deletion]:
             if not seen:  # the message becomes visible again and another deleter takes it
                 seen.append("nested")
                 with pytest.raises(GateBusy):
                     pipeline.handle_delete(request)
-            return super().delete_resource_group(group, *args, **kw)
+            with super().deleting(group) as call:
+                yield call
 
     pipeline = _pipeline(db, lambda b: SlowProvider(b, cloud))
     [request] = _classify_all(pipeline)
@@ -105,3 +107,37 @@ def test_an_orphan_that_is_still_an_orphan_is_deleted(db: Database) -> None:
 
     assert pipeline.handle_delete(request) == "deleted"
     assert not cloud.exists(leaked) and cloud.exists(tracked)
+
+
+#: A ``backends.settings`` value that is a JSON string whose text is no JSON (a platform
+#: that stored a word, or half an object): jsonb holds it, pg8000 hands it back as ``str``.
+NOT_JSON_TEXT = '"oops"'
+
+
+@pytest.mark.xfail(strict=True, raises=ValueError, reason="product bug (tests/sim/README.md, findings):"
+                   " ledger.queries.json_value json.loads a jsonb string, and a string that is no JSON text"
+                   " raises JSONDecodeError, which no caller expects (they catch ConfigError)")
+@pytest.mark.parametrize("run", ["tick", "lister"])
+def test_a_row_whose_settings_are_a_string_fails_only_its_own_backend(db: Database, run: str) -> None:
+    """Simulation, world ``settings`` (X2, seeds 15, 31, 51, 53 of 60): a platform bug writes
+    a settings value that is no JSON object into one backend's row. SAFETY.md rule 16 reads
+    such a row leniently (the default keys), and ``backend_from_row`` promises that only
+    that backend's work fails; a JSON string whose text is no JSON instead crashes the tick
+    for every backend of the stack, and every lister and deleter of its account."""
+    add_backend(db)
+    add_backend(db, "mem-b", settings=NOT_JSON_TEXT)
+    cloud = MemoryCloud()
+    Platform(db, cloud).terminated_leak()
+    pipeline = Pipeline(settings=Settings(ORPHAN_CLEANUP_MARGIN_SECONDS=60), db=db,
+                        provider_for=lambda b: MemoryProvider(b, cloud), listing_queue=InProcessQueue(),
+                        delete_queue=InProcessQueue(), jobs_queue=InProcessQueue())
+
+    # when the schedule ticks, or the healthy backend's lister runs
+    if run == "tick":
+        result = pipeline.run_tick()
+        started = result.jobs
+    else:
+        started = pipeline.run_lister("mem", manual=True).cycle_id
+
+    # then the healthy backend's work goes on
+    assert started

@@ -123,6 +123,17 @@ BASE_RATES: dict[str, float] = {
     # rule 14 (seeds with other controllers and protections; drawn from the seed's own
     # "rule14" streams, so the other kinds draw as before)
     "user_termination_protect": 0.0,  # per people action, set per seed: termination protection enabled
+    # the deletion's worlds (deletion_worlds.py; each set per seed and drawn from the
+    # world's own streams, so the other kinds draw as before)
+    "user_reuse_name": 0.0,         # per people action: a name reused right after a deletion's read
+    "user_swap_root": 0.0,          # per people action: a stopped instance's root swapped for theirs
+    "user_borrow_volume": 0.0,      # per people action: an orphan's volume attached to their instance
+    "snapshot_forged_young": 0.0,   # per batch published: a forged copy adds a young snapshot of ours
+    "user_deregister_image": 0.0,   # per people action: an image that used a snapshot of ours goes
+    "settings_broken": 0.0,         # per step: a backend row's settings become no JSON object
+    "backend_moved": 0.0,           # per step: sim-d's row moved to another account for a while
+    "user_inflate_group": 0.0,      # per people action: volumes tagged with a finished owner's ref
+    "message_forged2": 0.0,         # per batch published: a copy with every field but the ids altered
 }
 
 INTENSITIES = (0.0, 0.5, 1.0, 1.0, 2.0)

@@ -285,10 +285,15 @@ class Deleter:
         report, or reports created at another time, is not the VM that was listed: skipped.
         (A resource gone or unreadable keeps its listed time: the deletion's own read finds
         nothing of it to delete, or leaves it as unreadable.)"""
-        group, primary = job.group, job.group.primary
-        times = job.verified_provider.created_times(group)
-        if primary is not None and (primary.id not in times or not _same_time(times[primary.id], primary.created_at)):
-            return "owner_changed:created_at_changed", None  # not the VM that was listed
+        group, primary, provider = job.group, job.group.primary, job.verified_provider
+        times: dict[str, datetime | None] = {}
+        if primary is not None:  # the VM first: another time means another VM, nothing more to read
+            times = provider.created_times(group.model_copy(update={"resources": (primary,)}))
+            if primary.id not in times or not _same_time(times[primary.id], primary.created_at):
+                return "owner_changed:created_at_changed", None  # not the VM that was listed
+        others = tuple(r for r in group.resources if r is not primary)
+        if others:
+            times |= provider.created_times(group.model_copy(update={"primary_id": None, "resources": others}))
         judged = group.model_copy(update={"resources": tuple(
             r.model_copy(update={"created_at": times[r.id]}) if r.id in times else r for r in group.resources)})
         return self._owner_changed(job, judged)
