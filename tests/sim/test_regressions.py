@@ -114,9 +114,6 @@ def test_an_orphan_that_is_still_an_orphan_is_deleted(db: Database) -> None:
 NOT_JSON_TEXT = '"oops"'
 
 
-@pytest.mark.xfail(strict=True, raises=ValueError, reason="product bug (tests/sim/README.md, findings):"
-                   " ledger.queries.json_value json.loads a jsonb string, and a string that is no JSON text"
-                   " raises JSONDecodeError, which no caller expects (they catch ConfigError)")
 @pytest.mark.parametrize("run", ["tick", "lister"])
 def test_a_row_whose_settings_are_a_string_fails_only_its_own_backend(db: Database, run: str) -> None:
     """Simulation, world ``settings`` (X2, seeds 15, 31, 51, 53 of 60): a platform bug writes

@@ -53,7 +53,7 @@ from orphan_cleanup.core.listing import RegionListing, Resource, ResourceGroup, 
 from orphan_cleanup.core.verdicts import DeleteResult
 from orphan_cleanup.providers import operations, snapshots
 from orphan_cleanup.providers.base import ResourceProvider, group_resources
-from orphan_cleanup.providers.deletion import created_times, delete_group
+from orphan_cleanup.providers.deletion import delete_group, targets_of
 from orphan_cleanup.providers.operations import (
     DeleteRefused,
     Doomed,
@@ -552,7 +552,16 @@ class MemoryProvider(ResourceProvider):
                 and item.resource.tags.get(self.tag_key) == ref)
 
     def created_times(self, group: ResourceGroup) -> dict[str, datetime | None]:
-        return created_times(self.operations(group.region), group)
+        """Read-only, as the adapters' (a shutting-down instance does not move on: no
+        ``progress``), each resource by its id where the group says it is."""
+        targets_of(group, KINDS)  # a shape no listing produces is refused, as by the deletion
+        out: dict[str, datetime | None] = {}
+        for r in group.resources:
+            self.cloud.request("describe", r.region)
+            item = self.cloud.describe(r.id, progress=False)
+            if item is not None and item.resource.kind is r.kind and item.resource.region == r.region:
+                out[r.id] = item.resource.created_at
+        return out
 
     def instance_created_at(self, instance: Resource) -> datetime | None:
         self.cloud.request("describe", instance.region)
