@@ -274,7 +274,7 @@ class SimProvider(MemoryProvider):
             finally:
                 after = self.sim_cloud.resources
                 sim.provider_touched(group, [rid for rid, (state, _tags, _on) in before.items()
-                                             if after[rid].state in GONE and after[rid].state != state
+                                             if after[rid].state in GONE and state not in GONE
                                              and rid not in sim.checker.people_removed], before,
                                      self.backend.settings.retain_snapshots_days)
             if dice.roll("delete_timeout_after"):
@@ -312,7 +312,7 @@ class SimOperations(MemoryOperations):
             act()
         finally:
             removed = [rid for rid, (state, _on, _auto) in before.items()
-                       if cloud.resources[rid].state in GONE and cloud.resources[rid].state != state]
+                       if cloud.resources[rid].state in GONE and state not in GONE]
             checker.provider_removed(self.sim._cycle(), self.group, call, live.id, removed, before)
 
 

@@ -55,7 +55,8 @@ Liveness (end of run):
   L1  once faults stop and the platform is quiet, every orphan is deleted within
       5 scheduled runs (delete mode) or reported by the last clean cycle (report mode).
 
-"Touched" means moved to shutting-down or terminated by a provider delete call.
+"Touched" means moved to shutting-down or terminated (from a state that was neither) by a
+provider delete call; a shutting-down instance that finishes was touched when it started.
 """
 
 from __future__ import annotations
@@ -500,8 +501,10 @@ class Checker:
 
     def after_step(self, before: dict[str, tuple[ResourceState, tuple[tuple[str, str], ...]]]) -> None:
         sim = self.sim
+        # Moved to shutting-down or gone in this step (a shutting-down instance that finishes
+        # was touched when it started shutting down, by a call or by the platform).
         touched = [rid for rid, r in sim.world.resources.items()
-                   if r.state in TOUCHED and rid in before and before[rid][0] != r.state]
+                   if r.state in TOUCHED and rid in before and before[rid][0] not in TOUCHED]
         primaries = {o.vm_of(o.tracked): o for o in sim.platform.owners
                      if o.committed in ("provisioning", "idle", "busy") and not o.soft_deleted}
         for rid in (rid for rid in touched if rid not in self.people_removed):
