@@ -32,7 +32,7 @@ BUDGET: dict[str, int | range] = {                       # first seed that catch
     "no_region_trip": range(1, 15),         # 3
     "no_fence": range(6, 20),               # 8
     "clean_always": 8,           # 0
-    "no_blast_cap": range(3, 15),           # 5
+    "no_blast_cap": range(12, 25),          # 15
     "no_delete_activity": 8,     # 0
     "no_backend_activity": range(49, 65),    # 52 (see README: rare, a quiet spell after an edit)
     "ownership_by_backend_id": 8,  # 0
@@ -60,7 +60,7 @@ BUDGET: dict[str, int | range] = {                       # first seed that catch
     "backend_row_trusted": 8,    # 0 (moves: sim-d's row moved to the stranger's account mid-cycle)
     "oversized_fails_region": 8,  # 0 (bulk: a group too large even reduced takes its region along)
     "spot_unchecked": range(1, 15),         # 3 (spot: a persistent request relaunches the orphan's instance)
-    "unreadable_row_refused": range(19, 35),  # 22 (settings: a row's settings no JSON object)
+    "unreadable_row_refused": range(6, 20),  # 9 (settings: a row's settings no JSON object)
 }
 
 

@@ -202,8 +202,10 @@ class MemoryCloud:
             hook()
 
     def describe(self, rid: str, *, progress: bool = True) -> Item | None:
-        """A read by id: None when it is gone. With ``progress`` an instance shutting down
-        moves on (one read of ``terminate_lag``), as time passes between a deletion's reads."""
+        """A read by id: None when it is gone. With ``progress`` (a deletion's read) an
+        instance shutting down moves on (one read of ``terminate_lag``), as time passes between
+        a deletion's reads, and the hooks armed on this read (``after_read``) are due; a
+        read-only look (``holds_instance``, ``created_times``) does neither."""
         with self._lock:
             r = self.resources.get(rid)
             if r is None:
@@ -220,7 +222,8 @@ class MemoryCloud:
                                 if d.attached_to == rid and d.state is not ResourceState.TERMINATED) \
                 if r.kind is ResourceKind.INSTANCE else ()
             item = Item(dataclasses.replace(r, tags=dict(r.tags)), attachments)
-        self._next_request.extend(self._after_read.pop(rid, ()))
+        if progress:
+            self._next_request.extend(self._after_read.pop(rid, ()))
         return item
 
     def named(self, kind: ResourceKind, region: str, name: str) -> str | None:
