@@ -58,12 +58,11 @@ if TYPE_CHECKING:
 SHARES = {"names": 0.35, "swap": 0.35, "inuse": 0.35, "ages": 0.35, "spot": 0.35, "settings": 0.3,
           "moves": 0.3, "bulk": 0.35, "forge2": 0.35}
 BACKEND_D = "sim-d"
-#: Values of ``backends.settings`` that are no JSON object (as jsonb literals). A JSON string
-#: whose text is no JSON (``'"oops"'``) crashes every function of the account and the tick
-#: (a product bug: tests/sim/test_regressions.py, README findings); it joins this list once
-#: fixed. A JSON string whose text is an object (double-encoded) is not here: the product
-#: decodes it and reads the object inside as the row's settings.
-BROKEN_SETTINGS = ("null", "[]", "42", '["orphan-cleanup-protect"]')
+#: Values of ``backends.settings`` that are no JSON object (as jsonb literals), a JSON string
+#: whose text is no JSON (``'"oops"'``, the product bug in README findings, fixed) included.
+#: A JSON string whose text is an object (double-encoded) is not here: the product decodes
+#: it and reads the object inside as the row's settings.
+BROKEN_SETTINGS = ("null", "[]", "42", '["orphan-cleanup-protect"]', '"oops"')
 
 
 @dataclass

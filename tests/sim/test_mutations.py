@@ -23,13 +23,13 @@ STEPS = 50
 #: operations) joined the simulation: they moved where a world is on in a seed.
 BUDGET: dict[str, int | range] = {                       # first seed that catches it today
     "orphan_without_record": range(4, 20),  # 6
-    "pending_is_orphan": range(1, 15),      # 3
+    "pending_is_orphan": range(1, 15),      # 6
     "margin_zero": 8,            # 0
     "no_reread": range(14, 30),              # 17 (a protect tag added while a request waits)
     "protect_ignored": 8,        # 1
     "no_gate": 8,                # 0
     "global_gate": 8,            # 0
-    "no_region_trip": range(1, 15),         # 3
+    "no_region_trip": range(1, 15),         # 4
     "no_fence": range(6, 20),               # 8
     "clean_always": 8,           # 0
     "no_blast_cap": range(12, 25),          # 15
@@ -48,7 +48,7 @@ BUDGET: dict[str, int | range] = {                       # first seed that catch
     "no_journal": 8,             # 0 (the first deletion)
     "foreign_snapshots": 8,      # 0 (the ages world: a backup's ref-tagged snapshot, past the retention)
     "no_blast_check": range(4, 15),         # 6 (a foreign DeleteOnTermination volume on an instance being deleted)
-    "primary_unchecked": range(20, 40),      # 23 (a live owner whose recorded primary_id names no VM)
+    "primary_unchecked": range(20, 40),      # 27 (a live owner whose recorded primary_id names no VM)
     "keys_per_backend": 8,       # 2 (sim-b with its own protect key, a user's tag of either)
     # the one deletion algorithm (deletion_worlds.py)
     "own_device_unchecked": range(38, 55),   # 41 (swap: a stopped VM's root swapped for someone's)
