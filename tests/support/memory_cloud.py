@@ -52,8 +52,8 @@ from orphan_cleanup.core.journal import NO_JOURNAL, Journal, journaled
 from orphan_cleanup.core.listing import RegionListing, Resource, ResourceGroup, ResourceKind, ResourceState
 from orphan_cleanup.core.verdicts import DeleteResult
 from orphan_cleanup.providers import operations, snapshots
-from orphan_cleanup.providers.base import ResourceProvider, group_resources
-from orphan_cleanup.providers.deletion import delete_group, targets_of
+from orphan_cleanup.providers.base import group_resources
+from orphan_cleanup.providers.deletion import OperationsProvider, targets_of
 from orphan_cleanup.providers.operations import (
     DeleteRefused,
     Doomed,
@@ -498,7 +498,7 @@ class Deletion:
 
 
 
-class MemoryProvider(ResourceProvider):
+class MemoryProvider(OperationsProvider):
     def __init__(self, backend: Backend, cloud: MemoryCloud) -> None:
         super().__init__(backend)
         self.cloud = cloud
@@ -573,18 +573,20 @@ class MemoryProvider(ResourceProvider):
             return None
         return item.resource.created_at
 
+    def group_operations(self, group: ResourceGroup) -> MemoryOperations:
+        if outside := sorted({r.region for r in group.resources} - {group.region}):
+            raise ProviderError(f"group {group.key} names {', '.join(outside)}, not its region", region=group.region)
+        return self.operations(group.region)
+
     def delete_resource_group(self, group: ResourceGroup, journal: Journal = NO_JOURNAL, *,
                               remembered_protection: str | None = None,
                               known_attached: Iterable[str] = ()) -> DeleteResult:
-        if outside := sorted({r.region for r in group.resources} - {group.region}):
-            raise ProviderError(f"group {group.key} names {', '.join(outside)}, not its region", region=group.region)
-        settings = self.backend.settings
+        """The product's deletion (``OperationsProvider.delete_with``), inside the ``deleting``
+        seam: no step of it is the memory cloud's."""
+        self.group_operations(group)
         with self.deleting(group) as call:
-            call.result = delete_group(
-                call.ops, group, tag_key=self.tag_key, protect_keys={self.protect_key, *self.protect_keys},
-                journal=journal, remembered_protection=remembered_protection, known_attached=known_attached,
-                snapshot_before_delete=settings.snapshot_before_delete,
-                retain_snapshots_days=settings.retain_snapshots_days)
+            call.result = self.delete_with(call.ops, group, journal, remembered_protection=remembered_protection,
+                                           known_attached=known_attached)
         return call.result
 
 

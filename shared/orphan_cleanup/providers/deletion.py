@@ -38,6 +38,7 @@ The steps, in order (rules 3, 12, 14, 15, 19, 21):
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -46,7 +47,7 @@ from orphan_cleanup.core.errors import DependencyNotReady, ProviderError, Provid
 from orphan_cleanup.core.journal import NO_JOURNAL, Journal
 from orphan_cleanup.core.listing import ResourceGroup, ResourceKind, ResourceState
 from orphan_cleanup.core.verdicts import DeleteResult, DeleteStatus, SkippedResource
-from orphan_cleanup.providers.base import describe_error
+from orphan_cleanup.providers.base import ResourceProvider, describe_error
 from orphan_cleanup.providers.operations import (
     Blocked,
     DeleteRefused,
@@ -450,3 +451,34 @@ def blast_problem(tags: Mapping[str, str], *, member: bool, ref: str, tag_key: s
     if tags[tag_key] != ref:
         return "blast_foreign"
     return None if member else "blast_unlisted"
+
+
+class OperationsProvider(ResourceProvider):
+    """A provider whose deletion is the one algorithm (rule 21): a cloud gives the operations of
+    a group's place (``group_operations``); the steps are ``delete_group``'s, and the creation
+    times the deleter judges come from the same reads by id."""
+
+    @abstractmethod
+    def group_operations(self, group: ResourceGroup) -> Operations:
+        """The operations of the one place ``group`` names. Raises ``ProviderError`` (nothing
+        read, nothing deleted) when that place is not one of the backend's, or a member names
+        another (a forged batch may name any)."""
+
+    def created_times(self, group: ResourceGroup) -> dict[str, datetime | None]:
+        return created_times(self.group_operations(group), group)
+
+    def delete_resource_group(self, group: ResourceGroup, journal: Journal = NO_JOURNAL, *,
+                              remembered_protection: str | None = None,
+                              known_attached: Iterable[str] = ()) -> DeleteResult:
+        return self.delete_with(self.group_operations(group), group, journal,
+                                remembered_protection=remembered_protection, known_attached=known_attached)
+
+    def delete_with(self, ops: Operations, group: ResourceGroup, journal: Journal = NO_JOURNAL, *,
+                    remembered_protection: str | None = None,
+                    known_attached: Iterable[str] = ()) -> DeleteResult:
+        """``delete_group`` over ``ops`` with this backend's keys and snapshot settings."""
+        settings = self.backend.settings
+        return delete_group(ops, group, tag_key=self.tag_key, protect_keys={self.protect_key, *self.protect_keys},
+                            journal=journal, remembered_protection=remembered_protection,
+                            known_attached=known_attached, snapshot_before_delete=settings.snapshot_before_delete,
+                            retain_snapshots_days=settings.retain_snapshots_days)

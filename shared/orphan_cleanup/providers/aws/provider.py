@@ -10,7 +10,7 @@ algorithm (``providers.deletion``) over ``operations.AwsOperations``.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -18,9 +18,7 @@ import boto3
 
 from orphan_cleanup.core.backends import Backend
 from orphan_cleanup.core.errors import ConfigError, ProviderError
-from orphan_cleanup.core.journal import NO_JOURNAL, Journal
 from orphan_cleanup.core.listing import RegionListing, Resource, ResourceGroup
-from orphan_cleanup.core.verdicts import DeleteResult
 from orphan_cleanup.providers.aws.calls import Ec2Calls
 from orphan_cleanup.providers.aws.clients import (
     DEFAULT_MAX_ATTEMPTS,
@@ -34,13 +32,13 @@ from orphan_cleanup.providers.aws.errors import translated
 from orphan_cleanup.providers.aws.kinds import INSTANCE, AwsKind, as_utc, dig
 from orphan_cleanup.providers.aws.listing import describe_tagged, list_region
 from orphan_cleanup.providers.aws.operations import AwsOperations
-from orphan_cleanup.providers.base import ResourceProvider, parallel_regions
-from orphan_cleanup.providers.deletion import created_times, delete_group
+from orphan_cleanup.providers.base import parallel_regions
+from orphan_cleanup.providers.deletion import OperationsProvider
 from orphan_cleanup.providers.operations import Live, Target
 from orphan_cleanup.providers.ratelimit import DEFAULT_BUDGETS, RateLimits, process_limits
 
 
-class AwsProvider(ResourceProvider):
+class AwsProvider(OperationsProvider):
     """Lists and deletes the EC2 resource groups of one AWS backend (the ``ResourceProvider``
     contract). Regions are listed in parallel on ``settings.max_concurrency`` threads; the
     identity is ``sts:GetCallerIdentity`` in the first configured region, with the
@@ -97,23 +95,13 @@ class AwsProvider(ResourceProvider):
         return AwsOperations(Ec2Calls(self.ec2(region), region=region),
                              controller_keys=self.backend.settings.controller_tag_keys)
 
-    def delete_resource_group(self, group: ResourceGroup, journal: Journal = NO_JOURNAL, *,
-                              remembered_protection: str | None = None,
-                              known_attached: Iterable[str] = ()) -> DeleteResult:
-        self._check_places(group)
-        settings = self.backend.settings
-        return delete_group(self.operations(group.region), group, tag_key=self.tag_key,
-                            protect_keys={self.protect_key, *self.protect_keys}, journal=journal,
-                            remembered_protection=remembered_protection, known_attached=known_attached,
-                            snapshot_before_delete=settings.snapshot_before_delete,
-                            retain_snapshots_days=settings.retain_snapshots_days)
-
-    def _check_places(self, group: ResourceGroup) -> None:
+    def group_operations(self, group: ResourceGroup) -> AwsOperations:
         """Every resource in the group's region, one of the backend's (a forged batch may name another)."""
         outside = sorted({r.region for r in group.resources} - {group.region})
         if outside or group.region not in self.backend.regions:
             raise ProviderError(f"group {group.key} names {', '.join(outside) or group.region}, not its region"
                                 f" in backend {self.backend.id}", region=group.region)
+        return self.operations(group.region)
 
     def holds_instance(self, region: str, instance_id: str, ref: str) -> bool:
         if region not in self.backend.regions:
@@ -123,10 +111,6 @@ class AwsProvider(ResourceProvider):
         except ProviderError:  # a malformed id, an unavailable region: cannot confirm, so no
             return False
         return isinstance(live, Live) and live.tags.get(self.tag_key) == ref
-
-    def created_times(self, group: ResourceGroup) -> dict[str, datetime | None]:
-        self._check_places(group)
-        return created_times(self.operations(group.region), group)
 
     def instance_created_at(self, instance: Resource) -> datetime | None:
         live = self.operations(instance.region).read([Target(INSTANCE.kind, instance.id, instance.region)])

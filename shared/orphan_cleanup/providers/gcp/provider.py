@@ -11,7 +11,7 @@ instances use). Listing is ``listing``'s; deletion is the one algorithm
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
@@ -19,11 +19,8 @@ from google.api_core.retry import Retry
 
 from orphan_cleanup.core.backends import Backend
 from orphan_cleanup.core.errors import ConfigError, ProviderError
-from orphan_cleanup.core.journal import NO_JOURNAL, Journal
 from orphan_cleanup.core.listing import RegionListing, Resource, ResourceGroup, ResourceKind
-from orphan_cleanup.core.verdicts import DeleteResult
-from orphan_cleanup.providers.base import ResourceProvider
-from orphan_cleanup.providers.deletion import created_times, delete_group
+from orphan_cleanup.providers.deletion import OperationsProvider
 from orphan_cleanup.providers.gcp.calls import GcpCalls, read_retry
 from orphan_cleanup.providers.gcp.clients import build_gcp_clients
 from orphan_cleanup.providers.gcp.kinds import INSTANCE, parse_time
@@ -37,7 +34,7 @@ LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 _DEFAULT: Any = object()
 
 
-class GcpProvider(ResourceProvider):
+class GcpProvider(OperationsProvider):
     """``ResourceProvider`` for one GCP backend over injected ``compute_v1`` clients.
 
     ``timeout`` bounds every call; ``operation_timeout`` bounds waiting for a
@@ -95,11 +92,12 @@ class GcpProvider(ResourceProvider):
     def iter_listing(self) -> Iterator[RegionListing]:
         yield from GcpListing(self.calls, self.backend).regions()
 
-    def _check_places(self, group: ResourceGroup) -> None:
+    def group_operations(self, group: ResourceGroup) -> GcpOperations:
         """The group's places belong to the backend's entries (a forged batch may name others)."""
         if (outside := outside_of(tuple(self.backend.regions), group)) is not None:
             raise ProviderError(f"group {group.key} names {outside}, not in a zone or region of backend"
                                 f" {self.backend.id}", region=group.region)
+        return GcpOperations(self.calls)
 
     def holds_instance(self, region: str, instance_id: str, ref: str) -> bool:
         """Only in ``region`` (the group's zone), and only a zone of this backend's entries."""
@@ -116,10 +114,6 @@ class GcpProvider(ResourceProvider):
             return False
         return False
 
-    def created_times(self, group: ResourceGroup) -> dict[str, datetime | None]:
-        self._check_places(group)
-        return created_times(GcpOperations(self.calls), group)
-
     def instance_created_at(self, instance: Resource) -> datetime | None:
         """The instance read by its numeric id in the zone it was listed in; its
         ``creationTimestamp``, as the listing reads it."""
@@ -131,17 +125,6 @@ class GcpProvider(ResourceProvider):
         if not isinstance(found, Live):  # gone, or not answered for: the deleter skips its group
             return None
         return parse_time(getattr(found.item, "creation_timestamp", "") or "")
-
-    def delete_resource_group(self, group: ResourceGroup, journal: Journal = NO_JOURNAL, *,
-                              remembered_protection: str | None = None,
-                              known_attached: Iterable[str] = ()) -> DeleteResult:
-        self._check_places(group)
-        settings = self.backend.settings
-        return delete_group(GcpOperations(self.calls), group, tag_key=self.tag_key,
-                            protect_keys={self.protect_key, *self.protect_keys}, journal=journal,
-                            remembered_protection=remembered_protection, known_attached=known_attached,
-                            snapshot_before_delete=settings.snapshot_before_delete,
-                            retain_snapshots_days=settings.retain_snapshots_days)
 
 
 # --- composition ---------------------------------------------------------------------
