@@ -55,7 +55,7 @@ BUDGET: dict[str, int | range] = {                       # first seed that catch
     "name_unchecked": 8,         # 2 (names: a name reused right after the deletion's read)
     "in_use_fails": 8,           # 0 (a snapshot an image uses, a volume attached during the delete)
     "in_use_ignored": 8,         # 0 (inuse: an orphan's volume on someone's instance)
-    "snapshot_age_unchecked": range(15, 30),  # 18 (ages: a forged batch claims a young snapshot old)
+    "snapshot_age_unchecked": range(1, 15),   # 3 (ages: a snapshot of ours younger than the retention)
     "listing_facts_trusted": range(15, 30),  # 18 (the same forged claim: its age from the listing)
     "backend_row_trusted": 8,    # 0 (moves: sim-d's row moved to the stranger's account mid-cycle)
     "oversized_fails_region": 8,  # 0 (bulk: a group too large even reduced takes its region along)
