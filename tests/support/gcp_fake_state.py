@@ -132,15 +132,17 @@ class FakeState:
     ) -> dict[str, Any]:
         """Create a disk, optionally attached to the instance named ``attached_to``
         in the same zone (it appears in the disk's ``users``), as created with it: whatever
-        the instance's status, with the disk's name as its ``deviceName``. ``created``:
-        its ``creationTimestamp`` (default now)."""
+        the instance's status, with the disk's name as its ``deviceName`` and its creation
+        time as its ``lastAttachTimestamp``. ``created``: its ``creationTimestamp`` (default
+        now)."""
         body: dict[str, Any] = {"kind": "compute#disk", "status": "READY", "sizeGb": "10", "users": []}
         with self._lock:
             disk = self._add("disks", name, zone, labels, body, project, created)
             if attached_to is not None:
                 inst = self._stored("instances", project, zone, attached_to)
-                self._link(inst, self._stored("disks", project, zone, name), boot=boot, auto_delete=auto_delete,
-                           device_name=name)
+                stored = self._stored("disks", project, zone, name)
+                self._link(inst, stored, boot=boot, auto_delete=auto_delete, device_name=name)
+                stored.body["lastAttachTimestamp"] = stored.body["creationTimestamp"]
                 disk = self.get("disks", zone, name, project=project) or disk
             return disk
 

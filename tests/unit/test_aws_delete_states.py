@@ -5,6 +5,7 @@ not listed here fails the test (the stubber has no answer for it)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -50,24 +51,44 @@ def expect_instance(stub: Stubber, state: str, iid: str = PID) -> None:
     stub.add_response("describe_instances", instance_reply(state, iid), {"InstanceIds": [iid]})
 
 
-def expect_final_read(stub: Stubber, state: str = "running") -> None:
-    """The owner read once more by id right before ``TerminateInstances``: the call acts on
-    what this read shows (its tags, state and blast must be what was judged), or not at all."""
-    expect_instance(stub, state)
-
-
 def expect_attribute(stub: Stubber, value: Any, iid: str = PID) -> None:
     stub.add_response("describe_instance_attribute", {"InstanceId": iid, "DisableApiTermination": {"Value": value}},
                       {"InstanceId": iid, "Attribute": "disableApiTermination"})
 
 
+def expect_attribute_denied(stub: Stubber, iid: str = PID) -> None:
+    stub.add_client_error("describe_instance_attribute", "UnauthorizedOperation", "not authorized",
+                          expected_params={"InstanceId": iid, "Attribute": "disableApiTermination"})
+
+
 def expect_members(stub: Stubber, vol_tags: list[dict[str, str]] = TAGS) -> None:
-    """The re-read of ``FULL``'s dependents before the terminate (a protect tag on any one
-    protects the group)."""
+    """The re-read of ``FULL``'s dependents by id before the terminate, once in the judgement
+    and once more in the final one (a protect tag on any one protects the group)."""
     stub.add_response("describe_volumes", {"Volumes": [{"VolumeId": VOL, "State": "in-use", "Tags": vol_tags}]},
                       {"Filters": [{"Name": "volume-id", "Values": [VOL]}]})
     stub.add_response("describe_security_groups", {"SecurityGroups": [{"GroupId": SG, "Tags": TAGS}]},
                       {"Filters": [{"Name": "group-id", "Values": [SG]}]})
+
+
+def expect_final_read(stub: Stubber, state: str = "running", *, reply: dict[str, Any] | None = None,
+                      attribute_denied: bool = False,
+                      members: Callable[[Stubber], None] | None = expect_members) -> None:
+    """The owner judged again right before ``TerminateInstances``: read once more by id
+    (``reply``, else ``instance_reply(state)``), its protection read again (its
+    ``disableApiTermination``: ``attribute_denied`` when that read is refused, as in the
+    judgement), then every other member re-read by id (``members``: ``FULL``'s by default,
+    None for a group of the instance alone). The call acts on what these reads show (its
+    tags, state, protections, the members' tags and its blast must be what was judged), or
+    not at all; a read in another state than the judged (running) one ends it there."""
+    stub.add_response("describe_instances", reply or instance_reply(state), {"InstanceIds": [PID]})
+    if state != "running":  # changed_since_read: nothing more is read
+        return
+    if attribute_denied:
+        expect_attribute_denied(stub)
+    else:
+        expect_attribute(stub, False)
+    if members is not None:
+        members(stub)
 
 
 def delete(client: Any, g: ResourceGroup):
@@ -140,7 +161,13 @@ def test_terminated_owner_lets_dependents_go_in_the_same_call_and_in_use_is_pend
 def test_dependency_violation_is_not_yet_and_blocks_what_depends_on_it(ec2):
     client, stub = ec2
     leftovers = group(res(ResourceKind.NETWORK_INTERFACE, ENI), res(ResourceKind.SECURITY_GROUP, SG), primary=None)
+    # no owner: every member re-read by id before any of them is touched (a protect tag on one keeps the group)
     stub.add_response("describe_network_interfaces",
+                      {"NetworkInterfaces": [{"NetworkInterfaceId": ENI, "Status": "available", "TagSet": TAGS}]},
+                      {"Filters": [{"Name": "network-interface-id", "Values": [ENI]}]})
+    stub.add_response("describe_security_groups", {"SecurityGroups": [{"GroupId": SG, "Tags": TAGS}]},
+                      {"Filters": [{"Name": "group-id", "Values": [SG]}]})
+    stub.add_response("describe_network_interfaces",  # the interface read again right before its own call
                       {"NetworkInterfaces": [{"NetworkInterfaceId": ENI, "Status": "available", "TagSet": TAGS}]},
                       {"NetworkInterfaceIds": [ENI]})
     stub.add_client_error("delete_network_interface", "InvalidNetworkInterface.InUse", expected_params={
@@ -155,10 +182,11 @@ def test_dependency_violation_is_not_yet_and_blocks_what_depends_on_it(ec2):
 def test_interface_on_a_live_instance_outside_the_group_is_never_detached(ec2):
     client, stub = ec2
     other = "i-0fedcba9876543210"
-    stub.add_response("describe_network_interfaces", {"NetworkInterfaces": [{
-        "NetworkInterfaceId": ENI, "Status": "in-use", "TagSet": TAGS,
-        "Attachment": {"AttachmentId": "eni-attach-1", "InstanceId": other, "Status": "attached"}}]},
-        {"NetworkInterfaceIds": [ENI]})
+    for _ in ("the members' re-read", "the read right before its own call"):
+        stub.add_response("describe_network_interfaces", {"NetworkInterfaces": [{
+            "NetworkInterfaceId": ENI, "Status": "in-use", "TagSet": TAGS,
+            "Attachment": {"AttachmentId": "eni-attach-1", "InstanceId": other, "Status": "attached"}}]},
+            {"NetworkInterfaceIds": [ENI]})
     expect_instance(stub, "shutting-down", other)  # outside the group, not terminated: not proof it is gone
     # no detach_network_interface answer: a detach would fail the test
 
@@ -171,12 +199,24 @@ def test_interface_on_a_live_instance_outside_the_group_is_never_detached(ec2):
 @pytest.mark.parametrize("interface_type", ["interface", "nat_gateway"])
 def test_address_on_an_interface_that_is_not_ours_stays_associated(ec2, interface_type):
     # an interface outside the group (another ref's on a live instance, a NAT gateway's that no
-    # instance holds) holds the address: in use, never disassociated, whatever holds the interface
+    # instance holds), as read now, holds the address: in use, never disassociated, whatever
+    # holds the interface
     client, stub = ec2
     not_ours = "eni-0notours0000000"
-    stub.add_response("describe_addresses", {"Addresses": [{
-        "AllocationId": EIP, "AssociationId": "eipassoc-1", "NetworkInterfaceId": not_ours,
-        "Tags": TAGS}]}, {"AllocationIds": [EIP]})
+    for _ in ("the members' re-read", "the read right before its own call"):
+        stub.add_response("describe_addresses", {"Addresses": [{
+            "AllocationId": EIP, "AssociationId": "eipassoc-1", "NetworkInterfaceId": not_ours,
+            "Tags": TAGS}]}, {"AllocationIds": [EIP]})
+    if interface_type == "interface":
+        eni = {"TagSet": [{"Key": "provider_ref", "Value": "bbbbbbbbbbbb"}],
+               "Attachment": {"AttachmentId": "eni-attach-2", "InstanceId": "i-0fedcba9876543210",
+                              "Status": "attached"}}
+    else:
+        eni = {"TagSet": [], "Attachment": {"AttachmentId": "ela-attach-1", "InstanceOwnerId": "amazon-aws",
+                                            "Status": "attached"}}
+    stub.add_response("describe_network_interfaces", {"NetworkInterfaces": [{
+        "NetworkInterfaceId": not_ours, "Status": "in-use", "InterfaceType": interface_type} | eni]},
+        {"NetworkInterfaceIds": [not_ours]})  # the interface read by id: not ours, its holder is never read
     # no disassociate_address answer: a disassociate would fail the test
 
     result = delete(client, group(res(ResourceKind.ADDRESS, EIP), primary=None))
@@ -188,9 +228,15 @@ def test_address_on_an_interface_that_is_not_ours_stays_associated(ec2, interfac
 def test_address_on_a_member_interface_ec2_does_not_answer_for_stays_associated(ec2):
     # the group's own interface answered not found (not proof that it is gone): not yet
     client, stub = ec2
-    stub.add_response("describe_addresses", {"Addresses": [{
-        "AllocationId": EIP, "AssociationId": "eipassoc-1", "NetworkInterfaceId": ENI,
-        "Tags": TAGS}]}, {"AllocationIds": [EIP]})
+    address = {"Addresses": [{"AllocationId": EIP, "AssociationId": "eipassoc-1", "NetworkInterfaceId": ENI,
+                              "Tags": TAGS}]}
+    # the members' re-read (no owner): the interface, left out of the filtered answer, is asked by id
+    stub.add_response("describe_addresses", address, {"Filters": [{"Name": "allocation-id", "Values": [EIP]}]})
+    stub.add_response("describe_network_interfaces", {"NetworkInterfaces": []},
+                      {"Filters": [{"Name": "network-interface-id", "Values": [ENI]}]})
+    stub.add_client_error("describe_network_interfaces", "InvalidNetworkInterfaceID.NotFound",
+                          expected_params={"NetworkInterfaceIds": [ENI]})
+    stub.add_response("describe_addresses", address, {"AllocationIds": [EIP]})  # right before its own call
     stub.add_client_error("describe_network_interfaces", "InvalidNetworkInterfaceID.NotFound",
                           expected_params={"NetworkInterfaceIds": [ENI]})
     # no disassociate_address answer: a disassociate would fail the test (the interface waits for it)
@@ -205,6 +251,13 @@ def test_gone_everywhere_is_deleted_without_acting(ec2):
     client, stub = ec2
     # the instance is gone: EC2 describes it terminated (for an hour); not found would be unread
     expect_instance(stub, "terminated")
+    # the members' re-read (the owner gone): what the filtered answer leaves out is asked by id
+    stub.add_response("describe_volumes", {"Volumes": []}, {"Filters": [{"Name": "volume-id", "Values": [VOL]}]})
+    stub.add_client_error("describe_volumes", "InvalidVolume.NotFound", expected_params={"VolumeIds": [VOL]})
+    stub.add_response("describe_security_groups", {"SecurityGroups": []},
+                      {"Filters": [{"Name": "group-id", "Values": [SG]}]})
+    stub.add_client_error("describe_security_groups", "InvalidGroup.NotFound", expected_params={"GroupIds": [SG]})
+    # each member read again by id as a dependent
     stub.add_client_error("describe_volumes", "InvalidVolume.NotFound", expected_params={"VolumeIds": [VOL]})
     stub.add_client_error("describe_security_groups", "InvalidGroup.NotFound", expected_params={"GroupIds": [SG]})
 
@@ -255,9 +308,9 @@ def test_operation_not_permitted_on_terminate_is_protection_not_failure(ec2):
 def test_an_attribute_read_denied_falls_back_to_the_terminate_refusal(ec2):
     client, stub = ec2
     expect_instance(stub, "running")
-    stub.add_client_error("describe_instance_attribute", "UnauthorizedOperation", "not authorized")
+    expect_attribute_denied(stub)
     expect_members(stub)
-    expect_final_read(stub)
+    expect_final_read(stub, attribute_denied=True)  # denied again in the final judgement
     stub.add_client_error("terminate_instances", "OperationNotPermitted", "may not be terminated")
 
     result = delete(client, FULL)
@@ -308,14 +361,18 @@ def test_a_member_the_instance_does_not_use_is_left_for_the_next_listing(ec2):
     client, stub = ec2
     loose = "vol-0fedcba9876543210"
     g = group(*FULL.resources, res(ResourceKind.VOLUME, loose))
+
+    def members(stub: Stubber) -> None:  # g's dependents re-read by id: the loose volume too
+        stub.add_response("describe_volumes", {"Volumes": [{"VolumeId": VOL, "State": "in-use", "Tags": TAGS},
+                                                           {"VolumeId": loose, "State": "available", "Tags": TAGS}]},
+                          {"Filters": [{"Name": "volume-id", "Values": [VOL, loose]}]})
+        stub.add_response("describe_security_groups", {"SecurityGroups": [{"GroupId": SG, "Tags": TAGS}]},
+                          {"Filters": [{"Name": "group-id", "Values": [SG]}]})
+
     expect_instance(stub, "running")
     expect_attribute(stub, False)
-    stub.add_response("describe_volumes", {"Volumes": [{"VolumeId": VOL, "State": "in-use", "Tags": TAGS},
-                                                       {"VolumeId": loose, "State": "available", "Tags": TAGS}]},
-                      {"Filters": [{"Name": "volume-id", "Values": sorted([VOL, loose])}]})
-    stub.add_response("describe_security_groups", {"SecurityGroups": [{"GroupId": SG, "Tags": TAGS}]},
-                      {"Filters": [{"Name": "group-id", "Values": [SG]}]})
-    expect_final_read(stub)
+    members(stub)
+    expect_final_read(stub, members=members)
     stub.add_response("terminate_instances", {}, {"InstanceIds": [PID]})
     expect_instance(stub, "terminated")
     for vid in (VOL, loose):  # each volume re-read by id; only the attached one deleted
@@ -337,6 +394,11 @@ def test_a_member_the_instance_does_not_use_is_left_for_the_next_listing(ec2):
 def test_a_primary_gone_before_the_call_lets_only_what_an_earlier_call_saw_attached_go(ec2):
     client, stub = ec2
     expect_instance(stub, "terminated")  # gone (not found would be unread: the group skipped)
+    # the members' re-read (the owner gone) before any of them is touched
+    stub.add_response("describe_volumes", {"Volumes": [{"VolumeId": VOL, "State": "available", "Tags": TAGS}]},
+                      {"Filters": [{"Name": "volume-id", "Values": [VOL]}]})
+    stub.add_response("describe_security_groups", {"SecurityGroups": [{"GroupId": SG, "Tags": TAGS}]},
+                      {"Filters": [{"Name": "group-id", "Values": [SG]}]})
     stub.add_response("describe_volumes", {"Volumes": [{"VolumeId": VOL, "State": "available", "Tags": TAGS}]},
                       {"VolumeIds": [VOL]})
     stub.add_response("delete_volume", {}, {"VolumeId": VOL})
@@ -380,7 +442,7 @@ def test_a_final_read_showing_a_new_delete_on_termination_volume_is_not_terminat
         devices.append({"DeviceName": "/dev/sdg", "Ebs": {"VolumeId": NEW_VOL, "DeleteOnTermination": True}})
     else:
         devices[0]["Ebs"]["DeleteOnTermination"] = True
-    stub.add_response("describe_instances", final, {"InstanceIds": [PID]})
+    expect_final_read(stub, reply=final)  # the instance, its attribute, the members
     if change == "new-foreign-volume":  # what the final read's blast names is read by its id
         stub.add_response("describe_volumes", {"Volumes": [{"VolumeId": NEW_VOL, "State": "in-use",
                                                             "Tags": OTHER_REF_TAGS}]}, {"VolumeIds": [NEW_VOL]})
@@ -467,7 +529,8 @@ def test_a_member_the_instance_uses_that_reads_gone_is_unread_and_nothing_is_ter
 def test_a_malformed_volume_id_reads_as_nothing_and_nothing_is_called(ec2):
     client, stub = ec2
     bad = "vol-not-an-id"
-    stub.add_client_error("describe_volumes", "InvalidVolumeID.Malformed", expected_params={"VolumeIds": [bad]})
+    for _ in ("the members' re-read", "the read right before its own call"):
+        stub.add_client_error("describe_volumes", "InvalidVolumeID.Malformed", expected_params={"VolumeIds": [bad]})
     # no delete_volume answer: a call would fail the test
 
     result = delete(client, group(res(ResourceKind.VOLUME, bad), primary=None))
@@ -514,7 +577,7 @@ def test_the_own_root_volume_goes_with_the_instance_as_the_final_read_shows_it(e
     stub.add_response("describe_instances", rooted_instance(), {"InstanceIds": [PID]})
     expect_attribute(stub, False)
     expect_root(stub, [])  # the blast, judged
-    stub.add_response("describe_instances", rooted_instance(), {"InstanceIds": [PID]})  # the final read
+    expect_final_read(stub, reply=rooted_instance(), members=None)  # the instance alone: no member to read
     expect_root(stub, [])  # its blast, recomputed
     stub.add_response("terminate_instances", {}, {"InstanceIds": [PID]})
     expect_instance(stub, "shutting-down")
@@ -531,7 +594,7 @@ def test_a_protect_tag_on_the_final_reads_blast_stops_the_terminate(ec2):
     stub.add_response("describe_instances", rooted_instance(), {"InstanceIds": [PID]})
     expect_attribute(stub, False)
     expect_root(stub, [])  # the blast, judged: the own root, untagged
-    stub.add_response("describe_instances", rooted_instance(), {"InstanceIds": [PID]})  # the final read
+    expect_final_read(stub, reply=rooted_instance(), members=None)  # the instance alone: no member to read
     expect_root(stub, [{"Key": "orphan-cleanup-protect", "Value": "yes"}])  # its blast, read now
     # no terminate_instances answer: a terminate fails with the stubber's error
 

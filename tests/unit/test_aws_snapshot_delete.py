@@ -41,6 +41,13 @@ def expect_volume(stub: Stubber) -> None:
                       {"VolumeIds": [VOL]})
 
 
+def expect_members(stub: Stubber) -> None:
+    """The group has no owner: its members (the one volume) are re-read by id before any of
+    them is touched (a protect tag on one keeps the group); the volume is then read again as
+    a dependent, right before its own calls (``expect_volume``)."""
+    expect_volume(stub)
+
+
 def snapshot(state: str, sid: str = SNAP) -> dict[str, Any]:
     return {"SnapshotId": sid, "VolumeId": VOL, "State": state, "Tags": SOURCE_TAGS}
 
@@ -65,6 +72,7 @@ def expect_delete_volume(stub: Stubber) -> None:
 
 def test_a_pending_snapshot_keeps_the_volume_and_the_group_in_progress(ec2):
     client, stub = ec2
+    expect_members(stub)
     expect_volume(stub)
     expect_ours(stub)
     expect_create(stub, "pending")  # no delete_volume answer: a delete would fail the test
@@ -81,6 +89,7 @@ def test_a_pending_snapshot_keeps_the_volume_and_the_group_in_progress(ec2):
 
 def test_the_next_cycle_waits_for_the_same_snapshot_without_taking_another(ec2):
     client, stub = ec2
+    expect_members(stub)
     expect_volume(stub)
     expect_ours(stub, snapshot("pending"))  # no create_snapshot answer: a second snapshot would fail
 
@@ -91,6 +100,7 @@ def test_the_next_cycle_waits_for_the_same_snapshot_without_taking_another(ec2):
 
 def test_a_completed_snapshot_lets_the_volume_go_and_is_named(ec2):
     client, stub = ec2
+    expect_members(stub)
     expect_volume(stub)
     expect_ours(stub, snapshot("error", "snap-0fffffffffffffff0"), snapshot("completed"))
     expect_volume(stub)  # read again after the snapshot's calls, right before its own
@@ -105,6 +115,7 @@ def test_a_completed_snapshot_lets_the_volume_go_and_is_named(ec2):
 
 def test_a_snapshot_taken_and_completed_at_once_lets_the_volume_go_in_the_same_call(ec2):
     client, stub = ec2
+    expect_members(stub)
     expect_volume(stub)
     expect_ours(stub)
     expect_create(stub, "completed")
@@ -122,6 +133,7 @@ def test_a_volume_that_changed_while_its_snapshot_was_taken_is_not_deleted(ec2, 
     # the snapshot's create and wait came between the volume's read and its delete: it is
     # judged again on a new read (its snapshot is kept and named all the same)
     client, stub = ec2
+    expect_members(stub)
     expect_volume(stub)
     expect_ours(stub)
     expect_create(stub, "completed")
@@ -138,6 +150,7 @@ def test_a_volume_that_changed_while_its_snapshot_was_taken_is_not_deleted(ec2, 
 
 def test_a_volume_unread_after_its_snapshot_is_pending_not_deleted(ec2):
     client, stub = ec2
+    expect_members(stub)
     expect_volume(stub)
     expect_ours(stub, snapshot("completed"))
     stub.add_response("describe_volumes", {"Volumes": []}, {"VolumeIds": [VOL]})  # an answer without it
@@ -151,6 +164,7 @@ def test_a_volume_unread_after_its_snapshot_is_pending_not_deleted(ec2):
 @pytest.mark.parametrize("state", ["error", "recovering"])
 def test_a_failed_snapshot_fails_the_group_and_keeps_the_volume(ec2, state):
     client, stub = ec2
+    expect_members(stub)
     expect_volume(stub)
     expect_ours(stub, snapshot(state))
 
@@ -162,6 +176,7 @@ def test_a_snapshot_of_another_ref_does_not_count(ec2):
     # The server filters on tags; the deleter checks them again (a reply it cannot trust):
     # one that claims to be ours but is not fails the group, and the volume is kept.
     client, stub = ec2
+    expect_members(stub)
     expect_volume(stub)
     foreign = snapshot("completed") | {"Tags": [{"Key": "provider_ref", "Value": "bbbbbbbbbbbb"},
                                                 {"Key": "orphan-cleanup-source", "Value": VOL}]}
@@ -173,6 +188,7 @@ def test_a_snapshot_of_another_ref_does_not_count(ec2):
 
 def test_without_the_setting_no_snapshot_is_read_or_taken(ec2):
     client, stub = ec2
+    expect_members(stub)
     expect_volume(stub)
     expect_delete_volume(stub)
 

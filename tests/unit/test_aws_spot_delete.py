@@ -6,6 +6,7 @@ lifecycle, a request without its id) are played here."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -46,6 +47,11 @@ def expect_attribute(stub: Stubber) -> None:
                       {"InstanceId": PID, "Attribute": "disableApiTermination"})
 
 
+def expect_attribute_denied(stub: Stubber) -> None:
+    stub.add_client_error("describe_instance_attribute", "UnauthorizedOperation", "not authorized",
+                          expected_params={"InstanceId": PID, "Attribute": "disableApiTermination"})
+
+
 def expect_request(stub: Stubber, **fields: Any) -> None:
     item = {"SpotInstanceRequestId": SIR, "Type": "persistent", "State": "active", "InstanceId": PID,
             "Tags": TAGS} | fields
@@ -67,10 +73,20 @@ def expect_cancel(stub: Stubber) -> None:
         {"SpotInstanceRequestId": SIR, "State": "cancelled"}]}, {"SpotInstanceRequestIds": [SIR]})
 
 
-def expect_final_read(stub: Stubber, **fields: Any) -> None:
-    """The owner read once more by id right before ``TerminateInstances`` (after the cancel,
-    if any): the call acts on what this read shows, or not at all."""
+def expect_final_read(stub: Stubber, *, denied: bool = False,
+                      members: Callable[[Stubber], None] | None = expect_member_read, **fields: Any) -> None:
+    """The owner judged again right before ``TerminateInstances`` (after the cancel, if any):
+    read once more by id, its ``disableApiTermination`` read again (``denied``: refused, as in
+    the judgement), then the other members re-read by id (``members``: ``OWNER``'s request as
+    ``expect_member_read`` answers it by default, None for a group of the instance alone). The
+    call acts on what these reads show, or not at all."""
     expect_spot_instance(stub, **fields)
+    if denied:
+        expect_attribute_denied(stub)
+    else:
+        expect_attribute(stub)
+    if members is not None:
+        members(stub)
 
 
 def expect_terminate(stub: Stubber) -> None:
@@ -91,7 +107,9 @@ def test_a_persistent_request_is_cancelled_and_confirmed_before_the_instance_is_
     spot_owner_read(stub, State=state)
     expect_cancel(stub)
     expect_request(stub, State="cancelled")  # the confirming re-read
-    expect_final_read(stub)  # the owner judged again after the cancel, right before its own call
+    # the owner judged again after the cancel, right before its own call: the request re-read
+    # among the members shows it cancelled (gone)
+    expect_final_read(stub, members=lambda s: expect_request(s, State="cancelled"))
     expect_terminate(stub)  # the stubber answers only in this order: terminate after cancel
 
     result = delete(client)
@@ -214,7 +232,7 @@ def test_an_on_demand_instance_reads_no_spot_request(ec2):
     client, stub = ec2
     expect_spot_instance(stub, InstanceLifecycle=None, SpotInstanceRequestId=None)
     expect_attribute(stub)
-    expect_final_read(stub, InstanceLifecycle=None, SpotInstanceRequestId=None)
+    expect_final_read(stub, members=None, InstanceLifecycle=None, SpotInstanceRequestId=None)
     expect_terminate(stub)
 
     group = ResourceGroup(provider_ref=REF, region=REGION, primary_id=PID, resources=(res(ResourceKind.INSTANCE, PID),))
@@ -228,7 +246,8 @@ def test_a_final_read_after_the_cancel_showing_a_protect_tag_is_not_terminated(e
     spot_owner_read(stub)
     expect_cancel(stub)
     expect_request(stub, State="cancelled")
-    expect_final_read(stub, Tags=[*TAGS, {"Key": "orphan-cleanup-protect", "Value": ""}])
+    # the final read shows a protect tag: the judgement ends there (no attribute, no member read)
+    expect_spot_instance(stub, Tags=[*TAGS, {"Key": "orphan-cleanup-protect", "Value": ""}])
     # no terminate answer: a terminate would fail the test
 
     result = delete(client)
@@ -238,11 +257,6 @@ def test_a_final_read_after_the_cancel_showing_a_protect_tag_is_not_terminated(e
 
 
 # ---- the termination protection unknown: nothing is cancelled ---------------------------------------
-
-def expect_attribute_denied(stub: Stubber) -> None:
-    stub.add_client_error("describe_instance_attribute", "UnauthorizedOperation", "not authorized",
-                          expected_params={"InstanceId": PID, "Attribute": "disableApiTermination"})
-
 
 def test_an_attribute_read_denied_leaves_a_persistent_request_and_its_instance_alone(ec2):
     # attack F5: the cancel must never come before the protection is known; with the attribute
@@ -268,7 +282,7 @@ def test_an_attribute_read_denied_with_nothing_to_cancel_falls_back_to_the_termi
     expect_attribute_denied(stub)
     expect_member_read(stub)
     expect_request(stub, Type="one-time")  # nothing would relaunch it: nothing to cancel first
-    expect_final_read(stub)
+    expect_final_read(stub, denied=True)  # denied again in the final judgement
     stub.add_client_error("terminate_instances", "OperationNotPermitted", "may not be terminated",
                           expected_params={"InstanceIds": [PID]})
 
@@ -286,7 +300,8 @@ LEFTOVER = ResourceGroup(provider_ref=REF, region=REGION, primary_id=None,
 
 def test_a_leftover_request_is_cancelled(ec2):
     client, stub = ec2
-    expect_request(stub, State="open", InstanceId=None)
+    expect_request(stub, State="open", InstanceId=None)  # the members' re-read (no owner), before any call
+    expect_request(stub, State="open", InstanceId=None)  # read again right before its own call
     expect_cancel(stub)
     expect_request(stub, State="cancelled", InstanceId=None)  # the cancel confirmed by a re-read
 
@@ -297,7 +312,8 @@ def test_a_leftover_request_is_cancelled(ec2):
 
 def test_a_leftover_request_of_a_live_instance_outside_the_group_is_pending_not_cancelled(ec2):
     client, stub = ec2
-    expect_request(stub, InstanceId=OTHER)
+    expect_request(stub, InstanceId=OTHER)  # the members' re-read (no owner), before any call
+    expect_request(stub, InstanceId=OTHER)  # read again right before its own call
     stub.add_response("describe_instances", {"Reservations": [{"Instances": [
         {"InstanceId": OTHER, "State": {"Name": "running", "Code": 16}}]}]}, {"InstanceIds": [OTHER]})
     # no cancel answer: a cancel would fail the test

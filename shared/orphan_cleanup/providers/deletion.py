@@ -13,7 +13,9 @@ The steps, in order (rules 3, 12, 14, 15, 19, 21):
 
 1. the owner (the group's instance) is re-read by id; gone, it is done, and only what an
    earlier deletion confirmed attached to it may follow (``known_attached``); another
-   ref's, no ref, or a protect tag leaves the group alone;
+   ref's, no ref, or a protect tag leaves the group alone. A group without an owner (or
+   whose owner was gone) has every member re-read before any is touched: a protect tag on
+   one, or one that cannot be read, leaves the whole group alone (``members_step``);
 2. unless its deletion is already under way: its protections (a controller, a
    termination or deletion protection, one an earlier delete found: rule 14) make the
    group ``PROTECTED``; every other member is re-read by id, and a protect tag on any of
@@ -25,9 +27,11 @@ The steps, in order (rules 3, 12, 14, 15, 19, 21):
    resource attached at launch (``Doomed.own_device``); anything else skips the group and
    names the resource that blocked it (rule 15);
 5. what must happen first (the AWS spot request's cancel, never before its protection is
-   known); then the owner is read once more and judged again (its tags, its blast): the
-   delete call acts on that last read, journaled (rule 19), and is confirmed terminating or
-   gone by a re-read (seed 002);
+   known); then the owner and the other members are read once more and judged again (its
+   tags, its protections, the members' protect tags, its blast on these reads): the delete
+   call acts on that last read, journaled (rule 19), and is confirmed terminating or gone
+   by a re-read (seed 002); a call the provider accepted whose confirming read fails still
+   counts as made, so the result keeps what the deletion learnt;
 6. the dependents, in the order the kinds' ``depends_on`` give, each re-read by id right
    before its own call (never across another call's wait); one still used by the group's
    own terminating owner is "not yet" (pending), one used by anything else is ``in_use``
@@ -39,12 +43,13 @@ The steps, in order (rules 3, 12, 14, 15, 19, 21):
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import cast
 
 from orphan_cleanup.core.errors import DependencyNotReady, ProviderError, ProviderUnavailable, ResourceInUse
-from orphan_cleanup.core.journal import NO_JOURNAL, Journal
+from orphan_cleanup.core.journal import NO_JOURNAL, Journal, Outcome
 from orphan_cleanup.core.listing import ResourceGroup, ResourceKind, ResourceState
 from orphan_cleanup.core.verdicts import DeleteResult, DeleteStatus, SkippedResource
 from orphan_cleanup.providers.base import ResourceProvider, describe_error
@@ -126,10 +131,13 @@ class _Run:
                 reason = self._delete_first(replacement)
                 if reason is not None:
                     return self._skip_group(primary, reason)
-            final = self._judged_again(owner, members, blast)
+            final = self._judged_again(owner, blast)
+            if isinstance(final, tuple):
+                return self._protect_group(primary, *final)
             if isinstance(final, str):
-                return self._skip_group(primary, final)
-            after = self.ops.delete(final, self.journal, blast)
+                return self._skip_group(primary, final, others="group_protected" if final == "group_protected"
+                                        else "owner_skipped")
+            after = self._delete_call(final, blast)
         except DeleteRefused as refused:
             return self._protect_group(primary, refused.reason, refused.detail)
         except Blocked as blocked:
@@ -145,12 +153,15 @@ class _Run:
                                 " not shutting-down or terminated", region=primary.location)
         return self._deleting(primary.id)
 
-    def _judged_again(self, owner: Live, members: Mapping[str, Live], blast: tuple[str, ...]) -> Live | str:
-        """The owner read once more, right before its delete call, after every other read and
-        call of the judgement: the call acts on what this read shows, or not at all. Its tags
-        must still make it the group's, and what its delete would take along is judged again
-        on this read and must be what was judged; otherwise the group is left this time
-        (``changed_since_read``, ``unreadable``, or the reason its tags or blast give)."""
+    def _judged_again(self, owner: Live, blast: tuple[str, ...]) -> Live | str | tuple[str, str]:
+        """The owner and the other members read once more, right before the owner's delete
+        call, after every other read and call of the judgement: the call acts on what these
+        reads show, or not at all. The owner's tags must still make it the group's, no
+        protection (a controller that took it over meanwhile: rule 14) and no member's protect
+        tag may have appeared, and what its delete would take along is judged again on these
+        reads and must be what was judged; otherwise the group is left this time
+        (``changed_since_read``, ``unreadable``, the protection, or the reason its tags,
+        members or blast give)."""
         final = self.ops.read([owner.target])[owner.id]
         if final is None or isinstance(final, Live) and final.state is not owner.state:
             return "changed_since_read"
@@ -159,6 +170,12 @@ class _Run:
         reason = self.not_ours(final)
         if reason is not None:
             return reason
+        protection = self.ops.protection(final, self.remembered)
+        if protection is not None:
+            return protection
+        members = self._members_before_delete()
+        if isinstance(members, str):
+            return members
         again = self._blast(final, members)
         if isinstance(again, str):
             return again
@@ -172,7 +189,7 @@ class _Run:
         if reason is not None:
             self.skipped.append(SkippedResource(kind=kind, id=replacement.id, reason=reason))
             return f"{kind.value.replace('-', '_')}_{reason}"
-        after = self.ops.delete(replacement, self.journal)
+        after = self._delete_call(replacement)
         if after is not None and after.state is not ResourceState.TERMINATING:
             raise ProviderError(f"{kind} {replacement.id} is still {after.raw_state} after its delete call",
                                 region=replacement.target.location)
@@ -180,6 +197,32 @@ class _Run:
         if replacement.id in self.targets:
             self.deleted.append(replacement.id)
         return None
+
+    def _delete_call(self, live: Live, blast: tuple[str, ...] = ()) -> Live | None:
+        """``ops.delete``, noting a call the provider accepted (journaled ``ok`` or ``gone``):
+        when a later part of it fails (the confirming read), that resource counts as deleted,
+        unconfirmed, so what the deletion learnt (its ``attached``) stays on record."""
+        acted = _Acted(self.journal, live.id)
+        try:
+            return self.ops.delete(live, acted, blast)
+        except ProviderError:
+            if acted.acted:
+                self.deleted.append(live.id)
+            raise
+
+    def members_step(self) -> DeleteStatus | None:
+        """Where no owner's step judged the group (it has none, or it was gone): every
+        member re-read before any of them is touched; a protect tag on any of them protects
+        the whole group (rule 3), a member that cannot be read leaves it this time (fail
+        closed). None: the dependents go on."""
+        read = self._members_before_delete()
+        if not isinstance(read, str):
+            return None
+        others = "group_protected" if read == "group_protected" else "member_unreadable"
+        named = {s.id for s in self.skipped} | set(self.deleted)
+        self.skipped.extend(SkippedResource(kind=t.kind, id=t.id, reason=others)
+                            for t in self.targets.values() if t.id not in named)
+        return DeleteStatus.SKIPPED
 
     def _deleting(self, owner_id: str) -> DeleteStatus:
         """The owner's deletion is under way (it counts as deleted, and is not finished):
@@ -279,7 +322,7 @@ class _Run:
             self.skipped.append(SkippedResource(kind=target.kind, id=target.id, reason=reason))
             return
         try:
-            ready = self.ops.ready(live, self.group.primary_id, frozenset(self.targets), self.journal)
+            ready = self.ops.ready(live, self.group.primary_id, self.ours, self.journal)
             if ready is Readiness.READY and self.snapshots is not None \
                     and target.kind in (ResourceKind.VOLUME, ResourceKind.DISK):
                 if not self.snapshots.ready(live, self.journal):
@@ -290,7 +333,7 @@ class _Run:
                         return
                     live = again
             if ready is Readiness.READY:
-                after = self.ops.delete(live, self.journal)
+                after = self._delete_call(live)
                 if after is not None and after.state is not ResourceState.TERMINATING:
                     ready = Readiness.NOT_YET
         except DependencyNotReady:
@@ -327,6 +370,10 @@ class _Run:
         return live if isinstance(live, Live) else None
 
     # -- verdicts ------------------------------------------------------------------------
+
+    def ours(self, live: Live) -> bool:
+        """Whether a resource, as just read, is a member the deletion may change."""
+        return live.id in self.targets and self.not_ours(live) is None
 
     def not_ours(self, live: Live) -> str | None:
         """Why a resource read now is not the group's to delete: a protect tag, no ref, another ref."""
@@ -382,6 +429,25 @@ class _Run:
         )
 
 
+class _Acted:
+    """The journal of one delete call, passed through, noting whether the provider accepted
+    the call on ``target`` (its result ``ok`` or ``gone``)."""
+
+    def __init__(self, journal: Journal, target: str) -> None:
+        self.journal = journal
+        self.target = target
+        self.acted = False
+
+    def intent(self, call: str, target: str, *, region: str | None, blast: Sequence[str] = ()) -> object:
+        return self.journal.intent(call, target, region=region, blast=blast), target
+
+    def result(self, intent: object, outcome: Outcome, error: str | None = None) -> None:
+        handle, target = cast(tuple[object, str], intent)
+        self.journal.result(handle, outcome, error)
+        if target == self.target and outcome in ("ok", "gone"):
+            self.acted = True
+
+
 def targets_of(group: ResourceGroup, kinds: Iterable[ResourceKind]) -> dict[str, Target]:
     """What the deleter takes from a listed group (rule 21), refusing a shape no listing
     could have produced (fail closed: ``ProviderError``, nothing is touched): a kind the
@@ -417,6 +483,10 @@ def delete_group(ops: Operations, group: ResourceGroup, *, tag_key: str, protect
     try:
         if group.primary_id is not None:
             status = run.owner_step(targets[group.primary_id])
+            if status is not None:
+                return run.result(status)
+        if group.primary_id is None or run.primary_was_gone:
+            status = run.members_step()
             if status is not None:
                 return run.result(status)
         run.dependents_step()

@@ -8,7 +8,7 @@ and the simulation's in-memory cloud implement it; the steps are ``deletion``'s 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -206,9 +206,11 @@ class Operations(ABC):
         ``Resource.created_at``); None when the provider reports none."""
 
     @abstractmethod
-    def ready(self, live: Live, owner_id: str | None, member_ids: frozenset[str], journal: Journal) -> Readiness:
+    def ready(self, live: Live, owner_id: str | None, ours: Callable[[Live], bool], journal: Journal) -> Readiness:
         """Whether a dependent may be deleted now, making it so when that is safe (an
-        interface detached or an address disassociated from an instance that is gone,
-        journaled): ``NOT_YET`` while the group's owner ``owner_id`` or another member
-        (``member_ids``) still holds it, or what holds it cannot be told yet; ``IN_USE``
-        when anything outside the group does."""
+        interface detached or an address disassociated from an instance that is gone, or
+        from an interface ``ours`` accepts: journaled): ``NOT_YET`` while the group's owner
+        ``owner_id`` still holds it, or what holds it cannot be told yet; ``IN_USE`` when
+        anything outside the group does. ``ours(live)``: whether a resource, as the
+        operations just read it, is a member of the group the deletion may change (the
+        group's ref, no protect tag); nothing else may be changed to free a dependent."""

@@ -33,7 +33,7 @@ EC2 specifics:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -284,7 +284,7 @@ class AwsOperations(Operations):
     def created_at(self, live: Live) -> datetime | None:
         return as_utc(dig(live.item, BY_KIND[live.target.kind].created_path))  # as the listing reads it
 
-    def ready(self, live: Live, owner_id: str | None, member_ids: frozenset[str], journal: Journal) -> Readiness:
+    def ready(self, live: Live, owner_id: str | None, ours: Callable[[Live], bool], journal: Journal) -> Readiness:
         spec, item = BY_KIND[live.target.kind], live.item
         if spec is VOLUME:  # never detached: AWS detaches it when its instance is gone
             if VOLUME.raw_state(item) == "available":
@@ -294,7 +294,7 @@ class AwsOperations(Operations):
         if spec is NETWORK_INTERFACE:
             return self._detach_interface(item, owner_id, journal)
         if spec is ADDRESS:
-            return self._disassociate_address(item, owner_id, member_ids, journal)
+            return self._disassociate_address(item, owner_id, ours, journal)
         if spec is SPOT_REQUEST:  # never cancel the request of a live instance outside the group
             return self._holder(item.get("InstanceId") or None, owner_id)
         return Readiness.READY
@@ -311,11 +311,12 @@ class AwsOperations(Operations):
                         journal=journal, AttachmentId=attachment["AttachmentId"])
         return Readiness.READY
 
-    def _disassociate_address(self, address: Item, owner_id: str | None, member_ids: frozenset[str],
+    def _disassociate_address(self, address: Item, owner_id: str | None, ours: Callable[[Live], bool],
                               journal: Journal) -> Readiness:
         """Break an association only from what is gone: an instance EC2 answers terminated,
-        or an interface of the group whose own instance is (or that has none). An interface
-        outside the group (a NAT gateway's, a load balancer's, another ref's) holds it."""
+        or an interface of the group, as read now (its ref, no protect tag: ``ours``), whose
+        own instance is gone (or that has none). Any other interface (a NAT gateway's, a load
+        balancer's, another ref's, a protected one) holds it."""
         association = address.get("AssociationId")
         if not association:
             return Readiness.READY
@@ -326,11 +327,11 @@ class AwsOperations(Operations):
             if holder is not Readiness.READY:
                 return holder
         elif eni_id is not None:
-            if str(eni_id) not in member_ids:
-                return Readiness.IN_USE
             eni = self.read([Target(ResourceKind.NETWORK_INTERFACE, str(eni_id), self.region)])[str(eni_id)]
             if not isinstance(eni, Live):  # not found is not proof that it is gone
                 return Readiness.NOT_YET
+            if not ours(eni):
+                return Readiness.IN_USE
             holder = self._holder(dig(eni.item, ("Attachment", "InstanceId")), owner_id)
             if holder is not Readiness.READY:
                 return holder

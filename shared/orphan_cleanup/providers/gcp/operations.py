@@ -24,7 +24,7 @@ GCE specifics:
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -62,6 +62,16 @@ DISK_LINK = re.compile(r"(?:^|/)projects/([^/]+)/zones/([a-z]+-[a-z]+\d+-[a-z])/
                        r"([a-z](?:[-a-z0-9]{0,61}[a-z0-9])?)$")
 INSTANCE_LINK = re.compile(r"(?:^|/)projects/([^/]+)/zones/([a-z]+-[a-z]+\d+-[a-z])/instances/"
                            r"([a-z](?:[-a-z0-9]{0,61}[a-z0-9])?)$")
+
+
+def own_boot_disk(disk: Any, launched: datetime | None) -> bool:
+    """Whether a boot disk came with its instance (rule 15): created, and last attached,
+    within ``AT_LAUNCH`` of the instance's creation. A disk swapped in later (a stopped VM's
+    boot disk replaced) was last attached then, whenever it was created."""
+    created = parse_time(getattr(disk, "creation_timestamp", "") or "")
+    last_attached = str(getattr(disk, "last_attach_timestamp", "") or "")
+    return attached_at_launch(created, launched) and (
+        not last_attached or attached_at_launch(parse_time(last_attached), launched))
 
 
 class GcpOperations(Operations):
@@ -149,8 +159,7 @@ class GcpOperations(Operations):
                     out.append(Doomed(ResourceKind.DISK, source[-200:], None))
                     continue
                 live = self._live(DISK, Target(ResourceKind.DISK, str(item.id), where.group(2)), item)
-            own = getattr(attached, "boot", False) is True and attached_at_launch(
-                parse_time(getattr(live.item, "creation_timestamp", "") or ""), launched)
+            own = getattr(attached, "boot", False) is True and own_boot_disk(live.item, launched)
             out.append(Doomed(ResourceKind.DISK, live.id, live, own))
         return out
 
@@ -184,7 +193,7 @@ class GcpOperations(Operations):
     def created_at(self, live: Live) -> datetime | None:
         return parse_time(getattr(live.item, "creation_timestamp", "") or "")  # as the listing reads it
 
-    def ready(self, live: Live, owner_id: str | None, member_ids: frozenset[str], journal: Journal) -> Readiness:
+    def ready(self, live: Live, owner_id: str | None, ours: Callable[[Live], bool], journal: Journal) -> Readiness:
         spec, item = KIND_BY_RESOURCE[live.target.kind], live.item
         if not spec.in_use(item):
             return Readiness.READY
