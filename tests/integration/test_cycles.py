@@ -337,7 +337,8 @@ def test_concurrent_batches_complete_the_listing_exactly_once(ledger):
 def test_load_records_is_one_statement_for_500_groups(db):
     # given a ledger with live, soft-deleted and hard-deleted owners, and leftovers of earlier orphans
     add_backend(db, B)
-    add_backend(db, "other")
+    add_backend(db, "other", account="210987654321")
+    add_backend(db, "sibling")  # another backend of B's account (rule 10)
     live = [make_ref() for _ in range(200)]
     soft = [make_ref() for _ in range(100)]
     hard = [make_ref() for _ in range(100)]
@@ -350,6 +351,9 @@ def test_load_records_is_one_statement_for_500_groups(db):
         conn.run("INSERT INTO orphan_resources (backend_id, provider_ref, resource_id)"
                  " SELECT b, x, b || '-vol-' || x FROM unnest(CAST(:refs AS text[])) AS x,"
                  " unnest(ARRAY[:b1, :b2]) AS b", refs=left, b1=B, b2="other")
+        conn.run("INSERT INTO orphan_resources (backend_id, provider_ref, resource_id)"
+                 " SELECT 'sibling', x, 'sibling-eni-' || x FROM unnest(CAST(:refs AS text[])) AS x",
+                 refs=left[:10])
     groups = ([group(r, f"i-{r}") for r in live + soft + hard + unknown]
               + [leftovers(r, f"{B}-vol-{r}") for r in left])
     assert len(groups) == 500
@@ -366,8 +370,10 @@ def test_load_records_is_one_statement_for_500_groups(db):
     gone = [records[r] for r in hard + left]
     assert all(not g.instance_found and g.status is None and g.owner_id == f"inst-{g.provider_ref}" for g in gone)
     assert all(g.issued_at == T0 for g in gone)
-    # leftovers carry this backend's known orphan resource ids only
-    assert all(records[r].known_orphan_resource_ids == {f"{B}-vol-{r}"} for r in left)
+    # leftovers carry the known orphan resource ids of this backend's account only: a sibling
+    # backend's deletion counts (ownership by account), another account's does not
+    assert all(records[r].known_orphan_resource_ids == {f"{B}-vol-{r}", f"sibling-eni-{r}"} for r in left[:10])
+    assert all(records[r].known_orphan_resource_ids == {f"{B}-vol-{r}"} for r in left[10:])
     assert all(records[r].known_orphan_resource_ids == frozenset() for r in live + hard)
     live_rec = records[live[0]]
     assert (live_rec.status, live_rec.backend_id, live_rec.primary_id) == ("idle", B, f"i-{live[0]}")

@@ -96,12 +96,15 @@ class Settle:
         verdicts = self.admin.run(
             "SELECT g.verdict, g.reason, g.action, c.outcome FROM cycle_groups g JOIN cycles c ON c.id = g.cycle_id"
             " WHERE g.resources::text LIKE :p ORDER BY c.started_at DESC LIMIT 1", p=f'%"{rid}"%')
+        recorded = sorted(row[0] for row in self.admin.run(
+            "SELECT backend_id FROM orphan_resources WHERE resource_id = :r", r=rid))
         return (f"  {rid} {r.kind.value} account={self.world.of(rid).account} {r.state.value}"
                 f" region={r.region} tags={r.tags}"
                 f" created=+{int((r.created_at - EPOCH).total_seconds())}s attached_to={r.attached_to}"
                 f" origin={m.origin if m else None} attempt={m.attempt if m else None}; {who}"
                 f" backend={owner.backend if owner else None};"
-                f" last product verdict: {verdicts[0] if verdicts else 'never recorded'}")
+                f" last product verdict: {verdicts[0] if verdicts else 'never recorded'};"
+                f" an orphan's leftover to {recorded or 'no backend'}")
 
     def _liveness(self) -> str:
         self.checker.checks["L1"] += 1
@@ -119,11 +122,11 @@ class Settle:
             return "violation"
         # Report mode: each backend's last complete cycle reports the orphans in its account and regions.
         for bid, spec in sorted(self.backends.items()):
-            # A detached leftover of a live owner is an orphan to a backend once that backend's
-            # own deletion recorded it (``orphan_resources`` is per backend): another backend of
-            # the account that deleted its VM knows it, this one does not.
+            # A detached leftover of a live owner is an orphan to a backend once the deletion of
+            # a backend of its account recorded it (``orphan_resources``, read by account: rule 10).
             known_here = frozenset(r[0] for r in self.admin.run(
-                "SELECT resource_id FROM orphan_resources WHERE backend_id = :b", b=bid))
+                "SELECT o.resource_id FROM orphan_resources o JOIN backends b ON b.id = o.backend_id"
+                " WHERE b.account = :a", a=spec.account))
             mine = [rid for rid in orphans if self.world.of(rid).account == spec.account
                     and self.world.resources[rid].region in spec.regions
                     and self.platform.is_orphan(rid, known=known_here)]

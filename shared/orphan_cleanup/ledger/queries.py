@@ -75,7 +75,9 @@ SCOPE_SQL = ("{t}.provider || ':' || CASE WHEN {t}.provider = 'gcp'"
 # STEP 3 in one statement: every ref of the batch with its owner, including
 # soft-deleted owners and refs whose owner row is gone (LEFT JOIN), with the
 # account of the backend each owner names (SAFETY.md rule 10). For refs
-# with leftover groups, the resource ids earlier cycles saw in orphan groups; for
+# with leftover groups, the resource ids the deletions of any backend of the same account
+# saw attached to orphan VMs they deleted (rule 10: ownership is by account; a backend that
+# shares the account's listing knows what another one's deletion learnt); for
 # every ref, the primaries an earlier delete found termination-protected (rule 14:
 # no listing shows that protection, the orphans row remembers it; an index probe
 # on orphans_ref_idx per ref).
@@ -99,8 +101,10 @@ SELECT coalesce(json_agg(json_build_object(
            'owner_backend_scope', {scope},
            'known_orphan_resource_ids',
            CASE WHEN r.provider_ref = ANY(string_to_array(:leftover, ',')) THEN
-               (SELECT coalesce(json_agg(o.resource_id), '[]') FROM orphan_resources o
-                 WHERE o.backend_id = :backend AND o.provider_ref = r.provider_ref)
+               (SELECT coalesce(json_agg(DISTINCT o.resource_id), '[]') FROM orphan_resources o
+                 WHERE o.provider_ref = r.provider_ref AND o.backend_id IN (
+                       SELECT kb.id FROM backends kb, backends me WHERE me.id = :backend
+                          AND {kscope} = {mescope}))
            ELSE '[]' END,
            'protected_primaries',
            (SELECT coalesce(json_object_agg(o.primary_id, o.reason), '{}') FROM orphans o
@@ -111,7 +115,8 @@ SELECT coalesce(json_agg(json_build_object(
          ON i.provider_ref = r.provider_ref AND i.provider_ref = ANY(string_to_array(:refs, ','))
   LEFT JOIN backends ob ON ob.id = i.backend_id
  WHERE r.provider_ref = ANY(string_to_array(:refs, ','))
-""".replace("{scope}", SCOPE_SQL.format(t="ob"))
+""".replace("{scope}", SCOPE_SQL.format(t="ob")).replace("{kscope}", SCOPE_SQL.format(t="kb")) \
+    .replace("{mescope}", SCOPE_SQL.format(t="me"))
 
 _RECORDS = TypeAdapter(list[LedgerRecord])
 
