@@ -11,9 +11,10 @@ unless a test or the simulation sets it up):
 - names: every resource has one (its id unless given). A delete call addresses a
   resource by its name, as GCP does, and names can be reused (``rename``, ``create(name=)``);
   the operations check, right before the call, that the name still names the id they
-  read (``operations.Replaced``). A hook armed with ``after_read`` runs at the cloud's next
-  request after a resource was read: how the simulation reuses a name between a
-  deletion's read and its call;
+  read (``operations.Replaced``). A hook armed with ``after_read`` runs once a deletion
+  has read the resource, at the cloud's first request that is not a read by id (the
+  check of a name, a call): how the simulation reuses a name between a deletion's last
+  read and its call, however many times the deletion reads it first;
 - devices: an attachment has a device name and a time; an instance names its root device
   and was launched at ``created_at``. A root volume swapped in on a stopped instance later
   is not its own (``operations.attached_at_launch``), whatever its flags;
@@ -127,6 +128,11 @@ class TerminationRefused(ProviderError):
     """The terminate call was refused: the instance has termination protection."""
 
 
+#: The requests that read by id (``describe``, the attribute read): the hooks armed on a
+#: read wait past them for the next check or call.
+READS = frozenset({"describe", "describe_attribute"})
+
+
 @dataclass
 class MemoryCloud:
     """One provider account. Tests mutate it directly, as a platform would."""
@@ -144,7 +150,7 @@ class MemoryCloud:
     _ids: Iterator[int] = field(default_factory=lambda: itertools.count(1))
     _lock: threading.RLock = field(default_factory=threading.RLock)
     _after_read: dict[str, list[Callable[[], None]]] = field(default_factory=dict)
-    _next_request: list[Callable[[], None]] = field(default_factory=list)
+    _before_call: list[Callable[[], None]] = field(default_factory=list)
 
     # ---- what tests and platforms do ----------------------------------------------------
 
@@ -183,21 +189,23 @@ class MemoryCloud:
         self.resources[rid].name = name
 
     def after_read(self, rid: str, hook: Callable[[], None]) -> None:
-        """Run ``hook`` at the cloud's first request after ``rid`` is next read by id:
-        between a deletion's read and its later calls."""
+        """Run ``hook`` once ``rid`` has been read by a deletion, at the cloud's first request
+        after that which is not a read by id: between the deletion's last read and its call."""
         self._after_read.setdefault(rid, []).append(hook)
 
     # ---- the provider's side of a request ------------------------------------------------
 
     def request(self, call: str, region: str) -> None:
-        """One API request in ``region``: refused when the region fails; the hooks due at
-        the next request run first (what happened between two requests)."""
+        """One API request in ``region``: refused when the region fails; unless it is a read
+        by id, the hooks due before a call run first (what happened since the reads)."""
         if region in self.unavailable_regions:
             raise ProviderUnavailable(f"{region} is unavailable", region=region)
         if region in self.failing_regions:
             raise ProviderError(f"{region} failed", region=region)
         self.calls[call] += 1
-        hooks, self._next_request = self._next_request, []
+        if call in READS:
+            return None
+        hooks, self._before_call = self._before_call, []
         for hook in hooks:
             hook()
 
@@ -223,7 +231,7 @@ class MemoryCloud:
                 if r.kind is ResourceKind.INSTANCE else ()
             item = Item(dataclasses.replace(r, tags=dict(r.tags)), attachments)
         if progress:
-            self._next_request.extend(self._after_read.pop(rid, ()))
+            self._before_call.extend(self._after_read.pop(rid, ()))
         return item
 
     def named(self, kind: ResourceKind, region: str, name: str) -> str | None:
@@ -422,7 +430,7 @@ class MemoryOperations(Operations):
         """The cloud acting on one call (a seam: the simulation watches every call here)."""
         act()
 
-    def ready(self, live: Live, owner_id: str | None, member_ids: frozenset[str], journal: Journal) -> Readiness:
+    def ready(self, live: Live, owner_id: str | None, ours: Callable[[Live], bool], journal: Journal) -> Readiness:
         """A snapshot once taken; anything else once nothing holds it: detached from an
         instance that is gone, never from a live one."""
         r = live.item.resource
