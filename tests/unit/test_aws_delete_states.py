@@ -150,6 +150,11 @@ def test_terminated_owner_lets_dependents_go_in_the_same_call_and_in_use_is_pend
                       {"VolumeIds": [VOL]})
     stub.add_response("describe_security_groups", {"SecurityGroups": [{"GroupId": SG, "Tags": TAGS}]},
                       {"GroupIds": [SG]})
+    # the terminate acted since the members were read: the member still to go is read again
+    # right before the next call (a protect tag put on it meanwhile stops the deletion)
+    stub.add_response("describe_volumes", {"Volumes": [{"VolumeId": VOL, "State": "in-use", "Tags": TAGS,
+                                                        "Attachments": [{"InstanceId": PID}]}]},
+                      {"VolumeIds": [VOL]})
     stub.add_response("delete_security_group", {}, {"GroupId": SG})
 
     result = delete(client, FULL)
@@ -379,6 +384,13 @@ def test_a_member_the_instance_does_not_use_is_left_for_the_next_listing(ec2):
         stub.add_response("describe_volumes", {"Volumes": [{"VolumeId": vid, "State": "available", "Tags": TAGS}]},
                           {"VolumeIds": [vid]})
         if vid == VOL:
+            # the terminate acted since the members were read: the members still to go are read
+            # again right before the first dependent's call
+            stub.add_response("describe_security_groups", {"SecurityGroups": [{"GroupId": SG, "Tags": TAGS}]},
+                              {"Filters": [{"Name": "group-id", "Values": [SG]}]})
+            stub.add_response("describe_volumes", {"Volumes": [{"VolumeId": loose, "State": "available",
+                                                                "Tags": TAGS}]},
+                              {"Filters": [{"Name": "volume-id", "Values": [loose]}]})
             stub.add_response("delete_volume", {}, {"VolumeId": VOL})
     stub.add_response("describe_security_groups", {"SecurityGroups": [{"GroupId": SG, "Tags": TAGS}]},
                       {"GroupIds": [SG]})

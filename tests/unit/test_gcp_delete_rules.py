@@ -255,7 +255,7 @@ def booted_vm() -> compute.Instance:
 
 def boot_disk(labels: dict[str, str]) -> compute.Disk:
     return compute.Disk(id=9, name="boot", status="READY", labels=labels, self_link=BOOT_LINK, users=[VM_LINK],
-                        creation_timestamp=CREATED)
+                        creation_timestamp=CREATED, last_attach_timestamp=CREATED)
 
 
 def boot_reads(calls: StubCalls, *labels: dict[str, str]) -> None:

@@ -88,6 +88,7 @@ class _Run:
     attached: set[str] = field(default_factory=set)
     primary_was_gone: bool = False
     protection: tuple[str, str] | None = None
+    acted_since_read: bool = False  # a call acted since the members were last read
 
     # -- the owner ---------------------------------------------------------------------
 
@@ -173,7 +174,7 @@ class _Run:
         protection = self.ops.protection(final, self.remembered)
         if protection is not None:
             return protection
-        members = self._members_before_delete()
+        members = self._members_before_delete(frozenset(self.deleted))  # (a spot request cancelled first)
         if isinstance(members, str):
             return members
         again = self._blast(final, members)
@@ -206,9 +207,11 @@ class _Run:
         try:
             return self.ops.delete(live, acted, blast)
         except ProviderError:
-            if acted.acted:
-                self.deleted.append(live.id)
+            if acted.acted:  # (a spot request outside the group: cancelled, never named deleted)
+                (self.deleted if live.id in self.targets else self.cancelled).append(live.id)
             raise
+        finally:
+            self.acted_since_read = self.acted_since_read or acted.acted
 
     def members_step(self) -> DeleteStatus | None:
         """Where no owner's step judged the group (it has none, or it was gone): every
@@ -231,12 +234,12 @@ class _Run:
         self.pending.extend(i for i in self.targets if i == owner_id or i not in self.deleted)
         return DeleteStatus.DELETING
 
-    def _members_before_delete(self) -> dict[str, Live] | str:
-        """Every other member re-read by id right before the owner's delete: a protect tag
-        on any of them protects the whole group, as the classifier reads a listing (rule
-        12), whether or not the delete would take it. The members read, or why the group is
-        skipped: ``group_protected`` (the protected members named), ``member_unreadable``."""
-        others = [t for t in self.targets.values() if t.id != self.group.primary_id]
+    def _members_before_delete(self, done: frozenset[str] = frozenset()) -> dict[str, Live] | str:
+        """Every other member (but those ``done``) re-read by id right before a delete: a
+        protect tag on any of them protects the whole group, as the classifier reads a listing
+        (rule 12), whether or not the delete would take it. The members read, or why the group
+        is skipped: ``group_protected`` (the protected members named), ``member_unreadable``."""
+        others = [t for t in self.targets.values() if t.id != self.group.primary_id and t.id not in done]
         read = self.ops.read(others) if others else {}
         fresh = {rid: live for rid, live in read.items() if isinstance(live, Live)}
         protected = [live.target for live in fresh.values() if not self.protect_keys.isdisjoint(live.tags)]
@@ -328,11 +331,13 @@ class _Run:
                 if not self.snapshots.ready(live, self.journal):
                     ready = Readiness.NOT_YET
                 else:  # the snapshot's calls and wait came between: judged again on a new read
+                    self.acted_since_read = True
                     again = self._read_again(target)
                     if not isinstance(again, Live):
                         return
                     live = again
             if ready is Readiness.READY:
+                self._siblings_still_the_groups(target)
                 after = self._delete_call(live)
                 if after is not None and after.state is not ResourceState.TERMINATING:
                     ready = Readiness.NOT_YET
@@ -353,6 +358,29 @@ class _Run:
         else:  # a verdict, not a failure: named, and not finished (the group stays unsettled)
             self.pending.append(target.id)
             self.skipped.append(SkippedResource(kind=target.kind, id=target.id, reason="in_use"))
+
+    def _siblings_still_the_groups(self, target: Target) -> None:
+        """Right before a dependent's call, when another call acted (and maybe waited) since
+        the members were last read: the members still to go are read again, and a protect
+        tag on any of them (or one that cannot be read) stops the deletion (``_GroupLeft``),
+        as it would have stopped it at the start (rule 3)."""
+        if not self.acted_since_read:
+            return
+        done = frozenset({*self.deleted, *(s.id for s in self.skipped), target.id})
+        read = self._members_before_delete(done)
+        if isinstance(read, str):
+            raise _GroupLeft(read)
+        self.acted_since_read = False
+
+    def group_left(self, reason: str) -> DeleteResult:
+        """The deletion stopped part-way because a member became protected or unreadable: what
+        went is on record, every member not named yet is left (``group_protected``,
+        ``member_unreadable``), and the group is not done."""
+        named = {*self.deleted, *(s.id for s in self.skipped)}
+        self.skipped.extend(SkippedResource(kind=t.kind, id=t.id, reason=reason)
+                            for t in self.targets.values() if t.id not in named)
+        self.pending = [i for i in self.pending if i not in {s.id for s in self.skipped}]
+        return self.result(DeleteStatus.SKIPPED)
 
     def _read_again(self, target: Target) -> Live | None:
         """A dependent read again before its call (after another call's wait): its ``Live``
@@ -429,6 +457,14 @@ class _Run:
         )
 
 
+class _GroupLeft(Exception):
+    """A member became protected (or unreadable) during the deletion: the rest is left."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
 class _Acted:
     """The journal of one delete call, passed through, noting whether the provider accepted
     the call on ``target`` (its result ``ok`` or ``gone``)."""
@@ -490,10 +526,12 @@ def delete_group(ops: Operations, group: ResourceGroup, *, tag_key: str, protect
             if status is not None:
                 return run.result(status)
         run.dependents_step()
+    except _GroupLeft as left:
+        return run.group_left(left.reason)
     except DependencyNotReady:
         return DeleteResult(status=DeleteStatus.DELETING, pending=tuple(group.resource_ids()))
     except ProviderError as exc:
-        if not run.deleted:
+        if not run.deleted and not run.cancelled:
             raise
         return run.interrupted(exc)  # what went before the failure stays on record (its attached set)
     return run.result(None)

@@ -67,11 +67,11 @@ INSTANCE_LINK = re.compile(r"(?:^|/)projects/([^/]+)/zones/([a-z]+-[a-z]+\d+-[a-
 def own_boot_disk(disk: Any, launched: datetime | None) -> bool:
     """Whether a boot disk came with its instance (rule 15): created, and last attached,
     within ``AT_LAUNCH`` of the instance's creation. A disk swapped in later (a stopped VM's
-    boot disk replaced) was last attached then, whenever it was created."""
+    boot disk replaced) was last attached then, whenever it was created; a time the disk's
+    read does not give is not at launch (fail closed)."""
     created = parse_time(getattr(disk, "creation_timestamp", "") or "")
-    last_attached = str(getattr(disk, "last_attach_timestamp", "") or "")
-    return attached_at_launch(created, launched) and (
-        not last_attached or attached_at_launch(parse_time(last_attached), launched))
+    last_attached = parse_time(getattr(disk, "last_attach_timestamp", "") or "")
+    return attached_at_launch(created, launched) and attached_at_launch(last_attached, launched)
 
 
 class GcpOperations(Operations):
