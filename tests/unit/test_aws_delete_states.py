@@ -148,13 +148,12 @@ def test_terminated_owner_lets_dependents_go_in_the_same_call_and_in_use_is_pend
     stub.add_response("describe_volumes", {"Volumes": [{"VolumeId": VOL, "State": "in-use", "Tags": TAGS,
                                                         "Attachments": [{"InstanceId": PID}]}]},
                       {"VolumeIds": [VOL]})
+    # the terminate acted since the members were read: the members still to go are read again
+    # before anything is done to the next one (a protect tag put on one meanwhile stops it all)
     stub.add_response("describe_security_groups", {"SecurityGroups": [{"GroupId": SG, "Tags": TAGS}]},
                       {"GroupIds": [SG]})
-    # the terminate acted since the members were read: the member still to go is read again
-    # right before the next call (a protect tag put on it meanwhile stops the deletion)
-    stub.add_response("describe_volumes", {"Volumes": [{"VolumeId": VOL, "State": "in-use", "Tags": TAGS,
-                                                        "Attachments": [{"InstanceId": PID}]}]},
-                      {"VolumeIds": [VOL]})
+    stub.add_response("describe_security_groups", {"SecurityGroups": [{"GroupId": SG, "Tags": TAGS}]},
+                      {"GroupIds": [SG]})
     stub.add_response("delete_security_group", {}, {"GroupId": SG})
 
     result = delete(client, FULL)
@@ -380,20 +379,23 @@ def test_a_member_the_instance_does_not_use_is_left_for_the_next_listing(ec2):
     expect_final_read(stub, members=members)
     stub.add_response("terminate_instances", {}, {"InstanceIds": [PID]})
     expect_instance(stub, "terminated")
-    for vid in (VOL, loose):  # each volume re-read by id; only the attached one deleted
-        stub.add_response("describe_volumes", {"Volumes": [{"VolumeId": vid, "State": "available", "Tags": TAGS}]},
-                          {"VolumeIds": [vid]})
-        if vid == VOL:
-            # the terminate acted since the members were read: the members still to go are read
-            # again right before the first dependent's call
-            stub.add_response("describe_security_groups", {"SecurityGroups": [{"GroupId": SG, "Tags": TAGS}]},
-                              {"Filters": [{"Name": "group-id", "Values": [SG]}]})
-            stub.add_response("describe_volumes", {"Volumes": [{"VolumeId": loose, "State": "available",
-                                                                "Tags": TAGS}]},
-                              {"Filters": [{"Name": "volume-id", "Values": [loose]}]})
-            stub.add_response("delete_volume", {}, {"VolumeId": VOL})
+    def loose_read() -> None:
+        stub.add_response("describe_volumes", {"Volumes": [{"VolumeId": loose, "State": "available", "Tags": TAGS}]},
+                          {"VolumeIds": [loose]})
+
+    stub.add_response("describe_volumes", {"Volumes": [{"VolumeId": VOL, "State": "available", "Tags": TAGS}]},
+                      {"VolumeIds": [VOL]})
+    # the terminate acted since the members were read: the members still to go are read again
+    # before anything is done to the first dependent (and again after each call that acted)
+    stub.add_response("describe_security_groups", {"SecurityGroups": [{"GroupId": SG, "Tags": TAGS}]},
+                      {"Filters": [{"Name": "group-id", "Values": [SG]}]})
+    stub.add_response("describe_volumes", {"Volumes": [{"VolumeId": loose, "State": "available", "Tags": TAGS}]},
+                      {"Filters": [{"Name": "volume-id", "Values": [loose]}]})
+    stub.add_response("delete_volume", {}, {"VolumeId": VOL})
+    loose_read()  # re-read by id, not attached: left for the next listing
     stub.add_response("describe_security_groups", {"SecurityGroups": [{"GroupId": SG, "Tags": TAGS}]},
                       {"GroupIds": [SG]})
+    loose_read()  # the delete of VOL acted: the member left (still the group's) read again
     stub.add_response("delete_security_group", {}, {"GroupId": SG})
 
     result = delete(client, g)

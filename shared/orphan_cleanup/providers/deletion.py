@@ -33,7 +33,8 @@ The steps, in order (rules 3, 12, 14, 15, 19, 21):
    by a re-read (seed 002); a call the provider accepted whose confirming read fails still
    counts as made, so the result keeps what the deletion learnt;
 6. the dependents, in the order the kinds' ``depends_on`` give, each re-read by id right
-   before its own call (never across another call's wait); one still used by the group's
+   before its own call (never across another call's wait), and, once another call acted
+   since, the members still to go read again (a protect tag stops the rest); one still used by the group's
    own terminating owner is "not yet" (pending), one used by anything else is ``in_use``
    (a verdict: unsettled, never failed); with ``snapshot_before_delete`` a volume or disk
    goes only once its snapshot is complete (``snapshots``); a snapshot goes only when it is
@@ -89,6 +90,9 @@ class _Run:
     primary_was_gone: bool = False
     protection: tuple[str, str] | None = None
     acted_since_read: bool = False  # a call acted since the members were last read
+
+    def __post_init__(self) -> None:
+        self.journal = _Watched(self.journal, self)
 
     # -- the owner ---------------------------------------------------------------------
 
@@ -210,8 +214,6 @@ class _Run:
             if acted.acted:  # (a spot request outside the group: cancelled, never named deleted)
                 (self.deleted if live.id in self.targets else self.cancelled).append(live.id)
             raise
-        finally:
-            self.acted_since_read = self.acted_since_read or acted.acted
 
     def members_step(self) -> DeleteStatus | None:
         """Where no owner's step judged the group (it has none, or it was gone): every
@@ -303,6 +305,9 @@ class _Run:
         if live is None:
             self.deleted.append(target.id)
             return
+        if isinstance(live, Live) and not self.protect_keys.isdisjoint(live.tags):
+            self.skipped.append(SkippedResource(kind=target.kind, id=target.id, reason="protected"))
+            raise _GroupLeft("group_protected")
         reason = "primary_gone" if self.primary_was_gone else "not_attached"
         self.skipped.append(SkippedResource(kind=target.kind, id=target.id, reason=reason))
         self.unverified.append(target.id)
@@ -323,15 +328,17 @@ class _Run:
                                    now=datetime.now(UTC), name_for=self.ops.snapshots.name_for)
         if reason is not None:
             self.skipped.append(SkippedResource(kind=target.kind, id=target.id, reason=reason))
+            if reason == "protected":  # a protect tag on any member protects the group (rule 3)
+                raise _GroupLeft("group_protected")
             return
         try:
+            self._siblings_still_the_groups(target)  # before anything is done to free it
             ready = self.ops.ready(live, self.group.primary_id, self.ours, self.journal)
             if ready is Readiness.READY and self.snapshots is not None \
                     and target.kind in (ResourceKind.VOLUME, ResourceKind.DISK):
                 if not self.snapshots.ready(live, self.journal):
                     ready = Readiness.NOT_YET
                 else:  # the snapshot's calls and wait came between: judged again on a new read
-                    self.acted_since_read = True
                     again = self._read_again(target)
                     if not isinstance(again, Live):
                         return
@@ -366,7 +373,8 @@ class _Run:
         as it would have stopped it at the start (rule 3)."""
         if not self.acted_since_read:
             return
-        done = frozenset({*self.deleted, *(s.id for s in self.skipped), target.id})
+        gone_from_group = (s.id for s in self.skipped if s.reason in ("ref_changed", "ref_missing"))
+        done = frozenset({*self.deleted, *gone_from_group, target.id})
         read = self._members_before_delete(done)
         if isinstance(read, str):
             raise _GroupLeft(read)
@@ -394,6 +402,8 @@ class _Run:
             if reason == "unreadable":
                 self.pending.append(target.id)
             self.skipped.append(SkippedResource(kind=target.kind, id=target.id, reason=reason))
+            if reason == "protected":
+                raise _GroupLeft("group_protected")
             return None
         return live if isinstance(live, Live) else None
 
@@ -463,6 +473,23 @@ class _GroupLeft(Exception):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+class _Watched:
+    """The deletion's journal, passed through, noting every call the provider accepted: the
+    members read before it may be stale (``_Run.acted_since_read``)."""
+
+    def __init__(self, journal: Journal, run: _Run) -> None:
+        self.journal = journal
+        self.run = run
+
+    def intent(self, call: str, target: str, *, region: str | None, blast: Sequence[str] = ()) -> object:
+        return self.journal.intent(call, target, region=region, blast=blast)
+
+    def result(self, intent: object, outcome: Outcome, error: str | None = None) -> None:
+        self.journal.result(intent, outcome, error)
+        if outcome in ("ok", "gone"):
+            self.run.acted_since_read = True
 
 
 class _Acted:
