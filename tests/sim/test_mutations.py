@@ -32,7 +32,7 @@ BUDGET: dict[str, int | range] = {                       # first seed that catch
     "no_region_trip": range(1, 15),         # 4
     "no_fence": range(6, 20),               # 8
     "clean_always": 8,           # 0
-    "no_blast_cap": range(12, 25),          # 15
+    "no_blast_cap": range(15, 30),          # 15
     "no_delete_activity": 8,     # 0
     "no_backend_activity": range(49, 65),    # 52 (see README: rare, a quiet spell after an edit)
     "ownership_by_backend_id": 8,  # 0
@@ -48,7 +48,7 @@ BUDGET: dict[str, int | range] = {                       # first seed that catch
     "no_journal": 8,             # 0 (the first deletion)
     "foreign_snapshots": 8,      # 0 (the ages world: a backup's ref-tagged snapshot, past the retention)
     "no_blast_check": range(4, 15),         # 6 (a foreign DeleteOnTermination volume on an instance being deleted)
-    "primary_unchecked": range(20, 40),      # 27 (a live owner whose recorded primary_id names no VM)
+    "primary_unchecked": range(25, 40),      # 27 (a live owner whose recorded primary_id names no VM)
     "keys_per_backend": 8,       # 2 (sim-b with its own protect key, a user's tag of either)
     # the one deletion algorithm (deletion_worlds.py)
     "own_device_unchecked": range(38, 55),   # 41 (swap: a stopped VM's root swapped for someone's)
