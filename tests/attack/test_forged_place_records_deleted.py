@@ -34,7 +34,7 @@ def forged(region: str, *members: tuple[ResourceKind, str, str]) -> ResourceGrou
 
 
 OPEN = pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "open P3 (issue 32 closing note): a member read as gone where a forged batch placed it is"
+    "open P3 (SAFETY.md rule 21; a record only): a member read as gone where a forged batch placed it is"
     " recorded deleted though nothing was called; nothing is deleted"))
 
 

@@ -23,7 +23,7 @@ from tests.support.gcp_fake import FakeCompute
 
 
 @pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "open P3 (issue 32 closing note): GCP reads STOPPING as a deletion under way, so a VM being"
+    "open P3 (SAFETY.md rule 21; a record only): GCP reads STOPPING as a deletion under way, so a VM being"
     " stopped is recorded 'termination confirmed' with no call; nothing is deleted"))
 def test_a_vm_being_stopped_is_not_recorded_as_terminated(gcp: FakeCompute) -> None:
     vm = gcp.add_instance("vm", zone=ZONE, labels={"provider_ref": REF})

@@ -1,4 +1,4 @@
-"""Forged listing messages for the provider contract suite (issue item 4, SAFETY.md rule 21).
+"""Forged listing messages for the provider contract suite (SAFETY.md rule 21).
 
 A listing batch (``core.messages.ListingBatch``) travels on the listing queue, which anyone
 with queue access can write to. ``ForgingQueue`` is the pipeline's in-process listing queue

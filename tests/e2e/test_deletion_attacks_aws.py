@@ -1,5 +1,5 @@
 """Attacks on the AWS deleter, written before the rewrite of deletion as one algorithm for both
-clouds (issue 32: it acts on ids alone, SAFETY.md rule 21, and takes an instance's root volume
+clouds (it acts on ids alone, SAFETY.md rule 21, and takes an instance's root volume
 for its own only when that volume was attached at launch). Real parts: a real Postgres ledger,
 EC2 on the moto server (in this process, over HTTP), the in-process runner, and the recording
 proxy of ``tests/support/aws_proxy.py`` for what moto does not do. A, A2, D and E failed on the

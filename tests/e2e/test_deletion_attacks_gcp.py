@@ -1,4 +1,4 @@
-"""Attacks on the GCP deleter through a forged listing message (issue 32), on real parts: the
+"""Attacks on the GCP deleter through a forged listing message (SAFETY.md rule 21), on real parts: the
 real google-cloud-compute client against the fake Compute REST server (which deletes a VM's
 ``autoDelete`` disks with it and refuses to delete a disk in use, as Compute Engine does),
 ``GcpProvider.delete_resource_group`` as the deleter calls it, and for the in-use case a

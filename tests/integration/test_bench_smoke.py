@@ -24,7 +24,7 @@ from orphan_cleanup.providers.aws.kinds import listed_kinds
 from tests.support.aws_proxy import AwsProxy
 
 
-@pytest.mark.slow  # a bench run (~20 s): the default suite's time (issue 32)
+@pytest.mark.slow  # a bench run (~20 s): kept out of the default run for its time
 def test_quick_classifier_bench_produces_rows_within_three_statements_per_batch(pg_server):
     # given a 1,000-ref ledger and 100-group batches
     cfg = classifier.Config(ledgers=(1_000,), batch_sizes=(100,), reps={100: 2}, message_batch=False)
@@ -75,7 +75,7 @@ def test_v0_build_payload_agrees_with_the_shipped_one():
         assert list(before[3]) == list(after.counts)
 
 
-@pytest.mark.slow  # a bench run (~20 s): the default suite's time (issue 32)
+@pytest.mark.slow  # a bench run (~20 s): kept out of the default run for its time
 def test_tick_bench_lists_a_shared_account_once(pg_server):
     from bench import tick
 
@@ -134,7 +134,7 @@ def test_peers_bench_custodian_lists_the_same_resources(moto_reset, tmp_path):
     assert results["custodian"].calls["DescribeInstances"] >= 1
 
 
-@pytest.mark.slow  # a bench run (~20 s): the default suite's time (issue 32)
+@pytest.mark.slow  # a bench run (~20 s): kept out of the default run for its time
 def test_throttling_bench_counts_refusals_and_keeps_every_region(pg_server, moto_reset):
     from bench import throttling
     from orphan_cleanup.providers.ratelimit import DESCRIBE, MUTATE, TERMINATE, Budget

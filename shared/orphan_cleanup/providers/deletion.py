@@ -90,6 +90,7 @@ class _Run:
     primary_was_gone: bool = False
     protection: tuple[str, str] | None = None
     acted_since_read: bool = False  # a call acted since the members were last read
+    accepted: set[str] = field(default_factory=set)  # targets of the calls the provider accepted
 
     def __post_init__(self) -> None:
         self.journal = _Watched(self.journal, self)
@@ -207,11 +208,11 @@ class _Run:
         """``ops.delete``, noting a call the provider accepted (journaled ``ok`` or ``gone``):
         when a later part of it fails (the confirming read), that resource counts as deleted,
         unconfirmed, so what the deletion learnt (its ``attached``) stays on record."""
-        acted = _Acted(self.journal, live.id)
+        self.accepted.discard(live.id)
         try:
-            return self.ops.delete(live, acted, blast)
+            return self.ops.delete(live, self.journal, blast)
         except ProviderError:
-            if acted.acted:  # (a spot request outside the group: cancelled, never named deleted)
+            if live.id in self.accepted:  # (a spot request outside the group: cancelled, never named deleted)
                 (self.deleted if live.id in self.targets else self.cancelled).append(live.id)
             raise
 
@@ -476,30 +477,14 @@ class _GroupLeft(Exception):
 
 
 class _Watched:
-    """The deletion's journal, passed through, noting every call the provider accepted: the
-    members read before it may be stale (``_Run.acted_since_read``)."""
+    """The deletion's journal, passed through, noting every call the provider accepted (its
+    result ``ok`` or ``gone``): the members read before it may be stale
+    (``_Run.acted_since_read``), and a failure after it (a confirming read) leaves its target
+    counted as acted on (``_Run.accepted``)."""
 
     def __init__(self, journal: Journal, run: _Run) -> None:
         self.journal = journal
         self.run = run
-
-    def intent(self, call: str, target: str, *, region: str | None, blast: Sequence[str] = ()) -> object:
-        return self.journal.intent(call, target, region=region, blast=blast)
-
-    def result(self, intent: object, outcome: Outcome, error: str | None = None) -> None:
-        self.journal.result(intent, outcome, error)
-        if outcome in ("ok", "gone"):
-            self.run.acted_since_read = True
-
-
-class _Acted:
-    """The journal of one delete call, passed through, noting whether the provider accepted
-    the call on ``target`` (its result ``ok`` or ``gone``)."""
-
-    def __init__(self, journal: Journal, target: str) -> None:
-        self.journal = journal
-        self.target = target
-        self.acted = False
 
     def intent(self, call: str, target: str, *, region: str | None, blast: Sequence[str] = ()) -> object:
         return self.journal.intent(call, target, region=region, blast=blast), target
@@ -507,8 +492,9 @@ class _Acted:
     def result(self, intent: object, outcome: Outcome, error: str | None = None) -> None:
         handle, target = cast(tuple[object, str], intent)
         self.journal.result(handle, outcome, error)
-        if target == self.target and outcome in ("ok", "gone"):
-            self.acted = True
+        if outcome in ("ok", "gone"):
+            self.run.acted_since_read = True
+            self.run.accepted.add(target)
 
 
 def targets_of(group: ResourceGroup, kinds: Iterable[ResourceKind]) -> dict[str, Target]:
