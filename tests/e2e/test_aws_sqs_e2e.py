@@ -58,6 +58,7 @@ class Deployment:
             "DATABASE_URL": db.info.url(), "POWERTOOLS_METRICS_NAMESPACE": "OrphanCleanupE2E",
             "POWERTOOLS_SERVICE_NAME": "orphan-cleanup", "ORPHAN_CLEANUP_MARGIN_SECONDS": str(MARGIN),
             "ORPHAN_CLEANUP_INTERVAL_SECONDS": str(INTERVAL),
+            "ORPHAN_CLEANUP_MAX_MODE": "delete",  # the stack lets a backend row say delete (SAFETY.md rule 8)
         }.items():
             monkeypatch.setenv(key, value)
         monkeypatch.delenv("ORPHAN_CLEANUP_MODE", raising=False)

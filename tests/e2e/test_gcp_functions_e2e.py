@@ -44,6 +44,7 @@ class Deployment:
             "DATABASE_URL": db.info.url(), "ORPHAN_CLEANUP_GCP_ENDPOINT": gcp.url,
             "LISTING_TOPIC": LISTING_TOPIC, "DELETE_TOPIC": DELETE_TOPIC,
             "ORPHAN_CLEANUP_MARGIN_SECONDS": str(MARGIN),
+            "ORPHAN_CLEANUP_MAX_MODE": "delete",  # the stack lets a backend row say delete (SAFETY.md rule 8)
         }.items():
             monkeypatch.setenv(key, value)
         monkeypatch.delenv("ORPHAN_CLEANUP_MODE", raising=False)

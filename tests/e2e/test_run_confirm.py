@@ -36,7 +36,7 @@ pytestmark = pytest.mark.usefixtures("moto_reset")
 
 def environment(db: Database) -> dict[str, str]:
     env = {**os.environ, "DATABASE_URL": db.info.url(), "ORPHAN_CLEANUP_MARGIN_SECONDS": str(MARGIN),
-           "NO_COLOR": "1"}
+           "NO_COLOR": "1", "ORPHAN_CLEANUP_MAX_MODE": "delete"}  # a row may say delete (SAFETY.md rule 8)
     env.pop("ORPHAN_CLEANUP_MODE", None)
     return env
 

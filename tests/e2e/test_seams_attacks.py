@@ -49,7 +49,8 @@ class ForgingQueue(InProcessQueue):
 
 
 def pipe(db, session, queue: InProcessQueue) -> Pipeline:
-    return Pipeline(settings=Settings(ORPHAN_CLEANUP_MARGIN_SECONDS=0), db=db,
+    return Pipeline(settings=Settings(ORPHAN_CLEANUP_MARGIN_SECONDS=0,
+                                       ORPHAN_CLEANUP_MAX_MODE="delete"), db=db,
                     provider_for=lambda b: build_aws_provider(b, connect_timeout=2, read_timeout=10, session=session),
                     listing_queue=queue, delete_queue=InProcessQueue())
 
@@ -140,7 +141,8 @@ def test_remembered_termination_protection_is_probed_with_terminate_every_delete
         return p
 
     def cycle() -> Any:
-        return run_cycle(Pipeline(settings=Settings(ORPHAN_CLEANUP_MARGIN_SECONDS=0), db=db,
+        return run_cycle(Pipeline(settings=Settings(ORPHAN_CLEANUP_MARGIN_SECONDS=0,
+                                       ORPHAN_CLEANUP_MAX_MODE="delete"), db=db,
                                   provider_for=provider_for, listing_queue=InProcessQueue(),
                                   delete_queue=InProcessQueue()), "aws-a")
 

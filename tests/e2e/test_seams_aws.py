@@ -322,3 +322,50 @@ def test_settings_that_are_not_an_object_fail_that_backend_alone_in_one_line(emp
     listed = cli(db, "backend", "list")
     assert listed.returncode == 0, listed.stderr
     assert {"X", "Y"} <= set(listed.stdout.split())
+
+
+# ---- the stack's protect key always protects (SAFETY.md rule 16) -------------------------------
+
+def test_the_stacks_protect_key_protects_when_every_row_renames_its_own(emptied_db):
+    """Setup: the only backend of the account renames its protect key to platform-keep; one orphan
+    tagged with the product's default key, one with the stack's own key (stack-keep, set by
+    ORPHAN_CLEANUP_PROTECT_TAG_KEY). Shows: a run with the default stack key keeps the first, and a
+    run with the stack key stack-keep keeps the second: no row takes the stack's key away."""
+    db = emptied_db
+    add_backend(db, "aws-a", mode="delete", settings={"protect_tag_key": "platform-keep"})
+    platform = MotoPlatform(db, "aws-a")
+    default = orphan(platform, tags={"orphan-cleanup-protect": "yes"})
+    stack = orphan(platform, tags={"stack-keep": "yes"})
+    platform.age_ledger()
+
+    code, doc, _ = run_json(db, "aws-a", "--mode", "report")
+    assert code == 0, doc
+    assert verdicts(doc)[default][:2] == ("protected", "protect_tag")
+    assert verdicts(doc)[stack][0] == "orphan"  # stack-keep is no key of this stack (yet)
+
+    code, doc, _ = run_json(db, "aws-a", "--mode", "delete", "--yes", ORPHAN_CLEANUP_PROTECT_TAG_KEY="stack-keep")
+    assert code == 0, doc
+    assert verdicts(doc)[stack][:2] == ("protected", "protect_tag")
+    assert platform.instance_state(stack) == "running"
+
+
+def test_the_deleters_reread_honours_the_stacks_protect_key(emptied_db, moto_reset):
+    """Setup: a backend whose row renames its protect key; one orphan, tagged with the stack's key
+    between classification and deletion. Shows: the deleter's re-read keeps it."""
+    db = emptied_db
+    add_backend(db, "aws-a", mode="delete", settings={"protect_tag_key": "platform-keep"})
+    platform = MotoPlatform(db, "aws-a")
+    vm = orphan(platform)
+    platform.age_ledger()
+
+    def tag_it(plan: Plan) -> bool:
+        assert len(plan.deletes) == 1
+        platform.ec2.create_tags(Resources=[vm], Tags=[{"Key": "stack-keep", "Value": "yes"}])
+        return True
+
+    settings = Settings.explicit(margin_seconds=0, aws_endpoint_url=moto_reset, protect_tag_key="stack-keep")
+    pipeline = bootstrap.build_pipeline(settings, db=db, listing_queue=InProcessQueue(),
+                                        delete_queue=InProcessQueue())
+    run_cycle(pipeline, "aws-a", mode="delete", confirm=tag_it)
+
+    assert platform.instance_state(vm) == "running"

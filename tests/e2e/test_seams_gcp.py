@@ -195,3 +195,26 @@ def test_live_owners_whose_primary_id_names_no_listed_vm_keep_their_vms(db, gcp)
     assert {name: groups[vm] for name, vm in made.items()} == {
         name: ("skipped", "primary_not_listed", "none") for name in made}
     assert gcp.names("instances") == set(made)
+
+
+# ---- the stack's protect key always protects (SAFETY.md rule 16) -------------------------------------
+
+def test_the_stacks_protect_key_protects_when_the_row_renames_its_own(db, gcp):
+    """Setup: the only GCP backend of the project renames its protect label key to platform-keep;
+    two leaked VMs, one labelled with the stack's own key (stack-keep, ORPHAN_CLEANUP_PROTECT_TAG_KEY),
+    one not. Shows: a delete run keeps the first, protected / protect_tag, and deletes the other."""
+    add_backend(db, settings={"protect_tag_key": "platform-keep"})
+    ledger = LedgerClient(db)
+    made = {}
+    for name, extra in (("vm-stack", {"stack-keep": "yes"}), ("vm-free", {})):
+        made[name] = gcp.add_instance(name, zone=ZONE, labels=gcp_labels(gone_ref(ledger)) | extra)["id"]
+    age_ledger(db)
+
+    code, doc, _ = run_json(db, BACKEND, "--mode", "delete", "--yes", ORPHAN_CLEANUP_GCP_ENDPOINT=gcp.url,
+                            ORPHAN_CLEANUP_PROTECT_TAG_KEY="stack-keep")
+
+    assert code == 0, doc
+    groups = verdicts(doc)
+    assert groups[made["vm-stack"]][:2] == ("protected", "protect_tag")
+    assert groups[made["vm-free"]][0] == "orphan"
+    assert gcp.names("instances") == {"vm-stack"}

@@ -175,7 +175,7 @@ def test_a_delete_cycle_names_the_kept_snapshot_in_the_detail_and_in_explain(ses
     ref = add_ref(emptied_db, issued_at=db_now(emptied_db) - timedelta(hours=1))
     vol = create_volume(client, ref)
     add_backend(emptied_db, "aws-snap", regions=(EAST,), mode="delete", settings={"snapshot_before_delete": True})
-    pipe = Pipeline(settings=Settings(ORPHAN_CLEANUP_MARGIN_SECONDS=0), db=emptied_db,
+    pipe = Pipeline(settings=Settings(ORPHAN_CLEANUP_MARGIN_SECONDS=0, ORPHAN_CLEANUP_MAX_MODE="delete"), db=emptied_db,
                     provider_for=lambda b: build_aws_provider(b, connect_timeout=2, read_timeout=10, session=session),
                     listing_queue=InProcessQueue(), delete_queue=InProcessQueue())
 

@@ -172,7 +172,8 @@ def test_status_json_matches_c3(cli, db, monkeypatch):
     assert all(set(r) == STATUS_KEYS | {"running", "stuck_pending", "stale_seconds"} and r["running"] is None
                for r in rows)
     dev, prod = sorted(rows, key=lambda r: r["backend"])
-    assert dev == {"backend": "aws-dev", "provider": "aws", "mode": "delete", "clean_at": None,
+    # (aws-dev's row says delete; under the stack's default ceiling, report, it runs report: rule 8)
+    assert dev == {"backend": "aws-dev", "provider": "aws", "mode": "report", "clean_at": None,
                    "last_outcome": None, "last_processed_at": None, "next_due_at": None, "open_orphans": 0,
                    "running": None, "stuck_pending": [], "stale_seconds": None}  # not enrolled: no staleness
     assert (prod["provider"], prod["mode"], prod["last_outcome"], prod["open_orphans"]) == (

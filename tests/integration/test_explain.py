@@ -46,7 +46,8 @@ def cloud() -> MemoryCloud:
 
 
 def pipeline(db: Database, cloud: MemoryCloud) -> Pipeline:
-    return Pipeline(settings=Settings(ORPHAN_CLEANUP_MARGIN_SECONDS=MARGIN), db=db,
+    return Pipeline(settings=Settings(ORPHAN_CLEANUP_MARGIN_SECONDS=MARGIN,
+                                       ORPHAN_CLEANUP_MAX_MODE="delete"), db=db,
                     provider_for=lambda b: MemoryProvider(b, cloud),
                     listing_queue=InProcessQueue(), delete_queue=InProcessQueue())
 

@@ -34,7 +34,8 @@ def db(emptied_db):
 
 
 def pipeline(db, cloud: MemoryCloud, **settings) -> Pipeline:
-    return Pipeline(settings=Settings(ORPHAN_CLEANUP_MARGIN_SECONDS=0, **settings), db=db,
+    return Pipeline(settings=Settings(ORPHAN_CLEANUP_MARGIN_SECONDS=0,
+                                       ORPHAN_CLEANUP_MAX_MODE="delete", **settings), db=db,
                     provider_for=lambda b: MemoryProvider(b, cloud),
                     listing_queue=InProcessQueue(), delete_queue=InProcessQueue())
 
@@ -238,7 +239,8 @@ def test_listing_time_and_clean_at_come_from_the_database_clock(db):
     add_backend(db, "aws-a", account=ACCOUNT)
     vm(db, cloud, make_ref(), backend_id="aws-a")
     before = db_now(db)
-    report = run_cycle(Pipeline(settings=Settings(ORPHAN_CLEANUP_MARGIN_SECONDS=300), db=db,
+    report = run_cycle(Pipeline(settings=Settings(ORPHAN_CLEANUP_MARGIN_SECONDS=300,
+                                       ORPHAN_CLEANUP_MAX_MODE="delete"), db=db,
                                 provider_for=lambda b: MemoryProvider(b, cloud), listing_queue=InProcessQueue(),
                                 delete_queue=InProcessQueue()), "aws-a")
     after = db_now(db)
@@ -268,7 +270,8 @@ def test_a_listing_that_only_claims_the_recorded_primary_deletes_nothing(db):
                 claimed = group(ref, "i-0000000000000000", created_at=db_now(db) - 2 * OLD)
                 yield listing.model_copy(update={"groups": (*listing.groups, claimed)})
 
-    p = Pipeline(settings=Settings(ORPHAN_CLEANUP_MARGIN_SECONDS=0), db=db,
+    p = Pipeline(settings=Settings(ORPHAN_CLEANUP_MARGIN_SECONDS=0,
+                                       ORPHAN_CLEANUP_MAX_MODE="delete"), db=db,
                  provider_for=lambda b: ClaimingProvider(b, cloud),
                  listing_queue=InProcessQueue(), delete_queue=InProcessQueue())
 

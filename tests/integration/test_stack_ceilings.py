@@ -168,3 +168,80 @@ def test_explain_reports_the_looser_values_it_ignores(operator, capsys):
 
     assert cli.main(["explain", "--backend", "mem", ref]) == 0
     assert "settings: max_deletes: the backend's 100 ignored: higher than the stack's 1" in capsys.readouterr().out
+
+
+# ---- the mode is a ceiling too (SAFETY.md rule 8; ORPHAN_CLEANUP_MAX_MODE, C4) --------------
+
+@pytest.mark.parametrize("stack, row, runs", [
+    (dict(), "delete", "report"),                             # the default ceiling: the stack's mode, report
+    (dict(mode="delete", max_mode="report"), None, "report"),  # the stack's own default under its ceiling
+    (dict(mode="delete", max_mode="report"), "delete", "report"),
+    (dict(mode="off"), "delete", "report"),                   # off: the ceiling is report
+    (dict(mode="report", max_mode="delete"), "delete", "delete"),
+    (dict(mode="delete"), "report", "report"),                # a row may always say report
+])
+def test_a_row_cannot_raise_the_stack_mode(emptied_db, stack, row, runs):
+    # given a terminated owner's leaked VM, and a row's mode under the stack's ceiling
+    db, cloud = emptied_db, MemoryCloud()
+    add_backend(db, mode=row)
+    _, _, leaked = Platform(db, cloud).terminated_leak()
+
+    # when a scheduled cycle runs (no operator's one-off mode)
+    report = run_cycle(pipeline(db, cloud, **stack), "mem", mode=None)
+
+    # then it runs in the mode the ceiling allows, and deletes only under a delete ceiling
+    assert report.mode == runs
+    assert cloud.exists(leaked) is (runs == "report")
+
+
+def test_an_operators_one_off_mode_is_not_a_row_and_not_capped(emptied_db):
+    db, cloud = emptied_db, MemoryCloud()
+    add_backend(db, mode="delete")
+    _, _, leaked = Platform(db, cloud).terminated_leak()
+
+    report = run_cycle(pipeline(db, cloud, max_mode="report"), "mem", mode="delete")
+
+    assert report.mode == "delete" and not cloud.exists(leaked)
+
+
+def test_an_off_row_stays_off_under_any_ceiling(emptied_db):
+    db, cloud = emptied_db, MemoryCloud()
+    add_backend(db, mode="off")
+    Platform(db, cloud).terminated_leak()
+
+    result = pipeline(db, cloud, mode="delete", max_mode="delete").run_lister("mem", mode="delete", manual=True)
+
+    assert not result.started and result.reason == "off"
+
+
+def test_backend_show_and_explain_name_the_ignored_mode(operator, capsys, monkeypatch):
+    # given a stack deployed in report mode, and a row the platform set to delete
+    cloud = MemoryCloud()
+    monkeypatch.setenv("ORPHAN_CLEANUP_MODE", "report")
+    add_backend(operator, mode="delete")
+    ref, _, leaked = Platform(operator, cloud).terminated_leak()
+    run_cycle(pipeline(operator, cloud, mode="report"), "mem", mode=None)
+    assert cloud.exists(leaked)
+    why = "the backend's delete ignored: the stack's ceiling is report (ORPHAN_CLEANUP_MAX_MODE)"
+
+    assert cli.main(["backend", "show", "mem", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["mode"], doc["effective_mode"]) == ("delete", "report")
+    assert doc["ignored_settings"]["mode"] == {"value": "delete", "stack": "report", "why": why}
+    assert cli.main(["backend", "show", "mem"]) == 0
+    [mode_line] = [line for line in capsys.readouterr().out.splitlines() if line.startswith("mode")]
+    assert mode_line.split(None, 1)[1] == f"report ({why})"
+
+    assert cli.main(["explain", "--backend", "mem", ref, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["ignored_settings"]["mode"]["why"] == why
+    assert cli.main(["explain", "--backend", "mem", ref]) == 0
+    assert f"settings: mode: {why}" in capsys.readouterr().out
+
+    # and `status` shows the mode the cycles run in
+    assert cli.main(["status", "--json"]) == 0
+    assert [r["mode"] for r in json.loads(capsys.readouterr().out)] == ["report"]
+    # while a stack whose ceiling allows delete shows the row's delete, and ignores nothing
+    monkeypatch.setenv("ORPHAN_CLEANUP_MAX_MODE", "delete")
+    assert cli.main(["backend", "show", "mem", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["effective_mode"] == "delete" and "mode" not in doc["ignored_settings"]

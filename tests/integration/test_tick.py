@@ -34,7 +34,8 @@ class World:
         self.built: list[Backend] = []
         self.jobs = InProcessQueue()
         self.listing = InProcessQueue()
-        self.pipeline = Pipeline(settings=Settings(ORPHAN_CLEANUP_MARGIN_SECONDS=0, **settings), db=db,
+        self.pipeline = Pipeline(settings=Settings(ORPHAN_CLEANUP_MARGIN_SECONDS=0,
+                                       ORPHAN_CLEANUP_MAX_MODE="delete", **settings), db=db,
                                  provider_for=self.provider, listing_queue=self.listing,
                                  delete_queue=InProcessQueue(), jobs_queue=self.jobs)
 

@@ -200,7 +200,13 @@ class Simulation(Functions, Settle, Backends, Worlds):
         self.delete_q = SimQueue("delete", self.clock, self.dice, stream(seed, "dq"), self.trace, size)
         self.jobs_q = SimQueue("jobs", self.clock, self.dice, stream(seed, "jq"), self.trace, 256 * 1024,
                                max_receives=JOBS_MAX_RECEIVES, visibility_timeout=JOBS_VISIBILITY_TIMEOUT)
+        # The stack's mode ceiling (rule 8), from a stream of its own: a report ceiling in a
+        # share of the seeds, where only an operator's one-off delete may delete (M1).
+        self.checker.ceiling = "report" if stream(seed, "ceiling").random() < 0.1 else "delete"
+        if self.checker.ceiling == "report":
+            self.final_mode = "report"  # liveness (L1): each orphan reported, none deleted
         settings = Settings(ORPHAN_CLEANUP_MARGIN_SECONDS=MARGIN, ORPHAN_CLEANUP_INTERVAL_SECONDS=60,
+                            ORPHAN_CLEANUP_MAX_MODE=self.checker.ceiling,
                             ORPHAN_CLEANUP_CYCLE_DEADLINE_SECONDS=DEADLINE,
                             ORPHAN_CLEANUP_MAX_DELETES=self.max_deletes,
                             ORPHAN_CLEANUP_MAX_DELETE_SHARE=self.max_delete_share, ORPHAN_CLEANUP_MODE="report",
@@ -370,6 +376,8 @@ class Simulation(Functions, Settle, Backends, Worlds):
         mode = self.rng_sched.choice(("delete", "report")) if self.dice.roll("mode_override", direct) else None
         if mode is not None and self.checker.off and self.rng_sched.random() < 0.8:
             bid = self.rng_sched.choice(sorted(self.checker.off))
+        if mode == "delete":
+            self.checker.asked_delete.add(bid)
         self.credentials_spell(bid)
         self.listing_record = None
         summary = None

@@ -21,6 +21,9 @@ Safety (any step):
       cycle of a backend of account Y), checked on every published batch;
   F1  a cycle that lost its lease writes nothing and reports nothing (rule 6);
   B1  no cycle touches more groups than the blast-radius cap allows (rule 8);
+  M1  under a report ceiling (ORPHAN_CLEANUP_MAX_MODE=report) nothing is deleted for a backend
+      unless an operator asked for a one-off delete of it: a row's (or the stack's) delete
+      never loosens the ceiling (rule 8);
   T1  after a delete in region r timed out / was unavailable, the cycle makes
       no further provider call in r (rule 5);
   V1  a provider delete call removes only members of the group it was asked to
@@ -168,6 +171,8 @@ class Checker:
         self.clean_at: dict[str, datetime | None] = {}
         self.clean_listed_at: dict[str, datetime] = {}
         self.off: set[str] = set()  # backends whose mode is off (R2)
+        self.ceiling = "delete"  # the stack's ORPHAN_CLEANUP_MAX_MODE (M1)
+        self.asked_delete: set[str] = set()  # backends an operator ran once with mode delete (M1)
         self.cycles: dict[str, CycleRow] = {}
         self.listings: dict[str, Any] = {}
         self.results: dict[str, dict[str, str]] = defaultdict(dict)  # cycle -> group -> last answer
@@ -372,6 +377,10 @@ class Checker:
     def delete_attempt(self, cycle_id: str | None, backend_id: str, cloud: Any, group: ResourceGroup) -> None:
         """P2: a provider delete of a primary whose protection a delete already found comes
         from a delete cycle (its re-read); ``protection_reported`` checks report cycles."""
+        self.checks["M1"] += 1
+        if self.ceiling == "report" and backend_id not in self.asked_delete:
+            self.fail("M1", f"cycle {str(cycle_id)[:8]} of {backend_id} deleted {group.key} under a report ceiling"
+                            " that no operator's one-off delete lifted")
         pid = group.primary_id
         found = self.protection_found.get((backend_id, pid)) if pid is not None else None
         if found is None or cycle_id is None:

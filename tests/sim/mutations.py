@@ -25,6 +25,7 @@ from orphan_cleanup.core.listing import ResourceGroup
 from orphan_cleanup.core.messages import ListingJob
 from orphan_cleanup.core.owners import LedgerRow
 from orphan_cleanup.core.results import JobResult
+from orphan_cleanup.core.settings import Settings
 from orphan_cleanup.core.verdicts import DeleteOutcome, DeleteStatus, Outcome, Verdict, VerdictKind
 from orphan_cleanup.cycle import cycle_state, pipeline
 from orphan_cleanup.ledger.journal import LedgerJournal
@@ -296,6 +297,11 @@ def _job_grouping_trusted(env: SimEnv, stack: ExitStack) -> None:
     _patch(stack, pipeline.Pipeline, "run_job", run_job)
 
 
+def _mode_uncapped(env: SimEnv, stack: ExitStack) -> None:
+    """A row's mode is not capped by the stack's ceiling: delete runs under ORPHAN_CLEANUP_MAX_MODE=report."""
+    _patch(stack, Settings, "mode_ceiling", property(lambda self: "delete"))
+
+
 def _off_overridable(env: SimEnv, stack: ExitStack) -> None:
     _patch(stack, policy, "effective_mode",
            lambda settings, backend, override=None: override or backend.mode or settings.mode)
@@ -517,6 +523,7 @@ MUTATIONS: dict[str, Mutation] = {m.name: m for m in (
     Mutation("no_fence", "6: a cycle that lost its lease applies nothing", frozenset({"F1"}), _no_fence),
     Mutation("clean_always", "7: clean_at advances only on a clean cycle", frozenset({"C1"}), _clean_always),
     Mutation("no_blast_cap", "8: the blast-radius cap", frozenset({"B1"}), _no_blast_cap),
+    Mutation("mode_uncapped", "8: the stack's mode is a ceiling", frozenset({"M1"}), _mode_uncapped),
     Mutation("no_delete_activity", "9: a hard delete counts as STEP 1 activity",
              frozenset({"A1", "L1"}), _no_delete_activity),
     Mutation("no_backend_activity", "9: an edit of a backend's row counts as STEP 1 activity",

@@ -369,7 +369,9 @@ class DeployedQueues:
         for key, value in {"LISTING_QUEUE_URL": self.listing, "DELETE_QUEUE_URL": self.deletes,
                            "JOBS_QUEUE_URL": self.jobs,
                            "DATABASE_URL": db.info.url(), "POWERTOOLS_METRICS_NAMESPACE": f"OrphanCleanup-{name}",
-                           "POWERTOOLS_SERVICE_NAME": "orphan-cleanup", "ORPHAN_CLEANUP_MARGIN_SECONDS": "0"}.items():
+                           "POWERTOOLS_SERVICE_NAME": "orphan-cleanup", "ORPHAN_CLEANUP_MARGIN_SECONDS": "0",
+                           # the stack lets a backend row say delete (SAFETY.md rule 8)
+                           "ORPHAN_CLEANUP_MAX_MODE": "delete"}.items():
             monkeypatch.setenv(key, value)
         monkeypatch.delenv("ORPHAN_CLEANUP_MODE", raising=False)
 

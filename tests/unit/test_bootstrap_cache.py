@@ -62,6 +62,8 @@ CHANGED = {
     "SLACK_WEBHOOK_URL": "http://127.0.0.1:9/hook",
     "SLACK_WEBHOOK_SECRET_ARN": "arn:aws:secretsmanager:us-east-1:123456789012:secret:slack",
     "ORPHAN_CLEANUP_NOTIFY_TIMEOUT": "3",
+    "ORPHAN_CLEANUP_MAX_MODE": "delete",
+    "ORPHAN_CLEANUP_PROTECT_TAG_KEY": "stack-keep",
 }
 # A setting that means something only beside another: both pipelines get that one.
 NEEDS = {"CLOUD_SQL_IAM_AUTH": {"CLOUD_SQL_INSTANCE": "my-project:us-central1:ledger"}}

@@ -14,7 +14,7 @@ from orphan_cleanup.cli.exits import EXIT_BAD_INPUT, EXIT_OK
 from orphan_cleanup.cli.output import human_time, print_fields, print_table, verdict_style
 from orphan_cleanup.core.backends import BackendSettings
 from orphan_cleanup.core.errors import BackendBusy, ConfigError
-from orphan_cleanup.core.policy import environment_variable, ignored_settings, setting_sources
+from orphan_cleanup.core.policy import effective_mode, environment_variable, ignored_settings, setting_sources
 from orphan_cleanup.core.settings import Settings
 from orphan_cleanup.ledger.db import Database
 from orphan_cleanup.ledger.reports import BackendRow, RunningCycle
@@ -77,7 +77,7 @@ def show(db: Database, args: argparse.Namespace, process: Settings) -> int:
     # the row's limits that would loosen the stack's: kept as stored, not used (SAFETY.md rule 8)
     ignored = ignored_settings(process, row.backend) if row.backend else {}
     doc = {"id": row.id, "provider": row.provider, "account": row.account, "regions": list(row.regions),
-           "mode": row.mode, "effective_mode": row.mode or process.mode,
+           "mode": row.mode, "effective_mode": _effective_mode(process, row),
            "settings": _hide({k: v for k, v in row.settings.items() if k in BackendSettings.model_fields}),
            "effective_settings": effective,
            "setting_sources": None if sources is None else {k: src for k, (_, src) in sources.items()},
@@ -99,6 +99,8 @@ def show(db: Database, args: argparse.Namespace, process: Settings) -> int:
 
 def _print_show(doc: dict[str, Any], row: BackendRow) -> None:
     own = "its own" if doc["mode"] else "ORPHAN_CLEANUP_MODE: the backend has none of its own"
+    if "mode" in doc["ignored_settings"]:
+        own = doc["ignored_settings"]["mode"]["why"]
     print_fields([("backend", doc["id"]), ("provider", doc["provider"]), ("account", doc["account"]),
                   ("regions", ", ".join(doc["regions"]) or "(none)"), ("mode", f"{doc['effective_mode']} ({own})")])
     print("settings:")
@@ -121,6 +123,14 @@ def _print_show(doc: dict[str, Any], row: BackendRow) -> None:
                   ("running", _running_text(run) if run else "no cycle")], indent=2)
     if row.error:
         print(f"problem: {row.error}")
+
+
+def _effective_mode(process: Settings, row: BackendRow) -> str:
+    """The mode a scheduled cycle of this row runs in: the row's or the stack's, under the
+    stack's ceiling (SAFETY.md rule 8); a row the model refuses, as stored."""
+    if row.backend is None:
+        return row.mode or process.mode
+    return effective_mode(process, row.backend)
 
 
 def _json_value(v: Any) -> Any:

@@ -27,7 +27,7 @@ def dispatch(args: argparse.Namespace) -> int:
 
         # The demo ends with this module's `status`, passed in: the demo never imports the CLI.
         return run_demo(Terminal(show_status=lambda db, settings: print_status(
-            status_rows(db, settings.mode, settings.stuck_pending_seconds)),
+            status_rows(db, settings.mode, settings.stuck_pending_seconds, settings.mode_ceiling)),
                                  print_table=print_table, verdict_style=verdict_style))
     action = getattr(args, "action", None)
     checked = validate_backend(args) if (args.command, action) == ("backend", "add") else None
@@ -100,8 +100,10 @@ def _iso(v: datetime | None) -> str | None:
     return v.isoformat() if v else None
 
 
-def status_rows(db: Database, global_mode: str, stuck_after: int = 3600) -> list[dict[str, Any]]:
-    """``status --json``: one document per backend (its mode, else the global one), C3's keys,
+def status_rows(db: Database, global_mode: str, stuck_after: int = 3600,
+                ceiling: str = "delete") -> list[dict[str, Any]]:
+    """``status --json``: one document per backend (its mode, else the global one, under the
+    stack's ceiling ``ceiling``: SAFETY.md rule 8), C3's keys,
     ``running``: the cycle holding the backend's live lease, or null, ``stuck_pending``:
     owners pending longer than ``stuck_after`` seconds whose resources its latest cycle skipped,
     and ``stale_seconds``: the time since its last clean cycle (since it was enrolled when it
@@ -116,7 +118,12 @@ def status_rows(db: Database, global_mode: str, stuck_after: int = 3600) -> list
              "created_at": _iso(p.created_at), "pending_seconds": p.pending_seconds, "region": p.region,
              "primary_id": p.primary_id, "cycle_id": p.cycle_id})
     stale = {s.backend: s.stale_seconds for s in store.staleness(global_mode)}
-    return [{"backend": r.backend, "provider": r.provider, "mode": r.mode or global_mode,
+
+    def mode(row_mode: str | None) -> str:
+        m = row_mode or global_mode
+        return "report" if m == "delete" and ceiling == "report" else m
+
+    return [{"backend": r.backend, "provider": r.provider, "mode": mode(r.mode),
              "clean_at": _iso(r.clean_at), "last_outcome": r.last_outcome,
              "last_processed_at": _iso(r.last_processed_at), "next_due_at": _iso(r.next_due_at),
              "open_orphans": r.open_orphans, "running": running_json(r.running),
@@ -126,7 +133,7 @@ def status_rows(db: Database, global_mode: str, stuck_after: int = 3600) -> list
 
 def status(db: Database, args: argparse.Namespace) -> int:
     settings = bootstrap.load_settings()
-    rows = status_rows(db, settings.mode, settings.stuck_pending_seconds)
+    rows = status_rows(db, settings.mode, settings.stuck_pending_seconds, settings.mode_ceiling)
     if args.json:
         print(json.dumps(rows, indent=2))
         return EXIT_OK

@@ -96,8 +96,8 @@ def _deletes_because(settings: Settings, db: Database, args: argparse.Namespace)
         return None
     if args.mode is not None:
         return "--mode delete" if args.mode == "delete" else None
-    if base != "delete":
-        return None
+    if base != "delete" or settings.mode_ceiling != "delete":
+        return None  # a row's (or the stack's) delete under a report ceiling runs report (SAFETY.md rule 8)
     return f"backend {args.backend}'s mode is delete" if row.mode else "ORPHAN_CLEANUP_MODE=delete"
 
 

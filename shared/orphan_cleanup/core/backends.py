@@ -269,15 +269,17 @@ def deletes_reach(backend: Backend) -> tuple[Any, ...]:
             s.credentials_file)
 
 
-def account_view(backend: Backend, account_settings: Iterable[Any]) -> Backend:
+def account_view(backend: Backend, account_settings: Iterable[Any],
+                 stack_protect_key: str = DEFAULT_PROTECT_KEY) -> Backend:
     """``backend`` with the protect and controller keys of every backend of its account
-    (``account_settings``: their raw ``settings`` values, this backend's included): a
+    (``account_settings``: their raw ``settings`` values, this backend's included) and the
+    stack's own protect key (``ORPHAN_CLEANUP_PROTECT_TAG_KEY``, whatever the rows say): a
     resource any of them would protect, or name a controller by, is protected whichever
-    backend's cycle looks at it. Read leniently, in the safe direction: a row whose
+    backend's cycle looks at it (SAFETY.md rule 16). Read leniently, in the safe direction: a row whose
     settings cannot be read adds the default keys; a key that cannot be a tag key of the
     provider (or is the ref tag key) is left out, as no resource can carry it."""
     s = backend.settings
-    protect = {s.protect_tag_key, *s.protect_tag_keys}
+    protect = {s.protect_tag_key, *s.protect_tag_keys, stack_protect_key}
     controllers = list(s.controller_tag_keys)
     for raw in account_settings:
         readable = _readable(raw)

@@ -30,17 +30,23 @@ class IgnoredSetting:
 
     @property
     def why(self) -> str:
+        if self.key == "mode":
+            return f"the backend's {self.value} ignored: the stack's ceiling is {self.stack} (ORPHAN_CLEANUP_MAX_MODE)"
         looser = "shorter" if self.key == "margin_seconds" else "higher"
         return f"the backend's {self.value} ignored: {looser} than the stack's {self.stack}"
 
 
 def ignored_settings(settings: Settings, backend: Backend) -> dict[str, IgnoredSetting]:
-    """The backend's limits that would loosen the stack's (``settings``), by key."""
+    """The backend's limits that would loosen the stack's (``settings``), by key, and its
+    ``mode`` when the stack's ceiling caps it."""
     out = {}
     for key, tighter in TIGHTENING.items():
         own, stack = getattr(backend.settings, key), getattr(settings, key)
         if own is not None and tighter(own, stack) != own:
             out[key] = IgnoredSetting(key, own, stack)
+    mode = ignored_mode(settings, backend)
+    if mode is not None:
+        out["mode"] = mode
     return out
 
 
@@ -73,19 +79,33 @@ def classify_context(settings: Settings, backend: Backend, listed_at: datetime, 
     none known). ``recheck_protections``: a remembered protection is not trusted but left
     to the deleter's re-read (a delete cycle, rule 14)."""
     own = backend.settings.protect_tag_key
+    stack = {settings.protect_tag_key} - {backend.settings.tag_key}  # always protects (rule 16)
     return ClassifyContext(
         backend_id=backend.id, scope=backend.scope, listed_at=listed_at,
         margin=timedelta(seconds=limits.margin_seconds), protect_key=own,
-        more_protect_keys=backend.protect_keys - {own}, tag_key=backend.settings.tag_key,
+        more_protect_keys=(backend.protect_keys | stack) - {own}, tag_key=backend.settings.tag_key,
         stuck_after=timedelta(seconds=settings.stuck_pending_seconds),
         recheck_protections=recheck_protections, listed=listed)
 
 
 def effective_mode(settings: Settings, backend: Backend, override: Mode | None = None) -> Mode:
-    """The backend's own mode, else the global one; ``off`` is final (no override
-    runs an off backend), otherwise an override is an operator's one-off request."""
+    """The backend's own mode, else the global one, capped by the stack's ceiling
+    (``ORPHAN_CLEANUP_MAX_MODE``, SAFETY.md rule 8: a row never loosens what the operator
+    deployed); ``off`` is final (no override runs an off backend), otherwise an override is
+    an operator's one-off request, which is not a row and is not capped."""
     base = backend.mode or settings.mode
-    return "off" if base == "off" else override or base
+    if base == "off":
+        return "off"
+    if override is not None:
+        return override
+    return "report" if base == "delete" and settings.mode_ceiling == "report" else base
+
+
+def ignored_mode(settings: Settings, backend: Backend) -> IgnoredSetting | None:
+    """The row's ``mode`` when the stack's ceiling caps it (``delete`` under ``report``)."""
+    if backend.mode == "delete" and settings.mode_ceiling == "report":
+        return IgnoredSetting("mode", backend.mode, settings.mode_ceiling)
+    return None
 
 
 #: Backend settings that fall back to a process setting (an environment variable) when unset.

@@ -8,7 +8,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from orphan_cleanup.core.backends import MAX_SECONDS, Mode
+from orphan_cleanup.core.backends import DEFAULT_PROTECT_KEY, MAX_SECONDS, Mode
 
 _INSTANCE = re.compile(r"(?:[a-z0-9.-]+:)?[a-z][a-z0-9-]*:[a-z0-9-]+:[a-z0-9][a-z0-9-]*")
 
@@ -94,6 +94,20 @@ class Settings(BaseSettings):
     slack_webhook_secret_arn: str | None = Field(default=None, alias="SLACK_WEBHOOK_SECRET_ARN")
     # Seconds a notification may take (each adapter's call); a slow channel never holds a cycle long.
     notify_timeout: float = Field(default=10.0, gt=0, le=300, alias="ORPHAN_CLEANUP_NOTIFY_TIMEOUT")
+    # The loosest mode a backend row may give itself (SAFETY.md rule 8; unset: the stack's own
+    # mode, ``report`` when that is ``off``): ``delete`` in a row under a ``report`` ceiling runs
+    # ``report``. An operator's one-off request (``run --mode``, an invocation's mode) is not capped.
+    max_mode: Literal["report", "delete"] | None = Field(default=None, alias="ORPHAN_CLEANUP_MAX_MODE")
+    # The stack's protect key: it protects whatever keys the rows name (SAFETY.md rule 16).
+    protect_tag_key: str = Field(default=DEFAULT_PROTECT_KEY, min_length=1, max_length=128,
+                                 alias="ORPHAN_CLEANUP_PROTECT_TAG_KEY")
+
+    @property
+    def mode_ceiling(self) -> Literal["report", "delete"]:
+        """The loosest mode a row (or the stack's own default mode) runs a cycle in."""
+        if self.max_mode is not None:
+            return self.max_mode
+        return "delete" if self.mode == "delete" else "report"
 
     @classmethod
     def explicit(cls, **values: Any) -> Settings:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from orphan_cleanup.core import classify, delete_rules
-from orphan_cleanup.core.backends import Backend, Mode, account_view, cycle_snapshot
+from orphan_cleanup.core.backends import DEFAULT_PROTECT_KEY, Backend, Mode, account_view, cycle_snapshot
 from orphan_cleanup.core.classify import Limits
 from orphan_cleanup.core.errors import BlastRadiusExceeded, LeaseLost
 from orphan_cleanup.core.listing import RegionFailure, ResourceGroup
@@ -81,7 +81,8 @@ def quick_skip(session: LedgerSession, backend_id: str, mode: str, limits: Limit
 
 
 def start_cycle(store: LedgerStore, backend_id: str, mode: Mode, limits: Limits, *, manual: bool,
-                now: datetime | None = None, mode_of: Callable[[Backend], Mode] | None = None) -> StartResult:
+                stack_protect_key: str = DEFAULT_PROTECT_KEY, now: datetime | None = None,
+                mode_of: Callable[[Backend], Mode] | None = None) -> StartResult:
     """STEP 1 and the lease. A live lease makes this a no-op ("busy"); an expired
     one fails its cycle first. A scheduled run with no reason to list only marks
     the row processed. Otherwise bumps the fence and creates the cycle, with the
@@ -106,7 +107,7 @@ def start_cycle(store: LedgerStore, backend_id: str, mode: Mode, limits: Limits,
         row, account = lease.account_rows()
         if mode_of is not None and mode_of(row) != mode:
             return StartResult(None, "backend_changed")  # its mode moved since ``mode`` was read: next run
-        backend = account_view(row, account)
+        backend = account_view(row, account, stack_protect_key)
         ref = lease.start(mode, now + timedelta(seconds=limits.cycle_deadline_seconds), manual=manual,
                           snapshot=cycle_snapshot(backend))
     return StartResult(ref, reason, backend)

@@ -156,7 +156,8 @@ class Deleter:
                                         backend=cycle.backend_id, cycle_id=cycle.id, group=request.group.key)
                 raise MessageRefused(f"delete request for {request.group.key} names backend {request.backend!r},"
                                      f" its cycle is of {cycle.backend_id!r}")
-            backend = account_view(cycle.backend, session.account_settings(cycle.backend_id))
+            backend = account_view(cycle.backend, session.account_settings(cycle.backend_id),
+                                   self.ctx.settings.protect_tag_key)
         return DeleteJob(request, cycle, cycle.listed_at, backend, self.ctx.limits(backend))
 
     # ---- the guards, in order: each ends the request (a ``Stop``) or lets it go on (None) ----

@@ -239,6 +239,7 @@ class Lister:
             return ListerResult(backend=backend_id, started=False, reason=skip)
         self.ctx.store.enroll()
         started = cycle_state.start_cycle(self.ctx.store, backend_id, effective, limits, manual=manual,
+                                          stack_protect_key=self.ctx.settings.protect_tag_key,
                                           now=self.ctx.now(),
                                           mode_of=lambda row: policy.effective_mode(self.ctx.settings, row, mode))
         if started.cycle is None or started.backend is None:
