@@ -10,13 +10,13 @@
 --   definer  NOLOGIN: owns the SECURITY DEFINER functions (search_path pinned) behind
 --            writes that a function's own role may not make itself.
 --   runtime  every function at once (one secret for all three, the fallback), and the
---            roles a manual `run` needs: reads the platform's C1 tables (backends,
---            provider_refs, instances) and the activity log; reads and inserts into the
---            product's own tables, updates only the ones whose rows change (cleanup,
---            cycles, cycle_groups, orphans, delete_requests, delete_gates,
---            region_listings), deletes only delete gates; never updates or deletes the
---            audit trail (events, provider_journal, cycle_batches, orphan_resources:
---            docs/SAFETY.md rule 19); executes its functions; no DDL of any kind.
+--            rights a manual `run` needs: the union of the three functions' grants
+--            (function_roles.sql), and the cycle's deadline its heartbeat extends. Reads
+--            every table; inserts into the product's own (never orphan_resources: only
+--            the deleter's function does); updates only the columns the functions update;
+--            deletes only delete gates; never updates or deletes the audit trail (events,
+--            provider_journal, cycle_batches, orphan_resources: docs/SAFETY.md rule 19);
+--            executes its functions; no DDL of any kind.
 --
 -- Run it with psql, as a superuser or the cloud's admin user (RDS master user, Cloud SQL
 -- `postgres`), connected to the ledger's database: once before the first
@@ -211,37 +211,49 @@ ALTER DEFAULT PRIVILEGES FOR ROLE :"owner_role" IN SCHEMA :"schema"
 ALTER DEFAULT PRIVILEGES FOR ROLE :"owner_role" REVOKE EXECUTE ON FUNCTIONS FROM PUBLIC;
 
 -- ---- tables, sequences and functions migrate created -------------------------------
--- The product's tables: read and insert; update only the rows that change; delete only
--- a released delete gate. The audit trail (events, provider_journal, and the batches and
--- orphan resources a cycle saw) is append-only. Read only: the C1 tables (the
--- platform's), the activity log (written by the triggers; deleting from it could hide
--- activity from STEP 1) and schema_migrations (migrate's).
+-- The product's tables: read and insert (but orphan_resources: only through the deleter's
+-- function); update only the columns the functions' statements update (the union of the
+-- three functions' lists in function_roles.sql, and the cycle's deadline a manual run's
+-- heartbeat extends); delete only a released delete gate. The audit trail (events,
+-- provider_journal, and the batches and orphan resources a cycle saw) is append-only. Read
+-- only: the C1 tables (the platform's), the activity log (written by the triggers; deleting
+-- from it could hide activity from STEP 1) and schema_migrations (migrate's).
 SELECT format('REVOKE ALL ON TABLE %I.%I FROM %I', n.nspname, c.relname, :'runtime_role'),
-       format('GRANT SELECT, INSERT ON TABLE %I.%I TO %I', n.nspname, c.relname, :'runtime_role')
+       format('GRANT SELECT ON TABLE %I.%I TO %I', n.nspname, c.relname, :'runtime_role')
   FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
  WHERE n.nspname = :'schema' AND c.relkind IN ('r', 'p')
-   AND c.relowner = (SELECT oid FROM pg_roles WHERE rolname = :'owner_role')
-   AND c.relname NOT IN ('backends', 'provider_refs', 'instances', 'ledger_activity', 'schema_migrations')
+   AND (c.relowner = (SELECT oid FROM pg_roles WHERE rolname = :'owner_role')
+        OR c.relname IN ('backends', 'provider_refs', 'instances'))
 \gexec
-SELECT format('GRANT UPDATE ON TABLE %I.%I TO %I', n.nspname, c.relname, :'runtime_role')
+SELECT format('GRANT INSERT ON TABLE %I.%I TO %I', n.nspname, c.relname, :'runtime_role')
   FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
  WHERE n.nspname = :'schema' AND c.relkind IN ('r', 'p')
    AND c.relowner = (SELECT oid FROM pg_roles WHERE rolname = :'owner_role')
-   AND c.relname IN ('cleanup', 'cycle_groups', 'orphans', 'delete_requests', 'delete_gates', 'region_listings')
+   AND c.relname IN ('cleanup', 'cycles', 'cycle_batches', 'cycle_groups', 'orphans', 'delete_requests',
+                     'delete_gates', 'events', 'region_listings')
 \gexec
--- A cycle's own facts are written once, with its row: its backend, fence, mode and the
--- snapshot of its backend (docs/SAFETY.md rule 18) are never updated; only its progress is.
-SELECT format('GRANT UPDATE (listed_at, deadline, expected_batches, applied_batches, groups_listed, open_deletes,'
-              ' planned_deletes, failures, unsettled, failed, error, tripped_regions, outcome, finished_at,'
-              ' dispatched, blocked_reason, region_groups) ON TABLE %I.%I TO %I', n.nspname, c.relname, :'runtime_role')
+-- Of a cycle, only its progress changes: never its backend, fence, mode or snapshot
+-- (docs/SAFETY.md rule 18). Of a group, an orphan and a request, only what a deletion
+-- records: never their cycle, key, ref or resources. Of the lease row, never its backend.
+SELECT format('GRANT UPDATE (%s) ON TABLE %I.%I TO %I', g.cols, n.nspname, c.relname, :'runtime_role')
   FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+  JOIN (VALUES
+    ('cleanup', 'fence, lease_owner, lease_expires_at, clean_at, clean_mode, last_processed_at, next_due_at,'
+                ' retry_delay_seconds, last_outcome, last_error'),
+    ('cycles', 'listed_at, deadline, expected_batches, applied_batches, groups_listed, open_deletes,'
+               ' planned_deletes, failures, unsettled, failed, error, tripped_regions, outcome, finished_at,'
+               ' dispatched, blocked_reason, region_groups'),
+    ('cycle_groups', 'action, error, updated_at, evidence, verdict, reason'),
+    ('orphans', 'last_seen, resources, verdict, reason, times_reported, last_cycle_id, state, last_error'),
+    ('delete_requests', 'state, attempts, result, updated_at'),
+    ('delete_gates', 'holder, expires_at'),
+    ('region_listings', 'suspect_groups, suspect_at')
+  ) AS g(tbl, cols) ON g.tbl = c.relname
  WHERE n.nspname = :'schema' AND c.relkind IN ('r', 'p')
    AND c.relowner = (SELECT oid FROM pg_roles WHERE rolname = :'owner_role')
-   AND c.relname = 'cycles'
 \gexec
 -- A journal row's id and time are the database's: the runtime inserts the other columns only.
-SELECT format('REVOKE INSERT ON TABLE %I.%I FROM %I', n.nspname, c.relname, :'runtime_role'),
-       format('GRANT INSERT (backend_id, cycle_id, scope, region, provider_ref, group_key, phase, intent_id, call,'
+SELECT format('GRANT INSERT (backend_id, cycle_id, scope, region, provider_ref, group_key, phase, intent_id, call,'
               ' target, blast, outcome, error) ON TABLE %I.%I TO %I', n.nspname, c.relname, :'runtime_role')
   FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
  WHERE n.nspname = :'schema' AND c.relkind IN ('r', 'p')
@@ -254,16 +266,16 @@ SELECT format('GRANT DELETE ON TABLE %I.%I TO %I', n.nspname, c.relname, :'runti
    AND c.relowner = (SELECT oid FROM pg_roles WHERE rolname = :'owner_role')
    AND c.relname = 'delete_gates'
 \gexec
-SELECT format('REVOKE ALL ON TABLE %I.%I FROM %I', n.nspname, c.relname, :'runtime_role'),
-       format('GRANT SELECT ON TABLE %I.%I TO %I', n.nspname, c.relname, :'runtime_role')
-  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
- WHERE n.nspname = :'schema' AND c.relkind IN ('r', 'p')
-   AND c.relname IN ('backends', 'provider_refs', 'instances', 'ledger_activity', 'schema_migrations')
-\gexec
-SELECT format('GRANT USAGE, SELECT ON SEQUENCE %I.%I TO %I', n.nspname, c.relname, :'runtime_role')
+-- The ids of the rows it inserts: events and journal rows (none of the activity log's).
+SELECT format('REVOKE ALL ON SEQUENCE %I.%I FROM %I', n.nspname, c.relname, :'runtime_role')
   FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
  WHERE n.nspname = :'schema' AND c.relkind = 'S'
-   AND c.relowner = (SELECT oid FROM pg_roles WHERE rolname = :'owner_role')
+\gexec
+SELECT format('GRANT USAGE, SELECT ON SEQUENCE %s TO %I', pg_get_serial_sequence(format('%I.%I', :'schema', t), 'id'),
+              :'runtime_role')
+  FROM unnest(ARRAY['events', 'provider_journal']) AS t
+ WHERE to_regclass(format('%I.%I', :'schema', t)) IS NOT NULL
+   AND pg_get_serial_sequence(format('%I.%I', :'schema', t), 'id') IS NOT NULL
 \gexec
 -- PUBLIC executes none of them but the database clock (oc_clock: any reader reads its time).
 SELECT format(CASE WHEN p.proname = 'oc_clock' THEN 'GRANT EXECUTE ON FUNCTION %s TO PUBLIC'

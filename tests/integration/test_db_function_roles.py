@@ -84,7 +84,7 @@ def test_each_function_runs_as_its_own_role_and_a_delete_cycle_completes(ledger)
         assert conn.run("SELECT count(*) FROM region_listings WHERE clean_cycle_id = :c", c=started.cycle_id) \
             == [[2]]
         assert conn.run("SELECT count(*) FROM provider_journal WHERE cycle_id = :c", c=started.cycle_id)[0][0] >= 4
-    # and the deleter adds known orphan resources only under a group its delete cycle deletes
+    # and a finished cycle adds no known orphan resources, not even under the group it deleted
     with ledger.db(ledger.owner).connection() as conn:
         keys = dict(conn.run("SELECT verdict, group_key FROM cycle_groups WHERE cycle_id = :c"
                              " AND verdict IN ('orphan', 'tracked')", c=started.cycle_id))
@@ -94,8 +94,116 @@ def test_each_function_runs_as_its_own_role_and_a_delete_cycle_completes(ledger)
                             c=started.cycle_id, k=key)[0][0]
 
         assert record(keys["tracked"]) == 0 and record("no-such-group") == 0
-        assert record(keys["orphan"]) == 1
+        assert record(keys["orphan"]) == 0
     for p in pipelines.values():
+        p.db.close()
+
+
+def _open_delete_cycle(ledger: Ledger, backend: str) -> dict:
+    """A delete cycle of ``backend`` run by the three roles, the deleter having handled one of
+    its two requests (a terminated owner's VM, with its volume): the cycle is still open."""
+    cloud = MemoryCloud()
+    add_backend(ledger.db(ledger.owner), backend_id=backend)
+    platform = Platform(ledger.db(ledger.platform), cloud, backend_id=backend)
+    _, _, live_vm = platform.tracked()
+    [live_volume] = [r.id for r in cloud.resources.values() if r.attached_to == live_vm]
+    cloud.detach(live_volume)  # a live owner's detached volume
+    leak_ref, _, leak_vm = platform.terminated_leak()
+    [leak_volume] = [r.id for r in cloud.resources.values() if r.attached_to == leak_vm]
+    platform.placeholder_leak(region="r2")
+    listing, deletes = InProcessQueue(), InProcessQueue()
+    pipelines = {fn: Pipeline(settings=Settings.explicit(), db=role(ledger, fn), listing_queue=listing,
+                              delete_queue=deletes, provider_for=lambda b: MemoryProvider(b, cloud))
+                 for fn in ("lister", "classifier", "deleter")}
+    started = pipelines["lister"].run_lister(backend, mode="delete", manual=True)
+    lq, dq = in_process_queues(pipelines["classifier"])
+    while (body := lq.pop()) is not None:
+        pipelines["classifier"].handle_batch(ListingBatch.model_validate_json(body))
+    requests = []
+    while (body := dq.pop()) is not None:
+        requests.append(DeleteRequest.model_validate_json(body))
+    [leak] = [r for r in requests if r.group.primary_id == leak_vm]
+    [other] = [r for r in requests if r is not leak]
+    assert list(delete_all(pipelines["deleter"], [leak])) and not cloud.exists(leak_vm)
+    with ledger.db(ledger.owner).connection() as conn:
+        tracked_key = conn.run("SELECT group_key FROM cycle_groups WHERE cycle_id = :c AND verdict = 'tracked'",
+                               c=started.cycle_id)[0][0]
+    return dict(cloud=cloud, pipelines=pipelines, cycle=started.cycle_id, backend=backend, leak=leak, other=other,
+                leak_ref=leak_ref, leak_volume=leak_volume, live_volume=live_volume, tracked_key=tracked_key)
+
+
+def test_the_deleter_adds_known_orphan_resources_only_as_its_open_cycles_journal_shows(ledger):
+    # docs/DATABASE.md, "One role per function"; SAFETY.md rule 12: only what the deleter's
+    # re-read showed attached to an orphan VM it deleted, in its own cycle, while it is open
+    s = _open_delete_cycle(ledger, "mem-known")
+    owner = ledger.db(ledger.owner)
+
+    def known() -> list[list[str]]:
+        with owner.connection() as conn:
+            return conn.run("SELECT provider_ref, resource_id FROM orphan_resources WHERE backend_id = :b",
+                            b=s["backend"])
+
+    def forget() -> None:
+        with owner.transaction() as conn:
+            conn.run("DELETE FROM orphan_resources WHERE backend_id = :b", b=s["backend"])
+
+    def record(key: str, rid: str) -> int:
+        with role(ledger, "deleter").transaction() as conn:
+            return conn.run("SELECT oc_record_orphan_resources(:c, :k, ARRAY[CAST(:r AS text)])",
+                            c=s["cycle"], k=key, r=rid)[0][0]
+
+    # the real deletion recorded the leak VM's volume, through the definer's function
+    assert known() == [[s["leak_ref"], s["leak_volume"]]]
+    # a live owner's detached volume, or an id its journal never saw, is not the leak's
+    assert record(s["leak"].group.key, s["live_volume"]) == 0
+    assert record(s["leak"].group.key, "vol-0notinthejournal") == 0
+    # nor anything under a group not deleted yet (its request is still queued)
+    assert record(s["other"].group.key, s["leak_volume"]) == 0
+    # the real id, after the real delete, while the cycle is open
+    forget()
+    assert record(s["leak"].group.key, s["leak_volume"]) == 1
+    # once the cycle finished, nothing more, not even that id
+    assert list(delete_all(s["pipelines"]["deleter"], [s["other"]]))
+    assert LedgerStore(owner).cycle_report(s["cycle"]).outcome == "clean"
+    forget()
+    assert record(s["leak"].group.key, s["leak_volume"]) == 0
+    assert record(s["leak"].group.key, s["live_volume"]) == 0
+    assert known() == []
+    for p in s["pipelines"].values():
+        p.db.close()
+
+
+def test_the_deleter_sets_no_verdict_but_protected_and_requeues_no_request(ledger):
+    # docs/DATABASE.md, "One role per function": a verdict other than protected, or a request
+    # queued again, would make the deleter delete what the classifier never asked it to
+    s = _open_delete_cycle(ledger, "mem-verdict")
+    c, b, leak, tracked = s["cycle"], s["backend"], s["leak"].group.key, s["tracked_key"]
+    for sql in [f"UPDATE cycle_groups SET verdict = 'orphan' WHERE cycle_id = '{c}' AND group_key = '{tracked}'",
+                f"UPDATE cycle_groups SET reason = 'x' WHERE cycle_id = '{c}' AND group_key = '{leak}'",
+                f"UPDATE delete_requests SET state = 'queued' WHERE cycle_id = '{c}' AND group_key = '{leak}'",
+                f"UPDATE orphans SET reason = 'x' WHERE backend_id = '{b}' AND group_key = '{leak}'"]:
+        denied(role(ledger, "deleter"), sql)
+    # what its code does: a protection found during the deletion; the classifier's verdict again
+    allowed = [f"UPDATE cycle_groups SET verdict = 'protected', reason = 'x' WHERE cycle_id = '{c}'"
+               f" AND group_key = '{leak}'",
+               f"UPDATE orphans SET verdict = 'protected', reason = 'x' WHERE backend_id = '{b}'"
+               f" AND group_key = '{leak}'",
+               f"UPDATE orphans o SET verdict = g.verdict, reason = g.reason FROM cycle_groups g"
+               f" WHERE o.backend_id = '{b}' AND o.group_key = '{leak}' AND g.cycle_id = '{c}'"
+               f" AND g.group_key = o.group_key"]
+    requeue = [f"UPDATE delete_requests SET state = 'queued' WHERE cycle_id = '{c}' AND group_key = '{leak}'",
+               f"UPDATE cycle_groups SET verdict = 'orphan' WHERE cycle_id = '{c}' AND group_key = '{tracked}'"]
+    # the runtime role may also do what the classifier's inserts and a manual run do
+    for who, sqls in (("deleter", allowed), ("runtime", allowed + requeue)):
+        conn = connect(ledger.info(ledger.runtime if who == "runtime" else ledger.functions[who]))
+        try:
+            conn.run("BEGIN")
+            for sql in sqls:
+                assert conn.run(sql + " RETURNING 1") == [[1]], (who, sql)
+            conn.run("ROLLBACK")
+        finally:
+            conn.close()
+    for p in s["pipelines"].values():
         p.db.close()
 
 
@@ -117,6 +225,9 @@ REFUSED = {
         "UPDATE delete_requests SET state = 'done'",
         "INSERT INTO provider_journal (phase, call, target) VALUES ('intent', 'x', 'y')",
         "INSERT INTO region_listings (backend_id, region) VALUES ('mem', 'x')",
+        "INSERT INTO orphan_resources (backend_id, provider_ref, resource_id) VALUES ('mem', 'x', 'vol-0forged')",
+        "UPDATE cycles SET region_groups = '{}'::jsonb",
+        "UPDATE cycle_groups SET provider_ref = 'x'",
     ],
     "deleter": [
         "INSERT INTO orphan_resources (backend_id, resource_id) VALUES ('mem', 'vol-0forged')",
@@ -127,6 +238,13 @@ REFUSED = {
         "UPDATE cycles SET backend_snapshot = '{}'::jsonb",
         "INSERT INTO region_listings (backend_id, region) VALUES ('mem', 'x')",
         "SELECT oc_apply_batch('{}'::jsonb)",
+        "UPDATE cycles SET region_groups = '{}'::jsonb",
+        "UPDATE cycle_groups SET provider_ref = 'x'",
+        "UPDATE cycle_groups SET resources = '[]'::jsonb",
+        "UPDATE orphans SET resources = '[]'::jsonb",
+        "UPDATE delete_requests SET cycle_id = 'x'",
+        "UPDATE cleanup SET fence = fence + 1",
+        "UPDATE delete_gates SET provider_ref = 'x'",
     ],
 }
 NOBODY = ["UPDATE events SET kind = 'x'", "DELETE FROM events", "UPDATE provider_journal SET outcome = 'ok'",

@@ -51,7 +51,7 @@ C1 = ("backends", "provider_refs", "instances")
 READ_ONLY = C1 + ("ledger_activity", "schema_migrations")
 PRODUCT = ("cleanup", "cycles", "cycle_batches", "cycle_groups", "orphans", "orphan_resources", "delete_gates",
            "delete_requests", "events", "provider_journal", "region_listings")
-UPDATED = {"cleanup", "cycle_groups", "orphans", "delete_requests", "delete_gates", "region_listings"}
+UPDATED = {"cleanup", "cycles", "cycle_groups", "orphans", "delete_requests", "delete_gates", "region_listings"}
 FUNCTIONS = ("lister", "classifier", "deleter")
 
 
@@ -277,12 +277,14 @@ def test_greenfield_migrate_creates_the_c1_tables_and_the_runtime_only_reads_the
                         if conn.run("SELECT has_table_privilege(:r, :t, :p)", r=role, t=table, p=p)[0][0]}
 
             # then the runtime reads the C1 tables and the logs, reads and appends to the product's
-            # tables, updates only those whose rows change and deletes only gates (SAFETY.md rule 19)
+            # tables (the known orphan resources: only through the deleter's function), updates
+            # only columns of those whose rows change and deletes only gates (SAFETY.md rule 19)
             assert {t: privileges(ledger.runtime, t) for t in READ_ONLY} == {t: {"SELECT"} for t in READ_ONLY}
             assert {t: privileges(ledger.runtime, t) for t in PRODUCT} == \
-                {t: {"SELECT"} | ({"INSERT"} if t != "provider_journal" else set())  # the journal: by column
-                 | ({"UPDATE"} if t in UPDATED else set()) | ({"DELETE"} if t == "delete_gates" else set())
-                 for t in PRODUCT}
+                {t: {"SELECT"} | ({"INSERT"} if t not in ("provider_journal", "orphan_resources") else set())
+                 | ({"DELETE"} if t == "delete_gates" else set()) for t in PRODUCT}  # the journal: by column
+            assert {t for t in PRODUCT if conn.run("SELECT has_any_column_privilege(:r, :t, 'UPDATE')",
+                                                   r=ledger.runtime, t=t)[0][0]} == UPDATED
             # and the platform writes the C1 tables the owner role owns, and the activity log (its triggers)
             assert {t: privileges(ledger.platform, t) for t in C1} == \
                 {t: {"SELECT", "INSERT", "UPDATE", "DELETE"} for t in C1}
