@@ -295,7 +295,10 @@ def account_view(backend: Backend, account_settings: Iterable[Any],
             controllers += list(DEFAULT_CONTROLLER_TAG_KEYS)
 
     def usable(key: str) -> bool:
-        return key != s.tag_key and backend_rules.tag_key_problem(backend.provider, key) is None
+        # The stack's key protects whatever the row says (rule 16), its tag_key included (then
+        # every resource is protected: the lister refuses such a row, ``policy.stack_key_refusal``).
+        return (key != s.tag_key or key == stack_protect_key) \
+            and backend_rules.tag_key_problem(backend.provider, key) is None
 
     extra = tuple(sorted(k for k in protect - {s.protect_tag_key} if usable(k)))
     keys = tuple(dict.fromkeys(k for k in controllers if k.strip() and len(k) <= backend_rules.AWS_TAG_KEY_MAX))

@@ -79,7 +79,7 @@ def classify_context(settings: Settings, backend: Backend, listed_at: datetime, 
     none known). ``recheck_protections``: a remembered protection is not trusted but left
     to the deleter's re-read (a delete cycle, rule 14)."""
     own = backend.settings.protect_tag_key
-    stack = {settings.protect_tag_key} - {backend.settings.tag_key}  # always protects (rule 16)
+    stack = {settings.protect_tag_key}  # always protects (rule 16), even a row's tag_key: nothing goes
     return ClassifyContext(
         backend_id=backend.id, scope=backend.scope, listed_at=listed_at,
         margin=timedelta(seconds=limits.margin_seconds), protect_key=own,
@@ -141,6 +141,16 @@ def environment_variable(key: str) -> str | None:
     """The variable a backend setting falls back to (``ORPHAN_CLEANUP_MARGIN_SECONDS``), if any."""
     field = PROCESS_FALLBACK.get(key)
     return Settings.model_fields[field].alias if field else None
+
+
+def stack_key_refusal(settings: Settings, backend: Backend) -> str | None:
+    """Why no cycle of this backend starts, in one line, or None: its row names the stack's
+    protect key (``ORPHAN_CLEANUP_PROTECT_TAG_KEY``) as its ref tag key, so every resource it
+    lists would carry the key that protects it (SAFETY.md rule 16: no row takes that key away)."""
+    if backend.settings.tag_key != settings.protect_tag_key:
+        return None
+    return (f"backend {backend.id}: settings.tag_key {backend.settings.tag_key!r} is the stack's protect key"
+            " (ORPHAN_CLEANUP_PROTECT_TAG_KEY): nothing it lists could be deleted; give the backend another tag_key")
 
 
 def ledger_key_refusal(backend: Backend) -> str | None:

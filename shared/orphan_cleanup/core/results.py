@@ -24,7 +24,8 @@ class ListerResult(_Result):
     """A lister run (STEP 1-2). ``reason``: why it listed (never_cleaned, mode_changed,
     activity, manual) or why not (off, not_due, no_activity, busy, backend_changed,
     identity_failed, listing_failed, lease_lost, ledger_key: a deployed function refuses a
-    backend whose row holds a key, ``error`` says so)."""
+    backend whose row holds a key, stack_protect_key: the row's tag key is the stack's protect
+    key; ``error`` says so)."""
 
     backend: str
     started: bool

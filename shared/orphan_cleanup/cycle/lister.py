@@ -226,10 +226,12 @@ class Lister:
         keep the lease alive (a heartbeat) from the moment it is taken."""
         with self.ctx.store.session() as session:
             backend = session.backend(backend_id)
-            refused = None if self.ledger_keys else policy.ledger_key_refusal(backend)
-            if refused is not None:
-                self.ctx.reporter.error(refused, backend=backend_id)
-                return ListerResult(backend=backend_id, started=False, reason="ledger_key", error=refused)
+            refusals = {"stack_protect_key": policy.stack_key_refusal(self.ctx.settings, backend),
+                        "ledger_key": None if self.ledger_keys else policy.ledger_key_refusal(backend)}
+            for reason, refused in refusals.items():
+                if refused is not None:
+                    self.ctx.reporter.error(refused, backend=backend_id)
+                    return ListerResult(backend=backend_id, started=False, reason=reason, error=refused)
             effective = policy.effective_mode(self.ctx.settings, backend, mode)
             if effective == "off":
                 return ListerResult(backend=backend_id, started=False, reason="off")

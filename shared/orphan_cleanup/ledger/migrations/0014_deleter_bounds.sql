@@ -87,6 +87,43 @@ CREATE TRIGGER delete_requests_requeue_guard BEFORE UPDATE ON delete_requests FO
     WHEN (NEW.state = 'queued' AND OLD.state IS DISTINCT FROM 'queued')
     EXECUTE FUNCTION orphan_cleanup_request_guard();
 
+-- A finished cycle stays finished, for every writer: its outcome never changes once set. No
+-- code re-opens a cycle (an expired lease and `backend remove` fail only unfinished ones), and
+-- a re-opened cycle would pass every "open cycle" check above again (a function's role holds
+-- the outcome and lease columns, as it finishes cycles and releases leases).
+CREATE OR REPLACE FUNCTION orphan_cleanup_finished_guard() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'permission denied: cycle % finished %, and a finished cycle is never re-opened', OLD.id,
+        OLD.outcome USING ERRCODE = 'insufficient_privilege';
+END $$;
+
+DROP TRIGGER IF EXISTS cycles_finished_guard ON cycles;
+CREATE TRIGGER cycles_finished_guard BEFORE UPDATE ON cycles FOR EACH ROW
+    WHEN (OLD.outcome IS NOT NULL AND NEW.outcome IS DISTINCT FROM OLD.outcome)
+    EXECUTE FUNCTION orphan_cleanup_finished_guard();
+
+-- A group's evidence holds what the classifier read (the listed primary rule 17 and the
+-- deleter's checks compare with: `lp`); a writer that may not INSERT groups (the deleter's
+-- role) changes only its detail (`d`: the snapshot kept, the protection found).
+CREATE OR REPLACE FUNCTION orphan_cleanup_evidence_guard() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF has_table_privilege(current_user, TG_RELID, 'INSERT')
+       OR (coalesce(NEW.evidence, '{}'::jsonb) - 'd') = (coalesce(OLD.evidence, '{}'::jsonb) - 'd') THEN
+        RETURN NEW;
+    END IF;
+    RAISE EXCEPTION 'permission denied: % may change only the detail of a group''s evidence', current_user
+        USING ERRCODE = 'insufficient_privilege';
+END $$;
+
+DROP TRIGGER IF EXISTS cycle_groups_evidence_guard ON cycle_groups;
+CREATE TRIGGER cycle_groups_evidence_guard BEFORE UPDATE ON cycle_groups FOR EACH ROW
+    WHEN (OLD.evidence IS DISTINCT FROM NEW.evidence)
+    EXECUTE FUNCTION orphan_cleanup_evidence_guard();
+
 -- As migration 0013: the new functions run for no one but through their triggers.
 REVOKE EXECUTE ON FUNCTION orphan_cleanup_verdict_guard() FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION orphan_cleanup_request_guard() FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION orphan_cleanup_finished_guard() FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION orphan_cleanup_evidence_guard() FROM PUBLIC;
