@@ -26,6 +26,7 @@ class SnsNotifier(Notifier):
             self.client.publish(TopicArn=self.topic_arn, Message=json.dumps(digest), Subject=subject(digest),
                                 MessageAttributes=attributes)
         except ClientError as e:
-            raise NotifyError(f"NOTIFY_TOPIC_ARN: {e.response.get('Error', {}).get('Code', 'error')}: {redact(str(e))}") from e
+            code = e.response.get("Error", {}).get("Code", "error")
+            raise NotifyError(f"NOTIFY_TOPIC_ARN: {code}: {redact(str(e))}") from e
         except BotoCoreError as e:
             raise NotifyError(f"NOTIFY_TOPIC_ARN: {type(e).__name__}: {redact(str(e))}") from e
