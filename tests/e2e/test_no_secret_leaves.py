@@ -1,0 +1,259 @@
+"""docs/SAFETY.md rule 22, end to end: no secret leaves its box.
+
+Every secret is set to a unique canary: the database password (a SCRAM role on the TLS
+Postgres of tests/integration/test_db_tls.py), the RDS IAM token (its SigV4 signature),
+the Slack webhook URL, a service account key, the Sentry DSN's key. The real CLI (a
+subprocess) and the deployed functions (in process) are driven through every path:
+report, delete and failed cycles; the webhook without a scheme, with a space, refused,
+answering 500, and a missing SNS topic; a wrong password; a rotation read again from
+DATABASE_URL_SECRET_ARN; IAM auth; Sentry against a local sink of envelopes; a held
+delete gate and a malformed message on the GCP deleter; `orphan-cleanup psql`.
+
+Then every place a secret could reach is searched: each log line (caplog, the CLI's
+stderr), the CLI's output, every row of every ledger table (events, journal, cycles...),
+each body the webhook received, each Sentry envelope, the command lines of psql. No
+canary may appear there, plain or URL-encoded; each kind of place is counted, so the
+test cannot pass by searching nothing. The DSN's key is the Sentry envelope's own
+routing (its ``trace.public_key`` header, Sentry's auth): only envelope items (events)
+are searched for it."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+import zlib
+from collections import Counter
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, quote_plus
+
+import boto3
+import pytest
+
+from orphan_cleanup.ledger.db import Database
+from orphan_cleanup.ledger.url import ConnInfo
+from tests.integration.test_db_rds import Role, _admin, _run, rds_secret, role  # noqa: F401 - fixture
+from tests.integration.test_db_tls import BINDIR, TlsServer, tls_server  # noqa: F401 - fixture
+from tests.support.sqs_harness import MotoPlatform
+
+pytestmark = [pytest.mark.skipif(BINDIR is None, reason="needs the TLS PostgreSQL of test_db_tls.py"),
+              pytest.mark.usefixtures("moto_reset")]
+
+BACKEND = "aws-prod"
+MARGIN = 1
+PASSWORD = "pw-Canary/7#q@x"  # every character that URL-encodes differently
+WRONG_PASSWORD = "wrongpw-Canary-2e9d"
+HOOK_SECRET = "T0CANARY/B0CANARY/hookCanary5a1f"
+DSN_KEY = "dsnkeycanary6b2c0d"
+SA_KEY = "MIIEsaKeyCanary8d3e"
+SIGNATURE = re.compile(r"X-Amz-Signature=[0-9a-f]{64}")  # an RDS IAM token's secret part
+
+
+def forms(value: str) -> set[str]:
+    return {value, quote(value, safe=""), quote_plus(value), quote(value), value.lower()}
+
+
+CANARIES = set().union(*(forms(v) for v in (PASSWORD, WRONG_PASSWORD, HOOK_SECRET, SA_KEY, "Canary/7#q")))
+ALL_CANARIES = CANARIES | forms(DSN_KEY)
+
+
+class Found:
+    """The places searched, by kind, and any canary found in one of them."""
+
+    def __init__(self) -> None:
+        self.searched: Counter[str] = Counter()
+        self.leaks: list[tuple[str, str, str]] = []
+
+    def search(self, kind: str, text: str, canaries: set[str] = ALL_CANARIES) -> None:
+        self.searched[kind] += 1
+        low = text.lower()
+        for canary in canaries:
+            if canary.lower() in low:
+                self.leaks.append((kind, canary, text[max(0, low.find(canary.lower()) - 120):][:300]))
+        if SIGNATURE.search(text):
+            self.leaks.append((kind, "X-Amz-Signature", SIGNATURE.search(text).group(0)))  # type: ignore[union-attr]
+
+
+class Sink(BaseHTTPRequestHandler):
+    """A webhook and a Sentry ingest in one: records every request (path and body);
+    answers 500 on a path with ``/fail/``."""
+
+    requests: list[tuple[str, dict[str, str], bytes]] = []
+
+    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        Sink.requests.append((self.path, dict(self.headers), body))
+        self.send_response(500 if "/fail/" in self.path else 200)
+        self.end_headers()
+        self.wfile.write(b"{}")
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def sink() -> Iterator[str]:
+    Sink.requests = []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Sink)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+def envelope_items(body: bytes, headers: dict[str, str]) -> tuple[str, list[str]]:
+    """A Sentry envelope: (its header line, its items' lines), decompressed."""
+    encoding = {k.lower(): v for k, v in headers.items()}.get("content-encoding", "")
+    if encoding == "gzip":
+        body = gzip.decompress(body)
+    elif encoding == "br":
+        import brotli  # type: ignore[import-not-found]
+
+        body = brotli.decompress(body)
+    elif encoding == "deflate":
+        body = zlib.decompress(body)
+    lines = body.decode("utf-8", "replace").split("\n")
+    return lines[0], lines[1:]
+
+
+def search_sentry(found: Found) -> None:
+    for path, headers, body in Sink.requests:
+        if "/envelope/" not in path and "/store/" not in path:
+            continue
+        header, items = envelope_items(body, headers)
+        found.search("sentry envelope header", header, CANARIES)
+        found.search("sentry envelope", "\n".join(items))
+        assert '"vars"' not in "\n".join(items), "a frame's local variables were sent"
+
+
+def search_tables(found: Found, db: Database) -> None:
+    """Every row of every table of the ledger's schema, as text."""
+    with db.connection() as conn:
+        tables = conn.run("SELECT format('%I.%I', schemaname, tablename) FROM pg_tables"
+                          " WHERE schemaname NOT IN ('pg_catalog', 'information_schema')")
+        for [table] in tables:
+            rows = conn.run(f"SELECT t::text FROM {table} t")  # noqa: S608 - names from the catalog
+            found.searched[f"{table.split('.')[-1]} table"] += 0
+            for [row] in rows:
+                found.search(f"{table.split('.')[-1]} row", row)
+
+
+class Cli:
+    """`orphan-cleanup` as a subprocess; every output kept for the search."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.env = env
+        self.outputs: list[tuple[str, str, int]] = []
+
+    def __call__(self, *args: str, **env: str) -> tuple[int, str, str]:
+        environ = {**os.environ, **self.env, "NO_COLOR": "1", **env}
+        environ.pop("ORPHAN_CLEANUP_MODE", None)
+        proc = subprocess.run([sys.executable, "-m", "orphan_cleanup", *args], env=environ, capture_output=True,
+                              text=True, timeout=120, stdin=subprocess.DEVNULL)
+        self.outputs.append((" ".join(args), proc.stdout + proc.stderr, proc.returncode))
+        return proc.returncode, proc.stdout, proc.stderr
+
+    def psql_command_lines(self, *args: str, **env: str) -> list[list[str]]:
+        """Run `orphan-cleanup psql` and read the command line of each child it starts
+        (``/proc/PID/cmdline``) while the query runs."""
+        environ = {**os.environ, **self.env, **env}
+        proc = subprocess.Popen([sys.executable, "-m", "orphan_cleanup", "psql", "--", *args], env=environ,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        seen: dict[int, list[str]] = {}
+        while proc.poll() is None:
+            for child in _descendants(proc.pid):
+                try:
+                    argv = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
+                except OSError:
+                    continue
+                if any(argv):  # (a zombie's command line is empty)
+                    seen[child] = [a.decode(errors="replace") for a in argv if a]
+            time.sleep(0.02)
+        out = proc.stdout.read().decode() if proc.stdout else ""
+        self.outputs.append(("psql", out, proc.returncode))
+        return list(seen.values())
+
+
+def _descendants(pid: int) -> list[int]:
+    children: list[int] = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            child = int(stat.parent.name)
+            children += [child, *_descendants(child)]
+    return children
+
+
+def test_no_secret_leaves_the_cli(tls_server: TlsServer, role: Role, sink: str, pg_server: ConnInfo):  # noqa: F811
+    # given a role whose password is the canary, its database migrated by the CLI
+    _run(tls_server, f"ALTER ROLE {role.name} PASSWORD '{PASSWORD}'")
+    query = f"sslmode=verify-full&sslrootcert={quote(str(tls_server.ca))}&options=-csearch_path%3Dorphan_cleanup"
+    url = f"postgresql://{role.name}:{quote(PASSWORD, safe='')}@127.0.0.1:{tls_server.port}/{role.database}?{query}"
+    cli = Cli({"DATABASE_URL": url, "ORPHAN_CLEANUP_MARGIN_SECONDS": str(MARGIN),
+               "SENTRY_DSN": f"http://{DSN_KEY}@{sink}/1"})
+    assert cli("migrate")[0] == 0, cli.outputs[-1]
+    db = Database.from_url(url)
+    with db.connection() as conn:
+        conn.run("INSERT INTO backends (id, provider, account, regions) VALUES"
+                 " (:i, 'aws', '123456789012', '{us-east-1}')", i=BACKEND)
+    platform = MotoPlatform(db, BACKEND)
+    platform.tracked()
+    platform.terminated_leak()
+    platform.age_ledger()
+    time.sleep(MARGIN + 0.1)
+    missing_topic = boto3.client("sns", region_name="us-east-1").create_topic(Name="x")["TopicArn"][:-1] + "gone"
+
+    # when report cycles run with every channel broken in each way (each run finds a new leak)
+    broken = [f"hooks.slack.com/services/{HOOK_SECRET}", f"http://{sink}/services/T0 /{HOOK_SECRET}",
+              f"http://127.0.0.1:1/services/{HOOK_SECRET}", f"http://{sink}/fail/services/{HOOK_SECRET}"]
+    for hook in broken:
+        code, out, err = cli("run", "--backend", BACKEND, "--json", SLACK_WEBHOOK_URL=hook,
+                             NOTIFY_TOPIC_ARN=missing_topic)
+        assert code == 0 and "not delivered to slack: SLACK_WEBHOOK_URL: " in err, err
+        platform.terminated_leak()
+        platform.age_ledger()
+        time.sleep(MARGIN + 0.1)
+    # and a delete cycle whose digest is delivered, then a failed cycle (not moto's account)
+    code, out, err = cli("run", "--backend", BACKEND, "--json", "--mode", "delete", "--yes",
+                         SLACK_WEBHOOK_URL=f"http://{sink}/services/{HOOK_SECRET}")
+    assert code == 0, err
+    with db.connection() as conn:
+        conn.run("UPDATE backends SET account = '210987654321' WHERE id = :b", b=BACKEND)
+    code, out, err = cli("run", "--backend", BACKEND, "--json", SLACK_WEBHOOK_URL=broken[0])
+    assert code == 1 and json.loads(out)["outcome"] == "failed", err
+    # and a wrong password, the events, and psql
+    code, out, err = cli("status", DATABASE_URL=url.replace(quote(PASSWORD, safe=""), WRONG_PASSWORD))
+    assert code != 0 and "28P01" in out + err, out + err
+    assert cli("events")[0] == 0
+    # (psql on the session's Postgres: the embedded psql may lack TLS; the password goes along all the same)
+    plain = pg_server.url().replace("postgresql://postgres@", f"postgresql://postgres:{quote(PASSWORD, safe='')}@")
+    command_lines = cli.psql_command_lines("-c", "SELECT pg_sleep(0.5)", DATABASE_URL=plain)
+    assert cli.outputs[-1][2] == 0, cli.outputs[-1]
+    assert any(Path(argv[0]).name == "psql" for argv in command_lines), command_lines
+
+    # then no canary is anywhere
+    found = Found()
+    for command, output, _ in cli.outputs:
+        found.search("cli output", output)
+    for argv in command_lines:
+        found.search("child command line", " ".join(argv))
+    for path, _, body in Sink.requests:
+        if "/services/" in path:
+            found.search("webhook body", body.decode())
+    search_sentry(found)
+    search_tables(found, _admin(tls_server, role.database))
+    assert not found.leaks, found.leaks
+    for kind in ("cli output", "child command line", "webhook body", "sentry envelope", "events row",
+                 "cycles row", "provider_journal row"):
+        assert found.searched[kind] > 0, (kind, found.searched)
+    print(f"\nplaces searched: {dict(found.searched)}")
