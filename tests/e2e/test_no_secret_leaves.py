@@ -42,6 +42,7 @@ from orphan_cleanup.ledger.db import Database
 from orphan_cleanup.ledger.url import ConnInfo
 from tests.integration.test_db_rds import Role, _admin, _run, rds_secret, role  # noqa: F401 - fixture
 from tests.integration.test_db_tls import BINDIR, TlsServer, tls_server  # noqa: F401 - fixture
+from tests.support.pubsub_harness import pubsub, pubsub_server  # noqa: F401 - fixtures
 from tests.support.sqs_harness import MotoPlatform
 
 pytestmark = [pytest.mark.skipif(BINDIR is None, reason="needs the TLS PostgreSQL of test_db_tls.py"),
@@ -255,5 +256,79 @@ def test_no_secret_leaves_the_cli(tls_server: TlsServer, role: Role, sink: str, 
     assert not found.leaks, found.leaks
     for kind in ("cli output", "child command line", "webhook body", "sentry envelope", "events row",
                  "cycles row", "provider_journal row"):
+        assert found.searched[kind] > 0, (kind, found.searched)
+    print(f"\nplaces searched: {dict(found.searched)}")
+
+
+@pytest.fixture
+def sentry_reset() -> Iterator[None]:
+    """Sentry is process-wide: off before, closed and off after (other tests run without it)."""
+    import sentry_sdk
+
+    sentry_sdk.get_global_scope().set_client(None)
+    yield
+    sentry_sdk.get_client().close(timeout=2)
+    sentry_sdk.get_global_scope().set_client(None)
+
+
+def test_no_secret_leaves_the_gcp_functions(db, gcp, pubsub, monkeypatch, caplog, sink, sentry_reset, tmp_path):  # noqa: F811
+    """The GCP functions with Sentry on: a held gate (429), a malformed message (a 500, its
+    traceback logged and sent to Sentry without local variables), a broken webhook, and a
+    Pub/Sub notifier whose service account key cannot be read."""
+    import logging
+
+    from orphan_cleanup.core.settings import Settings
+    from orphan_cleanup.entrypoints.notifiers import notifiers
+    from orphan_cleanup.ledger.store import LedgerStore
+    from orphan_cleanup.notify.base import NotifyError
+    from tests.e2e.test_gcp_functions_e2e import DELETE_TOPIC, LISTING_TOPIC, PROJECT, Deployment, Fleet
+    from tests.integration.test_notify_adapters import DIGEST
+    from tests.support.pubsub_harness import pubsub_cloudevent
+
+    caplog.set_level(logging.INFO)
+    deployment = Deployment(db, gcp, pubsub, monkeypatch)
+    url = db.info.url().replace("postgresql://postgres@", f"postgresql://postgres:{quote(PASSWORD, safe='')}@")
+    monkeypatch.setenv("DATABASE_URL", url)
+    monkeypatch.setenv("SENTRY_DSN", f"http://{DSN_KEY}@{sink}/1")
+    monkeypatch.setenv("SLACK_WEBHOOK_URL", f"hooks.slack.com/services/{HOOK_SECRET}")
+    deployment.add_backend(mode="delete")
+    fleet = Fleet(db, gcp)
+
+    deployment.list()
+    deployment.push(LISTING_TOPIC, deployment.classifier, f"projects/{PROJECT}/subscriptions/c", binary=True)
+    [held, *rest] = deployment.pubsub.take(DELETE_TOPIC)
+    ref = held.json()["group"]["provider_ref"]
+    assert LedgerStore(db).acquire_gate(f"gcp:{PROJECT}", ref, "another", 60)
+    responses = [deployment.deleter.post("/", **pubsub_cloudevent(held, subscription="s", binary=True))]
+    responses.append(deployment.deleter.post("/", **pubsub_cloudevent(b"{not json", subscription="s", binary=True)))
+    assert [r.status_code for r in responses] == [429, 500]
+    LedgerStore(db).release_gate(f"gcp:{PROJECT}", ref, "another")
+    for message in [held, *rest]:
+        responses.append(deployment.deleter.post("/", **pubsub_cloudevent(message, subscription="s", binary=True)))
+    assert not fleet.exists("instances", "leaked")
+
+    # and a Pub/Sub notifier whose credentials file holds a key that cannot be read
+    key = tmp_path / "sa.json"
+    key.write_text(json.dumps({"type": "service_account", "project_id": PROJECT, "client_email": f"x@{PROJECT}.iam",
+                               "private_key_id": "k1", "token_uri": "https://oauth2.googleapis.com/token",
+                               "private_key": f"-----BEGIN PRIVATE KEY-----\n{SA_KEY}\n-----END PRIVATE KEY-----\n"}))
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(key))
+    monkeypatch.delenv("PUBSUB_EMULATOR_HOST", raising=False)
+    with pytest.raises(NotifyError) as caught:
+        notifiers(Settings.explicit(notify_topic=f"projects/{PROJECT}/topics/d", notify_timeout=3))[0].send(DIGEST)
+
+    import sentry_sdk
+
+    sentry_sdk.get_client().flush(timeout=5)
+    found = Found()
+    found.search("error text", str(caught.value))
+    for record in caplog.records:
+        found.search("log line", logging.Formatter("%(message)s %(exc_info)s").format(record) + str(record.__dict__))
+    for r in responses:
+        found.search("http response", r.get_data(as_text=True))
+    search_sentry(found)
+    search_tables(found, db)
+    assert not found.leaks, found.leaks
+    for kind in ("error text", "log line", "http response", "sentry envelope", "events row", "provider_journal row"):
         assert found.searched[kind] > 0, (kind, found.searched)
     print(f"\nplaces searched: {dict(found.searched)}")
