@@ -244,7 +244,7 @@ def test_no_secret_leaves_the_cli(tls_server: TlsServer, role: Role, sink: str, 
 
     # then no canary is anywhere
     found = Found()
-    for command, output, _ in cli.outputs:
+    for _command, output, _ in cli.outputs:
         found.search("cli output", output)
     for argv in command_lines:
         found.search("child command line", " ".join(argv))
