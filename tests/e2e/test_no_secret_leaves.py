@@ -332,3 +332,65 @@ def test_no_secret_leaves_the_gcp_functions(db, gcp, pubsub, monkeypatch, caplog
     for kind in ("error text", "log line", "http response", "sentry envelope", "events row", "provider_journal row"):
         assert found.searched[kind] > 0, (kind, found.searched)
     print(f"\nplaces searched: {dict(found.searched)}")
+
+
+def test_no_secret_leaves_a_rotation_or_an_iam_token(tls_server, role, moto_reset, monkeypatch, caplog):  # noqa: F811
+    """The deployed lister reads its database URL from DATABASE_URL_SECRET_ARN (RDS's JSON,
+    the password a canary), is rotated (re-read on 28P01), then rotated behind the secret's
+    back (an error); DATABASE_IAM_AUTH's token is refused. Errors and logs are searched."""
+    import logging
+
+    from functions.aws import lister
+    from orphan_cleanup.core.errors import DatabaseError
+    from orphan_cleanup.core.settings import Settings
+    from orphan_cleanup.entrypoints import bootstrap
+    from orphan_cleanup.ledger.migrate import migrate
+    from tests.support.sqs_harness import context
+
+    # INFO and up: the SDKs' own DEBUG wire logs (botocore's request and response bodies) are
+    # off unless an operator turns them on, and then they show any secret they carry.
+    caplog.set_level(logging.INFO)
+    second = "pw-Canary/second-3c9e"
+    canaries = CANARIES | forms(second)
+    _run(tls_server, f"ALTER ROLE {role.name} PASSWORD '{PASSWORD}'")
+    sm, sqs = boto3.client("secretsmanager"), boto3.client("sqs")
+    arn = sm.create_secret(Name=f"canary-{role.name}", SecretString=rds_secret(tls_server, role, PASSWORD))["ARN"]
+    migrate(bootstrap.open_database(Settings.explicit(database_url_secret_arn=arn, aws_endpoint_url=moto_reset),
+                                    deployed=True))
+    monkeypatch.delenv("DATABASE_URL", raising=False)
+    monkeypatch.setenv("DATABASE_URL_SECRET_ARN", arn)
+    for name in ("JOBS", "LISTING", "DELETE"):
+        monkeypatch.setenv(f"{name}_QUEUE_URL", sqs.create_queue(QueueName=f"{role.name}-{name.lower()}")["QueueUrl"])
+    results: list[str] = []
+
+    # a warm lister, rotated in Postgres and in the secret: the second tick re-reads it
+    results.append(json.dumps(lister.handler({}, context("lister")), default=str))
+    _run(tls_server, f"ALTER ROLE {role.name} PASSWORD '{second}'")
+    _run(tls_server, f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = '{role.name}'")
+    sm.put_secret_value(SecretId=arn, SecretString=rds_secret(tls_server, role, second))
+    results.append(json.dumps(lister.handler({}, context("lister")), default=str))
+    assert all('"ok": true' in r for r in results), results
+    # a rotation the secret does not follow: one error line
+    _run(tls_server, f"ALTER ROLE {role.name} PASSWORD '{WRONG_PASSWORD}x'")
+    _run(tls_server, f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = '{role.name}'")
+    with pytest.raises(DatabaseError) as rotated:
+        lister.handler({}, context("lister"))
+    # and an RDS IAM token the server refuses (the URL's own password a canary too)
+    url = (f"postgresql://{role.name}:{quote(WRONG_PASSWORD)}@127.0.0.1:{tls_server.port}/{role.database}"
+           f"?sslrootcert={tls_server.ca}")
+    with pytest.raises(DatabaseError) as refused:
+        bootstrap.open_database(Settings.explicit(database_url=url, database_iam_auth=True,
+                                                  aws_endpoint_url=moto_reset)).connect()
+
+    found = Found()
+    for error in (rotated.value, refused.value):
+        found.search("error text", f"{error} {error!r}", canaries)
+        assert "28P01" in str(error)
+    for result in results:
+        found.search("handler result", result, canaries)
+    for record in caplog.records:
+        found.search("log line", logging.Formatter("%(message)s %(exc_info)s").format(record) + str(record.__dict__),
+                     canaries)
+    assert not found.leaks, found.leaks
+    for kind in ("error text", "handler result", "log line"):
+        assert found.searched[kind] > 0, (kind, found.searched)

@@ -109,7 +109,7 @@ def sentry_sink(dsn: Any, integrations: list[Any] | None = None,
     redact.remember(*secrets)
     if not sentry_sdk.get_client().is_active():
         sentry_sdk.init(dsn=dsn, integrations=integrations or [], traces_sample_rate=0,
-                        include_local_variables=False, send_default_pii=False, max_request_body_size="never",
+                        include_local_variables=False, max_request_body_size="never",
                         before_send=_scrubbed, before_breadcrumb=_scrubbed)
 
     def capture(message: str, level: Any, fingerprint: list[str], extra: dict[str, Any]) -> None:
