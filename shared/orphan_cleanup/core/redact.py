@@ -17,7 +17,8 @@ from urllib.parse import quote, quote_plus
 MASK = "[redacted]"
 _MIN_LENGTH = 6  # shorter values ("postgres", a port) would mask ordinary words; patterns catch the rest
 
-_known: set[str] = set()
+_MAX_KNOWN = 1024  # a warm function makes an RDS token per connection: the oldest are dropped
+_known: dict[str, None] = {}  # insertion-ordered
 _lock = threading.Lock()
 
 _PATTERNS = (
@@ -38,7 +39,11 @@ def remember(*values: str | None) -> None:
     with _lock:
         for value in values:
             if value and len(value) >= _MIN_LENGTH:
-                _known.update({value, quote(value, safe=""), quote_plus(value), quote(value)})
+                for form in (value, quote(value, safe=""), quote_plus(value), quote(value)):
+                    _known.pop(form, None)
+                    _known[form] = None
+        while len(_known) > _MAX_KNOWN:
+            del _known[next(iter(_known))]
 
 
 def redact(text: str) -> str:
