@@ -2,12 +2,15 @@
 the jobs topic's push subscription, or a manual `{"backend": ID}`),
 `classifier` and `deleter` (Pub/Sub CloudEvents; HTTP JSON also accepted by
 posting the same CloudEvent). A raised error makes Pub/Sub redeliver, and after
-the maximum attempts the message lands in the dead-letter topic."""
+the maximum attempts the message lands in the dead-letter topic. A held delete gate is
+normal operation: a 429 (redelivered), never a 500 whose traceback is logged."""
 
 import functions_framework
+from werkzeug.exceptions import TooManyRequests
 
 from orphan_cleanup.core.errors import ConfigError
 from orphan_cleanup.core.messages import ListingBatch
+from orphan_cleanup.cycle.deleter import GateBusy
 from orphan_cleanup.cycle.python_gc import gc_paused
 from orphan_cleanup.entrypoints import gcp
 
@@ -29,4 +32,7 @@ def classifier(cloud_event):
 
 @functions_framework.cloud_event
 def deleter(cloud_event):
-    gcp.run_delete(cloud_event.data)
+    try:
+        gcp.run_delete(cloud_event.data)
+    except GateBusy:
+        raise TooManyRequests("the group's delete gate is held: retry later") from None

@@ -41,3 +41,31 @@ def test_a_report_cycle_publishes_one_digest_and_an_unchanged_one_none(deploymen
     deployment.list(mode="report")
     deployment.drain()
     assert deployment.pubsub.take(DIGESTS) == []
+
+
+def test_the_slack_text_escapes_a_forged_machine_type(deployment, db, gcp, monkeypatch):
+    """docs/SAFETY.md rule 22: a listing's text never becomes a Slack mention or link."""
+    from tests.e2e.test_digests import Sink
+    from tests.e2e.test_gcp_functions_e2e import ZONE
+
+    Sink.bodies = []
+    import threading
+    from http.server import ThreadingHTTPServer
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Sink)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv("SLACK_WEBHOOK_URL", f"http://127.0.0.1:{server.server_address[1]}/services/T/B/X")
+    deployment.add_backend(mode="report")
+    fleet = Fleet(db, gcp)
+    forged = "<!channel> <https:evil.example|Approve deletion>"  # the last path segment is the type
+    gcp.set_field("instances", ZONE, fleet.leaked["name"], "machineType",
+                  f"https://compute.googleapis.com/compute/v1/projects/{PROJECT}/zones/{ZONE}/machineTypes/{forged}")
+    try:
+        deployment.list()
+        deployment.drain()
+    finally:
+        server.shutdown()
+
+    [body] = Sink.bodies
+    assert "<" not in body["text"] and ">" not in body["text"]
+    assert "&lt;!channel&gt; &lt;https:evil.example|Approve deletion&gt;" in body["text"]

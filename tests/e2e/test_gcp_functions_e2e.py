@@ -270,3 +270,29 @@ def test_the_deployed_lister_refuses_a_backend_whose_row_holds_a_key(deployment,
     assert deployment.query("SELECT count(*) FROM cycles WHERE backend_id = :b", b=BACKEND) == [[0]]
     assert deployment.pubsub.messages(LISTING_TOPIC) == []
     assert fleet.exists("instances", "leaked") and gcp.count("DELETE") == 0
+
+
+def test_a_held_delete_gate_is_a_429_to_retry_not_a_500_with_a_traceback(deployment, db, gcp, caplog):
+    """A held gate is normal operation (docs/SAFETY.md rule 22: a 500's traceback is logged,
+    and Sentry's logging integration would send it): the deleter answers 429, Pub/Sub
+    redelivers, and the redelivery deletes once the gate is free."""
+    from orphan_cleanup.ledger.store import LedgerStore
+
+    deployment.add_backend(mode="delete")
+    fleet = Fleet(db, gcp)
+    deployment.list()
+    deployment.push(LISTING_TOPIC, deployment.classifier, f"projects/{PROJECT}/subscriptions/classifier", binary=True)
+    requests = deployment.pubsub.take(DELETE_TOPIC)
+    [held] = [m for m in requests if m.json()["group"]["provider_ref"] == fleet.leaked["ref"]]
+    assert LedgerStore(db).acquire_gate(f"gcp:{PROJECT}", fleet.leaked["ref"], "another-delivery", 60)
+
+    caplog.clear()
+    resp = deployment.deleter.post("/", **pubsub_cloudevent(held, subscription="s", binary=True))
+
+    assert resp.status_code == 429, resp.get_data(as_text=True)
+    assert not [r for r in caplog.records if r.exc_info or "Traceback" in r.getMessage()]
+    assert fleet.exists("instances", "leaked")
+
+    LedgerStore(db).release_gate(f"gcp:{PROJECT}", fleet.leaked["ref"], "another-delivery")
+    resp = deployment.deleter.post("/", **pubsub_cloudevent(held, subscription="s", binary=True))
+    assert resp.status_code == 200 and not fleet.exists("instances", "leaked")

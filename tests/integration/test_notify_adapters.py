@@ -42,5 +42,52 @@ def test_an_unreachable_webhook_or_an_unreadable_secret_is_a_notify_error():
 def test_a_missing_sns_topic_is_a_notify_error(moto_reset):
     [channel] = notifiers(Settings.explicit(notify_topic_arn="arn:aws:sns:us-east-1:123456789012:nope",
                                             aws_endpoint_url=moto_reset))
-    with pytest.raises(NotifyError, match="sns"):
+    with pytest.raises(NotifyError, match="^NOTIFY_TOPIC_ARN: "):
         channel.send(DIGEST)
+
+
+# SAFETY.md rule 22: an error that would carry a secret names its setting instead.
+CANARY = "T0CANARY/B0CANARY/xyzCANARYhook"
+BAD_URLS = [
+    (f"hooks.slack.com/services/{CANARY}", "the URL has no scheme"),
+    (f"https://hooks.slack.com/services/T0 /{CANARY}", "the URL contains a space or a control character"),
+    (f"ftp://hooks.slack.com/services/{CANARY}", "the URL's scheme is not http or https"),
+    (f"https:///services/{CANARY}", "the URL has no host"),
+]
+
+
+@pytest.mark.parametrize("url, why", BAD_URLS, ids=["no scheme", "a space", "not http", "no host"])
+def test_a_bad_webhook_url_is_named_by_its_setting_never_shown(url, why):
+    [channel] = notifiers(Settings.explicit(slack_webhook_url=url))
+
+    with pytest.raises(NotifyError) as caught:
+        channel.send(DIGEST)
+
+    assert str(caught.value) == f"SLACK_WEBHOOK_URL: {why}"
+    assert caught.value.__cause__ is None and caught.value.__suppress_context__  # no traceback carries it
+
+
+@pytest.mark.parametrize("url, why", BAD_URLS[:2], ids=["no scheme", "a space"])
+def test_a_bad_webhook_url_in_its_secret_names_the_secret_setting(url, why, moto_reset):
+    import boto3
+
+    arn = boto3.client("secretsmanager", endpoint_url=moto_reset, region_name="us-east-1").create_secret(
+        Name="slack-hook", SecretString=url)["ARN"]
+    [channel] = notifiers(Settings.explicit(slack_webhook_secret_arn=arn, aws_endpoint_url=moto_reset))
+
+    with pytest.raises(NotifyError) as caught:
+        channel.send(DIGEST)
+
+    assert str(caught.value) == f"SLACK_WEBHOOK_SECRET_ARN: {why}"
+
+
+def test_a_refused_or_failing_webhook_names_the_setting_not_the_url():
+    with pytest.raises(NotifyError) as refused:
+        notifiers(Settings.explicit(slack_webhook_url=f"http://127.0.0.1:1/services/{CANARY}"))[0].send(DIGEST)
+    assert str(refused.value) == "SLACK_WEBHOOK_URL: the webhook is unreachable (connection refused)"
+
+    def unreadable() -> str:
+        raise KeyError(f"https://hooks.slack.com/services/{CANARY}")
+    with pytest.raises(NotifyError) as secret:
+        SlackNotifier(unreadable, timeout=2, setting="SLACK_WEBHOOK_SECRET_ARN").send(DIGEST)
+    assert str(secret.value) == "SLACK_WEBHOOK_SECRET_ARN: the webhook URL could not be read (KeyError)"

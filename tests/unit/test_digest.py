@@ -48,3 +48,19 @@ def test_the_slack_text_names_ten_orphans_the_explain_command_and_how_many_more(
     assert "…and 60 more" in text  # 2 listed but not shown, 58 the digest left out
     assert "orphan-cleanup explain --backend aws-prod ref000000000" in text
     assert len(subject(doc)) <= 100
+
+
+def test_the_slack_text_escapes_every_value_from_a_listing():
+    """SAFETY.md rule 22: text from a listing is escaped for Slack (``&``, ``<``, ``>``)."""
+    forged = "<!channel> <https://evil.example/approve|Approve deletion> & more"
+    g = DigestGroup(provider_ref="ref<!here>1", primary_id=forged, region="us-<b>east", reason="owner_terminated",
+                    first_seen=NOW - timedelta(hours=3),
+                    resources=({"kind": "instance", "id": forged, "details": {"InstanceType": forged}},))
+    doc = digest(facts(new_orphans=(g,), backend="aws<@U123>", outcome="failed",
+                       failures=({"region": "us-east-1", "error": forged},)), interval_seconds=900)
+
+    text = slack_text(doc)
+
+    assert "<" not in text and ">" not in text
+    assert "&lt;!channel&gt; &lt;https://evil.example/approve|Approve deletion&gt; &amp; more" in text
+    assert "ref&lt;!here&gt;1" in text and "aws&lt;@U123&gt;" in text

@@ -270,7 +270,7 @@ def _database_where() -> str | None:
     try:
         settings = load_settings()
         if settings.database_url:
-            info = parse_database_url(settings.database_url)
+            info = parse_database_url(settings.database_url.get_secret_value())
             return f"{info.unix_sock or f'{info.host}:{info.port}'}/{info.database}"
     except ConfigError:
         return None

@@ -109,6 +109,11 @@ def _size(size: dict[str, Any]) -> str:
     return ", ".join(parts) or "size unknown"
 
 
+def _e(value: Any) -> str:
+    """Slack's escaping of a value in message text: ``&``, ``<`` and ``>`` (in this order)."""
+    return str(value).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
 def subject(d: dict[str, Any]) -> str:
     """A one-line summary (the SNS subject: at most 100 characters)."""
     c = d["counts"]
@@ -119,17 +124,19 @@ def subject(d: dict[str, Any]) -> str:
 
 def slack_text(d: dict[str, Any]) -> str:
     """The digest as a short Slack text: backend, counts, up to ten orphans (ref, id,
-    region, age, size), the ``explain`` command to run, and how many more."""
+    region, age, size), the ``explain`` command to run, and how many more. Every value is
+    escaped (``_e``: Slack's ``&``, ``<``, ``>``), so a name or type from a listing never
+    becomes a mention or a link (SAFETY.md rule 22)."""
     c = d["counts"]
-    lines = [f"*orphan-cleanup* `{d['backend']}` ({d['provider']} {d['account']}): {d['mode']} cycle"
-             f" `{d['cycle_id']}` {d['outcome']}",
+    lines = [f"*orphan-cleanup* `{_e(d['backend'])}` ({_e(d['provider'])} {_e(d['account'])}): {_e(d['mode'])} cycle"
+             f" `{_e(d['cycle_id'])}` {_e(d['outcome'])}",
              f"{c['new_orphans']} new orphan(s), {c['deleted']} deleted, {c['delete_failed']} failed to delete,"
              f" {d['open_orphans']} open"]
     if d["stale_seconds"] is not None:
         lines.append(f"stale: no clean cycle for {_span(d['stale_seconds'])}")
     if d["failures"]:
         lines.append(f"{len(d['failures'])} region(s) failed: "
-                     + "; ".join(f"{f['region']}: {f['error']}" for f in d["failures"][:3])[:300])
+                     + _e("; ".join(f"{f['region']}: {f['error']}" for f in d["failures"][:3])[:300]))
     if d["notify_failures"]:
         lines.append(f"{d['notify_failures']} earlier digest(s) could not be delivered (orphan-cleanup events)")
     shown: list[tuple[str, dict[str, Any]]] = []
@@ -142,12 +149,12 @@ def slack_text(d: dict[str, Any]) -> str:
                 shown.append((label, g))
     tag = {"delete_failed": "failed to delete", "new_orphans": "new", "deleted": "deleted"}
     for label, g in shown[:SLACK_ORPHANS]:
-        lines.append(f"• `{g['provider_ref']}` {g['primary_id'] or '(leftovers)'} {g['region']},"
-                     f" {_span(g['age_seconds'])} old, {_size(g['size'])}: {g['reason']} ({tag[label]})")
+        lines.append(f"• `{_e(g['provider_ref'])}` {_e(g['primary_id'] or '(leftovers)')} {_e(g['region'])},"
+                     f" {_span(g['age_seconds'])} old, {_e(_size(g['size']))}: {_e(g['reason'])} ({tag[label]})")
     # Groups listed but not shown, and those the digest's lists left out (``MAX_LISTED``).
     more = max(0, len(shown) - SLACK_ORPHANS) + sum(max(0, c[k] - len(d[k])) for k in c)
     if more:
-        lines.append(f"…and {more} more: `orphan-cleanup orphans --backend {d['backend']}`")
+        lines.append(f"…and {more} more: `orphan-cleanup orphans --backend {_e(d['backend'])}`")
     if shown:
-        lines.append(f"why: `orphan-cleanup explain --backend {d['backend']} {shown[0][1]['provider_ref']}`")
+        lines.append(f"why: `orphan-cleanup explain --backend {_e(d['backend'])} {_e(shown[0][1]['provider_ref'])}`")
     return "\n".join(lines)

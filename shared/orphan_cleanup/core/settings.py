@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from orphan_cleanup.core.backends import DEFAULT_PROTECT_KEY, MAX_SECONDS, Mode
@@ -27,7 +27,9 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="", extra="ignore", populate_by_name=True, frozen=True,
                                       env_ignore_empty=True)
 
-    database_url: str | None = Field(default=None, alias="DATABASE_URL")
+    # Secret-bearing settings are ``SecretStr`` (SAFETY.md rule 22): no repr of the settings,
+    # of a pipeline holding them, or of a traceback's locals prints them.
+    database_url: SecretStr | None = Field(default=None, alias="DATABASE_URL")
     # Deployed AWS functions: the Secrets Manager secret holding DATABASE_URL, when that is unset.
     database_url_secret_arn: str | None = Field(default=None, alias="DATABASE_URL_SECRET_ARN")
     # The login role, replacing the URL's user: the GCP stack sets each function's IAM
@@ -51,7 +53,7 @@ class Settings(BaseSettings):
     max_deletes: int = Field(default=100, ge=0, alias="ORPHAN_CLEANUP_MAX_DELETES")
     max_delete_share: float = Field(default=0.5, ge=0, le=1, alias="ORPHAN_CLEANUP_MAX_DELETE_SHARE")
     gcp_endpoint: str | None = Field(default=None, alias="ORPHAN_CLEANUP_GCP_ENDPOINT")
-    sentry_dsn: str | None = Field(default=None, alias="SENTRY_DSN")
+    sentry_dsn: SecretStr | None = Field(default=None, alias="SENTRY_DSN")
     data_dir: str = Field(default=".orphan-cleanup", alias="ORPHAN_CLEANUP_DATA_DIR")
     # Queue wiring for the deployed functions (docs/DEPLOY.md).
     listing_queue_url: str | None = Field(default=None, alias="LISTING_QUEUE_URL")
@@ -90,7 +92,7 @@ class Settings(BaseSettings):
     # the Secrets Manager secret holding it).
     notify_topic_arn: str | None = Field(default=None, alias="NOTIFY_TOPIC_ARN")
     notify_topic: str | None = Field(default=None, alias="NOTIFY_TOPIC")
-    slack_webhook_url: str | None = Field(default=None, alias="SLACK_WEBHOOK_URL")
+    slack_webhook_url: SecretStr | None = Field(default=None, alias="SLACK_WEBHOOK_URL")
     slack_webhook_secret_arn: str | None = Field(default=None, alias="SLACK_WEBHOOK_SECRET_ARN")
     # Seconds a notification may take (each adapter's call); a slow channel never holds a cycle long.
     notify_timeout: float = Field(default=10.0, gt=0, le=300, alias="ORPHAN_CLEANUP_NOTIFY_TIMEOUT")
@@ -136,11 +138,16 @@ class Settings(BaseSettings):
             raise ValueError("CLOUD_SQL_INSTANCE must be PROJECT:REGION:INSTANCE (the instance connection name)")
         return v
 
+    @field_validator("database_url", "sentry_dsn", "slack_webhook_url", mode="before")
+    @classmethod
+    def _blank_secret_is_unset(cls, v: Any) -> Any:
+        text = v.get_secret_value() if isinstance(v, SecretStr) else v
+        return None if isinstance(text, str) and text.strip() == "" else v
+
     @field_validator("database_url")
     @classmethod
-    def _check_url(cls, v: str | None) -> str | None:
-        if v is not None and v.strip() == "":
-            return None
-        if v is not None and not v.startswith(("postgresql://", "postgres://")):
+    def _check_url(cls, v: SecretStr | None) -> SecretStr | None:
+        # The message never quotes the value: it holds the password.
+        if v is not None and not v.get_secret_value().startswith(("postgresql://", "postgres://")):
             raise ValueError("DATABASE_URL must start with postgresql://")
         return v

@@ -49,7 +49,8 @@ class NotifyStep:
             except NotifyError as e:
                 failed[notifier.channel] = str(e)
             except Exception as e:  # an adapter's surprise must not stop the other channels
-                failed[notifier.channel] = f"{type(e).__name__}: {e}"
+                # Its type only: a surprise's text may quote a secret (SAFETY.md rule 22).
+                failed[notifier.channel] = f"{notifier.channel}: unexpected {type(e).__name__}"
         for channel, error in failed.items():
             self.logger.error(f"digest of cycle {finished.cycle_id} not delivered to {channel}: {error}",
                               extra={"details": {"backend": finished.backend_id, "cycle_id": finished.cycle_id,

@@ -9,6 +9,8 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from orphan_cleanup.core import redact
+from orphan_cleanup.core.settings import Settings
 from orphan_cleanup.ledger.records import FinishedCycle
 
 log = logging.getLogger("orphan_cleanup")
@@ -68,14 +70,47 @@ class Reporter:
             self.sentry(message, "error", ["orphan-cleanup", message], fields)
 
 
-def sentry_sink(dsn: str | None, integrations: list[Any] | None = None) -> SentrySink | None:
-    """Initialise Sentry once (per cold start) and return a sink, or None without a DSN."""
+def known_secrets(settings: Settings) -> tuple[str, ...]:
+    """The secret values the settings hold (``redact.remember`` them, with the parts of
+    each that are secrets of their own: a database URL's password, the DSN's key)."""
+    from urllib.parse import unquote, urlsplit
+
+    values: list[str] = []
+    for secret in (settings.database_url, settings.slack_webhook_url, settings.sentry_dsn):
+        if secret is None:
+            continue
+        text = secret.get_secret_value()
+        values.append(text)
+        try:
+            parts = urlsplit(text)
+            values += [unquote(p) for p in (parts.password, parts.username if secret is settings.sentry_dsn
+                                            else None) if p]
+        except ValueError:
+            pass
+    return tuple(values)
+
+
+def sentry_sink(dsn: Any, integrations: list[Any] | None = None,
+                secrets: tuple[str, ...] = ()) -> SentrySink | None:
+    """Initialise Sentry once (per cold start) and return a sink, or None without a DSN.
+
+    No secret reaches Sentry (SAFETY.md rule 22): no frame's local variables are sent
+    (a traceback's locals hold the settings, a connection's parameters), and every event
+    and breadcrumb goes through ``redact`` (the ``secrets`` given, and every one the
+    process remembers later: a rotated password, a token, a webhook URL read from its
+    secret), whatever integration made it (the logging one, Flask's, Lambda's)."""
+    if dsn is None:
+        return None
+    dsn = dsn.get_secret_value() if hasattr(dsn, "get_secret_value") else str(dsn)
     if not dsn:
         return None
     import sentry_sdk
 
+    redact.remember(*secrets)
     if not sentry_sdk.get_client().is_active():
-        sentry_sdk.init(dsn=dsn, integrations=integrations or [], traces_sample_rate=0)
+        sentry_sdk.init(dsn=dsn, integrations=integrations or [], traces_sample_rate=0,
+                        include_local_variables=False, max_request_body_size="never",
+                        before_send=_scrubbed, before_breadcrumb=_scrubbed)
 
     def capture(message: str, level: Any, fingerprint: list[str], extra: dict[str, Any]) -> None:
         with sentry_sdk.new_scope() as scope:
@@ -85,3 +120,8 @@ def sentry_sink(dsn: str | None, integrations: list[Any] | None = None) -> Sentr
             sentry_sdk.capture_message(message, level=level)
 
     return capture
+
+
+def _scrubbed(event: Any, hint: Any) -> Any:
+    """Sentry's ``before_send`` / ``before_breadcrumb``: the whole event, redacted."""
+    return redact.redact_tree(event)

@@ -12,11 +12,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from orphan_cleanup.core import redact
 from orphan_cleanup.core.backends import Backend
 from orphan_cleanup.core.errors import ConfigError
 from orphan_cleanup.core.settings import Settings
 from orphan_cleanup.cycle.pipeline import Pipeline
-from orphan_cleanup.cycle.reporting import Reporter, sentry_sink
+from orphan_cleanup.cycle.reporting import Reporter, known_secrets, sentry_sink
 from orphan_cleanup.cycle.step_context import ProviderFactory
 from orphan_cleanup.ledger.cloudsql import CloudSqlOpener
 from orphan_cleanup.ledger.db import Database, PasswordSource
@@ -69,7 +70,7 @@ def build_pipeline(settings: Settings, *, listing_queue: Queue, delete_queue: Qu
         listing_queue=listing_queue,
         delete_queue=delete_queue,
         jobs_queue=jobs_queue,
-        reporter=reporter or Reporter(sentry=sentry_sink(settings.sentry_dsn),
+        reporter=reporter or Reporter(sentry=sentry_sink(settings.sentry_dsn, secrets=known_secrets(settings)),
                                       after_finish=digests(settings, database)),
         ledger_keys=ledger_keys,
     )
@@ -93,7 +94,7 @@ def open_database(settings: Settings, *, run_migrations: bool = False, deployed:
     if settings.database_url or settings.database_url_secret_arn:
         reload: Callable[[], ConnInfo] | None = None
         if settings.database_url:
-            info = _conn_info(settings.database_url, settings, default_sslmode)
+            info = _conn_info(settings.database_url.get_secret_value(), settings, default_sslmode)
         else:
             secret = _SecretUrl(settings)
             info = _conn_info(secret.read(), settings, default_sslmode)
@@ -155,7 +156,14 @@ class _SecretUrl:
                               f" {' '.join(str(error.get('Message', '')).split())}".rstrip()) from e
         except BotoCoreError as e:
             raise ConfigError(f"cannot read the database secret {self.arn}: {' '.join(str(e).split())}") from e
-        return secret_url(str(text))
+        url = secret_url(str(text))
+        remember_url(url)
+        return url
+
+
+def remember_url(url: str) -> None:
+    """A database URL read at run time, and its password, are masked from then on (``core.redact``)."""
+    redact.remember(url, parse_database_url(url).password)
 
 
 def _rds_token(settings: Settings) -> PasswordSource:
@@ -171,9 +179,11 @@ def _rds_token(settings: Settings) -> PasswordSource:
         try:
             if not clients:
                 clients.append(boto3.client("rds", endpoint_url=settings.aws_endpoint_url))
-            return str(clients[0].generate_db_auth_token(DBHostname=info.host, Port=info.port, DBUsername=info.user))
+            made = str(clients[0].generate_db_auth_token(DBHostname=info.host, Port=info.port, DBUsername=info.user))
         except BotoCoreError as e:
             raise ConfigError(f"DATABASE_IAM_AUTH: cannot make an RDS IAM token: {' '.join(str(e).split())}") from e
+        redact.remember(made)
+        return made
 
     return token
 

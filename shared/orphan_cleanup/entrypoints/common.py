@@ -13,7 +13,7 @@ from orphan_cleanup.core.backends import Backend
 from orphan_cleanup.core.errors import ConfigError
 from orphan_cleanup.core.settings import Settings
 from orphan_cleanup.cycle.pipeline import Pipeline
-from orphan_cleanup.cycle.reporting import MetricSink, Reporter, sentry_sink
+from orphan_cleanup.cycle.reporting import MetricSink, Reporter, known_secrets, sentry_sink
 from orphan_cleanup.entrypoints import bootstrap
 from orphan_cleanup.providers.base import ResourceProvider
 from orphan_cleanup.queues.base import Queue
@@ -40,7 +40,8 @@ def _pipeline(settings: Settings, queues: QueueFactory, integrations: tuple[Any,
     listing, delete, jobs = queues(settings)
     from orphan_cleanup.entrypoints.notifiers import digests
 
-    reporter = Reporter(logger=logger, sentry=sentry_sink(settings.sentry_dsn, list(integrations)), metrics=metrics,
+    reporter = Reporter(logger=logger, sentry=sentry_sink(settings.sentry_dsn, list(integrations),
+                                                                   secrets=known_secrets(settings)), metrics=metrics,
                         after_finish=digests(settings, db, logger))
     factory = bootstrap.provider_factory(settings)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from orphan_cleanup.core import redact
 from orphan_cleanup.core.settings import Settings
 from orphan_cleanup.cycle.notify_step import NotifyStep
 from orphan_cleanup.ledger.db import Database
@@ -38,7 +39,11 @@ def notifiers(settings: Settings) -> list[Notifier]:
         from orphan_cleanup.notify.slack import SlackNotifier
 
         url = settings.slack_webhook_url
-        out.append(SlackNotifier((lambda: url) if url else _secret_reader(settings), settings.notify_timeout))
+        if url is not None:
+            out.append(SlackNotifier(url.get_secret_value, settings.notify_timeout, setting="SLACK_WEBHOOK_URL"))
+        else:
+            out.append(SlackNotifier(_secret_reader(settings), settings.notify_timeout,
+                                     setting="SLACK_WEBHOOK_SECRET_ARN"))
     return out
 
 
@@ -49,7 +54,9 @@ def _secret_reader(settings: Settings) -> Any:
         import boto3
 
         client = boto3.client("secretsmanager", endpoint_url=settings.aws_endpoint_url)
-        return str(client.get_secret_value(SecretId=settings.slack_webhook_secret_arn)["SecretString"]).strip()
+        url = str(client.get_secret_value(SecretId=settings.slack_webhook_secret_arn)["SecretString"]).strip()
+        redact.remember(url)
+        return url
     return read
 
 

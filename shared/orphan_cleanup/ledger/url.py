@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import ssl
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
@@ -36,7 +36,7 @@ class ConnInfo:
     as libpq: ``sslmode`` does not apply to a local socket)."""
 
     user: str = "postgres"
-    password: str | None = None
+    password: str | None = field(default=None, repr=False)  # SAFETY.md rule 22: no repr shows it
     host: str | None = "localhost"
     port: int = 5432
     database: str = "postgres"
@@ -80,8 +80,9 @@ def parse_database_url(url: str, *, default_sslmode: str = "prefer") -> ConnInfo
         parts = urlsplit(url)
         port = parts.port
         pairs = parse_qsl(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query))
-    except ValueError as e:
-        raise ConfigError(f"DATABASE_URL is malformed: {e}") from e
+    except ValueError:  # its text may quote a part of the password: never shown (SAFETY.md rule 22)
+        raise ConfigError("DATABASE_URL is malformed (a password with '/', '?', '#' or '@' must be"
+                          " percent-encoded)") from None
     if parts.scheme not in ("postgresql", "postgres"):
         raise ConfigError("DATABASE_URL must start with postgresql://")
     unknown = sorted({k for k, _ in pairs} - set(PARAMETERS))

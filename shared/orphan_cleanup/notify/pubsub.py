@@ -7,6 +7,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from orphan_cleanup.core.redact import redact
 from orphan_cleanup.notify.base import Notifier, NotifyError
 
 
@@ -32,4 +33,6 @@ class PubSubNotifier(Notifier):
                                             backend=str(digest["backend"]), outcome=str(digest["outcome"]))
             future.result(timeout=self.timeout)
         except (gexc.GoogleAPIError, TimeoutError, google.auth.exceptions.GoogleAuthError) as e:
-            raise NotifyError(f"pubsub: {type(e).__name__}: {e}") from e
+            raise NotifyError(f"NOTIFY_TOPIC: {type(e).__name__}: {redact(' '.join(str(e).split()))}") from e
+        except (ValueError, OSError) as e:  # credentials that cannot be read: never their text (it may quote a key)
+            raise NotifyError(f"NOTIFY_TOPIC: the client could not be built ({type(e).__name__})") from None

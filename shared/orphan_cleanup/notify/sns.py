@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from orphan_cleanup.core.digest import subject
+from orphan_cleanup.core.redact import redact
 from orphan_cleanup.notify.base import Notifier, NotifyError
 
 
@@ -25,6 +26,7 @@ class SnsNotifier(Notifier):
             self.client.publish(TopicArn=self.topic_arn, Message=json.dumps(digest), Subject=subject(digest),
                                 MessageAttributes=attributes)
         except ClientError as e:
-            raise NotifyError(f"sns: {e.response.get('Error', {}).get('Code', 'error')}: {e}") from e
+            code = e.response.get("Error", {}).get("Code", "error")
+            raise NotifyError(f"NOTIFY_TOPIC_ARN: {code}: {redact(str(e))}") from e
         except BotoCoreError as e:
-            raise NotifyError(f"sns: {type(e).__name__}: {e}") from e
+            raise NotifyError(f"NOTIFY_TOPIC_ARN: {type(e).__name__}: {redact(str(e))}") from e
