@@ -7,7 +7,6 @@ cloud, real Postgres, each function on its own role."""
 from __future__ import annotations
 
 import json
-
 from datetime import UTC, datetime, timedelta
 
 import pytest
