@@ -45,7 +45,8 @@ def load_settings() -> Settings:
         return Settings()
     except ValidationError as e:
         first = e.errors()[0]
-        raise ConfigError(f"bad setting {'.'.join(map(str, first['loc']))}: {first['msg']}") from e
+        # not ``from e``: pydantic's text quotes the input value, a URL with its password (SAFETY.md rule 22)
+        raise ConfigError(f"bad setting {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
 
 
 def build_pipeline(settings: Settings, *, listing_queue: Queue, delete_queue: Queue,

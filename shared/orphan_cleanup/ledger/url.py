@@ -85,6 +85,11 @@ def parse_database_url(url: str, *, default_sslmode: str = "prefer") -> ConnInfo
                           " percent-encoded)") from None
     if parts.scheme not in ("postgresql", "postgres"):
         raise ConfigError("DATABASE_URL must start with postgresql://")
+    if "@" in url.split("://", 1)[-1][len(parts.netloc):] or parts.netloc.endswith(":"):
+        # an unencoded '/', '?' or '#' in the password ended the address early: what follows
+        # (the rest of the password) would be read, and shown, as the database or a parameter
+        raise ConfigError("DATABASE_URL is malformed (a password with '/', '?', '#' or '@' must be"
+                          " percent-encoded)")
     unknown = sorted({k for k, _ in pairs} - set(PARAMETERS))
     if unknown:
         raise ConfigError(f"DATABASE_URL parameter {', '.join(map(repr, unknown))} is not supported"
