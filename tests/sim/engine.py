@@ -39,6 +39,7 @@ from tests.sim.cloud import ListingRecord, SimCloud, SimProvider
 from tests.sim.deletion_worlds import Worlds
 from tests.sim.functions import Functions
 from tests.sim.invariants import Checker, Violation
+from tests.sim.owners import PROTECT_STACK
 from tests.sim.platform import Platform
 from tests.sim.queues import JOBS_MAX_RECEIVES, JOBS_VISIBILITY_TIMEOUT, SimQueue
 from tests.sim.settle import Settle
@@ -179,6 +180,10 @@ class Simulation(Functions, Settle, Backends, Worlds):
         # The scheduler's share of runs that go through the tick (the rest: direct invokes).
         self.rng_tick = stream(seed, "tick")
         self.rng_keys = stream(seed, "protect-key-choice")  # which key a user protects with (rule 16)
+        # In a share of the seeds users also protect with the stack's own key, which no row names
+        # (its own streams: the other draws of a seed stay as they were).
+        self.stack_key_users = stream(seed, "stack-key").random() < 0.3
+        self.rng_stack_key = stream(seed, "stack-key-choice")
         self.tick_share = self.rng_tick.choice((0.6, 0.75, 0.8))
         self.delete_ctx: list[DeleteRequest] = []
         self.in_delivery: set[int] = set()
@@ -207,6 +212,7 @@ class Simulation(Functions, Settle, Backends, Worlds):
             self.final_mode = "report"  # liveness (L1): each orphan reported, none deleted
         settings = Settings(ORPHAN_CLEANUP_MARGIN_SECONDS=MARGIN, ORPHAN_CLEANUP_INTERVAL_SECONDS=60,
                             ORPHAN_CLEANUP_MAX_MODE=self.checker.ceiling,
+                            ORPHAN_CLEANUP_PROTECT_TAG_KEY=PROTECT_STACK,
                             ORPHAN_CLEANUP_CYCLE_DEADLINE_SECONDS=DEADLINE,
                             ORPHAN_CLEANUP_MAX_DELETES=self.max_deletes,
                             ORPHAN_CLEANUP_MAX_DELETE_SHARE=self.max_delete_share, ORPHAN_CLEANUP_MODE="report",

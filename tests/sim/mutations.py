@@ -381,7 +381,21 @@ def _keys_per_backend(env: SimEnv, stack: ExitStack) -> None:
     from orphan_cleanup.cycle import deleter
 
     for module in (cycle_state, deleter):
-        _patch(stack, module, "account_view", lambda backend, account_settings: backend)
+        _patch(stack, module, "account_view", lambda backend, account_settings, *stack_key: backend)
+
+
+def _stack_key_dropped(env: SimEnv, stack: ExitStack) -> None:
+    """The stack's own protect key (ORPHAN_CLEANUP_PROTECT_TAG_KEY) protects only when a row
+    names it: the lister's snapshot, the classifier and the deleter leave it out."""
+    from orphan_cleanup.core import backends
+    from orphan_cleanup.cycle import deleter
+
+    real_view, real_context = backends.account_view, policy.classify_context
+    for module in (cycle_state, deleter):
+        _patch(stack, module, "account_view", lambda backend, account_settings, *stack_key: real_view(
+            backend, account_settings, backend.settings.protect_tag_key))
+    _patch(stack, policy, "classify_context", lambda settings, backend, *a, **kw: real_context(
+        settings.model_copy(update={"protect_tag_key": backend.settings.protect_tag_key}), backend, *a, **kw))
 
 
 def _no_journal(env: SimEnv, stack: ExitStack) -> None:
@@ -551,6 +565,8 @@ MUTATIONS: dict[str, Mutation] = {m.name: m for m in (
     Mutation("foreign_snapshots", "15: snapshot retention deletes only the deleter's own snapshots",
              frozenset({"K1"}), _foreign_snapshots),
     Mutation("keys_per_backend", "16: one account, one set of keys", frozenset({"S3"}), _keys_per_backend),
+    Mutation("stack_key_dropped", "16: the stack's protect key always protects", frozenset({"S3"}),
+             _stack_key_dropped),
     Mutation("no_journal", "19: every provider mutation leaves a record", frozenset({"J1"}), _no_journal),
     Mutation("own_device_unchecked", "15: only the owner's own device attached at launch goes with it",
              frozenset({"V1"}), _own_device_unchecked),

@@ -15,7 +15,10 @@ TAG, PROTECT = DEFAULT_TAG_KEY, DEFAULT_PROTECT_KEY
 #: The protect key ``sim-b`` sometimes has instead (rule 16: a key of one backend of an
 #: account protects the resource from every backend of it).
 PROTECT_B = "platform-keep"
-PROTECT_KEYS = frozenset({PROTECT, PROTECT_B})
+# The stack's own protect key (ORPHAN_CLEANUP_PROTECT_TAG_KEY): no backend row names it, and it
+# protects whatever the rows say (rule 16).
+PROTECT_STACK = "stack-keep"
+PROTECT_KEYS = frozenset({PROTECT, PROTECT_B, PROTECT_STACK})
 REF_ALPHABET = string.ascii_lowercase + string.digits
 MAX_ACTIVE_OWNERS = 10
 LISTING_LAG_MAX = 45  # seconds; the margin (120 s) covers it with room

@@ -6,7 +6,16 @@ from __future__ import annotations
 from datetime import timedelta
 
 from orphan_cleanup.core.listing import ResourceKind, ResourceState, is_valid_ref
-from tests.sim.owners import LISTING_LAG_MAX, LIVE, PROTECT, PROTECT_B, PROTECT_KEYS, REF_ALPHABET, TAG
+from tests.sim.owners import (
+    LISTING_LAG_MAX,
+    LIVE,
+    PROTECT,
+    PROTECT_B,
+    PROTECT_KEYS,
+    PROTECT_STACK,
+    REF_ALPHABET,
+    TAG,
+)
 
 
 class People:
@@ -52,6 +61,8 @@ class People:
     def _protect_key(self) -> str:
         """The default key, or, half the time when a backend of the account has it, that
         backend's own key (rule 16: it protects from every backend of the account)."""
+        if self.sim.stack_key_users and self.sim.rng_stack_key.random() < 0.4:
+            return PROTECT_STACK
         if not any(b.settings.get("protect_tag_key") == PROTECT_B for b in self.sim.backends.values()):
             return PROTECT
         return PROTECT_B if self.sim.rng_keys.random() < 0.5 else PROTECT

@@ -51,6 +51,7 @@ BUDGET: dict[str, int | range] = {                       # first seed that catch
     "no_blast_check": range(4, 15),         # 6 (a foreign DeleteOnTermination volume on an instance being deleted)
     "primary_unchecked": range(25, 40),      # 27 (a live owner whose recorded primary_id names no VM)
     "keys_per_backend": 8,       # 2 (sim-b with its own protect key, a user's tag of either)
+    "stack_key_dropped": range(20, 40),      # 27 (a user's tag of the stack's key, which no row names)
     # the one deletion algorithm (deletion_worlds.py)
     "own_device_unchecked": range(38, 55),   # 41 (swap: a stopped VM's root swapped for someone's)
     "name_unchecked": 8,         # 2 (names: a name reused right after the deletion's read)
