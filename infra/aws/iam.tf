@@ -270,10 +270,12 @@ data "aws_iam_policy_document" "deleter" {
       values   = ["????????????"]
     }
 
+    # The source tag's value is the id of the volume it was taken of (IAM cannot compare
+    # it with the snapshot's own volume: the deleter checks that, docs/SAFETY.md rule 15).
     condition {
-      test     = "Null"
+      test     = "StringLike"
       variable = "aws:ResourceTag/orphan-cleanup-source"
-      values   = ["false"]
+      values   = ["vol-*"]
     }
   }
 
@@ -301,6 +303,12 @@ data "aws_iam_policy_document" "deleter" {
       variable = "aws:RequestTag/${var.tag_key}"
       values   = ["????????????"]
     }
+
+    condition {
+      test     = "StringLike"
+      variable = "aws:RequestTag/orphan-cleanup-source"
+      values   = ["vol-*"]
+    }
   }
 
   statement {
@@ -318,6 +326,12 @@ data "aws_iam_policy_document" "deleter" {
       test     = "StringLike"
       variable = "aws:RequestTag/${var.tag_key}"
       values   = ["????????????"]
+    }
+
+    condition {
+      test     = "StringLike"
+      variable = "aws:RequestTag/orphan-cleanup-source"
+      values   = ["vol-*"]
     }
   }
 
