@@ -171,9 +171,11 @@ def test_aws_queues_event_sources_and_the_one_schedule(modules):
     fn = resources[("aws_lambda_function", "fn")]
     assert fn["architectures"] == ['"arm64"'] and fn["runtime"] == "${var.runtime}"
     assert dict(aws.blocks("variable"))["runtime"]["default"] == '"python3.11"'
-    # each function's own database secret, else the shared one (docs/DATABASE.md, "One role per function")
-    assert fn["environment"][0]["variables"] == \
-        "${merge(local.environment, {DATABASE_URL_SECRET_ARN = local.database_secret[each.key]})}"
+    # each function's own database secret and user (docs/DATABASE.md, "One role per function")
+    assert fn["environment"][0]["variables"] == (
+        "${merge(local.environment, {DATABASE_URL_SECRET_ARN = local.database_secret[each.key]}, "
+        "local.iam_auth ? {DATABASE_USER = local.database_user[each.key]} : {})}")
+    assert checks.aws_least_privilege_problems(aws) == []
     assert sorted(checks.terraform_literals(aws, "handler")) == sorted(checks.AWS_HANDLERS.values())
 
 
@@ -308,7 +310,7 @@ def test_managed_database_settings_reach_the_functions(modules):
     aws, gcp = modules["aws"], modules["gcp"]
     aws_locals = dict(aws.blocks("locals"))
     assert 'local.iam_auth ? {DATABASE_IAM_AUTH = "true"} : {}' in str(aws_locals["environment"])
-    assert aws_locals["iam_auth"] == "${var.database_iam_user != null}"
+    assert aws_locals["iam_auth"] == "${var.database_iam_resource_id != null}"
     gcp_locals = dict(gcp.blocks("locals"))
     for variable in ("CLOUD_SQL_INSTANCE", "CLOUD_SQL_IP_TYPE", "CLOUD_SQL_IAM_AUTH"):
         assert variable in str(gcp_locals["environment"])
@@ -389,3 +391,55 @@ def test_gcp_functions_log_to_a_bucket_of_their_own(modules):
     sink = resources[("google_logging_project_sink", "functions")]
     assert "google_logging_project_bucket_config.functions.bucket_id" in sink["destination"]
     assert "cloud_run_revision" in sink["filter"] and "local.functions" in sink["filter"]
+
+
+# ------------------------------------------------------ least privilege, AWS
+
+
+def _aws_with(modules, file: str, old: str, new: str) -> checks.Module:
+    files = {name: (TF_DIRS["aws"] / name).read_text() for name in modules["aws"].files}
+    assert old in files[file], old
+    files[file] = files[file].replace(old, new, 1)
+    return checks.Module.from_text(files)
+
+
+def test_terraform_validations_equal_sams_patterns(modules):
+    sam = checks.load_template(checks.TEMPLATE)
+    assert checks.validation_parity_problems(sam, modules["aws"]) == []
+
+
+@pytest.mark.parametrize("old, new, problem", [
+    # a * in a secret ARN, which SAM's AllowedPattern refuses
+    ('secret:[A-Za-z0-9/_+=.@!-]+$", var.database_url_secret_arn', 'secret:.+$", var.database_url_secret_arn',
+     "variable database_url_secret_arn accepts 'arn:aws:secretsmanager:us-east-1:123456789012:secret:*', which "
+     "DatabaseUrlSecretArn refuses"),
+    ('''  validation {
+    condition     = var.slack_webhook_secret_arn == null''', '''  validatio_ {
+    condition     = var.slack_webhook_secret_arn == null''',
+     "variable slack_webhook_secret_arn: no validation with one regex (SAM's SlackWebhookSecretArn has an "
+     "AllowedPattern)"),
+    ('key/[a-f0-9-]+$", var.queue_kms_key_arn', 'key/.+$", var.queue_kms_key_arn',
+     "variable queue_kms_key_arn accepts 'arn:aws:kms:us-east-1:123456789012:key/*', which QueueKmsKeyArn refuses"),
+])
+def test_a_terraform_validation_looser_than_sam_is_caught(modules, old, new, problem):
+    sam = checks.load_template(checks.TEMPLATE)
+    assert problem in checks.validation_parity_problems(sam, _aws_with(modules, "variables.tf", old, new))
+
+
+@pytest.mark.parametrize("file, old, new, problem", [
+    # the old fallback: a function left out of the map read the shared secret
+    ("main.tf", "lookup(var.function_database_url_secret_arns, k, null)",
+     "lookup(var.function_database_url_secret_arns, k, var.database_url_secret_arn)",
+     "aws: local.database_secret falls back to the shared secret without database_roles = shared"),
+    ("variables.tf", 'default     = "per-function"', 'default     = "shared"',
+     'aws: variable database_roles must default to "per-function"'),
+    ("iam.tf", "/${local.database_user[each.key]}", "/${var.database_iam_user}",
+     "aws: rds-db:connect is not per function (local.database_user[each.key])"),
+    ("iam.tf", "var.target_organization_id != null || length(var.target_account_ids) > 0", "true",
+     "aws: no precondition refuses a * target account without target_organization_id or target_account_ids"),
+    ("main.tf", "ORPHAN_CLEANUP_PROTECT_TAG_KEY  = var.protect_tag_keys[0]",
+     'ORPHAN_CLEANUP_PROTECT_TAG_KEY  = "other"',
+     "aws: the functions' environment lacks ORPHAN_CLEANUP_PROTECT_TAG_KEY = var.protect_tag_keys[0]"),
+])
+def test_aws_least_privilege_mistakes_are_caught(modules, file, old, new, problem):
+    assert problem in checks.aws_least_privilege_problems(_aws_with(modules, file, old, new))
