@@ -78,12 +78,18 @@ from infra.checks.terraform import (
     terraform_policy_documents,
     terraform_reference_problems,
 )
-from infra.checks.terraform_lp import aws_least_privilege_problems, validation_parity_problems
+from infra.checks.gcp_permissions import function_permissions, gcp_permission_problems
+from infra.checks.terraform_lp import (
+    aws_least_privilege_problems,
+    gcp_least_privilege_problems,
+    validation_parity_problems,
+)
 from infra.checks.terraform_shape import aws_stack_problems, gcp_stack_problems
 
 __all__ = [
     "AWS_HANDLERS", "DELETE_ACTIONS", "Deployed", "ceiling_problems", "database_role_problems", "deployed",
-    "target_scope_problems", "aws_least_privilege_problems", "validation_parity_problems", "DESCRIBE_ACTIONS", "GCP_ENTRY_POINTS", "LAMBDA_ENI_ACTIONS", "PROTECT_KEY",
+    "target_scope_problems", "aws_least_privilege_problems", "validation_parity_problems",
+    "function_permissions", "gcp_least_privilege_problems", "gcp_permission_problems", "DESCRIBE_ACTIONS", "GCP_ENTRY_POINTS", "LAMBDA_ENI_ACTIONS", "PROTECT_KEY",
     "REPO", "SAM_QUEUES", "SAMPLE_PARAMETERS", "SAMPLE_PROTECT_KEYS", "TAG_KEY", "TARGET_ROLES", "TARGET_TEMPLATE",
     "SNAPSHOT_CREATE_ACTIONS",
     "TEMPLATE", "TERRAFORM_DIRS", "Grant", "Module", "Unresolved",
@@ -127,6 +133,7 @@ def all_problems(repo: Path = REPO) -> list[str]:
     problems += terraform_role_pattern_problems(modules["aws"])
     problems += validation_parity_problems(sam, modules["aws"]) + aws_least_privilege_problems(modules["aws"])
     problems += gcp_stack_problems(modules["gcp"])
+    problems += gcp_least_privilege_problems(modules["gcp"]) + gcp_permission_problems(modules["gcp"])
     problems += lambda_handler_problems(repo, terraform_literals(modules["aws"], "handler"))
     problems += gcp_entry_point_problems(repo, terraform_literals(modules["gcp"], "entry_point"))
     problems += sam_alarm_problems(cfn) + terraform_aws_alarm_problems(modules["aws"])

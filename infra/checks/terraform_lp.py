@@ -136,3 +136,62 @@ def aws_least_privilege_problems(module: Module) -> list[str]:
         if wanted not in env:
             problems.append(f"aws: the functions' environment lacks {wanted}")
     return problems
+
+
+# consumer -> the one push account that may invoke it (infra/gcp local.push)
+GCP_PUSH_ACCOUNTS = {"lister": "${google_service_account.jobs_push}",
+                     "classifier": '${google_service_account.push["classifier"]}',
+                     "deleter": '${google_service_account.push["deleter"]}'}
+
+
+def gcp_least_privilege_problems(module: Module) -> list[str]:
+    """infra/gcp: one database secret per function unless ``database_roles = "shared"``,
+    each function reading only its own; one push account per function, run.invoker on that
+    function only; cloudsql.client and cloudsql.instanceUser conditioned on the ledger's
+    instance; the log bucket kept by ``terraform destroy``; the ceilings in the environment."""
+    problems: list[str] = []
+    variables = {unquote(name): body for name, body in module.blocks("variable")}
+    for name, default in (("database_roles", "per-function"), ("max_mode", "report")):
+        if unquote(str((variables.get(name) or {}).get("default"))) != default:
+            problems.append(f'gcp: variable {name} must default to "{default}"')
+    resources = {(t, n): b for t, n, b in module.labelled("resource")}
+    loc = _locals(module)
+    secret = resources.get(("google_secret_manager_secret", "database_url"), {})
+    if secret.get("for_each") != "${local.database_secrets}" or \
+            "local.functions" not in str(loc.get("database_secrets")):
+        problems.append("gcp: no database secret per function (google_secret_manager_secret.database_url over "
+                        "local.database_secrets)")
+    own = "google_secret_manager_secret.database_url[local.database_secret[each.key]].secret_id"
+    fn = resources.get(("google_cloudfunctions2_function", "fn"), {})
+    env = [e for e in (fn.get("service_config") or [{}])[0].get("secret_environment_variables", [])
+           if unquote(str(e.get("key"))) == "DATABASE_URL"]
+    if [e.get("secret") for e in env] != ["${" + own + "}"]:
+        problems.append("gcp: DATABASE_URL is not each function's own secret")
+    accessor = resources.get(("google_secret_manager_secret_iam_member", "database_url"), {})
+    if accessor.get("secret_id") != "${" + own + "}":
+        problems.append("gcp: a function may read another function's database secret")
+    push = loc.get("push") or {}
+    for topic, consumer in (("jobs", "lister"), ("listing", "classifier"), ("delete", "deleter")):
+        if (push.get(topic) or {}).get("invoker") != GCP_PUSH_ACCOUNTS[consumer]:
+            problems.append(f"gcp: topic {topic} is not pushed with the {consumer}'s own push account")
+    for name, binding in resources.items():
+        if name[0] != "google_cloud_run_v2_service_iam_member":
+            continue
+        member, service = str(binding.get("member")), str(binding.get("name"))
+        if "google_service_account.push" in member and not (
+                member == "${google_service_account.push[each.value].member}"
+                and "google_cloudfunctions2_function.fn[each.value]" in service):
+            problems.append(f"gcp: {name[1]}: a push account invokes another function than its own")
+    for name in ("cloud_sql_client", "cloud_sql_instance_user"):
+        condition = (resources.get(("google_project_iam_member", name)) or {}).get("condition") or [{}]
+        expression = str(condition[0].get("expression"))
+        if "resource.name ==" not in expression or "local.cloud_sql_resource" not in expression:
+            problems.append(f"gcp: google_project_iam_member.{name} is not conditioned on the ledger's instance")
+    bucket = resources.get(("google_logging_project_bucket_config", "functions"), {})
+    if "'prevent_destroy': True" not in str(bucket.get("lifecycle")):
+        problems.append("gcp: terraform destroy would delete the log bucket (no prevent_destroy)")
+    environment = str(loc.get("environment"))
+    for wanted in ("ORPHAN_CLEANUP_MAX_MODE = var.max_mode", "ORPHAN_CLEANUP_PROTECT_TAG_KEY = var.protect_tag_key"):
+        if wanted not in environment:
+            problems.append(f"gcp: the functions' environment lacks {wanted}")
+    return problems

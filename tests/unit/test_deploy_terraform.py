@@ -297,13 +297,75 @@ def test_gcp_custom_roles_are_minimal(modules):
                     perms[key] = {checks.unquote(p) for p in block[key]}
     kinds = ("instances", "disks", "addresses")
     identity = {"compute.projects.get"}  # SAFETY.md rule 11, before listing and before deleting
-    # issue #15 item 4: snapshots listed past retain_snapshots_days, taken with snapshot_before_delete
+    # snapshots listed past retain_snapshots_days, taken with snapshot_before_delete
     snapshots = {f"compute.snapshots.{v}" for v in ("create", "get", "list", "delete", "setLabels")}
     assert perms["lister_permissions"] == {f"compute.{k}.list" for k in kinds} | identity | {"compute.snapshots.list"}
-    assert perms["deleter_permissions"] == ({f"compute.{k}.{v}" for k in kinds for v in ("get", "delete")}
+    # the deleter reads by numeric id (a list filtered on it) and holds_instance lists a
+    # retry leak's VM: .list of every kind
+    assert perms["deleter_permissions"] == ({f"compute.{k}.{v}" for k in kinds for v in ("get", "list", "delete")}
                                             | {"compute.zoneOperations.get", "compute.regionOperations.get",
                                                "compute.globalOperations.get", "compute.disks.createSnapshot"}
                                             | snapshots | identity)
+    # and exactly what the code calls, derived from it
+    assert checks.gcp_permission_problems(gcp) == []
+
+
+def _gcp_with(modules, file: str, old: str, new: str) -> checks.Module:
+    files = {name: (TF_DIRS["gcp"] / name).read_text() for name in modules["gcp"].files}
+    assert old in files[file], old
+    files[file] = files[file].replace(old, new, 1)
+    return checks.Module.from_text(files)
+
+
+def test_the_gcp_permissions_come_from_the_calls_the_code_makes():
+    needed, unknown = checks.function_permissions()
+    assert unknown == []
+    # holds_instance: an aggregatedList of instances; a read by id: a list filtered on it
+    assert {"compute.instances.list", "compute.disks.list", "compute.addresses.list",
+            "compute.snapshots.list"} <= needed["deleter"]
+    assert not {p for p in needed["lister"] if p.rsplit(".", 1)[1] in ("delete", "create", "createSnapshot")}
+
+
+@pytest.mark.parametrize("old, new, problem", [
+    # every GCP retry-leak delete was skipped: holds_instance's aggregatedList refused
+    ('    "compute.instances.list",\n    "compute.projects.get",\n    "compute.regionOperations.get",',
+     '    "compute.projects.get",\n    "compute.regionOperations.get",',
+     "gcp: the deleter role lacks compute.instances.list, which its code calls"),
+    ('    "compute.addresses.delete",\n', '    "compute.addresses.delete",\n    "compute.instances.setLabels",\n',
+     "gcp: the deleter role grants compute.instances.setLabels, which its code never calls"),
+])
+def test_a_gcp_role_unlike_the_code_is_caught(modules, old, new, problem):
+    assert problem in checks.gcp_permission_problems(_gcp_with(modules, "iam.tf", old, new))
+
+
+def test_gcp_least_privilege(modules):
+    assert checks.gcp_least_privilege_problems(modules["gcp"]) == []
+
+
+@pytest.mark.parametrize("file, old, new, problem", [
+    ("variables.tf", 'default     = "per-function"', 'default     = "shared"',
+     'gcp: variable database_roles must default to "per-function"'),
+    ("iam.tf", "secret_id = google_secret_manager_secret.database_url[local.database_secret[each.key]].secret_id",
+     'secret_id = google_secret_manager_secret.database_url["lister"].secret_id',
+     "gcp: a function may read another function's database secret"),
+    # one push account invoking both the classifier and the deleter
+    ("pubsub.tf", 'invoker  = google_service_account.push["deleter"]',
+     'invoker  = google_service_account.push["classifier"]',
+     "gcp: topic delete is not pushed with the deleter's own push account"),
+    ("iam.tf", "member   = google_service_account.push[each.value].member",
+     'member   = google_service_account.push["classifier"].member',
+     "gcp: push_invoker: a push account invokes another function than its own"),
+    # cloudsql.client on every instance of the project
+    ("iam.tf", '  condition {\n    title      = "orphan-cleanup ledger instance"',
+     '  dynamic "unconditioned" {\n    title      = "orphan-cleanup ledger instance"',
+     "gcp: google_project_iam_member.cloud_sql_client is not conditioned on the ledger's instance"),
+    ("logging.tf", "prevent_destroy = true", "prevent_destroy = false",
+     "gcp: terraform destroy would delete the log bucket (no prevent_destroy)"),
+    ("main.tf", "ORPHAN_CLEANUP_MAX_MODE         = var.max_mode", 'ORPHAN_CLEANUP_MAX_MODE         = "delete"',
+     "gcp: the functions' environment lacks ORPHAN_CLEANUP_MAX_MODE = var.max_mode"),
+])
+def test_gcp_least_privilege_mistakes_are_caught(modules, file, old, new, problem):
+    assert problem in checks.gcp_least_privilege_problems(_gcp_with(modules, file, old, new))
 
 
 def test_managed_database_settings_reach_the_functions(modules):
