@@ -201,18 +201,17 @@ def test_aws_cloudformation_deploy_of_the_target_account_roles_against_moto(tmp_
     allows = {s["Sid"]: s for s in delete["Statement"] if s["Effect"] == "Allow"}
     assert set(allows) == {"DeleteOnlyRefTaggedResources", "SnapshotOnlyRefTaggedVolumes", "SnapshotsCarryTheRef",
                            "TagSnapshotsAsTheyAreCreated", "DeleteOnlySnapshotsTheDeleterTook"}
-    # ec2:DeleteSnapshot only on a snapshot with the deleter's source tag (SAFETY.md rule 15)
+    # ec2:DeleteSnapshot only on a snapshot with the deleter's source tag, a volume id (SAFETY.md rule 15)
     assert allows["DeleteOnlySnapshotsTheDeleterTook"]["Action"] == "ec2:DeleteSnapshot"
     assert allows["DeleteOnlySnapshotsTheDeleterTook"]["Condition"] == {
-        "StringLike": {"aws:ResourceTag/provider_ref": "????????????"},
-        "Null": {"aws:ResourceTag/orphan-cleanup-source": "false"}}
+        "StringLike": {"aws:ResourceTag/provider_ref": "????????????", "aws:ResourceTag/orphan-cleanup-source": "vol-*"}}
     allow = allows["DeleteOnlyRefTaggedResources"]
     assert not any(r.endswith(":snapshot/*") for r in allow["Resource"])
     assert allow["Condition"] == {"StringLike": {"aws:ResourceTag/provider_ref": "????????????"}}
     assert all(r.startswith("arn:aws:ec2:*:123456789012:") for r in allow["Resource"])
     assert allows["TagSnapshotsAsTheyAreCreated"]["Condition"] == {
         "StringEquals": {"ec2:CreateAction": "CreateSnapshot"},
-        "StringLike": {"aws:RequestTag/provider_ref": "????????????"}}
+        "StringLike": {"aws:RequestTag/provider_ref": "????????????", "aws:RequestTag/orphan-cleanup-source": "vol-*"}}
     assert iam.list_role_policies(RoleName="orphan-cleanup-list")["PolicyNames"] == ["describe"]
 
 
