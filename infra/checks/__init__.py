@@ -34,6 +34,7 @@ from infra.checks._common import (
 from infra.checks.alarms import sam_alarm_problems, terraform_aws_alarm_problems, terraform_gcp_alarm_problems
 from infra.checks.deployed import Deployed, ceiling_problems, database_role_problems, deployed, target_scope_problems
 from infra.checks.entrypoints import defined_names, gcp_entry_point_problems, lambda_handler_problems
+from infra.checks.gcp_permissions import function_permissions, gcp_permission_problems
 from infra.checks.iam import (
     DELETE_ACTIONS,
     DESCRIBE_ACTIONS,
@@ -78,7 +79,6 @@ from infra.checks.terraform import (
     terraform_policy_documents,
     terraform_reference_problems,
 )
-from infra.checks.gcp_permissions import function_permissions, gcp_permission_problems
 from infra.checks.terraform_lp import (
     aws_least_privilege_problems,
     gcp_least_privilege_problems,
@@ -89,7 +89,8 @@ from infra.checks.terraform_shape import aws_stack_problems, gcp_stack_problems
 __all__ = [
     "AWS_HANDLERS", "DELETE_ACTIONS", "Deployed", "ceiling_problems", "database_role_problems", "deployed",
     "target_scope_problems", "aws_least_privilege_problems", "validation_parity_problems",
-    "function_permissions", "gcp_least_privilege_problems", "gcp_permission_problems", "DESCRIBE_ACTIONS", "GCP_ENTRY_POINTS", "LAMBDA_ENI_ACTIONS", "PROTECT_KEY",
+    "function_permissions", "gcp_least_privilege_problems", "gcp_permission_problems",
+    "DESCRIBE_ACTIONS", "GCP_ENTRY_POINTS", "LAMBDA_ENI_ACTIONS", "PROTECT_KEY",
     "REPO", "SAM_QUEUES", "SAMPLE_PARAMETERS", "SAMPLE_PROTECT_KEYS", "TAG_KEY", "TARGET_ROLES", "TARGET_TEMPLATE",
     "SNAPSHOT_CREATE_ACTIONS",
     "TEMPLATE", "TERRAFORM_DIRS", "Grant", "Module", "Unresolved",

@@ -112,7 +112,8 @@ def deployed(sam: dict, parameters: dict[str, str] | None = None) -> Deployed:
         refused += [" ".join(str(a.get("AssertDescription", "")).split()) for a in rule["Assertions"]
                     if not ev.value(a["Assert"])]
     global_env = ev.value(((sam.get("Globals") or {}).get("Function") or {}).get("Environment", {}))
-    environment, statements = {}, {}
+    environment: dict[str, dict[str, Any]] = {}
+    statements: dict[str, list[dict]] = {}
     for name, (fn_id, role_id) in FUNCTIONS.items():
         fn = sam["Resources"][fn_id]["Properties"]
         own = ev.value(fn.get("Environment", {}))
@@ -196,7 +197,8 @@ def database_role_problems(sam: dict) -> list[str]:
             env = view.environment[fn]
             if (env.get("DATABASE_IAM_AUTH"), env.get("DATABASE_USER")) != ("true", user):
                 problems.append(f"{fn} ({kind}, IAM auth): DATABASE_IAM_AUTH / DATABASE_USER are "
-                                f"{env.get('DATABASE_IAM_AUTH')!r} / {env.get('DATABASE_USER')!r}, expected true / {user}")
+                                f"{env.get('DATABASE_IAM_AUTH')!r} / {env.get('DATABASE_USER')!r}, "
+                                f"expected true / {user}")
         if _connects(per_function.statements[fn]) or "DATABASE_USER" in per_function.environment[fn]:
             problems.append(f"{fn}: rds-db:connect or DATABASE_USER without DatabaseIamResourceId")
     return problems

@@ -132,7 +132,8 @@ def aws_least_privilege_problems(module: Module) -> list[str]:
         problems.append("aws: no precondition refuses a * target account without target_organization_id or "
                         "target_account_ids")
     env = str(loc.get("environment"))
-    for wanted in ("ORPHAN_CLEANUP_MAX_MODE = var.max_mode", "ORPHAN_CLEANUP_PROTECT_TAG_KEY = var.protect_tag_keys[0]"):
+    for wanted in ("ORPHAN_CLEANUP_MAX_MODE = var.max_mode",
+                   "ORPHAN_CLEANUP_PROTECT_TAG_KEY = var.protect_tag_keys[0]"):
         if wanted not in env:
             problems.append(f"aws: the functions' environment lacks {wanted}")
     return problems
@@ -174,14 +175,14 @@ def gcp_least_privilege_problems(module: Module) -> list[str]:
     for topic, consumer in (("jobs", "lister"), ("listing", "classifier"), ("delete", "deleter")):
         if (push.get(topic) or {}).get("invoker") != GCP_PUSH_ACCOUNTS[consumer]:
             problems.append(f"gcp: topic {topic} is not pushed with the {consumer}'s own push account")
-    for name, binding in resources.items():
-        if name[0] != "google_cloud_run_v2_service_iam_member":
+    for (kind, label), binding in resources.items():
+        if kind != "google_cloud_run_v2_service_iam_member":
             continue
         member, service = str(binding.get("member")), str(binding.get("name"))
         if "google_service_account.push" in member and not (
                 member == "${google_service_account.push[each.value].member}"
                 and "google_cloudfunctions2_function.fn[each.value]" in service):
-            problems.append(f"gcp: {name[1]}: a push account invokes another function than its own")
+            problems.append(f"gcp: {label}: a push account invokes another function than its own")
     for name in ("cloud_sql_client", "cloud_sql_instance_user"):
         condition = (resources.get(("google_project_iam_member", name)) or {}).get("condition") or [{}]
         expression = str(condition[0].get("expression"))

@@ -204,7 +204,8 @@ def test_aws_cloudformation_deploy_of_the_target_account_roles_against_moto(tmp_
     # ec2:DeleteSnapshot only on a snapshot with the deleter's source tag, a volume id (SAFETY.md rule 15)
     assert allows["DeleteOnlySnapshotsTheDeleterTook"]["Action"] == "ec2:DeleteSnapshot"
     assert allows["DeleteOnlySnapshotsTheDeleterTook"]["Condition"] == {
-        "StringLike": {"aws:ResourceTag/provider_ref": "????????????", "aws:ResourceTag/orphan-cleanup-source": "vol-*"}}
+        "StringLike": {"aws:ResourceTag/provider_ref": "????????????",
+                       "aws:ResourceTag/orphan-cleanup-source": "vol-*"}}
     allow = allows["DeleteOnlyRefTaggedResources"]
     assert not any(r.endswith(":snapshot/*") for r in allow["Resource"])
     assert allow["Condition"] == {"StringLike": {"aws:ResourceTag/provider_ref": "????????????"}}
@@ -407,8 +408,8 @@ def test_terraform_gives_each_function_its_own_database_secret(tmp_path, moto_re
         refused = _run([terraform, "plan", "-input=false", "-no-color", *args], work, env)
         text = " ".join((refused.stdout + refused.stderr).split())
         assert refused.returncode != 0 and f"needs {named}" in text, text
-    refused = _run([terraform, "plan", "-input=false", "-no-color", '-var=function_database_url_secret_arns={"tick": "x"}'],
-                   work, env)
+    refused = _run([terraform, "plan", "-input=false", "-no-color",
+                    '-var=function_database_url_secret_arns={"tick": "x"}'], work, env)
     assert refused.returncode != 0 and "function_database_url_secret_arns" in refused.stdout + refused.stderr
 
 

@@ -4,8 +4,8 @@ SAM translator, and the safety properties of the IAM policies and queues."""
 from __future__ import annotations
 
 import copy
-import re
 import json
+import re
 
 import pytest
 
@@ -503,7 +503,8 @@ def test_docs_cover_parameters_and_every_delete_action(sam, target):
 
 def test_the_secret_arn_accepts_the_secrets_rds_manages(sam):
     pattern = re.compile(sam["Parameters"]["DatabaseUrlSecretArn"]["AllowedPattern"])
-    for arn in ("arn:aws:secretsmanager:us-east-1:123456789012:secret:rds!db-3c1f8c6e-0b2d-4f5a-9e8b-1a2b3c4d5e6f-AbCdEf",
+    for arn in ("arn:aws:secretsmanager:us-east-1:123456789012:secret:"
+                "rds!db-3c1f8c6e-0b2d-4f5a-9e8b-1a2b3c4d5e6f-AbCdEf",
                 "arn:aws:secretsmanager:eu-west-1:123456789012:secret:rds!cluster-0a1b2c3d-AbCdEf",
                 "arn:aws:secretsmanager:us-east-1:123456789012:secret:orphan-cleanup/database-url-AbCdEf"):
         assert pattern.fullmatch(arn), arn
