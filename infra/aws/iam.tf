@@ -104,6 +104,13 @@ data "aws_iam_policy_document" "runtime" {
     actions   = ["secretsmanager:GetSecretValue"]
     resources = [local.database_secret[each.key]]
   }
+
+  lifecycle {
+    precondition {
+      condition     = local.database_secret[each.key] != null
+      error_message = "database_roles = \"${var.database_roles}\" needs ${local.shared_database ? "database_url_secret_arn" : "function_database_url_secret_arns[\"${each.key}\"]"} (docs/DATABASE.md, \"One role per function\")."
+    }
+  }
 }
 
 resource "aws_iam_role_policy" "runtime" {
@@ -139,22 +146,15 @@ resource "aws_iam_role_policy" "secret_key" {
 }
 
 # ------------------------------------------------------ RDS IAM authentication
-# With database_iam_user, each function's password is an RDS IAM token: its role may
-# connect as that one database user of that one instance or cluster, nothing else.
+# With database_iam_resource_id, each function's password is an RDS IAM token: its role may
+# connect as its own database user of that one instance or cluster, nothing else.
 data "aws_iam_policy_document" "database_iam_auth" {
-  count = local.iam_auth ? 1 : 0
+  for_each = local.iam_auth ? local.functions : {}
 
   statement {
-    sid       = "ConnectAsTheLedgerUser"
+    sid       = "ConnectAsItsOwnDatabaseUser"
     actions   = ["rds-db:connect"]
-    resources = ["arn:${local.partition}:rds-db:${data.aws_region.current.name}:${local.account_id}:dbuser:${var.database_iam_resource_id}/${var.database_iam_user}"]
-  }
-
-  lifecycle {
-    precondition {
-      condition     = var.database_iam_resource_id != null
-      error_message = "database_iam_user needs database_iam_resource_id (the instance's DbiResourceId or the cluster's resource id)."
-    }
+    resources = ["arn:${local.partition}:rds-db:${data.aws_region.current.name}:${local.account_id}:dbuser:${var.database_iam_resource_id}/${local.database_user[each.key]}"]
   }
 }
 
@@ -163,7 +163,7 @@ resource "aws_iam_role_policy" "database_iam_auth" {
 
   name   = "database-iam-auth"
   role   = aws_iam_role.fn[each.key].id
-  policy = data.aws_iam_policy_document.database_iam_auth[0].json
+  policy = data.aws_iam_policy_document.database_iam_auth[each.key].json
 }
 
 # --------------------------------------------------------------------- steps
@@ -270,10 +270,12 @@ data "aws_iam_policy_document" "deleter" {
       values   = ["????????????"]
     }
 
+    # The source tag's value is the id of the volume it was taken of (IAM cannot compare
+    # it with the snapshot's own volume: the deleter checks that, docs/SAFETY.md rule 15).
     condition {
-      test     = "Null"
+      test     = "StringLike"
       variable = "aws:ResourceTag/orphan-cleanup-source"
-      values   = ["false"]
+      values   = ["vol-*"]
     }
   }
 
@@ -301,6 +303,12 @@ data "aws_iam_policy_document" "deleter" {
       variable = "aws:RequestTag/${var.tag_key}"
       values   = ["????????????"]
     }
+
+    condition {
+      test     = "StringLike"
+      variable = "aws:RequestTag/orphan-cleanup-source"
+      values   = ["vol-*"]
+    }
   }
 
   statement {
@@ -318,6 +326,12 @@ data "aws_iam_policy_document" "deleter" {
       test     = "StringLike"
       variable = "aws:RequestTag/${var.tag_key}"
       values   = ["????????????"]
+    }
+
+    condition {
+      test     = "StringLike"
+      variable = "aws:RequestTag/orphan-cleanup-source"
+      values   = ["vol-*"]
     }
   }
 
@@ -357,7 +371,8 @@ data "aws_iam_policy_document" "assume_target" {
     actions   = ["sts:AssumeRole"]
     resources = [each.value]
 
-    # Only roles of the organisation or the accounts given, when given.
+    # Only roles of the organisation or the accounts given, when given (required for a *
+    # account: the precondition below).
     dynamic "condition" {
       for_each = var.target_organization_id == null ? [] : [var.target_organization_id]
       content {
@@ -374,6 +389,13 @@ data "aws_iam_policy_document" "assume_target" {
         variable = "aws:ResourceAccount"
         values   = condition.value
       }
+    }
+  }
+
+  lifecycle {
+    precondition {
+      condition     = !can(regex("^arn:[^:]+:iam::\\*:", each.value)) || var.target_organization_id != null || length(var.target_account_ids) > 0
+      error_message = "${each.key == "lister" ? "target_list_role_arn_pattern" : "target_delete_role_arn_pattern"} names every account (*): set target_organization_id or target_account_ids."
     }
   }
 }

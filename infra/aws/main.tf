@@ -29,9 +29,13 @@ locals {
     }
   }
 
+  # ORPHAN_CLEANUP_PROTECT_TAG_KEY, the stack's own protect key, is one the deleter's IAM
+  # Deny covers (infra/checks).
   environment = merge(
     {
       ORPHAN_CLEANUP_MODE             = var.mode
+      ORPHAN_CLEANUP_MAX_MODE         = var.max_mode
+      ORPHAN_CLEANUP_PROTECT_TAG_KEY  = var.protect_tag_keys[0]
       ORPHAN_CLEANUP_MARGIN_SECONDS   = tostring(var.margin_seconds)
       ORPHAN_CLEANUP_INTERVAL_SECONDS = tostring(var.interval_seconds)
       ORPHAN_CLEANUP_MAX_DELETES      = tostring(var.max_deletes)
@@ -46,9 +50,14 @@ locals {
     local.iam_auth ? { DATABASE_IAM_AUTH = "true" } : {},
     local.digest_environment,
   )
-  iam_auth = var.database_iam_user != null
-  # Each function's own secret (its own database role), else the shared one.
-  database_secret = { for k in keys(local.functions) : k => lookup(var.function_database_url_secret_arns, k, var.database_url_secret_arn) }
+  iam_auth        = var.database_iam_resource_id != null
+  shared_database = var.database_roles == "shared"
+  # Each function's own secret (its own database role); the shared one only by choice
+  # (docs/DATABASE.md, "One role per function"). The preconditions of runtime refuse a
+  # missing one.
+  database_secret = { for k in keys(local.functions) : k => local.shared_database ? var.database_url_secret_arn : lookup(var.function_database_url_secret_arns, k, null) }
+  # With RDS IAM authentication, the one database user each function may connect as.
+  database_user = { for k in keys(local.functions) : k => local.shared_database ? var.database_iam_user : var.database_iam_users[k] }
 }
 
 resource "aws_cloudwatch_log_group" "fn" {
@@ -84,7 +93,8 @@ resource "aws_lambda_function" "fn" {
   code_signing_config_arn = var.code_signing_config_arn
 
   environment {
-    variables = merge(local.environment, { DATABASE_URL_SECRET_ARN = local.database_secret[each.key] })
+    variables = merge(local.environment, { DATABASE_URL_SECRET_ARN = local.database_secret[each.key] },
+    local.iam_auth ? { DATABASE_USER = local.database_user[each.key] } : {})
   }
 
   tracing_config {

@@ -27,47 +27,53 @@ variable "runtime" {
   default     = "python3.11"
 }
 
-variable "database_url_secret_arn" {
-  description = "ARN of the Secrets Manager secret whose SecretString is the ledger's postgresql:// URL, or the JSON secret RDS rotates (rds!db-... ARNs too); the functions read it at cold start and after a refused password (DATABASE_URL_SECRET_ARN)."
+variable "database_roles" {
+  description = "per-function (the default): each function logs in as its own database role (docs/DATABASE.md, \"One role per function\") and reads only its own secret, function_database_url_secret_arns (all three keys required); with RDS IAM authentication each connects as its own user (database_iam_users). shared: all three read database_url_secret_arn (the runtime role) and connect as database_iam_user, the explicit, wider choice."
   type        = string
+  default     = "per-function"
 
   validation {
-    condition     = can(regex("^arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:[0-9]{12}:secret:.+$", var.database_url_secret_arn))
-    error_message = "database_url_secret_arn must be a full Secrets Manager secret ARN."
+    condition     = contains(["per-function", "shared"], var.database_roles)
+    error_message = "database_roles must be per-function or shared."
   }
 }
 
 variable "function_database_url_secret_arns" {
-  description = "One secret per function, each holding the URL of that function's own database role (docs/DATABASE.md, \"One role per function\"): keys lister, classifier, deleter; a function left out reads database_url_secret_arn (the runtime role's)."
+  description = "One secret per function, each holding the URL of that function's own database role (docs/DATABASE.md, \"One role per function\"): keys lister, classifier, deleter, all three required with database_roles = \"per-function\"; a function's role may read only its own."
   type        = map(string)
   default     = {}
 
   validation {
     condition = alltrue([for k, v in var.function_database_url_secret_arns : contains(["lister", "classifier", "deleter"], k)
-    && can(regex("^arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:[0-9]{12}:secret:.+$", v))])
+    && can(regex("^arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:[0-9]{12}:secret:[A-Za-z0-9/_+=.@!-]+$", v))])
     error_message = "function_database_url_secret_arns: keys lister, classifier, deleter; values full Secrets Manager secret ARNs."
   }
 }
 
-variable "database_secret_kms_key_arn" {
-  description = "Customer-managed KMS key ARN encrypting the database secret; null when it uses aws/secretsmanager."
-  type        = string
-  default     = null
-}
-
-variable "database_iam_user" {
-  description = "RDS IAM database authentication: the database user the functions log in as (granted rds_iam in Postgres). Set with database_iam_resource_id: the roles get rds-db:connect for that user, and the functions DATABASE_IAM_AUTH=true (the URL in the secret then names no password). null: password login."
+variable "database_url_secret_arn" {
+  description = "With database_roles = \"shared\" (required then, unused otherwise): the one secret of the three functions, whose SecretString is the runtime role's postgresql:// URL, or the JSON secret RDS rotates (rds!db-... ARNs too); the functions read it at cold start and after a refused password (DATABASE_URL_SECRET_ARN)."
   type        = string
   default     = null
 
   validation {
-    condition     = var.database_iam_user == null || can(regex("^[A-Za-z_][A-Za-z0-9_$-]{0,62}$", var.database_iam_user))
-    error_message = "database_iam_user must be a Postgres role name."
+    condition     = var.database_url_secret_arn == null || can(regex("^arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:[0-9]{12}:secret:[A-Za-z0-9/_+=.@!-]+$", var.database_url_secret_arn))
+    error_message = "database_url_secret_arn must be a full Secrets Manager secret ARN."
+  }
+}
+
+variable "database_secret_kms_key_arn" {
+  description = "Customer-managed KMS key ARN encrypting the database secrets; null when they use aws/secretsmanager."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.database_secret_kms_key_arn == null || can(regex("^arn:aws[a-z-]*:kms:[a-z0-9-]+:[0-9]{12}:key/[a-f0-9-]+$", var.database_secret_kms_key_arn))
+    error_message = "database_secret_kms_key_arn must be a KMS key ARN."
   }
 }
 
 variable "database_iam_resource_id" {
-  description = "The DB instance's DbiResourceId (db-...) or the Aurora cluster's resource id (cluster-...) that rds-db:connect names; required with database_iam_user."
+  description = "RDS IAM database authentication: the DB instance's DbiResourceId (db-...) or the Aurora cluster's resource id (cluster-...). Set: each function's role may rds-db:connect as its own database user only (database_iam_users; database_iam_user with database_roles = \"shared\"), and the functions get DATABASE_IAM_AUTH=true and DATABASE_USER (that user); the URL in the secret then names no password. null: password login."
   type        = string
   default     = null
 
@@ -77,14 +83,52 @@ variable "database_iam_resource_id" {
   }
 }
 
+variable "database_iam_users" {
+  description = "With database_iam_resource_id and database_roles = \"per-function\": each function's database user (granted rds_iam and the function's role), keys lister, classifier, deleter."
+  type        = map(string)
+  default = {
+    lister     = "orphan_cleanup_lister"
+    classifier = "orphan_cleanup_classifier"
+    deleter    = "orphan_cleanup_deleter"
+  }
+
+  validation {
+    condition = length(setsubtract(["lister", "classifier", "deleter"], keys(var.database_iam_users))) == 0 && alltrue([
+    for k, v in var.database_iam_users : contains(["lister", "classifier", "deleter"], k) && can(regex("^[A-Za-z_][A-Za-z0-9_$-]{0,62}$", v))])
+    error_message = "database_iam_users: keys lister, classifier and deleter, each a Postgres role name."
+  }
+}
+
+variable "database_iam_user" {
+  description = "With database_iam_resource_id and database_roles = \"shared\": the one database user of the three functions (the runtime role)."
+  type        = string
+  default     = "orphan_cleanup_runtime"
+
+  validation {
+    condition     = can(regex("^[A-Za-z_][A-Za-z0-9_$-]{0,62}$", var.database_iam_user))
+    error_message = "database_iam_user must be a Postgres role name."
+  }
+}
+
 variable "schedule_expression" {
   description = "EventBridge Scheduler expression of the stack's one schedule (the tick): each tick invokes the lister with {}, which selects the due backends from the ledger and queues one listing job per listing, so a backend added to the ledger is picked up without an apply."
   type        = string
   default     = "rate(5 minutes)"
 }
 
+variable "max_mode" {
+  description = "ORPHAN_CLEANUP_MAX_MODE, the ceiling: report or delete. A backend's row may say report under a delete stack, never delete under a report stack (docs/SAFETY.md rules 8 and 16)."
+  type        = string
+  default     = "report"
+
+  validation {
+    condition     = contains(["report", "delete"], var.max_mode)
+    error_message = "max_mode must be report or delete."
+  }
+}
+
 variable "mode" {
-  description = "ORPHAN_CLEANUP_MODE: report, delete or off. A backend's own mode in the ledger overrides it."
+  description = "ORPHAN_CLEANUP_MODE: report, delete or off, the mode of a backend whose ledger row names none; never more than max_mode."
   type        = string
   default     = "report"
 
@@ -142,7 +186,7 @@ variable "tag_key" {
 }
 
 variable "protect_tag_keys" {
-  description = "Every protect tag key the backends use (settings.protect_tag_key): the deleter's role gets one explicit Deny of every delete per key, whatever the tag's value."
+  description = "Every protect tag key the backends use (settings.protect_tag_key): the deleter's role gets one explicit Deny of every delete per key, whatever the tag's value. The first is the stack's own (ORPHAN_CLEANUP_PROTECT_TAG_KEY), which protects whatever the ledger's rows say."
   type        = list(string)
   default     = ["orphan-cleanup-protect"]
 
@@ -153,7 +197,7 @@ variable "protect_tag_keys" {
 }
 
 variable "target_list_role_arn_pattern" {
-  description = "Role ARN the lister may assume for backends in other accounts (their settings.role_arn): a fixed role name (and path), * allowed only for the account, e.g. arn:aws:iam::*:role/orphan-cleanup-list; null allows no cross-account listing. target_organization_id or target_account_ids narrow the *."
+  description = "Role ARN the lister may assume for backends in other accounts (their settings.role_arn): a fixed role name (and path), * allowed only for the account, e.g. arn:aws:iam::*:role/orphan-cleanup-list; null allows no cross-account listing. A * account needs target_organization_id or target_account_ids (the plan stops without them)."
   type        = string
   default     = null
 
@@ -164,7 +208,7 @@ variable "target_list_role_arn_pattern" {
 }
 
 variable "target_delete_role_arn_pattern" {
-  description = "Role ARN the deleter may assume for backends in other accounts (their settings.delete_role_arn): a fixed role name (and path), * allowed only for the account, e.g. arn:aws:iam::*:role/orphan-cleanup-delete; null allows no cross-account deletes."
+  description = "Role ARN the deleter may assume for backends in other accounts (their settings.delete_role_arn): a fixed role name (and path), * allowed only for the account, e.g. arn:aws:iam::*:role/orphan-cleanup-delete (a * account needs target_organization_id or target_account_ids); null allows no cross-account deletes."
   type        = string
   default     = null
 
@@ -251,12 +295,22 @@ variable "logs_kms_key_arn" {
   description = "Customer-managed KMS key ARN for the log groups (its key policy must let logs.<region>.amazonaws.com use it); null keeps CloudWatch's default encryption at rest."
   type        = string
   default     = null
+
+  validation {
+    condition     = var.logs_kms_key_arn == null || can(regex("^arn:aws[a-z-]*:kms:[a-z0-9-]+:[0-9]{12}:key/[a-f0-9-]+$", var.logs_kms_key_arn))
+    error_message = "logs_kms_key_arn must be a KMS key ARN."
+  }
 }
 
 variable "queue_kms_key_arn" {
   description = "Customer-managed KMS key ARN for every queue (SSE-KMS); the roles get kms:GenerateDataKey / kms:Decrypt on it through SQS only, and its key policy must allow IAM policies of this account. null keeps SQS-managed encryption (SSE-SQS)."
   type        = string
   default     = null
+
+  validation {
+    condition     = var.queue_kms_key_arn == null || can(regex("^arn:aws[a-z-]*:kms:[a-z0-9-]+:[0-9]{12}:key/[a-f0-9-]+$", var.queue_kms_key_arn))
+    error_message = "queue_kms_key_arn must be a KMS key ARN."
+  }
 }
 
 variable "redrive_role_arn" {
@@ -285,6 +339,11 @@ variable "alarm_topic_arn" {
   description = "SNS topic the alarms notify; null creates the alarms without actions."
   type        = string
   default     = null
+
+  validation {
+    condition     = var.alarm_topic_arn == null || can(regex("^arn:aws[a-z-]*:sns:[a-z0-9-]+:[0-9]{12}:[A-Za-z0-9_.-]+$", var.alarm_topic_arn))
+    error_message = "alarm_topic_arn must be an SNS topic ARN."
+  }
 }
 
 variable "stale_alarm_intervals" {
@@ -297,16 +356,31 @@ variable "digest_email" {
   description = "An email address subscribed to the digest topic (SNS asks it to confirm); null: none."
   type        = string
   default     = null
+
+  validation {
+    condition     = var.digest_email == null || can(regex("^[^@\\s]+@[^@\\s]+$", var.digest_email))
+    error_message = "digest_email must be an email address."
+  }
 }
 
 variable "digest_queue_arn" {
   description = "An SQS queue subscribed to the digest topic, raw delivery (its queue policy must let the topic send); null: none."
   type        = string
   default     = null
+
+  validation {
+    condition     = var.digest_queue_arn == null || can(regex("^arn:aws[a-z-]*:sqs:[a-z0-9-]+:[0-9]{12}:[A-Za-z0-9_.-]+$", var.digest_queue_arn))
+    error_message = "digest_queue_arn must be an SQS queue ARN."
+  }
 }
 
 variable "slack_webhook_secret_arn" {
   description = "A Secrets Manager secret holding a Slack incoming webhook URL: the functions post each digest there as a short text; null: no Slack post."
   type        = string
   default     = null
+
+  validation {
+    condition     = var.slack_webhook_secret_arn == null || can(regex("^arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:[0-9]{12}:secret:[A-Za-z0-9/_+=.@!-]+$", var.slack_webhook_secret_arn))
+    error_message = "slack_webhook_secret_arn must be a full Secrets Manager secret ARN."
+  }
 }

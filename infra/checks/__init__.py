@@ -32,7 +32,9 @@ from infra.checks._common import (
     unquote,
 )
 from infra.checks.alarms import sam_alarm_problems, terraform_aws_alarm_problems, terraform_gcp_alarm_problems
+from infra.checks.deployed import Deployed, ceiling_problems, database_role_problems, deployed, target_scope_problems
 from infra.checks.entrypoints import defined_names, gcp_entry_point_problems, lambda_handler_problems
+from infra.checks.gcp_permissions import function_permissions, gcp_permission_problems
 from infra.checks.iam import (
     DELETE_ACTIONS,
     DESCRIBE_ACTIONS,
@@ -77,10 +79,18 @@ from infra.checks.terraform import (
     terraform_policy_documents,
     terraform_reference_problems,
 )
+from infra.checks.terraform_lp import (
+    aws_least_privilege_problems,
+    gcp_least_privilege_problems,
+    validation_parity_problems,
+)
 from infra.checks.terraform_shape import aws_stack_problems, gcp_stack_problems
 
 __all__ = [
-    "AWS_HANDLERS", "DELETE_ACTIONS", "DESCRIBE_ACTIONS", "GCP_ENTRY_POINTS", "LAMBDA_ENI_ACTIONS", "PROTECT_KEY",
+    "AWS_HANDLERS", "DELETE_ACTIONS", "Deployed", "ceiling_problems", "database_role_problems", "deployed",
+    "target_scope_problems", "aws_least_privilege_problems", "validation_parity_problems",
+    "function_permissions", "gcp_least_privilege_problems", "gcp_permission_problems",
+    "DESCRIBE_ACTIONS", "GCP_ENTRY_POINTS", "LAMBDA_ENI_ACTIONS", "PROTECT_KEY",
     "REPO", "SAM_QUEUES", "SAMPLE_PARAMETERS", "SAMPLE_PROTECT_KEYS", "TAG_KEY", "TARGET_ROLES", "TARGET_TEMPLATE",
     "SNAPSHOT_CREATE_ACTIONS",
     "TEMPLATE", "TERRAFORM_DIRS", "Grant", "Module", "Unresolved",
@@ -116,12 +126,15 @@ def all_problems(repo: Path = REPO) -> list[str]:
                  for p in deleter_policy_problems(cfn, several_keys)]
     problems += lambda_handler_problems(repo, sam_handlers(cfn))
     problems += sam_role_pattern_problems(sam)
+    problems += database_role_problems(sam) + target_scope_problems(sam) + ceiling_problems(sam)
     modules = {d.name: Module.load(d) for d in (repo / "infra" / "gcp", repo / "infra" / "aws")}
     for module in modules.values():
         problems += terraform_reference_problems(module) + terraform_description_problems(module)
     problems += terraform_iam_problems(modules["aws"]) + aws_stack_problems(modules["aws"])
     problems += terraform_role_pattern_problems(modules["aws"])
+    problems += validation_parity_problems(sam, modules["aws"]) + aws_least_privilege_problems(modules["aws"])
     problems += gcp_stack_problems(modules["gcp"])
+    problems += gcp_least_privilege_problems(modules["gcp"]) + gcp_permission_problems(modules["gcp"])
     problems += lambda_handler_problems(repo, terraform_literals(modules["aws"], "handler"))
     problems += gcp_entry_point_problems(repo, terraform_literals(modules["gcp"], "entry_point"))
     problems += sam_alarm_problems(cfn) + terraform_aws_alarm_problems(modules["aws"])

@@ -17,7 +17,8 @@ AWS_HANDLERS = {"lister": "functions.aws.lister.handler",
                 "deleter": "functions.aws.deleter.handler"}
 GCP_ENTRY_POINTS = ("lister", "classifier", "deleter")
 SAMPLE_PARAMETERS = {
-    "DatabaseUrlSecretArn": "arn:aws:secretsmanager:us-east-1:123456789012:secret:oc-db-AbCdEf",
+    f"{fn}DatabaseUrlSecretArn": f"arn:aws:secretsmanager:us-east-1:123456789012:secret:oc-{fn.lower()}-AbCdEf"
+    for fn in ("Lister", "Classifier", "Deleter")
 }
 # More than one protect key, so the checks see the per-key Deny statements repeat.
 SAMPLE_PROTECT_KEYS = ("orphan-cleanup-protect", "platform-keep")

@@ -30,8 +30,10 @@ DESCRIBE_ACTIONS = frozenset({
     "ec2:DescribeSecurityGroups", "ec2:DescribeAddresses", "ec2:DescribeSpotInstanceRequests",
     "ec2:DescribeSnapshots",
 })
-#: The tag on the snapshots the deleter takes: ec2:DeleteSnapshot needs it too (SAFETY.md rule 15).
+#: The tag on the snapshots the deleter takes: ec2:DeleteSnapshot needs it too (SAFETY.md rule 15),
+#: its value a volume id (the one it was taken of; IAM cannot compare the two, the deleter does).
 SNAPSHOT_SOURCE_KEY = "orphan-cleanup-source"
+SNAPSHOT_SOURCE_VALUE = "vol-*"
 #: What the deleter reads besides: termination protection (SAFETY.md rule 14).
 DELETER_READ_ACTIONS = frozenset({"ec2:DescribeInstanceAttribute"})
 READ_PREFIXES = ("Describe", "Get", "List", "Search")
@@ -113,7 +115,8 @@ def ec2_write_grants(statements: Iterable[dict], tag_key: str = TAG_KEY) -> list
             if action in SNAPSHOT_CREATE_ACTIONS:
                 # CreateTags under any other condition could re-tag a resource as ours.
                 ok = guard in ("tag", "request-tag") and (
-                    action != "ec2:CreateTags" or _creates_snapshot_only(st.get("Condition") or {}))
+                    action != "ec2:CreateTags" or _creates_snapshot_only(st.get("Condition") or {})) and (
+                    guard == "tag" or _source_tagged(st.get("Condition") or {}, "aws:RequestTag"))
                 action_guard = "snapshot-create" if ok else None
             elif guard == "request-tag":
                 action_guard = None  # a tag in the request limits nothing an existing resource has
@@ -123,10 +126,11 @@ def ec2_write_grants(statements: Iterable[dict], tag_key: str = TAG_KEY) -> list
     return grants
 
 
-def _source_tagged(condition: dict) -> bool:
-    """The condition requires the snapshot source tag (``Null: ... = false``)."""
-    values = [str(v) for v in as_list((condition.get("Null") or {}).get(f"aws:ResourceTag/{SNAPSHOT_SOURCE_KEY}", []))]
-    return values == ["false"]
+def _source_tagged(condition: dict, tag: str = "aws:ResourceTag") -> bool:
+    """The condition requires the snapshot source tag, its value a volume id (``StringLike
+    ... vol-*``): the tag's presence alone would admit any value."""
+    values = [str(v) for v in as_list((condition.get("StringLike") or {}).get(f"{tag}/{SNAPSHOT_SOURCE_KEY}", []))]
+    return values == [SNAPSHOT_SOURCE_VALUE]
 
 
 def _creates_snapshot_only(condition: dict) -> bool:

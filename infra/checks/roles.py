@@ -71,7 +71,11 @@ def sam_role_pattern_problems(sam: dict) -> list[str]:
             problems.append(f"{parameter}: no such parameter")
     for role, parameter in SAM_ASSUMERS.items():
         assumes = [s for s in role_statements(sam, role) if "sts:AssumeRole" in str(s.get("Action"))]
-        if [s.get("Resource") for s in assumes] != [{"Ref": parameter}]:
+        # the parameter, or a text that is no ARN, which IAM refuses (a * account without a
+        # scope: deployed.target_scope_problems)
+        branches = [b for st in assumes for b in if_branches(st.get("Resource"))]
+        if len(assumes) != 1 or {"Ref": parameter} not in branches or not all(
+                b == {"Ref": parameter} or (isinstance(b, str) and not b.startswith("arn:")) for b in branches):
             problems.append(f"{role}: sts:AssumeRole on {[s.get('Resource') for s in assumes]!r}, expected {parameter}")
         for st in assumes:
             problems += [f"{role}: sts:AssumeRole {p}" for p in _scope_condition_problems(st.get("Condition"))]

@@ -36,7 +36,7 @@ resource "google_cloudfunctions2_function" "fn" {
     secret_environment_variables {
       key        = "DATABASE_URL"
       project_id = var.project_id
-      secret     = google_secret_manager_secret.database_url.secret_id
+      secret     = google_secret_manager_secret.database_url[local.database_secret[each.key]].secret_id
       version    = "latest"
     }
 

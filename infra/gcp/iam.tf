@@ -1,6 +1,7 @@
-# One service account per function, plus one for Cloud Scheduler, one for
-# Pub/Sub push deliveries to the classifier and deleter and one for push
-# deliveries of listing jobs to the lister. Each gets only what its step needs.
+# One service account per function, plus one for Cloud Scheduler and one per
+# function for the Pub/Sub push deliveries it receives (jobs_push: the lister's listing
+# jobs; push: the classifier's listings and the deleter's delete requests), each may
+# invoke only its function. Each gets only what its step needs.
 
 resource "google_service_account" "fn" {
   for_each = local.functions
@@ -17,9 +18,20 @@ resource "google_service_account" "scheduler" {
 }
 
 resource "google_service_account" "push" {
+  for_each = {
+    classifier = "${var.name_prefix}-push"
+    deleter    = "${var.name_prefix}-push-del"
+  }
+
   project      = var.project_id
-  account_id   = "${var.name_prefix}-push"
-  display_name = "orphan-cleanup Pub/Sub push caller"
+  account_id   = each.value
+  display_name = "orphan-cleanup Pub/Sub push caller of the ${each.key}"
+}
+
+# The one push account of the classifier and the deleter: kept as the classifier's.
+moved {
+  from = google_service_account.push
+  to   = google_service_account.push["classifier"]
 }
 
 resource "google_service_account" "jobs_push" {
@@ -35,6 +47,7 @@ resource "google_service_account" "jobs_push" {
 # numeric id and checks the label before deleting (docs/SAFETY.md rule 3).
 
 locals {
+  # What the code calls, derived from it by infra/checks (gcp_permissions.py):
   # aggregatedList per kind; projects.get for the identity check (docs/SAFETY.md
   # rule 11); snapshots.list for retain_snapshots_days.
   lister_permissions = [
@@ -44,20 +57,25 @@ locals {
     "compute.projects.get",
     "compute.snapshots.list",
   ]
-  # Re-read by name, check the numeric id and the label, delete, wait for the
-  # operation, read again to confirm; projects.get for the identity check.
+  # Read by numeric id (a list filtered on the id, hence .list), re-read by name, check
+  # the label, delete, wait for the operation, read again to confirm; an instance's
+  # aggregatedList for a retry leak's VM (holds_instance); projects.get for the identity
+  # check.
   # snapshot_before_delete: disks.createSnapshot makes a labelled
   # snapshot (snapshots.create, setLabels), read back by name before the disk
   # goes; retain_snapshots_days deletes expired ones (a global operation).
   deleter_permissions = [
     "compute.addresses.delete",
     "compute.addresses.get",
+    "compute.addresses.list",
     "compute.disks.createSnapshot",
     "compute.disks.delete",
     "compute.disks.get",
+    "compute.disks.list",
     "compute.globalOperations.get",
     "compute.instances.delete",
     "compute.instances.get",
+    "compute.instances.list",
     "compute.projects.get",
     "compute.regionOperations.get",
     "compute.snapshots.create",
@@ -86,7 +104,7 @@ resource "google_project_iam_custom_role" "deleter" {
   project     = each.value
   role_id     = "${local.role_prefix}_deleter"
   title       = "orphan-cleanup deleter"
-  description = "Re-read, delete and confirm deletion of instances, disks, addresses and snapshots; snapshot disks."
+  description = "Read by id, re-read, delete and confirm deletion of instances, disks, addresses and snapshots; snapshot disks."
   permissions = local.deleter_permissions
 }
 
@@ -108,23 +126,30 @@ resource "google_project_iam_member" "deleter_compute" {
 
 # ------------------------------------------------------------ secret, topics
 
+# Each function may read its own database secret only.
 resource "google_secret_manager_secret_iam_member" "database_url" {
   for_each = google_service_account.fn
 
   project   = var.project_id
-  secret_id = google_secret_manager_secret.database_url.secret_id
+  secret_id = google_secret_manager_secret.database_url[local.database_secret[each.key]].secret_id
   role      = "roles/secretmanager.secretAccessor"
   member    = each.value.member
 }
 
 # The Cloud SQL connector: every function connects (cloudsql.client); with IAM login each
-# also logs in as its own IAM database user (cloudsql.instanceUser).
+# also logs in as its own IAM database user (cloudsql.instanceUser). Both on the ledger's
+# instance only: an IAM condition on its resource name.
 resource "google_project_iam_member" "cloud_sql_client" {
   for_each = var.cloud_sql_instance == null ? {} : google_service_account.fn
 
   project = local.cloud_sql_project
   role    = "roles/cloudsql.client"
   member  = each.value.member
+
+  condition {
+    title      = "orphan-cleanup ledger instance"
+    expression = "resource.name == \"${local.cloud_sql_resource}\" && resource.service == \"sqladmin.googleapis.com\""
+  }
 }
 
 resource "google_project_iam_member" "cloud_sql_instance_user" {
@@ -133,6 +158,11 @@ resource "google_project_iam_member" "cloud_sql_instance_user" {
   project = local.cloud_sql_project
   role    = "roles/cloudsql.instanceUser"
   member  = each.value.member
+
+  condition {
+    title      = "orphan-cleanup ledger instance"
+    expression = "resource.name == \"${local.cloud_sql_resource}\" && resource.service == \"sqladmin.googleapis.com\""
+  }
 }
 
 # Topic publishers: only the producing step (the tick runs in the lister).
@@ -184,14 +214,15 @@ resource "google_cloud_run_v2_service_iam_member" "push_invoker" {
   location = var.region
   name     = google_cloudfunctions2_function.fn[each.value].service_config[0].service
   role     = "roles/run.invoker"
-  member   = google_service_account.push.member
+  member   = google_service_account.push[each.value].member
 }
 
 # Pub/Sub mints the OIDC token of push deliveries as the push accounts.
 resource "google_service_account_iam_member" "pubsub_token_creator" {
   for_each = {
-    push = google_service_account.push.name
-    jobs = google_service_account.jobs_push.name
+    classifier = google_service_account.push["classifier"].name
+    deleter    = google_service_account.push["deleter"].name
+    jobs       = google_service_account.jobs_push.name
   }
 
   service_account_id = each.value
@@ -203,4 +234,10 @@ resource "google_service_account_iam_member" "pubsub_token_creator" {
 moved {
   from = google_service_account_iam_member.pubsub_token_creator
   to   = google_service_account_iam_member.pubsub_token_creator["push"]
+}
+
+# Then the push account was one per function: the shared one is the classifier's.
+moved {
+  from = google_service_account_iam_member.pubsub_token_creator["push"]
+  to   = google_service_account_iam_member.pubsub_token_creator["classifier"]
 }

@@ -1,7 +1,8 @@
 # The functions' logs (every verdict and delete) in a log bucket of their own, kept
-# log_retention_days, whatever the _Default bucket's 30 days; `terraform destroy` leaves
-# the bucket where Cloud Logging keeps a deleted bucket for 7 days before it purges it, so
-# prefer raising the retention to removing the stack while the logs still matter.
+# log_retention_days, whatever the _Default bucket's 30 days. Like the AWS log groups, it
+# outlives the stack (docs/DEPLOY.md, "Logs"): `terraform destroy` refuses to delete it
+# (prevent_destroy); `terraform state rm google_logging_project_bucket_config.functions`
+# first leaves it, with its logs, in the project.
 resource "google_logging_project_bucket_config" "functions" {
   project        = var.project_id
   location       = var.region
@@ -9,6 +10,10 @@ resource "google_logging_project_bucket_config" "functions" {
   retention_days = var.log_retention_days
   description    = "orphan-cleanup: the lister's, classifier's and deleter's logs"
   depends_on     = [google_project_service.api]
+
+  lifecycle {
+    prevent_destroy = true
+  }
 }
 
 resource "google_logging_project_sink" "functions" {

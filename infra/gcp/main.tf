@@ -42,6 +42,8 @@ locals {
   environment = merge(
     {
       ORPHAN_CLEANUP_MODE             = var.mode
+      ORPHAN_CLEANUP_MAX_MODE         = var.max_mode
+      ORPHAN_CLEANUP_PROTECT_TAG_KEY  = var.protect_tag_key
       ORPHAN_CLEANUP_MARGIN_SECONDS   = tostring(var.margin_seconds)
       ORPHAN_CLEANUP_INTERVAL_SECONDS = tostring(var.interval_seconds)
       ORPHAN_CLEANUP_MAX_DELETES      = tostring(var.max_deletes)
@@ -69,6 +71,15 @@ locals {
   } : {}) }
   # The instance's project: all but the region and the name (a project may be domain-scoped).
   cloud_sql_project = var.cloud_sql_instance == null ? null : join(":", slice(split(":", var.cloud_sql_instance), 0, length(split(":", var.cloud_sql_instance)) - 2))
+  # Its resource name, which the IAM conditions of cloudsql.client and .instanceUser test.
+  cloud_sql_resource = var.cloud_sql_instance == null ? null : "projects/${local.cloud_sql_project}/instances/${element(split(":", var.cloud_sql_instance), length(split(":", var.cloud_sql_instance)) - 1)}"
+
+  # One database URL secret per function (its own database role, docs/DATABASE.md, "One role
+  # per function"); one for the three only with database_roles = "shared".
+  database_secrets = var.database_roles == "shared" ? { shared = "${var.name_prefix}-database-url" } : {
+    for name, _ in local.functions : name => "${var.name_prefix}-${name}-database-url"
+  }
+  database_secret = { for name, _ in local.functions : name => var.database_roles == "shared" ? "shared" : name }
 
   apis = [
     "artifactregistry.googleapis.com",
@@ -155,11 +166,13 @@ resource "google_kms_crypto_key_iam_member" "pubsub" {
 
 # ---------------------------------------------------------- database secret
 
-# The secret holds the ledger URL; functions get it as DATABASE_URL through
-# secret_environment_variables, never as a plain variable.
+# Each secret holds a ledger URL; a function gets its own as DATABASE_URL through
+# secret_environment_variables, never as a plain variable, and may read no other.
 resource "google_secret_manager_secret" "database_url" {
+  for_each = local.database_secrets
+
   project   = var.project_id
-  secret_id = "${var.name_prefix}-database-url"
+  secret_id = each.value
   labels    = var.labels
 
   replication {
@@ -170,8 +183,14 @@ resource "google_secret_manager_secret" "database_url" {
 }
 
 resource "google_secret_manager_secret_version" "database_url" {
-  count = var.database_url == null ? 0 : 1
+  count = var.database_url != null && var.database_roles == "shared" ? 1 : 0
 
-  secret      = google_secret_manager_secret.database_url.id
+  secret      = google_secret_manager_secret.database_url["shared"].id
   secret_data = var.database_url
+}
+
+# The one secret of the stack before one per function: kept as the shared one.
+moved {
+  from = google_secret_manager_secret.database_url
+  to   = google_secret_manager_secret.database_url["shared"]
 }

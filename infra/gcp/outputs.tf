@@ -34,20 +34,21 @@ output "scheduler_job" {
 }
 
 output "service_accounts" {
-  description = "Service account emails of the functions, the scheduler caller, the push caller and the jobs push caller."
+  description = "Service account emails of the functions, the scheduler caller, the push callers of the classifier and the deleter, and the jobs push caller."
   value = merge(
     { for k, sa in google_service_account.fn : k => sa.email },
     {
-      scheduler = google_service_account.scheduler.email
-      push      = google_service_account.push.email
-      jobs_push = google_service_account.jobs_push.email
+      scheduler       = google_service_account.scheduler.email
+      push_classifier = google_service_account.push["classifier"].email
+      push_deleter    = google_service_account.push["deleter"].email
+      jobs_push       = google_service_account.jobs_push.email
     },
   )
 }
 
-output "database_url_secret" {
-  description = "Secret Manager secret holding DATABASE_URL; add a version with `gcloud secrets versions add`."
-  value       = google_secret_manager_secret.database_url.id
+output "database_url_secrets" {
+  description = "The Secret Manager secret each function reads as DATABASE_URL (its own, or the shared one with database_roles = \"shared\"); add a version to each with `gcloud secrets versions add`."
+  value       = { for name, secret in local.database_secret : name => google_secret_manager_secret.database_url[secret].id }
 }
 
 output "source_bucket" {

@@ -73,13 +73,13 @@ locals {
       topic    = google_pubsub_topic.listing
       function = "classifier"
       path     = "/${google_pubsub_topic.listing.id}"
-      invoker  = google_service_account.push
+      invoker  = google_service_account.push["classifier"]
     }
     delete = {
       topic    = google_pubsub_topic.delete
       function = "deleter"
       path     = "/${google_pubsub_topic.delete.id}"
-      invoker  = google_service_account.push
+      invoker  = google_service_account.push["deleter"]
     }
   }
 }

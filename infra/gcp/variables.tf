@@ -62,8 +62,30 @@ variable "time_zone" {
   default     = "Etc/UTC"
 }
 
+variable "max_mode" {
+  description = "ORPHAN_CLEANUP_MAX_MODE, the ceiling: report or delete. A backend's row may say report under a delete stack, never delete under a report stack (docs/SAFETY.md rules 8 and 16)."
+  type        = string
+  default     = "report"
+
+  validation {
+    condition     = contains(["report", "delete"], var.max_mode)
+    error_message = "max_mode must be report or delete."
+  }
+}
+
+variable "protect_tag_key" {
+  description = "ORPHAN_CLEANUP_PROTECT_TAG_KEY, the stack's own protect label key: a resource carrying it is never deleted, whatever the ledger's rows say (GCP IAM conditions cannot test labels, so the deleter checks it)."
+  type        = string
+  default     = "orphan-cleanup-protect"
+
+  validation {
+    condition     = can(regex("^[a-z][a-z0-9_-]{0,62}$", var.protect_tag_key))
+    error_message = "protect_tag_key must be a label key: lowercase letters, digits, _ and -, starting with a letter."
+  }
+}
+
 variable "mode" {
-  description = "ORPHAN_CLEANUP_MODE: report, delete or off. A backend's own mode in the ledger overrides it."
+  description = "ORPHAN_CLEANUP_MODE: report, delete or off, the mode of a backend whose ledger row names none; never more than max_mode."
   type        = string
   default     = "report"
 
@@ -109,8 +131,19 @@ variable "sentry_dsn" {
   sensitive   = true
 }
 
+variable "database_roles" {
+  description = "per-function (the default): each function logs in as its own database role (docs/DATABASE.md, \"One role per function\") and reads only its own secret (one per function, database_url_secrets); with cloud_sql_iam_auth each is its own IAM database user too. shared: the three read one secret (the runtime role's URL), the explicit, wider choice."
+  type        = string
+  default     = "per-function"
+
+  validation {
+    condition     = contains(["per-function", "shared"], var.database_roles)
+    error_message = "database_roles must be per-function or shared."
+  }
+}
+
 variable "database_url" {
-  description = "The ledger's postgresql:// URL. When set, Terraform stores it as a secret version (and so in its state); leave null and add the version with gcloud instead (docs/DEPLOY.md)."
+  description = "With database_roles = \"shared\": the runtime role's postgresql:// URL. When set, Terraform stores it as a secret version (and so in its state); leave null and add the versions with gcloud instead (docs/DEPLOY.md), as for the per-function secrets."
   type        = string
   default     = null
   sensitive   = true
@@ -164,7 +197,7 @@ variable "vpc_connector" {
 }
 
 variable "cloud_sql_instance" {
-  description = "Cloud SQL instance connection name (PROJECT:REGION:INSTANCE) of the ledger: the functions connect through the Cloud SQL Python Connector (CLOUD_SQL_INSTANCE) and their service accounts get roles/cloudsql.client in that project. The URL in the secret then names only the user, password and database (postgresql://USER:PASSWORD@/DATABASE). null: the URL's host."
+  description = "Cloud SQL instance connection name (PROJECT:REGION:INSTANCE) of the ledger: the functions connect through the Cloud SQL Python Connector (CLOUD_SQL_INSTANCE) and their service accounts get roles/cloudsql.client on that instance only (an IAM condition on its name). The URL in the secret then names only the user, password and database (postgresql://USER:PASSWORD@/DATABASE). null: the URL's host."
   type        = string
   default     = null
 

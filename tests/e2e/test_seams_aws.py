@@ -108,16 +108,16 @@ def _delete_snapshot_allows(statements: list[dict]) -> list[dict]:
 
 
 def _requires_source_tag(statement: dict) -> bool:
-    value = (statement.get("Condition") or {}).get("Null", {}).get(f"aws:ResourceTag/{SOURCE_KEY}")
-    return value in ("false", ["false"])
+    value = (statement.get("Condition") or {}).get("StringLike", {}).get(f"aws:ResourceTag/{SOURCE_KEY}")
+    return value in ("vol-*", ["vol-*"])
 
 
 def test_the_deleter_may_delete_only_snapshots_carrying_the_source_tag():
     """Setup: the deleter's IAM as deployed: template.yaml's DeleterRole and infra/aws/iam.tf's
     deleter document (read as tests/unit/test_deploy_sam.py and test_deploy_terraform.py do).
-    Shows: every statement allowing ec2:DeleteSnapshot requires the orphan-cleanup-source tag
-    (``Null: {aws:ResourceTag/orphan-cleanup-source: false}``), so IAM itself keeps the deleter
-    off snapshots it did not take."""
+    Shows: every statement allowing ec2:DeleteSnapshot requires the orphan-cleanup-source tag,
+    its value a volume id (``StringLike: {aws:ResourceTag/orphan-cleanup-source: vol-*}``), so
+    IAM itself keeps the deleter off snapshots it did not take."""
     sam = _delete_snapshot_allows(checks.role_statements(checks.load_template(checks.TEMPLATE), "DeleterRole"))
     module = checks.Module.load(checks.REPO / "infra" / "aws")
     tf = _delete_snapshot_allows(checks.terraform_policy_documents(module)["deleter"])

@@ -206,6 +206,17 @@ def test_iam_auth_sends_a_fresh_rds_token_as_each_connections_password(tls_serve
     assert _connects_with_the_current_token(tls_server, role, db)
 
 
+def test_iam_auth_signs_the_token_for_database_user_the_stack_sets(tls_server, role, moto_reset):
+    # given a URL naming another user (a shared secret's runtime role) and DATABASE_USER, the
+    # one user the function's role may rds-db:connect as (docs/DATABASE.md, "One role per function")
+    url = f"postgresql://orphan_cleanup_runtime@127.0.0.1:{tls_server.port}/{role.database}?sslrootcert={tls_server.ca}"
+    db = bootstrap.open_database(Settings.explicit(database_url=url, database_iam_auth=True,
+                                                   database_user=role.name, aws_endpoint_url=moto_reset))
+    # then the token is DATABASE_USER's and the session logs in as that user
+    assert db.info.user == role.name
+    assert _connects_with_the_current_token(tls_server, role, db)
+
+
 @pytest.mark.parametrize("query, refused", [("sslmode=prefer", "sslmode prefer"),
                                             ("sslmode=disable", "sslmode disable"),
                                             ("host=/tmp", "a Unix socket")])

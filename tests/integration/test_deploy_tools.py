@@ -26,6 +26,10 @@ from infra import checks
 
 REPO = checks.REPO
 SECRET_ARN = "arn:aws:secretsmanager:us-east-1:123456789012:secret:oc-db-AbCdEf"
+# Each function's own database secret (docs/DATABASE.md, "One role per function"), the default.
+OWN_SECRETS = {fn: f"arn:aws:secretsmanager:us-east-1:123456789012:secret:oc-{fn}-AbCdEf"
+               for fn in ("lister", "classifier", "deleter")}
+OWN_SECRETS_VAR = f"-var=function_database_url_secret_arns={json.dumps(OWN_SECRETS)}"
 # Folders that may hold a filesystem mirror (<dir>/registry.terraform.io/hashicorp/aws).
 TF_MIRROR_ROOTS = ("/opt/tf-plugins", "/usr/local/share/terraform/plugins", "/usr/share/terraform/plugins",
                    "~/.terraform.d/plugins", "~/.local/share/terraform/plugins")
@@ -152,7 +156,8 @@ def test_sam_package_and_deploy_against_moto_up_to_the_change_set(tmp_path, stac
 
     deploy = _run([sam, "deploy", "--stack-name", "oc-test", "--s3-bucket", "oc-artifacts",
                    "--capabilities", "CAPABILITY_IAM", "--no-execute-changeset", "--no-confirm-changeset",
-                   "--parameter-overrides", f"DatabaseUrlSecretArn={SECRET_ARN}"], stack, env)
+                   "--parameter-overrides", *(f"{fn.title()}DatabaseUrlSecretArn={arn}"
+                                              for fn, arn in OWN_SECRETS.items())], stack, env)
     out = deploy.stdout + deploy.stderr
     assert deploy.returncode == 0, out
     assert "Changeset created successfully" in out
@@ -196,18 +201,18 @@ def test_aws_cloudformation_deploy_of_the_target_account_roles_against_moto(tmp_
     allows = {s["Sid"]: s for s in delete["Statement"] if s["Effect"] == "Allow"}
     assert set(allows) == {"DeleteOnlyRefTaggedResources", "SnapshotOnlyRefTaggedVolumes", "SnapshotsCarryTheRef",
                            "TagSnapshotsAsTheyAreCreated", "DeleteOnlySnapshotsTheDeleterTook"}
-    # ec2:DeleteSnapshot only on a snapshot with the deleter's source tag (SAFETY.md rule 15)
+    # ec2:DeleteSnapshot only on a snapshot with the deleter's source tag, a volume id (SAFETY.md rule 15)
     assert allows["DeleteOnlySnapshotsTheDeleterTook"]["Action"] == "ec2:DeleteSnapshot"
     assert allows["DeleteOnlySnapshotsTheDeleterTook"]["Condition"] == {
-        "StringLike": {"aws:ResourceTag/provider_ref": "????????????"},
-        "Null": {"aws:ResourceTag/orphan-cleanup-source": "false"}}
+        "StringLike": {"aws:ResourceTag/provider_ref": "????????????",
+                       "aws:ResourceTag/orphan-cleanup-source": "vol-*"}}
     allow = allows["DeleteOnlyRefTaggedResources"]
     assert not any(r.endswith(":snapshot/*") for r in allow["Resource"])
     assert allow["Condition"] == {"StringLike": {"aws:ResourceTag/provider_ref": "????????????"}}
     assert all(r.startswith("arn:aws:ec2:*:123456789012:") for r in allow["Resource"])
     assert allows["TagSnapshotsAsTheyAreCreated"]["Condition"] == {
         "StringEquals": {"ec2:CreateAction": "CreateSnapshot"},
-        "StringLike": {"aws:RequestTag/provider_ref": "????????????"}}
+        "StringLike": {"aws:RequestTag/provider_ref": "????????????", "aws:RequestTag/orphan-cleanup-source": "vol-*"}}
     assert iam.list_role_policies(RoleName="orphan-cleanup-list")["PolicyNames"] == ["describe"]
 
 
@@ -276,7 +281,7 @@ def test_terraform_apply_infra_aws_against_moto(tmp_path, moto_reset):
     terraform, work, env = _terraform_work(tmp_path, moto_reset)
     _lambda_zip(tmp_path)
     apply = _run([terraform, "apply", "-auto-approve", "-input=false", "-no-color",
-                  f"-var=database_url_secret_arn={SECRET_ARN}",
+                  OWN_SECRETS_VAR,
                   '-var=protect_tag_keys=["orphan-cleanup-protect", "platform-keep"]'], work, env, timeout=300)
     assert apply.returncode == 0, apply.stdout[-3000:] + apply.stderr
     iam = boto3.client("iam", endpoint_url=moto_reset)
@@ -302,33 +307,40 @@ def test_terraform_apply_infra_aws_against_moto(tmp_path, moto_reset):
 
 
 def test_terraform_plan_with_an_rds_managed_secret_and_iam_auth(tmp_path, moto_reset):
-    """The RDS-managed secret (``rds!db-...``) and its KMS key, and IAM database auth:
-    each function's role may read that secret, decrypt with that key through Secrets
-    Manager, and rds-db:connect as the one database user. (The GetSecretValue grant and
-    the functions' environment hold values known only after apply; the unit tests of
-    infra read DATABASE_IAM_AUTH in the environment.)"""
+    """RDS-managed secrets (``rds!db-...``) and their KMS key, and IAM database auth: each
+    function's role may decrypt with that key through Secrets Manager, and rds-db:connect
+    as its own database user only, the one its DATABASE_USER names (docs/DATABASE.md, "One
+    role per function"); database_roles = "shared" connects all three as database_iam_user.
+    (The GetSecretValue grant holds values known only after apply.)"""
     terraform, work, env = _terraform_work(tmp_path, moto_reset)
     _lambda_zip(tmp_path)
-    secret = "arn:aws:secretsmanager:us-east-1:123456789012:secret:rds!db-0a1b2c3d-4e5f-6789-abcd-ef0123456789-AbCdEf"
+    rds = {fn: f"arn:aws:secretsmanager:us-east-1:123456789012:secret:rds!db-0a1b2c3d-{fn}-AbCdEf"
+           for fn in ("lister", "classifier", "deleter")}
     key = "arn:aws:kms:us-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"
-    plan = _run([terraform, "plan", "-input=false", "-no-color", "-out", "tf.plan",
-                 f"-var=database_url_secret_arn={secret}", f"-var=database_secret_kms_key_arn={key}",
-                 "-var=database_iam_user=orphan_cleanup_runtime",
-                 "-var=database_iam_resource_id=db-ABCDEFGHIJKL01234567890123"], work, env)
-    assert plan.returncode == 0, plan.stdout + plan.stderr
-    shown = _run([terraform, "show", "-json", "tf.plan"], work, env)
-    changes = {c["address"]: c["change"]["after"] for c in json.loads(shown.stdout)["resource_changes"]}
-    for fn in ("lister", "classifier", "deleter"):
-        connect = json.loads(changes[f'aws_iam_role_policy.database_iam_auth["{fn}"]']["policy"])["Statement"]
-        assert connect == [{"Sid": "ConnectAsTheLedgerUser", "Effect": "Allow", "Action": "rds-db:connect",
-                            "Resource": "arn:aws:rds-db:us-east-1:123456789012:dbuser:"
-                                        "db-ABCDEFGHIJKL01234567890123/orphan_cleanup_runtime"}]
-        decrypt = json.loads(changes[f'aws_iam_role_policy.secret_key["{fn}"]']["policy"])["Statement"]
-        assert [(s["Action"], s["Resource"]) for s in decrypt] == [("kms:Decrypt", key)]
-    # without the resource id, the plan stops with one line saying what is missing
-    missing = _run([terraform, "plan", "-input=false", "-no-color", f"-var=database_url_secret_arn={secret}",
-                    "-var=database_iam_user=orphan_cleanup_runtime"], work, env)
-    assert missing.returncode != 0 and "database_iam_resource_id" in missing.stdout + missing.stderr
+    dbuser = "arn:aws:rds-db:us-east-1:123456789012:dbuser:db-ABCDEFGHIJKL01234567890123/"
+    for extra, users in (([f"-var=function_database_url_secret_arns={json.dumps(rds)}"],
+                          {fn: f"orphan_cleanup_{fn}" for fn in rds}),
+                         (["-var=database_roles=shared", f"-var=database_url_secret_arn={rds['lister']}"],
+                          {fn: "orphan_cleanup_runtime" for fn in rds})):
+        plan = _run([terraform, "plan", "-input=false", "-no-color", "-out", "tf.plan", *extra,
+                     f"-var=database_secret_kms_key_arn={key}",
+                     "-var=database_iam_resource_id=db-ABCDEFGHIJKL01234567890123"], work, env)
+        assert plan.returncode == 0, plan.stdout + plan.stderr
+        shown = _run([terraform, "show", "-json", "tf.plan"], work, env)
+        changes = {c["address"]: c["change"]["after"] for c in json.loads(shown.stdout)["resource_changes"]}
+        for fn, user in users.items():
+            connect = json.loads(changes[f'aws_iam_role_policy.database_iam_auth["{fn}"]']["policy"])["Statement"]
+            assert connect == [{"Sid": "ConnectAsItsOwnDatabaseUser", "Effect": "Allow", "Action": "rds-db:connect",
+                                "Resource": dbuser + user}]
+            decrypt = json.loads(changes[f'aws_iam_role_policy.secret_key["{fn}"]']["policy"])["Statement"]
+            assert [(s["Action"], s["Resource"]) for s in decrypt] == [("kms:Decrypt", key)]
+        console = subprocess.run([terraform, "console", "-no-color", *extra,
+                                  "-var=database_iam_resource_id=db-ABCDEFGHIJKL01234567890123"],
+                                 input="jsonencode(local.database_user)\n", cwd=work, env=env, capture_output=True,
+                                 text=True, timeout=120)
+        assert json.loads(json.loads(console.stdout.strip())) == users, console.stderr
+    main = (work / "main.tf").read_text()
+    assert "local.iam_auth ? { DATABASE_USER = local.database_user[each.key] } : {}" in main
 
 
 def test_terraform_refuses_wildcard_role_names_and_scopes_assume_role(tmp_path, moto_reset):
@@ -337,13 +349,22 @@ def test_terraform_refuses_wildcard_role_names_and_scopes_assume_role(tmp_path, 
     accounts given become conditions of each function's sts:AssumeRole."""
     terraform, work, env = _terraform_work(tmp_path, moto_reset)
     _lambda_zip(tmp_path)
-    base = ["plan", "-input=false", "-no-color", f"-var=database_url_secret_arn={SECRET_ARN}"]
+    base = ["plan", "-input=false", "-no-color", OWN_SECRETS_VAR]
     for var, value in (("target_list_role_arn_pattern", "arn:aws:iam::*:role/*"),
                        ("target_delete_role_arn_pattern", "arn:aws:iam::*:role/orphan-cleanup-*"),
                        ("redrive_role_arn", "arn:aws:iam::*:role/ops-redrive")):
         refused = _run([terraform, *base, f"-var={var}={value}"], work, env)
         assert refused.returncode != 0, refused.stdout
         assert f"{var} must be" in " ".join((refused.stdout + refused.stderr).split()), refused.stderr
+    # a * account without an organisation or accounts: the plan stops, naming them
+    for var in ("target_list_role_arn_pattern", "target_delete_role_arn_pattern"):
+        unscoped = _run([terraform, *base, f"-var={var}=arn:aws:iam::*:role/orphan-cleanup-x"], work, env)
+        text = " ".join((unscoped.stdout + unscoped.stderr).split())
+        assert unscoped.returncode != 0 and f"{var} names every account (*): set target_organization_id or " \
+            "target_account_ids" in text, text
+    fixed = _run([terraform, *base, "-var=target_delete_role_arn_pattern=arn:aws:iam::210987654321:role/oc-delete"],
+                 work, env)
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
     plan = _run([terraform, *base, "-out", "tf.plan",
                  "-var=target_list_role_arn_pattern=arn:aws:iam::*:role/orphan-cleanup-list",
                  "-var=target_delete_role_arn_pattern=arn:aws:iam::*:role/orphan-cleanup-delete",
@@ -360,24 +381,54 @@ def test_terraform_refuses_wildcard_role_names_and_scopes_assume_role(tmp_path, 
 
 
 def test_terraform_gives_each_function_its_own_database_secret(tmp_path, moto_reset):
-    """function_database_url_secret_arns: a function given its own secret reads it (its
-    DATABASE_URL_SECRET_ARN and the one secret its role may read are known after apply, so
-    ``terraform console`` evaluates what both are made of); one left out reads the shared one."""
+    """One database role per function by default (docs/DATABASE.md, "One role per
+    function"): each function reads its own secret (its DATABASE_URL_SECRET_ARN and the one
+    secret its role may read are known after apply, so ``terraform console`` evaluates what
+    both are made of); a function without its own secret stops the plan, naming it (no
+    fallback to the shared secret); database_roles = "shared" is the explicit choice."""
     terraform, work, env = _terraform_work(tmp_path, moto_reset)
-    own = {fn: f"arn:aws:secretsmanager:us-east-1:123456789012:secret:oc-{fn}-AbCdEf" for fn in ("lister", "deleter")}
-    console = subprocess.run([terraform, "console", "-no-color", f"-var=database_url_secret_arn={SECRET_ARN}",
-                              f"-var=function_database_url_secret_arns={json.dumps(own)}"],
-                             input="jsonencode(local.database_secret)\n", cwd=work, env=env, capture_output=True,
-                             text=True, timeout=120)
-    assert console.returncode == 0, console.stdout + console.stderr
-    assert json.loads(json.loads(console.stdout.strip())) == {
-        "lister": own["lister"], "classifier": SECRET_ARN, "deleter": own["deleter"]}
+    _lambda_zip(tmp_path)
+
+    def console(*args: str) -> dict:
+        done = subprocess.run([terraform, "console", "-no-color", *args], input="jsonencode(local.database_secret)\n",
+                              cwd=work, env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stdout + done.stderr
+        return json.loads(json.loads(done.stdout.strip()))
+
+    assert console(OWN_SECRETS_VAR) == OWN_SECRETS
+    assert console("-var=database_roles=shared", f"-var=database_url_secret_arn={SECRET_ARN}") == {
+        fn: SECRET_ARN for fn in OWN_SECRETS}
     main = (work / "main.tf").read_text() + (work / "iam.tf").read_text()
     assert "DATABASE_URL_SECRET_ARN = local.database_secret[each.key]" in main
     assert "resources = [local.database_secret[each.key]]" in main
-    refused = _run([terraform, "plan", "-input=false", "-no-color", f"-var=database_url_secret_arn={SECRET_ARN}",
+    two = {fn: arn for fn, arn in OWN_SECRETS.items() if fn != "deleter"}
+    for args, named in (([f"-var=database_url_secret_arn={SECRET_ARN}", f"-var=function_database_url_secret_arns="
+                          f"{json.dumps(two)}"], 'function_database_url_secret_arns["deleter"]'),
+                        (["-var=database_roles=shared"], "database_url_secret_arn")):
+        refused = _run([terraform, "plan", "-input=false", "-no-color", *args], work, env)
+        text = " ".join((refused.stdout + refused.stderr).split())
+        assert refused.returncode != 0 and f"needs {named}" in text, text
+    refused = _run([terraform, "plan", "-input=false", "-no-color",
                     '-var=function_database_url_secret_arns={"tick": "x"}'], work, env)
     assert refused.returncode != 0 and "function_database_url_secret_arns" in refused.stdout + refused.stderr
+
+
+def test_terraform_validations_refuse_what_sams_patterns_refuse(tmp_path, moto_reset):
+    """A * in a secret ARN, a Slack secret or KMS key that is no such ARN: the plan stops
+    with the variable's message, as SAM's AllowedPattern refuses the same values
+    (infra/checks compares the two regexes on samples)."""
+    terraform, work, env = _terraform_work(tmp_path, moto_reset)
+    wildcard = "arn:aws:secretsmanager:us-east-1:123456789012:secret:*"
+    for var, value in (("function_database_url_secret_arns", json.dumps({**OWN_SECRETS, "deleter": wildcard})),
+                       ("database_url_secret_arn", wildcard), ("slack_webhook_secret_arn", wildcard),
+                       ("slack_webhook_secret_arn", "https://hooks.slack.example/x"),
+                       ("database_secret_kms_key_arn", "arn:aws:kms:us-east-1:123456789012:key/*"),
+                       ("logs_kms_key_arn", "alias/aws/logs"), ("queue_kms_key_arn", "arn:aws:kms:us-east-1:1:key/x"),
+                       ("max_mode", "off")):
+        refused = _run([terraform, "plan", "-input=false", "-no-color", OWN_SECRETS_VAR, f"-var={var}={value}"],
+                       work, env)
+        assert refused.returncode != 0, (var, refused.stdout)
+        assert f'variable "{var}"' in refused.stderr and "validation rule" in refused.stderr, (var, refused.stderr)
 
 
 def test_terraform_plan_signs_code_and_keeps_the_log_groups(tmp_path, moto_reset):
@@ -388,13 +439,23 @@ def test_terraform_plan_signs_code_and_keeps_the_log_groups(tmp_path, moto_reset
     _lambda_zip(tmp_path)
     csc = "arn:aws:lambda:us-east-1:123456789012:code-signing-config:csc-0a1b2c3d4e5f67890"
     plan = _run([terraform, "plan", "-input=false", "-no-color", "-out", "tf.plan",
-                 f"-var=database_url_secret_arn={SECRET_ARN}", f"-var=code_signing_config_arn={csc}"], work, env)
+                 OWN_SECRETS_VAR, f"-var=code_signing_config_arn={csc}", "-var=max_mode=delete",
+                 '-var=protect_tag_keys=["platform-keep", "orphan-cleanup-protect"]'], work, env)
     assert plan.returncode == 0, plan.stdout + plan.stderr
     shown = _run([terraform, "show", "-json", "tf.plan"], work, env)
     changes = {c["address"]: c["change"]["after"] for c in json.loads(shown.stdout)["resource_changes"]}
     for fn in ("lister", "classifier", "deleter"):
         assert changes[f'aws_lambda_function.fn["{fn}"]']["code_signing_config_arn"] == csc
         assert changes[f'aws_cloudwatch_log_group.fn["{fn}"]']["skip_destroy"] is True
-    refused = _run([terraform, "plan", "-input=false", "-no-color", f"-var=database_url_secret_arn={SECRET_ARN}",
+    # the ceilings (docs/SAFETY.md rules 8 and 16) in every function's environment (its queue URLs
+    # are known after apply: terraform console reads the two values)
+    console = subprocess.run([terraform, "console", "-no-color", OWN_SECRETS_VAR, "-var=max_mode=delete",
+                              '-var=protect_tag_keys=["platform-keep", "orphan-cleanup-protect"]'],
+                             input="jsonencode([nonsensitive(local.environment.ORPHAN_CLEANUP_MAX_MODE), "
+                                   "nonsensitive(local.environment.ORPHAN_CLEANUP_PROTECT_TAG_KEY)])\n",
+                             cwd=work, env=env, capture_output=True, text=True, timeout=120)
+    assert json.loads(json.loads(console.stdout.strip())) == ["delete", "platform-keep"], console.stderr
+    assert "variables = merge(local.environment," in (work / "main.tf").read_text()
+    refused = _run([terraform, "plan", "-input=false", "-no-color", OWN_SECRETS_VAR,
                     "-var=code_signing_config_arn=arn:aws:iam::123456789012:role/x"], work, env)
     assert refused.returncode != 0 and "code_signing_config_arn" in refused.stdout + refused.stderr

@@ -4,8 +4,8 @@ SAM translator, and the safety properties of the IAM policies and queues."""
 from __future__ import annotations
 
 import copy
-import re
 import json
+import re
 
 import pytest
 
@@ -65,9 +65,9 @@ def test_sam_transform_yields_the_pipeline(cfn):
         assert props["Runtime"] == "python3.11" == "python{}.{}".format(*package.LAMBDA_PYTHON)
         assert props["Architectures"] == ["arm64"]
         env = props["Environment"]["Variables"]
-        # its own database role's secret when given, else the shared one (docs/DATABASE.md)
-        assert env["DATABASE_URL_SECRET_ARN"] == {"Fn::If": [f"Has{own}Secret", {"Ref": f"{own}DatabaseUrlSecretArn"},
-                                                             {"Ref": "DatabaseUrlSecretArn"}]}
+        # its own database role's secret, the shared one only by choice (docs/DATABASE.md)
+        assert env["DATABASE_URL_SECRET_ARN"] == {"Fn::If": ["SharedDatabaseRole", {"Ref": "DatabaseUrlSecretArn"},
+                                                             {"Ref": f"{own}DatabaseUrlSecretArn"}]}
         assert "DATABASE_URL" not in env
         assert env["POWERTOOLS_SERVICE_NAME"] == "orphan-cleanup"
         assert env["POWERTOOLS_METRICS_NAMESPACE"] == "OrphanCleanup"
@@ -301,14 +301,30 @@ def test_removing_the_tag_condition_from_the_deleter_is_caught(sam):
     assert len(unlimited) == len(checks.DELETE_ACTIONS - {"ec2:DeleteSnapshot"})
 
 
-@pytest.mark.parametrize("drop", ["StringLike", "Null"])
-def test_deleting_snapshots_without_the_ref_or_the_source_tag_is_caught(sam, drop):
-    # the deleter may delete only the snapshots it took itself (SAFETY.md rule 15)
+@pytest.mark.parametrize("condition", [
+    {"StringLike": {"aws:ResourceTag/orphan-cleanup-source": "vol-*"}},  # no ref tag
+    {"StringLike": {"aws:ResourceTag/provider_ref": "????????????"}},  # no source tag
+    # the source tag's presence alone: any value, a backup or a copy that carries it (SAFETY.md rule 15)
+    {"StringLike": {"aws:ResourceTag/provider_ref": "????????????"},
+     "Null": {"aws:ResourceTag/orphan-cleanup-source": "false"}},
+    {"StringLike": {"aws:ResourceTag/provider_ref": "????????????", "aws:ResourceTag/orphan-cleanup-source": "*"}},
+])
+def test_deleting_snapshots_without_the_ref_or_the_source_volume_is_caught(sam, condition):
+    # the deleter may delete only the snapshots it took itself, their source tag a volume id
     broken = checks.with_resolved_policies(sam)
-    del _statement(broken, "DeleterRole", "DeleteOnlySnapshotsTheDeleterTook")["Condition"][drop]
+    _statement(broken, "DeleterRole", "DeleteOnlySnapshotsTheDeleterTook")["Condition"] = condition
     problems = checks.deleter_policy_problems(checks.sam_transform(broken))
     assert any("ec2:DeleteSnapshot (statement DeleteOnlySnapshotsTheDeleterTook) is not limited" in p
                for p in problems), problems
+
+
+def test_snapshots_are_created_with_their_source_volume_tag(sam):
+    # the source tag is set as the snapshot is created, a volume id (SAFETY.md rule 15)
+    for sid in ("SnapshotsCarryTheRef", "TagSnapshotsAsTheyAreCreated"):
+        broken = checks.with_resolved_policies(sam)
+        del _statement(broken, "DeleterRole", sid)["Condition"]["StringLike"]["aws:RequestTag/orphan-cleanup-source"]
+        problems = checks.deleter_policy_problems(checks.sam_transform(broken))
+        assert any(f"(statement {sid}) is not limited" in p for p in problems), (sid, problems)
 
 
 @pytest.mark.parametrize(("sid", "drop", "action"), [
@@ -376,11 +392,11 @@ def test_roles_read_only_the_database_secret_and_their_own_queues(cfn):
     for role in ("ListerRole", "ClassifierRole", "DeleterRole"):
         statements = checks.role_statements(cfn, role)
         secret = [s for s in statements if "secretsmanager:GetSecretValue" in checks.as_list(s["Action"])]
-        # the ledger's URL (the function's own, else the shared one), and the Slack webhook's
-        # (only with SlackWebhookSecretArn: an !If policy)
+        # the ledger's URL (the function's own, the shared one only by choice), and the Slack
+        # webhook's (only with SlackWebhookSecretArn: an !If policy)
         own = role.removesuffix("Role")
-        assert [s["Resource"] for s in secret] == [{"Fn::If": [f"Has{own}Secret", {"Ref": f"{own}DatabaseUrlSecretArn"},
-                                                              {"Ref": "DatabaseUrlSecretArn"}]},
+        assert [s["Resource"] for s in secret] == [{"Fn::If": ["SharedDatabaseRole", {"Ref": "DatabaseUrlSecretArn"},
+                                                              {"Ref": f"{own}DatabaseUrlSecretArn"}]},
                                                   {"Ref": "SlackWebhookSecretArn"}]
         assert not any("secretsmanager:*" in checks.as_list(s["Action"]) for s in statements)
     sends = {role: {s["Resource"]["Fn::GetAtt"][0] for s in checks.role_statements(cfn, role)
@@ -394,8 +410,9 @@ def test_the_lister_assumes_only_list_roles_and_the_deleter_only_delete_roles(cf
     assumed = {role: [s["Resource"] for s in checks.role_statements(cfn, role)
                       if "sts:AssumeRole" in checks.as_list(s["Action"])]
                for role in ("ListerRole", "ClassifierRole", "DeleterRole")}
-    assert assumed == {"ListerRole": [{"Ref": "TargetListRoleArnPattern"}], "ClassifierRole": [],
-                       "DeleterRole": [{"Ref": "TargetDeleteRoleArnPattern"}]}
+    assert {r: [b for st in a for b in checks.if_branches(st) if isinstance(b, dict)] for r, a in assumed.items()} == {
+        "ListerRole": [{"Ref": "TargetListRoleArnPattern"}], "ClassifierRole": [],
+        "DeleterRole": [{"Ref": "TargetDeleteRoleArnPattern"}]}
     assert "TargetRoleArnPattern" not in cfn["Parameters"]
 
 
@@ -486,25 +503,93 @@ def test_docs_cover_parameters_and_every_delete_action(sam, target):
 
 def test_the_secret_arn_accepts_the_secrets_rds_manages(sam):
     pattern = re.compile(sam["Parameters"]["DatabaseUrlSecretArn"]["AllowedPattern"])
-    for arn in ("arn:aws:secretsmanager:us-east-1:123456789012:secret:rds!db-3c1f8c6e-0b2d-4f5a-9e8b-1a2b3c4d5e6f-AbCdEf",
+    for arn in ("arn:aws:secretsmanager:us-east-1:123456789012:secret:"
+                "rds!db-3c1f8c6e-0b2d-4f5a-9e8b-1a2b3c4d5e6f-AbCdEf",
                 "arn:aws:secretsmanager:eu-west-1:123456789012:secret:rds!cluster-0a1b2c3d-AbCdEf",
                 "arn:aws:secretsmanager:us-east-1:123456789012:secret:orphan-cleanup/database-url-AbCdEf"):
         assert pattern.fullmatch(arn), arn
     assert not pattern.fullmatch("arn:aws:secretsmanager:us-east-1:123456789012:secret:*")
 
 
-def test_iam_auth_grants_rds_db_connect_for_the_one_user_and_sets_the_variable(sam, cfn):
+def test_iam_auth_grants_rds_db_connect_for_the_functions_own_user_and_sets_the_variables(sam, cfn):
     for role in ("ListerRole", "ClassifierRole", "DeleterRole"):
-        st = _statement(sam, role, "ConnectAsTheLedgerUser")
+        st = _statement(sam, role, "ConnectAsItsOwnDatabaseUser")
         assert st["Action"] == "rds-db:connect"
-        assert st["Resource"] == {"Fn::Sub": "arn:${AWS::Partition}:rds-db:${AWS::Region}:${AWS::AccountId}:dbuser:"
-                                             "${DatabaseIamResourceId}/${DatabaseIamUser}"}
         granting = [p for p in cfn["Resources"][role]["Properties"]["Policies"] if "rds-db:connect" in json.dumps(p)]
         assert [p["Fn::If"][0] for p in granting] == ["HasDatabaseIamAuth"]  # only when enabled
     env = sam["Globals"]["Function"]["Environment"]["Variables"]
     assert env["DATABASE_IAM_AUTH"] == {"Fn::If": ["HasDatabaseIamAuth", "true", {"Ref": "AWS::NoValue"}]}
-    rule = sam["Rules"]["DatabaseIamUserNeedsItsResource"]
-    assert rule["Assertions"][0]["Assert"] == {"Fn::Not": [{"Fn::Equals": [{"Ref": "DatabaseIamResourceId"}, ""]}]}
+    # what each deployment gets: its own user (or the shared one by choice), as its DATABASE_USER too
+    assert checks.database_role_problems(sam) == []
+    view = checks.deployed(sam, {**checks.SAMPLE_PARAMETERS, "DatabaseIamResourceId": "db-ABC123"})
+    for fn in ("lister", "classifier", "deleter"):
+        (connect,) = [s for s in view.statements[fn] if s["Action"] == "rds-db:connect"]
+        assert connect["Resource"] == f"arn:aws:rds-db:us-east-1:123456789012:dbuser:db-ABC123/orphan_cleanup_{fn}"
+        assert view.environment[fn]["DATABASE_USER"] == f"orphan_cleanup_{fn}"
+
+
+# ------------------------------------------------------------ one role per function
+
+
+def test_each_function_reads_its_own_secret_by_default_and_a_missing_one_is_refused(sam):
+    # docs/DATABASE.md, "One role per function": the default deploys no shared secret
+    refused = checks.deployed(sam, {}).refused
+    assert refused and "ListerDatabaseUrlSecretArn" in refused[0]
+    view = checks.deployed(sam, checks.SAMPLE_PARAMETERS)
+    assert view.refused == []
+    for fn in ("lister", "classifier", "deleter"):
+        own = checks.SAMPLE_PARAMETERS[f"{fn.title()}DatabaseUrlSecretArn"]
+        assert view.environment[fn]["DATABASE_URL_SECRET_ARN"] == own
+        reads = [s["Resource"] for s in view.statements[fn] if s["Action"] == "secretsmanager:GetSecretValue"]
+        assert reads == [own]
+    shared = checks.deployed(sam, {"DatabaseRoles": "shared"})
+    assert shared.refused == ["DatabaseRoles=shared needs DatabaseUrlSecretArn."]
+
+
+@pytest.mark.parametrize("mutate, problem", [
+    # the old fallback: an empty own secret silently read the shared one
+    (lambda t: t["Rules"].pop("PerFunctionDatabaseRolesNeedTheirSecrets"),
+     "database roles: the default parameters deploy without each function's own secret"),
+    (lambda t: t["Resources"]["DeleterFunction"]["Properties"]["Environment"]["Variables"].update(
+        DATABASE_URL_SECRET_ARN={"Ref": "DatabaseUrlSecretArn"}),
+     "deleter (per-function): DATABASE_URL_SECRET_ARN is '', expected "
+     "arn:aws:secretsmanager:us-east-1:123456789012:secret:oc-deleter-AbCdEf"),
+    # one database user for all three functions
+    (lambda t: t["Resources"]["DeleterFunction"]["Properties"]["Environment"]["Variables"].pop("DATABASE_USER"),
+     "deleter (per-function, IAM auth): DATABASE_IAM_AUTH / DATABASE_USER are 'true' / None, "
+     "expected true / orphan_cleanup_deleter"),
+])
+def test_a_shared_database_role_by_default_is_caught(sam, mutate, problem):
+    broken = copy.deepcopy(sam)
+    mutate(broken)
+    assert problem in checks.database_role_problems(broken)
+
+
+def test_a_connect_as_another_functions_user_is_caught(sam):
+    broken = copy.deepcopy(sam)
+    _statement(broken, "DeleterRole", "ConnectAsItsOwnDatabaseUser")["Resource"] = {
+        "Fn::Sub": "arn:${AWS::Partition}:rds-db:${AWS::Region}:${AWS::AccountId}:dbuser:${DatabaseIamResourceId}/*"}
+    assert ("deleter (per-function, IAM auth): rds-db:connect on ['arn:aws:rds-db:us-east-1:123456789012:dbuser:"
+            "db-ABCDEFGHIJKL0123456789/*'], expected only arn:aws:rds-db:us-east-1:123456789012:dbuser:"
+            "db-ABCDEFGHIJKL0123456789/orphan_cleanup_deleter") in checks.database_role_problems(broken)
+
+
+# ------------------------------------------------------------------- ceilings
+
+
+def test_every_function_gets_the_stacks_max_mode_and_a_protect_key_the_deny_covers(sam):
+    # docs/SAFETY.md rules 8 and 16: the ceilings a ledger row cannot loosen
+    assert checks.ceiling_problems(sam) == []
+    view = checks.deployed(sam, {**checks.SAMPLE_PARAMETERS, "ProtectTagKeys": "platform-keep,other"})
+    for fn in ("lister", "classifier", "deleter"):
+        assert view.environment[fn]["ORPHAN_CLEANUP_MAX_MODE"] == "report"
+        assert view.environment[fn]["ORPHAN_CLEANUP_PROTECT_TAG_KEY"] == "platform-keep"
+    broken = copy.deepcopy(sam)
+    broken["Globals"]["Function"]["Environment"]["Variables"]["ORPHAN_CLEANUP_PROTECT_TAG_KEY"] = "not-denied"
+    assert ("lister: ORPHAN_CLEANUP_PROTECT_TAG_KEY 'not-denied' is not a key the deleter's Deny covers "
+            "(['orphan-cleanup-protect'])") in checks.ceiling_problems(broken)
+    del broken["Globals"]["Function"]["Environment"]["Variables"]["ORPHAN_CLEANUP_MAX_MODE"]
+    assert "deleter: ORPHAN_CLEANUP_MAX_MODE is None with the defaults" in checks.ceiling_problems(broken)
 
 
 # ------------------------------------------------------------------ role patterns
@@ -534,6 +619,24 @@ def test_a_redrive_role_with_a_wildcard_is_caught(sam):
         "^$|^arn:aws[a-z-]*:iam::([0-9]{12}|\\*):role/[A-Za-z0-9+=,.@_/*-]+$"
     problems = checks.sam_role_pattern_problems(broken)
     assert "RedriveRoleArn AllowedPattern: accepts 'arn:aws:iam::123456789012:role/*'" in problems
+
+
+def test_a_wildcard_account_needs_the_organisation_or_the_accounts(sam):
+    assert checks.target_scope_problems(sam) == []
+    view = checks.deployed(sam, {**checks.SAMPLE_PARAMETERS,
+                                 "TargetDeleteRoleArnPattern": "arn:aws:iam::*:role/orphan-cleanup-delete"})
+    (assume,) = [s for s in view.statements["deleter"] if s["Action"] == "sts:AssumeRole"]
+    # no ARN: IAM refuses the policy, and the deploy stops with this text
+    assert assume["Resource"] == ("TargetDeleteRoleArnPattern names every account (*): set TargetOrganizationId "
+                                  "or TargetAccountIds")
+    broken = copy.deepcopy(sam)
+    for role, parameter in (("ListerRole", "TargetListRoleArnPattern"), ("DeleterRole", "TargetDeleteRoleArnPattern")):
+        sid = "AssumeTargetListRole" if role == "ListerRole" else "AssumeTargetDeleteRole"
+        _statement(broken, role, sid)["Resource"] = {"Ref": parameter}
+    problems = checks.target_scope_problems(broken)
+    assert ("deleter: TargetDeleteRoleArnPattern=arn:aws:iam::*:role/orphan-cleanup-deleter with no scope is "
+            "accepted (['arn:aws:iam::*:role/orphan-cleanup-deleter'])") in problems
+    assert len(problems) == 2
 
 
 def test_an_assume_role_without_the_scope_condition_is_caught(sam):

@@ -171,9 +171,11 @@ def test_aws_queues_event_sources_and_the_one_schedule(modules):
     fn = resources[("aws_lambda_function", "fn")]
     assert fn["architectures"] == ['"arm64"'] and fn["runtime"] == "${var.runtime}"
     assert dict(aws.blocks("variable"))["runtime"]["default"] == '"python3.11"'
-    # each function's own database secret, else the shared one (docs/DATABASE.md, "One role per function")
-    assert fn["environment"][0]["variables"] == \
-        "${merge(local.environment, {DATABASE_URL_SECRET_ARN = local.database_secret[each.key]})}"
+    # each function's own database secret and user (docs/DATABASE.md, "One role per function")
+    assert fn["environment"][0]["variables"] == (
+        "${merge(local.environment, {DATABASE_URL_SECRET_ARN = local.database_secret[each.key]}, "
+        "local.iam_auth ? {DATABASE_USER = local.database_user[each.key]} : {})}")
+    assert checks.aws_least_privilege_problems(aws) == []
     assert sorted(checks.terraform_literals(aws, "handler")) == sorted(checks.AWS_HANDLERS.values())
 
 
@@ -295,20 +297,82 @@ def test_gcp_custom_roles_are_minimal(modules):
                     perms[key] = {checks.unquote(p) for p in block[key]}
     kinds = ("instances", "disks", "addresses")
     identity = {"compute.projects.get"}  # SAFETY.md rule 11, before listing and before deleting
-    # issue #15 item 4: snapshots listed past retain_snapshots_days, taken with snapshot_before_delete
+    # snapshots listed past retain_snapshots_days, taken with snapshot_before_delete
     snapshots = {f"compute.snapshots.{v}" for v in ("create", "get", "list", "delete", "setLabels")}
     assert perms["lister_permissions"] == {f"compute.{k}.list" for k in kinds} | identity | {"compute.snapshots.list"}
-    assert perms["deleter_permissions"] == ({f"compute.{k}.{v}" for k in kinds for v in ("get", "delete")}
+    # the deleter reads by numeric id (a list filtered on it) and holds_instance lists a
+    # retry leak's VM: .list of every kind
+    assert perms["deleter_permissions"] == ({f"compute.{k}.{v}" for k in kinds for v in ("get", "list", "delete")}
                                             | {"compute.zoneOperations.get", "compute.regionOperations.get",
                                                "compute.globalOperations.get", "compute.disks.createSnapshot"}
                                             | snapshots | identity)
+    # and exactly what the code calls, derived from it
+    assert checks.gcp_permission_problems(gcp) == []
+
+
+def _gcp_with(modules, file: str, old: str, new: str) -> checks.Module:
+    files = {name: (TF_DIRS["gcp"] / name).read_text() for name in modules["gcp"].files}
+    assert old in files[file], old
+    files[file] = files[file].replace(old, new, 1)
+    return checks.Module.from_text(files)
+
+
+def test_the_gcp_permissions_come_from_the_calls_the_code_makes():
+    needed, unknown = checks.function_permissions()
+    assert unknown == []
+    # holds_instance: an aggregatedList of instances; a read by id: a list filtered on it
+    assert {"compute.instances.list", "compute.disks.list", "compute.addresses.list",
+            "compute.snapshots.list"} <= needed["deleter"]
+    assert not {p for p in needed["lister"] if p.rsplit(".", 1)[1] in ("delete", "create", "createSnapshot")}
+
+
+@pytest.mark.parametrize("old, new, problem", [
+    # every GCP retry-leak delete was skipped: holds_instance's aggregatedList refused
+    ('    "compute.instances.list",\n    "compute.projects.get",\n    "compute.regionOperations.get",',
+     '    "compute.projects.get",\n    "compute.regionOperations.get",',
+     "gcp: the deleter role lacks compute.instances.list, which its code calls"),
+    ('    "compute.addresses.delete",\n', '    "compute.addresses.delete",\n    "compute.instances.setLabels",\n',
+     "gcp: the deleter role grants compute.instances.setLabels, which its code never calls"),
+])
+def test_a_gcp_role_unlike_the_code_is_caught(modules, old, new, problem):
+    assert problem in checks.gcp_permission_problems(_gcp_with(modules, "iam.tf", old, new))
+
+
+def test_gcp_least_privilege(modules):
+    assert checks.gcp_least_privilege_problems(modules["gcp"]) == []
+
+
+@pytest.mark.parametrize("file, old, new, problem", [
+    ("variables.tf", 'default     = "per-function"', 'default     = "shared"',
+     'gcp: variable database_roles must default to "per-function"'),
+    ("iam.tf", "secret_id = google_secret_manager_secret.database_url[local.database_secret[each.key]].secret_id",
+     'secret_id = google_secret_manager_secret.database_url["lister"].secret_id',
+     "gcp: a function may read another function's database secret"),
+    # one push account invoking both the classifier and the deleter
+    ("pubsub.tf", 'invoker  = google_service_account.push["deleter"]',
+     'invoker  = google_service_account.push["classifier"]',
+     "gcp: topic delete is not pushed with the deleter's own push account"),
+    ("iam.tf", "member   = google_service_account.push[each.value].member",
+     'member   = google_service_account.push["classifier"].member',
+     "gcp: push_invoker: a push account invokes another function than its own"),
+    # cloudsql.client on every instance of the project
+    ("iam.tf", '  condition {\n    title      = "orphan-cleanup ledger instance"',
+     '  dynamic "unconditioned" {\n    title      = "orphan-cleanup ledger instance"',
+     "gcp: google_project_iam_member.cloud_sql_client is not conditioned on the ledger's instance"),
+    ("logging.tf", "prevent_destroy = true", "prevent_destroy = false",
+     "gcp: terraform destroy would delete the log bucket (no prevent_destroy)"),
+    ("main.tf", "ORPHAN_CLEANUP_MAX_MODE         = var.max_mode", 'ORPHAN_CLEANUP_MAX_MODE         = "delete"',
+     "gcp: the functions' environment lacks ORPHAN_CLEANUP_MAX_MODE = var.max_mode"),
+])
+def test_gcp_least_privilege_mistakes_are_caught(modules, file, old, new, problem):
+    assert problem in checks.gcp_least_privilege_problems(_gcp_with(modules, file, old, new))
 
 
 def test_managed_database_settings_reach_the_functions(modules):
     aws, gcp = modules["aws"], modules["gcp"]
     aws_locals = dict(aws.blocks("locals"))
     assert 'local.iam_auth ? {DATABASE_IAM_AUTH = "true"} : {}' in str(aws_locals["environment"])
-    assert aws_locals["iam_auth"] == "${var.database_iam_user != null}"
+    assert aws_locals["iam_auth"] == "${var.database_iam_resource_id != null}"
     gcp_locals = dict(gcp.blocks("locals"))
     for variable in ("CLOUD_SQL_INSTANCE", "CLOUD_SQL_IP_TYPE", "CLOUD_SQL_IAM_AUTH"):
         assert variable in str(gcp_locals["environment"])
@@ -389,3 +453,55 @@ def test_gcp_functions_log_to_a_bucket_of_their_own(modules):
     sink = resources[("google_logging_project_sink", "functions")]
     assert "google_logging_project_bucket_config.functions.bucket_id" in sink["destination"]
     assert "cloud_run_revision" in sink["filter"] and "local.functions" in sink["filter"]
+
+
+# ------------------------------------------------------ least privilege, AWS
+
+
+def _aws_with(modules, file: str, old: str, new: str) -> checks.Module:
+    files = {name: (TF_DIRS["aws"] / name).read_text() for name in modules["aws"].files}
+    assert old in files[file], old
+    files[file] = files[file].replace(old, new, 1)
+    return checks.Module.from_text(files)
+
+
+def test_terraform_validations_equal_sams_patterns(modules):
+    sam = checks.load_template(checks.TEMPLATE)
+    assert checks.validation_parity_problems(sam, modules["aws"]) == []
+
+
+@pytest.mark.parametrize("old, new, problem", [
+    # a * in a secret ARN, which SAM's AllowedPattern refuses
+    ('secret:[A-Za-z0-9/_+=.@!-]+$", var.database_url_secret_arn', 'secret:.+$", var.database_url_secret_arn',
+     "variable database_url_secret_arn accepts 'arn:aws:secretsmanager:us-east-1:123456789012:secret:*', which "
+     "DatabaseUrlSecretArn refuses"),
+    ('''  validation {
+    condition     = var.slack_webhook_secret_arn == null''', '''  validatio_ {
+    condition     = var.slack_webhook_secret_arn == null''',
+     "variable slack_webhook_secret_arn: no validation with one regex (SAM's SlackWebhookSecretArn has an "
+     "AllowedPattern)"),
+    ('key/[a-f0-9-]+$", var.queue_kms_key_arn', 'key/.+$", var.queue_kms_key_arn',
+     "variable queue_kms_key_arn accepts 'arn:aws:kms:us-east-1:123456789012:key/*', which QueueKmsKeyArn refuses"),
+])
+def test_a_terraform_validation_looser_than_sam_is_caught(modules, old, new, problem):
+    sam = checks.load_template(checks.TEMPLATE)
+    assert problem in checks.validation_parity_problems(sam, _aws_with(modules, "variables.tf", old, new))
+
+
+@pytest.mark.parametrize("file, old, new, problem", [
+    # the old fallback: a function left out of the map read the shared secret
+    ("main.tf", "lookup(var.function_database_url_secret_arns, k, null)",
+     "lookup(var.function_database_url_secret_arns, k, var.database_url_secret_arn)",
+     "aws: local.database_secret falls back to the shared secret without database_roles = shared"),
+    ("variables.tf", 'default     = "per-function"', 'default     = "shared"',
+     'aws: variable database_roles must default to "per-function"'),
+    ("iam.tf", "/${local.database_user[each.key]}", "/${var.database_iam_user}",
+     "aws: rds-db:connect is not per function (local.database_user[each.key])"),
+    ("iam.tf", "var.target_organization_id != null || length(var.target_account_ids) > 0", "true",
+     "aws: no precondition refuses a * target account without target_organization_id or target_account_ids"),
+    ("main.tf", "ORPHAN_CLEANUP_PROTECT_TAG_KEY  = var.protect_tag_keys[0]",
+     'ORPHAN_CLEANUP_PROTECT_TAG_KEY  = "other"',
+     "aws: the functions' environment lacks ORPHAN_CLEANUP_PROTECT_TAG_KEY = var.protect_tag_keys[0]"),
+])
+def test_aws_least_privilege_mistakes_are_caught(modules, file, old, new, problem):
+    assert problem in checks.aws_least_privilege_problems(_aws_with(modules, file, old, new))
