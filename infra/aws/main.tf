@@ -128,6 +128,14 @@ resource "aws_lambda_function" "fn" {
     aws_iam_role_policy.vpc_access,
     aws_iam_role_policy.queue_key,
   ]
+
+  lifecycle {
+    # Under a report ceiling nothing is deleted (docs/SAFETY.md rule 8): a delete stack says so twice.
+    precondition {
+      condition     = var.mode != "delete" || var.max_mode == "delete"
+      error_message = "mode = \"delete\" needs max_mode = \"delete\": under a report ceiling nothing is deleted (docs/DEPLOY.md, \"Turn on deletion\")."
+    }
+  }
 }
 
 resource "aws_lambda_function_event_invoke_config" "lister" {

@@ -56,4 +56,12 @@ resource "google_cloudfunctions2_function" "fn" {
     google_project_service.api,
     google_secret_manager_secret_iam_member.database_url,
   ]
+
+  lifecycle {
+    # Under a report ceiling nothing is deleted (docs/SAFETY.md rule 8): a delete stack says so twice.
+    precondition {
+      condition     = var.mode != "delete" || var.max_mode == "delete"
+      error_message = "mode = \"delete\" needs max_mode = \"delete\": under a report ceiling nothing is deleted (docs/DEPLOY.md, \"Turn on deletion\")."
+    }
+  }
 }

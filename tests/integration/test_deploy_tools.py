@@ -431,6 +431,15 @@ def test_terraform_validations_refuse_what_sams_patterns_refuse(tmp_path, moto_r
         assert f'variable "{var}"' in refused.stderr and "validation rule" in refused.stderr, (var, refused.stderr)
 
 
+def test_terraform_refuses_a_delete_mode_under_a_report_ceiling(tmp_path, moto_reset):
+    """mode = "delete" with the default max_mode ("report"): the plan stops and says both
+    (docs/SAFETY.md rule 8), rather than a stack that reports only while it says delete."""
+    terraform, work, env = _terraform_work(tmp_path, moto_reset)
+    refused = _run([terraform, "plan", "-input=false", "-no-color", OWN_SECRETS_VAR, "-var=mode=delete"], work, env)
+    text = " ".join((refused.stdout + refused.stderr).split())
+    assert refused.returncode != 0 and 'mode = "delete" needs max_mode = "delete"' in text, text
+
+
 def test_terraform_plan_signs_code_and_keeps_the_log_groups(tmp_path, moto_reset):
     """code_signing_config_arn reaches every function; the log groups are kept by destroy. (The
     deleter's policy names queue ARNs known only after apply: its instance-only

@@ -592,6 +592,14 @@ def test_every_function_gets_the_stacks_max_mode_and_a_protect_key_the_deny_cove
     assert "deleter: ORPHAN_CLEANUP_MAX_MODE is None with the defaults" in checks.ceiling_problems(broken)
 
 
+def test_a_delete_mode_under_a_report_ceiling_is_refused_at_deploy(sam):
+    # docs/SAFETY.md rule 8: Mode=delete with MaxMode at its default (report) would report only
+    rule = sam["Rules"]["DeleteModeNeedsADeleteCeiling"]
+    assert rule["RuleCondition"] == {"Fn::Equals": [{"Ref": "Mode"}, "delete"]}
+    assert [a["Assert"] for a in rule["Assertions"]] == [{"Fn::Equals": [{"Ref": "MaxMode"}, "delete"]}]
+    assert sam["Parameters"]["MaxMode"]["Default"] == "report"
+
+
 # ------------------------------------------------------------------ role patterns
 
 
