@@ -24,8 +24,9 @@ def test_a_context_says_the_backend_its_keys_the_margin_and_the_stuck_threshold(
 
     assert (ctx.backend_id, ctx.scope, ctx.listed_at) == ("aws-prod", "aws:123456789012", LISTED_AT)
     assert (ctx.tag_key, ctx.protect_key) == ("platform_ref", "keep")
-    assert ctx.more_protect_keys == {"team-keep", "legal-hold"}  # the backend's own key only once
-    assert ctx.protect_keys == {"keep", "team-keep", "legal-hold"}
+    # the backend's own key only once, and the stack's own (SAFETY.md rule 16: no row takes it away)
+    assert ctx.more_protect_keys == {"team-keep", "legal-hold", "orphan-cleanup-protect"}
+    assert ctx.protect_keys == {"keep", "team-keep", "legal-hold", "orphan-cleanup-protect"}
     assert (ctx.margin, ctx.stuck_after) == (timedelta(seconds=600), timedelta(hours=2))
     # nothing listed known, remembered protections trusted: unless the caller says so
     assert (ctx.listed, ctx.recheck_protections) == (None, False)
