@@ -103,7 +103,7 @@ def test_a_vm_leaked_for_months_is_told_by_its_age_its_owner_its_orphan_time_and
     assert datetime.fromisoformat(leaked["orphan_since"]) == ended
     assert 120 * 86400 <= leaked["age_seconds"] < 120 * 86400 + 600
     assert 90 * 86400 <= leaked["orphan_seconds"] < 90 * 86400 + 600
-    assert leaked["cost_per_hour"] == pytest.approx(0.0168 + leaked["size"]["disk_gb"] * 0.04 / 730)
+    assert leaked["cost_per_hour"] == pytest.approx(0.0168 + leaked["size"]["disk_gb"] * 0.04 / 730, abs=1e-6)
     placeholder = new[fleet.placeholder["ref"]]  # its owner row is hard-deleted: no end recorded
     assert placeholder["owner_name"] == "placeholder" and placeholder["created_at"] is not None
     assert placeholder["orphan_since"] == placeholder["created_at"]

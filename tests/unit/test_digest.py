@@ -46,7 +46,7 @@ def test_the_slack_text_names_ten_orphans_the_explain_command_and_how_many_more(
     assert doc is not None and len(doc["new_orphans"]) == 12 and doc["counts"]["new_orphans"] == 70
     text = slack_text(doc)
     assert "aws-prod" in text and "70 new orphan(s), 0 deleted, 0 failed to delete, 12 open" in text
-    assert text.count("• ") == 10 and "ref000000000 i-0000 us-east-1, 3h old, p3.2xlarge" in text.replace("`", "")
+    assert text.count("• ") == 10 and "ref000000000 i-0000 us-east-1, owner unknown, 3h old, orphan for 3h, p3.2xlarge" in text.replace("`", "")
     assert "…and 60 more" in text  # 2 listed but not shown, 58 the digest left out
     assert "orphan-cleanup explain --backend aws-prod ref000000000" in text
     assert len(subject(doc)) <= 100
