@@ -148,3 +148,35 @@ def test_the_slack_text_escapes_the_owner_name():
     text = slack_text(digest(facts(new_orphans=(leaked(owner_name=forged),)), interval_seconds=900))
     assert "<" not in text and ">" not in text
     assert "owner &lt;!channel&gt; &lt;https://evil.example|Approve&gt; &amp; co" in text
+
+
+def test_the_readme_shows_the_digest_and_its_slack_line_as_the_code_makes_them():
+    """README, "Digests": its C6 example has the document's keys and each group's, and its
+    Slack example is the line ``slack_text`` writes for that group."""
+    import json
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("### Digests"):readme.index("### Alarms")]
+    example = json.loads(re.sub(r'"(vol-0123|c-5f0e)\.\.\."', r'"\1"',
+                                section[section.index('{"type": "orphan-cleanup.cycle"'):].split("```")[0]))
+    [shown] = example["new_orphans"]
+    made = digest(facts(new_orphans=(leaked(),), prices=PRICES), interval_seconds=900)
+    assert set(example) == set(made)
+    assert set(shown) == set(made["new_orphans"][0])
+    # the README's group, rendered by the code, is the README's Slack line
+    created, since = datetime.fromisoformat(shown["created_at"]), datetime.fromisoformat(shown["orphan_since"])
+    at = datetime.fromisoformat(example["at"])
+    g = DigestGroup(provider_ref=shown["provider_ref"], primary_id=shown["primary_id"], region=shown["region"],
+                    reason=shown["reason"], first_seen=datetime.fromisoformat(shown["first_seen"]),
+                    owner_name=shown["owner_name"], owner_end=since,
+                    resources=({"kind": "instance", "id": shown["primary_id"], "created_at": created.isoformat(),
+                                "details": {"InstanceType": "p3.2xlarge"}},
+                               {"kind": "volume", "id": "vol-0123", "details": {"Size": 108}}))
+    doc = digest(facts(new_orphans=(g,), now=at, prices=PRICES), interval_seconds=900)
+    [item] = doc["new_orphans"]
+    assert {k: item[k] for k in ("age_seconds", "orphan_seconds", "cost_per_hour", "size")} == {
+        k: shown[k] for k in ("age_seconds", "orphan_seconds", "cost_per_hour", "size")}
+    [line] = [x for x in slack_text(doc).splitlines() if x.startswith("• ")]
+    assert line in section
