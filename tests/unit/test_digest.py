@@ -15,7 +15,8 @@ NOW = datetime(2026, 1, 1, 12, tzinfo=UTC)
 def group(n: int, *, kind: str = "instance") -> DigestGroup:
     return DigestGroup(provider_ref=f"ref{n:09d}", primary_id=f"i-{n:04x}", region="us-east-1",
                        reason="owner_terminated", first_seen=NOW - timedelta(hours=3),
-                       resources=({"kind": kind, "id": f"i-{n:04x}", "created_at": (NOW - timedelta(hours=3)).isoformat(),
+                       resources=({"kind": kind, "id": f"i-{n:04x}",
+                                   "created_at": (NOW - timedelta(hours=3)).isoformat(),
                                    "details": {"InstanceType": "p3.2xlarge"}},))
 
 
@@ -46,7 +47,8 @@ def test_the_slack_text_names_ten_orphans_the_explain_command_and_how_many_more(
     assert doc is not None and len(doc["new_orphans"]) == 12 and doc["counts"]["new_orphans"] == 70
     text = slack_text(doc)
     assert "aws-prod" in text and "70 new orphan(s), 0 deleted, 0 failed to delete, 12 open" in text
-    assert text.count("• ") == 10 and "ref000000000 i-0000 us-east-1, owner unknown, 3h old, orphan for 3h, p3.2xlarge" in text.replace("`", "")
+    assert text.count("• ") == 10
+    assert "ref000000000 i-0000 us-east-1, owner unknown, 3h old, orphan for 3h, p3.2xlarge" in text.replace("`", "")
     assert "…and 60 more" in text  # 2 listed but not shown, 58 the digest left out
     assert "orphan-cleanup explain --backend aws-prod ref000000000" in text
     assert len(subject(doc)) <= 100
