@@ -88,10 +88,11 @@ def run(db: Database, *args: str, **env: str) -> tuple[int, dict[str, Any], str]
     return proc.returncode, json.loads(proc.stdout), proc.stderr
 
 
-def add_backend(db: Database) -> None:
+def add_backend(db: Database, settings: dict[str, Any] | None = None) -> None:
     with db.connection() as conn:
-        conn.run("INSERT INTO backends (id, provider, account, regions) VALUES"
-                 " (:i, 'aws', '123456789012', '{us-east-1}')", i=BACKEND)
+        conn.run("INSERT INTO backends (id, provider, account, regions, settings) VALUES"
+                 " (:i, 'aws', '123456789012', '{us-east-1}', CAST(:s AS jsonb))", i=BACKEND,
+                 s=json.dumps(settings or {}))
 
 
 def leak(db: Database) -> tuple[MotoPlatform, Any]:
@@ -163,6 +164,39 @@ def test_the_slack_text_reaches_the_webhook(db, slack):
     assert BACKEND in text and "1 new orphan(s), 0 deleted, 0 failed to delete, 1 open" in text
     assert leaked.ref in text and leaked.instance_id in text and "us-east-1" in text and "m1.small" in text
     assert f"orphan-cleanup explain --backend {BACKEND} {leaked.ref}" in text
+
+
+PRICES = {"instance_hour": {"m1.small": 0.044}, "disk_gb_month": 0.1}
+
+
+def test_each_orphan_names_its_owner_its_creation_how_long_orphaned_and_its_cost(db, topic, slack):
+    """DESIGN C6: owner_name, created_at (as the provider reported it), orphan_since and
+    cost_per_hour (from the backend's ``prices``), in the JSON and in the Slack text, every
+    value escaped (SAFETY.md rule 22)."""
+    arn, sqs, url = topic
+    add_backend(db, {"prices": PRICES})
+    platform, leaked = leak(db)
+    with db.connection() as conn:
+        conn.run("UPDATE instances SET name = 'train-7 <!here>' WHERE provider_ref = :r", r=leaked.ref)
+        [[ended]] = conn.run("SELECT terminated_at FROM instances WHERE provider_ref = :r", r=leaked.ref)
+    [launched] = [i["LaunchTime"] for r in platform.ec2.describe_instances(InstanceIds=[leaked.instance_id])[
+        "Reservations"] for i in r["Instances"]]
+
+    code, doc, _ = run(db, NOTIFY_TOPIC_ARN=arn, SLACK_WEBHOOK_URL=slack)
+
+    assert code == 0 and doc["outcome"] == "clean"
+    [digest] = received(sqs, url)
+    [new] = digest["new_orphans"]
+    assert new["owner_name"] == "train-7 <!here>"
+    assert datetime.fromisoformat(new["created_at"]) == launched  # the instance's LaunchTime
+    # its owner's end reads an hour before the instance was launched (age_ledger): an orphan since its creation
+    assert ended < launched and new["orphan_since"] == new["created_at"]
+    assert new["cost_per_hour"] == pytest.approx(0.044 + new["size"]["disk_gb"] * 0.1 / 730, abs=1e-6)
+    [body] = Sink.bodies
+    [line] = [x for x in body["text"].splitlines() if leaked.instance_id in x]
+    assert "owner train-7 &lt;!here&gt;" in line and "orphan for" in line
+    assert f"est. {new['cost_per_hour']:.4f}/h" in line
+    assert "<" not in body["text"] and ">" not in body["text"]
 
 
 def test_a_missing_topic_and_an_unreachable_webhook_change_nothing_and_are_counted_next(db, topic):

@@ -4,7 +4,13 @@ one, the document, and its short texts (the SNS subject, the Slack message). Pur
 A cycle deserves a digest when it found new orphans (an orphan is new only in the first
 cycle that records it), deleted or failed to delete something, failed, or found its
 backend stale (no clean cycle for ``STALE_INTERVALS`` intervals). An unchanged cycle gets
-none."""
+none.
+
+Each orphan item tells how old the leak is, not when this tool first saw it: the primary's
+creation as the provider reported it (``created_at``; a group of leftovers: its oldest
+resource's), since when it is an orphan (``orphan_since``: its owner's end, never before its
+creation; else its creation), its owner's name and, with the backend's ``prices``, what it
+costs per hour (``core.costs``)."""
 
 from __future__ import annotations
 
@@ -12,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from orphan_cleanup.core.costs import size_of
+from orphan_cleanup.core.costs import Prices, cost_per_hour, size_of
 
 #: A backend is stale after this many intervals without a clean cycle (the stacks' alarm too).
 STALE_INTERVALS = 6
@@ -25,7 +31,9 @@ SLACK_ORPHANS = 10
 @dataclass(frozen=True)
 class DigestGroup:
     """A group of the cycle as the digest lists it (``resources`` as the listing recorded
-    them: ``kind``, ``id``, ``details``)."""
+    them: ``kind``, ``id``, ``created_at``, ``details``), with its owner as the ledger has
+    it: ``owner_name`` and ``owner_end`` (its termination or soft delete, the earlier; None
+    for an owner that did not end or whose row is gone)."""
 
     provider_ref: str
     primary_id: str | None
@@ -33,13 +41,54 @@ class DigestGroup:
     reason: str
     first_seen: datetime | None
     resources: tuple[dict[str, Any], ...]
+    owner_name: str | None = None
+    owner_end: datetime | None = None
 
-    def doc(self, now: datetime) -> dict[str, Any]:
+    def created_at(self) -> datetime | None:
+        """The primary's creation as the listing recorded it; a group without a listed primary
+        (leftovers): its oldest resource's. None when the provider reported none."""
+        times = {str(r.get("id")): t for r in self.resources if (t := _time(r.get("created_at"))) is not None}
+        if self.primary_id is not None and self.primary_id in times:
+            return times[self.primary_id]
+        return min(times.values(), default=None)
+
+    def doc(self, now: datetime, prices: Prices | None = None) -> dict[str, Any]:
+        created = self.created_at()
+        since = self.owner_end if created is None else max(created, self.owner_end or created)
+        size = size_of(self.resources)
         return {"provider_ref": self.provider_ref, "primary_id": self.primary_id, "region": self.region,
                 "reason": self.reason, "first_seen": self.first_seen.isoformat() if self.first_seen else None,
                 "resources": [{"kind": r.get("kind"), "id": r.get("id")} for r in self.resources],
-                "size": size_of(self.resources),
-                "age_seconds": int((now - self.first_seen).total_seconds()) if self.first_seen else None}
+                "size": size, "owner_name": self.owner_name,
+                "created_at": created.isoformat() if created else None,
+                "orphan_since": since.isoformat() if since else None,
+                "age_seconds": _seconds(now, created), "orphan_seconds": _seconds(now, since),
+                "cost_per_hour": _cost(size, prices)}
+
+
+def _time(value: Any) -> datetime | None:
+    """A listed ``created_at`` (ISO text, as the listing stored it); None for anything else."""
+    if not isinstance(value, str):
+        return None
+    try:
+        t = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return t if t.tzinfo is not None else None
+
+
+def _seconds(now: datetime, since: datetime | None) -> int | None:
+    return None if since is None else max(0, int((now - since).total_seconds()))
+
+
+def _cost(size: dict[str, Any], prices: Prices | None) -> float | None:
+    """The group's cost per hour at ``prices``; None without a price table, or when the
+    table prices nothing the group has (an unpriced VM is not a free one)."""
+    if prices is None:
+        return None
+    facts = sum(1 for k in ("instance_type", "disk_gb", "addresses") if size.get(k))
+    total, unpriced = cost_per_hour(size, prices)
+    return round(total, 6) if facts > len(unpriced) else None
 
 
 @dataclass(frozen=True)
@@ -63,6 +112,7 @@ class DigestFacts:
     counts: dict[str, int] = field(default_factory=dict)  # new_orphans / deleted / delete_failed, in all
     notify_failures: int = 0  # digests of this backend no channel took since the last one delivered
     missed_cycles: tuple[str, ...] = ()  # the cycles whose digests those were
+    prices: Prices | None = None  # the backend's ``settings.prices`` (None: not set, or not valid)
 
 
 def digest(facts: DigestFacts, interval_seconds: int) -> dict[str, Any] | None:
@@ -75,7 +125,7 @@ def digest(facts: DigestFacts, interval_seconds: int) -> dict[str, Any] | None:
         return None
 
     def docs(groups: tuple[DigestGroup, ...]) -> list[dict[str, Any]]:
-        return [g.doc(facts.now) for g in groups[:MAX_LISTED]]
+        return [g.doc(facts.now, facts.prices) for g in groups[:MAX_LISTED]]
 
     return {"type": "orphan-cleanup.cycle", "backend": facts.backend, "provider": facts.provider,
             "account": facts.account, "cycle_id": facts.cycle_id, "mode": facts.mode, "outcome": facts.outcome,
@@ -109,6 +159,11 @@ def _size(size: dict[str, Any]) -> str:
     return ", ".join(parts) or "size unknown"
 
 
+def _money(value: float) -> str:
+    """As ``orphans`` shows a cost: two decimals from 1 up, four below."""
+    return f"{value:,.2f}" if value >= 1 else f"{value:.4f}"
+
+
 def _e(value: Any) -> str:
     """Slack's escaping of a value in message text: ``&``, ``<`` and ``>`` (in this order)."""
     return str(value).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
@@ -124,7 +179,8 @@ def subject(d: dict[str, Any]) -> str:
 
 def slack_text(d: dict[str, Any]) -> str:
     """The digest as a short Slack text: backend, counts, up to ten orphans (ref, id,
-    region, age, size), the ``explain`` command to run, and how many more. Every value is
+    region, owner, age from its creation, how long an orphan, size, cost per hour when
+    priced), the ``explain`` command to run, and how many more. Every value is
     escaped (``_e``: Slack's ``&``, ``<``, ``>``), so a name or type from a listing never
     becomes a mention or a link (SAFETY.md rule 22)."""
     c = d["counts"]
@@ -149,8 +205,12 @@ def slack_text(d: dict[str, Any]) -> str:
                 shown.append((label, g))
     tag = {"delete_failed": "failed to delete", "new_orphans": "new", "deleted": "deleted"}
     for label, g in shown[:SLACK_ORPHANS]:
+        age = "age unknown" if g["age_seconds"] is None else f"{_span(g['age_seconds'])} old"
+        orphan = "" if g["orphan_seconds"] is None else f", orphan for {_span(g['orphan_seconds'])}"
+        cost = "" if g["cost_per_hour"] is None else f", est. {_money(g['cost_per_hour'])}/h"
         lines.append(f"• `{_e(g['provider_ref'])}` {_e(g['primary_id'] or '(leftovers)')} {_e(g['region'])},"
-                     f" {_span(g['age_seconds'])} old, {_e(_size(g['size']))}: {_e(g['reason'])} ({tag[label]})")
+                     f" owner {_e(g['owner_name'] or 'unknown')}, {age}{orphan}, {_e(_size(g['size']))}{cost}:"
+                     f" {_e(g['reason'])} ({tag[label]})")
     # Groups listed but not shown, and those the digest's lists left out (``MAX_LISTED``).
     more = max(0, len(shown) - SLACK_ORPHANS) + sum(max(0, c[k] - len(d[k])) for k in c)
     if more:

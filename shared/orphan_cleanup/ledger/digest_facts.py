@@ -5,24 +5,35 @@ notification (``digest_sent``, ``notify_failed``: append-only, as every event)."
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 import pg8000.native
+from pydantic import ValidationError
 
+from orphan_cleanup.core.costs import Prices
 from orphan_cleanup.core.digest import MAX_LISTED, DigestFacts, DigestGroup
 from orphan_cleanup.ledger.queries import json_value
 from orphan_cleanup.ledger.watch import OPEN_STATES
 
+_log = logging.getLogger("orphan_cleanup")
+
 # The cycle's orphan groups that are news: first recorded by this cycle (the orphans row
 # was created after the cycle started: one cycle of a backend at a time holds its lease),
 # deleted, or failed to delete. One row per group and kind, at most MAX_LISTED per kind.
+# With each, its owner as the ledger has it now (the platform's tables): its name and its
+# end (terminated or soft-deleted, the earlier; none for a live owner or a row that is gone).
 _GROUPS_SQL = """
-SELECT kind, provider_ref, primary_id, region, reason, first_seen, resources, total FROM (
+SELECT kind, provider_ref, primary_id, region, reason, first_seen, resources, total, owner_name, owner_end FROM (
   SELECT k.kind, g.provider_ref, g.primary_id, g.region, g.reason, o.first_seen, coalesce(o.resources, g.resources)
          AS resources, count(*) OVER (PARTITION BY k.kind) AS total,
-         row_number() OVER (PARTITION BY k.kind ORDER BY g.group_key) AS n
+         row_number() OVER (PARTITION BY k.kind ORDER BY g.group_key) AS n,
+         coalesce(i.name, r.owner_name, o.owner_name) AS owner_name,
+         least(i.terminated_at, i.deleted_at) AS owner_end
     FROM cycle_groups g JOIN cycles c ON c.id = g.cycle_id
     LEFT JOIN orphans o ON o.backend_id = c.backend_id AND o.group_key = g.group_key
+    LEFT JOIN provider_refs r ON r.provider_ref = g.provider_ref
+    LEFT JOIN instances i ON i.provider_ref = g.provider_ref
     CROSS JOIN LATERAL (VALUES
         (CASE WHEN o.first_seen >= c.started_at THEN 'new_orphans' END),
         (CASE g.action WHEN 'deleted' THEN 'deleted' WHEN 'delete_failed' THEN 'delete_failed' END)) AS k(kind)
@@ -41,20 +52,23 @@ def digest_facts(conn: pg8000.native.Connection, cycle_id: str) -> DigestFacts |
         " (SELECT json_build_array(count(*), coalesce(json_agg(DISTINCT e.cycle_id), '[]'))::text FROM events e"
         "   WHERE e.backend_id = c.backend_id AND e.kind = 'notify_failed'"
         "   AND e.id > coalesce((SELECT max(s.id) FROM events s WHERE s.backend_id = c.backend_id"
-        "   AND s.kind = 'digest_sent'), 0))"
+        "   AND s.kind = 'digest_sent'), 0)),"
+        " b.settings->'prices'"
         " FROM cycles c LEFT JOIN backends b ON b.id = c.backend_id LEFT JOIN cleanup k ON k.backend_id = c.backend_id"
         " WHERE c.id = :c AND c.outcome IS NOT NULL",
         c=cycle_id)
     if not rows:
         return None
-    backend, provider, account, mode, outcome, failures, error, now, since_clean, open_orphans, missed = rows[0]
+    (backend, provider, account, mode, outcome, failures, error, now, since_clean, open_orphans, missed,
+     prices) = rows[0]
     missed_count, missed_cycles = json.loads(missed)
     groups: dict[str, list[DigestGroup]] = {"new_orphans": [], "deleted": [], "delete_failed": []}
     counts: dict[str, int] = dict.fromkeys(groups, 0)
-    for kind, ref, primary, region, reason, first_seen, resources, total in conn.run(_GROUPS_SQL, c=cycle_id,
-                                                                                     m=MAX_LISTED):
+    for (kind, ref, primary, region, reason, first_seen, resources, total, owner_name,
+         owner_end) in conn.run(_GROUPS_SQL, c=cycle_id, m=MAX_LISTED):
         groups[kind].append(DigestGroup(provider_ref=ref, primary_id=primary, region=region, reason=reason,
-                                        first_seen=first_seen, resources=tuple(json_value(resources) or ())))
+                                        first_seen=first_seen, resources=tuple(json_value(resources) or ()),
+                                        owner_name=owner_name, owner_end=owner_end))
         counts[kind] = int(total)
     return DigestFacts(
         backend=backend, provider=provider, account=account, cycle_id=cycle_id, mode=mode, outcome=outcome,
@@ -62,7 +76,19 @@ def digest_facts(conn: pg8000.native.Connection, cycle_id: str) -> DigestFacts |
         since_clean_seconds=None if since_clean is None else max(0, int(since_clean)),
         open_orphans=int(open_orphans), new_orphans=tuple(groups["new_orphans"]), deleted=tuple(groups["deleted"]),
         delete_failed=tuple(groups["delete_failed"]), counts=counts, notify_failures=int(missed_count),
-        missed_cycles=tuple(c for c in missed_cycles if c))
+        missed_cycles=tuple(c for c in missed_cycles if c), prices=_prices(json_value(prices), backend))
+
+
+def _prices(value: Any, backend: str) -> Prices | None:
+    """The backend's price table; one that is not valid prices nothing (logged, as ``orphans``
+    warns: the digest still goes out)."""
+    if value is None:
+        return None
+    try:
+        return Prices.model_validate(value)
+    except ValidationError as e:
+        _log.warning(f"backend {backend}: settings.prices ignored in its digest: {e.errors()[0]['msg']}")
+        return None
 
 
 def record_notification(conn: pg8000.native.Connection, backend_id: str, cycle_id: str, *,
