@@ -205,11 +205,10 @@ class Simulation(Functions, Settle, Backends, Worlds):
         self.delete_q = SimQueue("delete", self.clock, self.dice, stream(seed, "dq"), self.trace, size)
         self.jobs_q = SimQueue("jobs", self.clock, self.dice, stream(seed, "jq"), self.trace, 256 * 1024,
                                max_receives=JOBS_MAX_RECEIVES, visibility_timeout=JOBS_VISIBILITY_TIMEOUT)
-        # The stack's mode ceiling (rule 8), from a stream of its own: a report ceiling in a
-        # share of the seeds, where only an operator's one-off delete may delete (M1).
-        self.checker.ceiling = "report" if stream(seed, "ceiling").random() < 0.1 else "delete"
-        if self.checker.ceiling == "report":
-            self.final_mode = "report"  # liveness (L1): each orphan reported, none deleted
+        # The stack's mode ceiling (rule 8): report in the seeds whose rows start in report mode,
+        # where a row an operator or the platform flips to delete must not delete (M1) unless an
+        # operator asked for a one-off delete; the delete seeds run as before.
+        self.checker.ceiling = "report" if self.final_mode == "report" else "delete"
         settings = Settings(ORPHAN_CLEANUP_MARGIN_SECONDS=MARGIN, ORPHAN_CLEANUP_INTERVAL_SECONDS=60,
                             ORPHAN_CLEANUP_MAX_MODE=self.checker.ceiling,
                             ORPHAN_CLEANUP_PROTECT_TAG_KEY=PROTECT_STACK,

@@ -506,11 +506,11 @@ def _unreadable_row_refused(env: SimEnv, stack: ExitStack) -> None:
 
     real = backends.account_view
 
-    def strict(backend: Backend, account_settings: Any) -> Backend:
+    def strict(backend: Backend, account_settings: Any, *stack_key: str) -> Backend:
         rows = list(account_settings)
         if any(not backends._readable(raw) for raw in rows):
             raise ConfigError("a backend of the account has settings that cannot be read")
-        return real(backend, rows)
+        return real(backend, rows, *stack_key)
 
     for module in [m for m in list(sys.modules.values())
                    if getattr(m, "__name__", "").startswith("orphan_cleanup.")

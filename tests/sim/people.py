@@ -61,11 +61,14 @@ class People:
     def _protect_key(self) -> str:
         """The default key, or, half the time when a backend of the account has it, that
         backend's own key (rule 16: it protects from every backend of the account)."""
-        if self.sim.stack_key_users and self.sim.rng_stack_key.random() < 0.4:
-            return PROTECT_STACK
         if not any(b.settings.get("protect_tag_key") == PROTECT_B for b in self.sim.backends.values()):
-            return PROTECT
-        return PROTECT_B if self.sim.rng_keys.random() < 0.5 else PROTECT
+            key = PROTECT
+        else:
+            key = PROTECT_B if self.sim.rng_keys.random() < 0.5 else PROTECT
+        # the stack's own key (no row names it) instead of the default, from a stream of its own
+        if key == PROTECT and self.sim.stack_key_users and self.sim.rng_stack_key.random() < 0.4:
+            return PROTECT_STACK
+        return key
 
     def _pick_target(self) -> str | None:
         cloud = self.sim.world
