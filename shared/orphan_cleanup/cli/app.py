@@ -83,7 +83,8 @@ def _add_epilog() -> str:
     return ADD_EPILOG.replace("{keys}", keys)
 
 
-SHOW_EPILOG = """The backend's row; every setting with the value a cycle uses and its source (backend: the row;
+SHOW_EPILOG = """The backend's row; every setting of its provider (an AWS backend lists no GCP-only key, and the
+other way round) with the value a cycle uses and its source (backend: the row;
 environment: a limit left to ORPHAN_CLEANUP_*, set in this shell; default); keys your platform
 stored for itself, listed as not used by orphan-cleanup; credentials_json hidden; its status and
 the cycle running now.
