@@ -11,7 +11,6 @@ true for this backend's history and this ledger (README, "Running it by hand"):
 from __future__ import annotations
 
 import json
-
 from datetime import datetime
 
 from orphan_cleanup.cli.output import human_time

@@ -28,7 +28,6 @@ from orphan_cleanup.providers.base import ResourceProvider
 from orphan_cleanup.providers.ratelimit import process_limits, settings_budgets
 from orphan_cleanup.queues.base import Queue
 
-
 AwsSessionFactory = Callable[[], Any]
 """``() -> boto3.Session``: one per adapter, as a session is not thread-safe."""
 
