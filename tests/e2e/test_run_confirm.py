@@ -326,3 +326,43 @@ def test_ctrl_c_at_the_question_deletes_nothing_and_frees_the_backend(db, platfo
     assert cycle_row(db) == {"outcome": "unsettled", "clean_at": None}
     with db.connection() as conn:  # the backend is free at once: a new run is not refused as busy
         assert conn.run("SELECT lease_owner FROM cleanup WHERE backend_id = :b", b=BACKEND) == [[None]]
+
+
+def test_an_unanswered_question_times_out_deletes_nothing_exits_2_and_frees_the_backend(db, platform):
+    # README.md, "Consent before deletion": an abandoned prompt must not hold the backend's lease
+    # (the heartbeat would renew it for as long as the question waits).
+    leak = platform.terminated_leak()
+    settle(platform)
+
+    term = Terminal(db, "run", "--backend", BACKEND, "--mode", "delete", "--confirm-timeout", "2")
+    term.expect(QUESTION)
+    asked = time.monotonic()
+    code = term.wait(timeout=30)
+
+    assert code == 2, term.screen
+    assert time.monotonic() - asked < 20, term.screen
+    assert "no answer within 2s: nothing deleted" in term.screen, term.screen
+    assert "deleted group" not in term.screen
+    assert platform.instance_state(leak.instance_id) == "running"
+    assert cycle_row(db) == {"outcome": "unsettled", "clean_at": None}
+    with db.connection() as conn:
+        assert conn.run("SELECT lease_owner FROM cleanup WHERE backend_id = :b", b=BACKEND) == [[None]]
+    again = no_terminal(db, "run", "--backend", BACKEND)  # another run of the backend starts at once
+    assert again.returncode == 0, again.stderr
+    assert platform.instance_state(leak.instance_id) == "running"
+
+
+def test_the_question_waits_ten_minutes_by_default_and_the_flag_is_documented():
+    from orphan_cleanup.cli.app import build_parser
+
+    args = build_parser().parse_args(["run", "--backend", BACKEND])
+    assert args.confirm_timeout == 600
+    for bad in ("0", "-1", "soon"):
+        with pytest.raises(SystemExit) as exit_:
+            build_parser().parse_args(["run", "--backend", BACKEND, "--confirm-timeout", bad])
+        assert exit_.value.code == 2
+    help_ = subprocess.run([sys.executable, "-m", "orphan_cleanup", "run", "--help"], capture_output=True,
+                           text=True, timeout=60).stdout
+    assert "--confirm-timeout" in help_ and "10 minutes" in help_
+    readme = open(os.path.join(os.path.dirname(__file__), "..", "..", "README.md")).read()
+    assert "--confirm-timeout" in readme

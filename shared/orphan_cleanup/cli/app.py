@@ -38,8 +38,9 @@ exit codes:
   1    run: the cycle failed (listing raised, credentials reach another account, a deletion failed);
        demo: its self-check failed; explain: nothing recorded
   2    bad input: arguments, settings, unknown backend, a backend whose mode is off, a deleting run
-       without a terminal and without --yes, database unreachable, database not migrated (only
-       `migrate` changes the schema; the embedded quick start excepted)
+       without a terminal and without --yes, a question unanswered within --confirm-timeout,
+       database unreachable, database not migrated (only `migrate` changes the schema; the
+       embedded quick start excepted)
   3    run, backend update|remove: another live cycle holds the backend's lease
   130  run: interrupted (Ctrl-C): the cycle failed, or, at the prompt, nothing was deleted
 
@@ -82,7 +83,8 @@ def _add_epilog() -> str:
     return ADD_EPILOG.replace("{keys}", keys)
 
 
-SHOW_EPILOG = """The backend's row; every setting with the value a cycle uses and its source (backend: the row;
+SHOW_EPILOG = """The backend's row; every setting of its provider (an AWS backend lists no GCP-only key, and the
+other way round) with the value a cycle uses and its source (backend: the row;
 environment: a limit left to ORPHAN_CLEANUP_*, set in this shell; default); keys your platform
 stored for itself, listed as not used by orphan-cleanup; credentials_json hidden; its status and
 the cycle running now.
@@ -127,6 +129,8 @@ Consent: a run whose mode is delete (--mode delete, the backend's mode, or ORPHA
 deletes only with consent. With stdin on a terminal (whatever stdout is: `| tee log` still
 asks) it shows the plan (every group it would delete) on stderr and deletes only once you
 type the backend id; anything else deletes nothing (the cycle ends unsettled, delete_declined).
+The question waits --confirm-timeout seconds (default: 10 minutes); unanswered, nothing is
+deleted, the cycle ends unsettled, the backend is free at once and the run exits 2.
 Without a terminal (cron, CI, ssh host cmd) it needs --yes: without it, it exits 2 before
 listing anything. --json is an output format, not consent.
 Ctrl-C stops at once: the cycle fails ("interrupted") and says what was left undone.
@@ -140,8 +144,8 @@ examples:
       # --mode report: lists and reports, deletes nothing whatever the backend's mode
 
 exit codes: 0 clean or unsettled (a declined plan included), 1 failed, 2 bad input (an off backend,
-or a deleting run without a terminal and without --yes, included), 3 another cycle holds the backend,
-130 interrupted"""
+a deleting run without a terminal and without --yes, an unanswered question, included), 3 another
+cycle holds the backend, 130 interrupted"""
 STATUS_EPILOG = """Per backend: effective mode, last outcome, clean_at (everything before it is known clean),
 when the next scheduled cycle is due, orphans found but not deleted yet, and the cycle running
 now (its id, start and lease end; "running" in --json, null when none), and the owners stuck in
@@ -155,6 +159,9 @@ examples:
 DEMO_EPILOG = """Starts an embedded Postgres in a temp dir and moto (a fake AWS) on 127.0.0.1, lets a small
 platform provision and leak VMs, then runs a report cycle, a delete cycle and one more after
 the margin, and checks that only the orphans were deleted. Cleans up after itself.
+On a terminal the cycles' log lines (a WARNING per protected group, and the ERROR about the
+stuck pending owner, which the demo leaks on purpose: expected) go to a log file it names at
+the end, unless --verbose; piped, they go to stderr with the progress.
 Needs moto, from the contributors' install (README.md, "Setup and tests"):
   pip install --require-hashes -r requirements/dev.txt && pip install --no-deps --no-build-isolation -e .
 Exit 0 when every verdict came out as expected, 1 otherwise."""
@@ -226,10 +233,16 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--yes", action="store_true",
                      help="consent to delete without a prompt: needed for a deleting run without a terminal"
                           " (cron, CI, ssh host cmd)")
+    run.add_argument("--confirm-timeout", type=_positive_seconds, default=600, metavar="SECONDS",
+                     help="how long the question waits for an answer (default 600: 10 minutes); unanswered,"
+                          " nothing is deleted and the run exits 2")
     st = sub.add_parser("status", help="per-backend cleanup state", epilog=STATUS_EPILOG, formatter_class=RAW)
     st.add_argument("--json", action="store_true", help="print a JSON list, one object per backend")
-    sub.add_parser("demo", help="see it work: a self-contained demo on moto and an embedded Postgres",
-                   epilog=DEMO_EPILOG, formatter_class=RAW)
+    demo = sub.add_parser("demo", help="see it work: a self-contained demo on moto and an embedded Postgres",
+                          epilog=DEMO_EPILOG, formatter_class=RAW)
+    demo.add_argument("--verbose", action="store_true",
+                      help="on a terminal, show the cycles' log lines (warnings, errors) there too, between the"
+                           " tables (default: in a log file the demo names)")
     psql = sub.add_parser("psql", help="open psql on the configured database", epilog=PSQL_EPILOG,
                           formatter_class=RAW)
     psql.add_argument("psql_args", nargs="*", metavar="-- PSQL_ARGS", help="passed to psql (after --)")
@@ -249,6 +262,16 @@ def build_parser() -> argparse.ArgumentParser:
                     help="how far back: 90s, 30m, 6h, 7d (default 1d)")
     ev.add_argument("--json", action="store_true", help="print a JSON list, one object per event, oldest first")
     return p
+
+
+def _positive_seconds(text: str) -> int:
+    try:
+        seconds = int(text)
+    except ValueError:
+        seconds = 0
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of seconds above 0")
+    return seconds
 
 
 def _version() -> str:

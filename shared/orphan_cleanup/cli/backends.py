@@ -71,7 +71,8 @@ def show(db: Database, args: argparse.Namespace, process: Settings) -> int:
     store = LedgerStore(db)
     row = store.backend_row(args.id)
     status = store.status(args.id)[0]
-    sources = setting_sources(process, row.backend, row.settings) if row.backend else None
+    sources = _of_provider(row.provider, setting_sources(process, row.backend, row.settings)) if row.backend \
+        else None
     effective = None if sources is None else _hide(
         {k: _json_value(v) for k, (v, _) in sources.items()})
     # the row's limits that would loosen the stack's: kept as stored, not used (SAFETY.md rule 8)
@@ -123,6 +124,19 @@ def _print_show(doc: dict[str, Any], row: BackendRow) -> None:
                   ("running", _running_text(run) if run else "no cycle")], indent=2)
     if row.error:
         print(f"problem: {row.error}")
+
+
+#: Settings only one provider reads (README.md, "Per-backend settings": "AWS: ...", "GCP: ...").
+PROVIDER_ONLY = {"aws": frozenset({"role_arn", "delete_role_arn", "external_id", "max_concurrency",
+                                   "controller_tag_keys"}),
+                 "gcp": frozenset({"project", "credentials_json", "credentials_file"})}
+
+
+def _of_provider(provider: str, sources: dict[str, tuple[Any, str]]) -> dict[str, tuple[Any, str]]:
+    """The settings of ``provider``'s backends: another provider's keys are left out, unless
+    the row sets one (shown as stored, so nothing the row holds is hidden)."""
+    foreign = frozenset().union(*(keys for p, keys in PROVIDER_ONLY.items() if p != provider))
+    return {k: v for k, v in sources.items() if k not in foreign or v[1] == "backend"}
 
 
 def _effective_mode(process: Settings, row: BackendRow) -> str:

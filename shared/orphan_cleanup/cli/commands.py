@@ -28,7 +28,8 @@ def dispatch(args: argparse.Namespace) -> int:
         # The demo ends with this module's `status`, passed in: the demo never imports the CLI.
         return run_demo(Terminal(show_status=lambda db, settings: print_status(
             status_rows(db, settings.mode, settings.stuck_pending_seconds, settings.mode_ceiling)),
-                                 print_table=print_table, verdict_style=verdict_style))
+                                 print_table=print_table, verdict_style=verdict_style),
+                        verbose=args.verbose)
     action = getattr(args, "action", None)
     checked = validate_backend(args) if (args.command, action) == ("backend", "add") else None
     settings = bootstrap.load_settings()  # bad input is reported before any database is started

@@ -75,12 +75,15 @@ def command(args: argparse.Namespace) -> int:
     groups = explain(db, args.backend, query)
     journal = journal_entries(db, args.backend, query, sorted({g.group.provider_ref for g in groups}))
     ignored = ignored_limits(db, settings, args.backend)
-    if not groups and not journal:
-        from orphan_cleanup.cli.explain_unrecorded import why_not_recorded
+    removed_at = _removed_at(db, args.backend)
+    from orphan_cleanup.cli.explain_unrecorded import removed_line, why_not_recorded
 
-        for line in why_not_recorded(db, args.backend, query):  # the reasons that are true here
+    if not groups and not journal:
+        for line in why_not_recorded(db, args.backend, query, removed_at=removed_at):  # the reasons true here
             print(line, file=sys.stderr)
         return EXIT_NOT_FOUND
+    if removed_at is not None:
+        print(f"orphan-cleanup: {removed_line(args.backend, removed_at)}", file=sys.stderr)
     if args.json:
         print(json.dumps({**document(args.backend, query, groups, journal), "ignored_settings": ignored}, indent=2))
     else:
@@ -89,6 +92,15 @@ def command(args: argparse.Namespace) -> int:
             print(f"settings: {key}: {why['why']} (the stack's as this shell's environment says)")
         print_journal(journal)
     return EXIT_OK
+
+
+def _removed_at(db: Database, backend_id: str) -> Any:
+    """When ``backend remove`` removed the backend (its row is gone; its history stays),
+    else None (a backend that exists, or that never did)."""
+    with db.connection() as conn:
+        rows = conn.run("SELECT max(at) FROM events WHERE backend_id = :b AND kind = 'backend_removed'"
+                        " AND NOT EXISTS (SELECT 1 FROM backends WHERE id = :b)", b=backend_id)
+    return rows[0][0] if rows else None
 
 
 def ignored_limits(db: Database, settings: Settings, backend_id: str) -> dict[str, dict[str, Any]]:

@@ -11,22 +11,30 @@ true for this backend's history and this ledger (README, "Running it by hand"):
 from __future__ import annotations
 
 import json
+from datetime import datetime
 
 from orphan_cleanup.cli.output import human_time
 from orphan_cleanup.ledger.db import Database
 from orphan_cleanup.ledger.unrecorded import LedgerOwner, UnrecordedFacts, unrecorded_facts
 
 
-def why_not_recorded(db: Database, backend_id: str, query: str) -> list[str]:
-    """The lines ``explain`` prints on stderr before it exits 1."""
+def why_not_recorded(db: Database, backend_id: str, query: str, *, removed_at: datetime | None = None) -> list[str]:
+    """The lines ``explain`` prints on stderr before it exits 1 (``removed_at``: the
+    backend was removed then, so no run of it is suggested)."""
     facts = unrecorded_facts(db, backend_id, query)
     head = f"orphan-cleanup: nothing recorded for {query!r} by the cycles of backend {backend_id}:"
-    return [head, *(f"  - {line}" for line in reasons(backend_id, query, facts))]
+    return [head, *(f"  - {line}" for line in reasons(backend_id, query, facts, removed_at=removed_at))]
 
 
-def reasons(backend_id: str, query: str, facts: UnrecordedFacts) -> list[str]:
-    out: list[str] = []
-    run = f"`orphan-cleanup run --backend {backend_id}` (report mode: deletes nothing)"
+def removed_line(backend_id: str, removed_at: datetime) -> str:
+    return (f"backend {backend_id} was removed at {human_time(removed_at)} (backend remove): no cycle of it runs"
+            " any more; what its cycles recorded stays")
+
+
+def reasons(backend_id: str, query: str, facts: UnrecordedFacts, *, removed_at: datetime | None = None) -> list[str]:
+    out: list[str] = [removed_line(backend_id, removed_at)] if removed_at is not None else []
+    run = (f"`orphan-cleanup run --backend {backend_id}` (report mode: deletes nothing)" if removed_at is None
+           else "a manual run of a backend")
     manual = facts.manual
     if manual is not None:
         out.append(f"never listed: the latest manual run (cycle {manual.cycle_id}, listed at"
@@ -44,7 +52,8 @@ def reasons(backend_id: str, query: str, facts: UnrecordedFacts) -> list[str]:
                    " and found tracked, or ignored (a ref not in this ledger, or a ref tag without a valid ref"
                    f" value), is not recorded: {run} records every group")
     if manual is None and not facts.scheduled:
-        out.append(f"no cycle of {backend_id} has finished a listing yet: {run}")
+        out.append(f"no cycle of {backend_id} finished a listing" if removed_at is not None
+                   else f"no cycle of {backend_id} has finished a listing yet: {run}")
     elif manual is None:
         out.append(f"no manual run of {backend_id} has listed yet")
     out += _ledger(query, facts)

@@ -173,7 +173,10 @@ def database_error_line(exc: BaseException, where: str | None = None) -> str:
         if isinstance(e, TimeoutError):
             return f"cannot connect to the database{at}: timed out (no answer from the server)"
         if isinstance(e, OSError):
-            return f"database connection failed{at}: {_one_line(e.strerror or str(e))}"
+            from orphan_cleanup.ledger.db import network_failure
+
+            why = network_failure(e, connecting=True) or _one_line(e.strerror or str(e))
+            return f"database connection failed{at}: {why}"
     return _one_line(str(exc))
 
 

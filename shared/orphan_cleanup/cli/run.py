@@ -4,7 +4,10 @@ Consent before deletion (README, "Running it by hand"): a run whose effective mo
 ``delete`` deletes only with consent. With stdin on a terminal (whatever stdout is:
 ``run ... | tee log`` still asks) it shows its plan on stderr and deletes only once the
 operator types the backend id; otherwise it needs ``--yes``, and without it exits 2
-before listing. ``--json`` is an output format, never consent.
+before listing. ``--json`` is an output format, never consent. The question waits
+``--confirm-timeout`` seconds (10 minutes by default): unanswered, it is declined, so the
+cycle ends and frees the backend's lease that its heartbeat would otherwise hold for as long
+as the prompt waits, and the run exits 2.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import sys
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from orphan_cleanup.cli.exits import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
+from orphan_cleanup.cli.exits import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
 from orphan_cleanup.cli.output import human_time, print_plan, print_table, verdict_style, write_json_document
 from orphan_cleanup.core.errors import ConfigError
 from orphan_cleanup.core.settings import Settings
@@ -68,6 +71,8 @@ def command(settings: Settings, db: Database, args: argparse.Namespace) -> int:
         write_json_document(head, "groups", pipeline.store.report_groups(cycle.cycle_id))
     else:
         print_cycle(report, notes)
+    if isinstance(confirm, _Confirmation) and confirm.timed_out:
+        return EXIT_BAD_INPUT
     return EXIT_FAILED if report["outcome"] == "failed" else EXIT_OK
 
 
@@ -79,7 +84,7 @@ def consent(settings: Settings, db: Database, args: argparse.Namespace) -> _Conf
     if args.yes:
         return None
     if sys.stdin.isatty():
-        return _Confirmation(args.backend)
+        return _Confirmation(args.backend, getattr(args, "confirm_timeout", 600))
     why = _deletes_because(settings, db, args)
     if why is not None:
         raise ConfigError(f"run --backend {args.backend} would delete ({why}) and stdin is not a terminal to ask"
@@ -103,22 +108,43 @@ def _deletes_because(settings: Settings, db: Database, args: argparse.Namespace)
 
 class _Confirmation:
     """Shows the plan on stderr (the terminal, also when stdout is piped) and accepts it only
-    when the operator types the backend id exactly on stdin (anything else, an empty line
-    or end of input, deletes nothing)."""
+    when the operator types the backend id exactly on stdin (anything else, an empty line,
+    end of input or no answer within ``timeout`` seconds, deletes nothing)."""
 
-    def __init__(self, backend_id: str) -> None:
-        self.backend_id = backend_id
-        self.declined = False
+    def __init__(self, backend_id: str, timeout: float = 600) -> None:
+        self.backend_id, self.timeout = backend_id, timeout
+        self.declined = self.timed_out = False
 
     def __call__(self, plan: Plan) -> bool:
         print_plan(plan, stream=sys.stderr)
         print(f"Type the backend id ({self.backend_id}) to delete these {len(plan.deletes)} group(s);"
               " anything else deletes nothing: ", end="", file=sys.stderr, flush=True)
-        line = sys.stdin.readline()
+        line = self._answer()
+        if line is None:
+            self.declined = self.timed_out = True
+            print(f"\norphan-cleanup: no answer within {self.timeout}s: nothing deleted; the backend"
+                  f" {self.backend_id} is free again (--confirm-timeout)", file=sys.stderr, flush=True)
+            return False
         if not line.endswith("\n"):
             print(file=sys.stderr)  # end of input: the next output starts on a line of its own
         self.declined = line.rstrip("\n") != self.backend_id
         return not self.declined
+
+
+    def _answer(self) -> str | None:
+        """The line typed on stdin, or None when none came within ``timeout`` seconds (a
+        terminal in canonical mode is readable once a whole line, or end of input, is typed)."""
+        import select
+        import time
+
+        deadline = time.monotonic() + self.timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            readable, _, _ = select.select([sys.stdin], [], [], min(left, 1.0))
+            if readable:
+                return sys.stdin.readline()
 
 
 class _NoConsent:

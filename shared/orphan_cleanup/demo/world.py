@@ -22,7 +22,7 @@ from typing import Any
 from orphan_cleanup.core.errors import ConfigError
 from orphan_cleanup.core.settings import Settings
 from orphan_cleanup.ledger.db import Database
-from orphan_cleanup.ledger.embedded import ensure_database, start_embedded, stop_embedded
+from orphan_cleanup.ledger.embedded import EmbeddedMissing, ensure_database, start_embedded, stop_embedded
 from orphan_cleanup.ledger.migrate import migrate
 
 DB_NAME = "orphan_cleanup_demo"
@@ -69,7 +69,11 @@ def fake_aws_session() -> Any:
 def embedded_postgres(root: Path) -> Iterator[Database]:
     """A fresh, migrated database on an embedded server in ``root``; the
     server is stopped and its data dir deleted on exit."""
-    info = start_embedded(root, cleanup="delete")
+    try:
+        info = start_embedded(root, cleanup="delete")
+    except EmbeddedMissing as e:
+        why = " (it never uses DATABASE_URL, which is set in this shell)" if os.environ.get("DATABASE_URL") else ""
+        raise ConfigError(f"the demo runs on its own embedded Postgres{why}, and {e}") from None
     try:
         db = Database(ensure_database(info, DB_NAME))
         migrate(db)

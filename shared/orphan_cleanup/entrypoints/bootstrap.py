@@ -21,14 +21,12 @@ from orphan_cleanup.cycle.reporting import Reporter, known_secrets, sentry_sink
 from orphan_cleanup.cycle.step_context import ProviderFactory
 from orphan_cleanup.ledger.cloudsql import CloudSqlOpener
 from orphan_cleanup.ledger.db import Database, PasswordSource
-from orphan_cleanup.ledger.embedded import ensure_database, start_embedded
+from orphan_cleanup.ledger.embedded import EMBEDDED_DB_NAME, EmbeddedMissing, ensure_database, start_embedded
 from orphan_cleanup.ledger.migrate import migrate
 from orphan_cleanup.ledger.url import TLS_ONLY_MODES, ConnInfo, parse_database_url, secret_url
 from orphan_cleanup.providers.base import ResourceProvider
 from orphan_cleanup.providers.ratelimit import process_limits, settings_budgets
 from orphan_cleanup.queues.base import Queue
-
-EMBEDDED_DB_NAME = "orphan_cleanup"
 
 AwsSessionFactory = Callable[[], Any]
 """``() -> boto3.Session``: one per adapter, as a session is not thread-safe."""
@@ -114,7 +112,10 @@ def open_database(settings: Settings, *, run_migrations: bool = False, deployed:
         if settings.database_iam_auth or settings.cloud_sql_instance:
             raise ConfigError("DATABASE_IAM_AUTH and CLOUD_SQL_INSTANCE need DATABASE_URL or DATABASE_URL_SECRET_ARN"
                               " (the user and the database to log in to)")
-        info = start_embedded(Path(settings.data_dir), cleanup="stop")
+        try:
+            info = start_embedded(Path(settings.data_dir), cleanup="stop")
+        except EmbeddedMissing as e:
+            raise ConfigError(f"DATABASE_URL is not set and {e}; or set DATABASE_URL") from None
         db = Database(ensure_database(info, EMBEDDED_DB_NAME), keep_idle=True)
     if run_migrations:
         migrate(db)
@@ -198,7 +199,8 @@ def cloud_sql_connector(settings: Settings) -> Any:
         from google.auth.exceptions import GoogleAuthError
         from google.cloud.sql.connector import Connector
     except ImportError as e:
-        raise ConfigError("CLOUD_SQL_INSTANCE needs the Cloud SQL connector: pip install 'orphan-cleanup[gcp]'") from e
+        raise ConfigError("CLOUD_SQL_INSTANCE needs the Cloud SQL connector (the [gcp] extra): pip install"
+                          " --require-hashes -r requirements/install-gcp.txt from the repository root") from e
     try:
         return Connector(ip_type=settings.cloud_sql_ip_type, enable_iam_auth=settings.cloud_sql_iam_auth,
                          refresh_strategy="lazy")

@@ -10,7 +10,7 @@ The protocol that makes orphan cleanup safe:
 
 Example::
 
-    ledger = LedgerClient(Database.from_url(os.environ["DATABASE_URL"]))
+    ledger = LedgerClient.from_env()  # DATABASE_URL, else the CLI's embedded Postgres
     issued = ledger.issue_ref(owner_id="inst-42", owner_name="train-7")
     resp = ec2.run_instances(..., TagSpecifications=aws_tag_specifications(issued.provider_ref))
     ledger.mark_provisioning("inst-42", backend_id="aws-prod",
@@ -61,6 +61,40 @@ class LedgerClient:
 
     def __init__(self, db: Database) -> None:
         self.db = db
+
+    @classmethod
+    def from_env(cls) -> LedgerClient:
+        """The ledger the CLI uses, from this process's environment: ``DATABASE_URL`` when
+        set; else the embedded Postgres in ``ORPHAN_CLEANUP_DATA_DIR`` (``./.orphan-cleanup``),
+        the same server and database as ``orphan-cleanup`` run from the same directory,
+        started if it is not running and migrated, as the CLI's first write does. A
+        ``DATABASE_URL``'s schema is the operator's (``orphan-cleanup migrate``): not changed."""
+        from pathlib import Path
+
+        from pydantic import ValidationError
+
+        from orphan_cleanup.core.settings import Settings
+        from orphan_cleanup.ledger.embedded import EMBEDDED_DB_NAME, EmbeddedMissing, ensure_database, start_embedded
+        from orphan_cleanup.ledger.migrate import migrate
+
+        try:
+            settings = Settings()
+        except ValidationError as e:
+            first = e.errors()[0]  # not ``from e``: pydantic quotes the input, a URL's password (SAFETY.md rule 22)
+            raise ConfigError(f"bad setting {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+        if settings.database_url is not None:
+            return cls(Database.from_url(settings.database_url.get_secret_value(), keep_idle=True))
+        if settings.database_url_secret_arn or settings.cloud_sql_instance or settings.database_iam_auth:
+            raise ConfigError("LedgerClient.from_env reads DATABASE_URL or the embedded Postgres; with"
+                              " DATABASE_URL_SECRET_ARN, CLOUD_SQL_INSTANCE or DATABASE_IAM_AUTH build the"
+                              " Database yourself: LedgerClient(Database(...))")
+        try:
+            info = start_embedded(Path(settings.data_dir), cleanup="stop")
+        except EmbeddedMissing as e:
+            raise ConfigError(f"DATABASE_URL is not set and {e}; or set DATABASE_URL") from None
+        db = Database(ensure_database(info, EMBEDDED_DB_NAME), keep_idle=True)
+        migrate(db)
+        return cls(db)
 
     def issue_ref(self, *, owner_id: str | None = None, owner_name: str | None = None,
                   owner_type: str = "instance") -> IssuedRef:

