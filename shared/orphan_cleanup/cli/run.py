@@ -130,7 +130,6 @@ class _Confirmation:
         self.declined = line.rstrip("\n") != self.backend_id
         return not self.declined
 
-
     def _answer(self) -> str | None:
         """The line typed on stdin, or None when none came within ``timeout`` seconds (a
         terminal in canonical mode is readable once a whole line, or end of input, is typed)."""
