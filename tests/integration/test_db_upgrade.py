@@ -46,9 +46,9 @@ def _previous_release(pg_server) -> Ledger:
     return ledger
 
 
-def _cli(ledger: Ledger, *args: str) -> subprocess.CompletedProcess[str]:
+def _cli(ledger: Ledger, *args: str, admin: bool = False) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PG", "ORPHAN_CLEANUP_"))}
-    env["DATABASE_URL"] = ledger.info(ledger.owner).url()
+    env["DATABASE_URL"] = (ledger.admin if admin else ledger.info(ledger.owner)).url()
     return subprocess.run([sys.executable, "-m", "orphan_cleanup", *args], env=env, capture_output=True,
                           text=True, timeout=120, cwd=ROOT)
 
@@ -142,7 +142,13 @@ def test_the_grants_after_migrate_are_those_of_this_releases_roles_sql(upgraded)
 def test_migrate_that_cannot_grant_applies_nothing_and_names_the_command(pg_server):
     ledger = _previous_release(pg_server)
     try:
-        # given roles.sql's own default names, which this database's roles.sql did not use
+        # given another role than the owner (the admin: the tables it created would be its own)
+        done = _cli(ledger, "migrate", *_role_flags(ledger), admin=True)
+        assert done.returncode == 2, done.stdout
+        [line] = done.stderr.splitlines()
+        assert f"connected as {ledger.admin.user}, not as the owner role {ledger.owner}" in line, line
+        assert ROLES_SQL_COMMAND in line and "nothing was applied" in line, line
+        # or roles.sql's own default names, which this database's roles.sql did not use
         done = _cli(ledger, "migrate")
         assert done.returncode == 2, done.stdout
         assert done.stdout == ""
