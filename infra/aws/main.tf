@@ -60,10 +60,16 @@ locals {
   database_user = { for k in keys(local.functions) : k => local.shared_database ? var.database_iam_user : var.database_iam_users[k] }
 }
 
+# This deployment's own id (a UUID, made at the first apply, kept in the state): in the log
+# groups' names with the tool, so that neither this stack applied again after a destroy (its
+# groups outlive it) nor a SAM stack of the same name collides with them (docs/DEPLOY.md,
+# "Redeploys").
+resource "terraform_data" "deployment" {}
+
 resource "aws_cloudwatch_log_group" "fn" {
   for_each = local.functions
 
-  name              = "/orphan-cleanup/${var.name_prefix}/${each.key}"
+  name              = "/orphan-cleanup/tf/${var.name_prefix}/${terraform_data.deployment.id}/${each.key}"
   retention_in_days = var.log_retention_days
   kms_key_id        = var.logs_kms_key_arn
   # Kept by `terraform destroy`: the record of every verdict and delete outlives the stack,

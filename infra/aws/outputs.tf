@@ -28,6 +28,11 @@ output "function_names" {
   value       = { for k, f in aws_lambda_function.fn : k => f.function_name }
 }
 
+output "log_group_names" {
+  description = "CloudWatch log groups by step (lister, classifier, deleter), named by the tool, name_prefix and this deployment's id; kept by destroy (docs/DEPLOY.md, \"Redeploys\")."
+  value       = { for k, g in aws_cloudwatch_log_group.fn : k => g.name }
+}
+
 output "role_arns" {
   description = "Execution roles by step; the target account's list role trusts the lister's, its delete role the deleter's."
   value       = { for k, r in aws_iam_role.fn : k => r.arn }

@@ -87,13 +87,14 @@ class Ledger:
     def db(self, role: str) -> Database:
         return Database(self.info(role))
 
-    def roles_sql(self, **variables: str) -> subprocess.CompletedProcess[str]:
-        """Run roles.sql with psql as the admin; ``check`` is the caller's."""
+    def roles_sql(self, script: Path = ROLES_SQL, **variables: str) -> subprocess.CompletedProcess[str]:
+        """Run roles.sql (or ``script``, e.g. a previous release's) with psql as the admin;
+        ``check`` is the caller's."""
         given = dict(owner_role=self.owner, runtime_role=self.runtime, owner_password=self.passwords[self.owner],
                      runtime_password=self.passwords[self.runtime], definer_role=self.definer, **variables)
         for fn, role in self.functions.items():
             given[f"{fn}_role"], given[f"{fn}_password"] = role, self.passwords[role]
-        args = [str(PSQL), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-f", str(ROLES_SQL)]
+        args = [str(PSQL), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-f", str(script)]
         for name, value in given.items():
             args += ["-v", f"{name}={value}"]
         return subprocess.run(args, env=_libpq_env(self.admin), capture_output=True, text=True, timeout=60)

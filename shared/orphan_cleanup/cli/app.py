@@ -55,6 +55,11 @@ schema of a DATABASE_URL (the others check its version and say `run orphan-clean
 without DATABASE_URL, backend add|update|remove and run migrate the embedded database themselves).
 Ledger tables your platform created itself must have every C1 column first: a missing one is
 named and nothing is applied.
+Then, in the same transaction, it grants the roles of infra/postgres/roles.sql what the tables
+need (the grants roles.sql gives; docs/DATABASE.md, "4. Roles"), when those roles exist: run it
+as the owner role, with the role names roles.sql was given (--lister-role ... ; their defaults
+are roles.sql's). When it cannot grant them, it applies nothing and says what to run instead:
+--skip-grants, then psql "$ADMIN_URL" -v ON_ERROR_STOP=1 -f infra/postgres/roles.sql.
 
 example:
   DATABASE_URL=postgresql://cleanup@db.internal/platform orphan-cleanup migrate"""
@@ -192,8 +197,13 @@ def build_parser() -> argparse.ArgumentParser:
                 epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--version", action="version", version=f"orphan-cleanup {_version()}")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    sub.add_parser("migrate", help="create or upgrade the schema (idempotent)", epilog=MIGRATE_EPILOG,
-                   formatter_class=RAW)
+    mig = sub.add_parser("migrate", help="create or upgrade the schema (idempotent)", epilog=MIGRATE_EPILOG,
+                         formatter_class=RAW)
+    for role in ("owner", "runtime", "lister", "classifier", "deleter", "definer"):
+        mig.add_argument(f"--{role}-role", metavar="NAME", default=f"orphan_cleanup_{role}",
+                         help=f"roles.sql's -v {role}_role (default orphan_cleanup_{role})")
+    mig.add_argument("--skip-grants", action="store_true",
+                     help="apply the migrations only; then run infra/postgres/roles.sql yourself")
     b = sub.add_parser("backend", help="manage backends").add_subparsers(dest="action", required=True,
                                                                          parser_class=_Parser)
     add = b.add_parser("add", help="register a provider account", epilog=_add_epilog(), formatter_class=RAW)

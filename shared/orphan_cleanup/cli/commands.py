@@ -34,11 +34,16 @@ def dispatch(args: argparse.Namespace) -> int:
     checked = validate_backend(args) if (args.command, action) == ("backend", "add") else None
     settings = bootstrap.load_settings()  # bad input is reported before any database is started
     if args.command == "migrate":
-        from orphan_cleanup.ledger.migrate import migrate
+        from orphan_cleanup.ledger.grants import RoleNames
+        from orphan_cleanup.ledger.migrate import migrate_and_grant
 
-        applied = migrate(bootstrap.open_database(settings))
+        roles = None if args.skip_grants else RoleNames(
+            owner=args.owner_role, runtime=args.runtime_role, lister=args.lister_role,
+            classifier=args.classifier_role, deleter=args.deleter_role, definer=args.definer_role)
+        applied, granted = migrate_and_grant(bootstrap.open_database(settings), roles)
         print(f"applied {len(applied)} migration(s)"
-              + (f": {', '.join(applied)}" if applied else ", schema up to date"))
+              + (f": {', '.join(applied)}" if applied else ", schema up to date")
+              + (f"; granted {', '.join(granted)} what they need (roles.sql's grants)" if granted else ""))
         return EXIT_OK
     if args.command == "psql":
         from orphan_cleanup.cli.psql import run_psql

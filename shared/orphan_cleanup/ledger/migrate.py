@@ -5,8 +5,12 @@ from __future__ import annotations
 
 from importlib import resources
 
+from pg8000.exceptions import DatabaseError as PgDatabaseError
+
 from orphan_cleanup.core.errors import ConfigError, SchemaNotMigrated
-from orphan_cleanup.ledger.db import Database
+from orphan_cleanup.ledger import grants
+from orphan_cleanup.ledger.db import Database, sqlstate
+from orphan_cleanup.ledger.grants import RoleNames
 
 # Any constant works: it names this product's migration lock among advisory locks.
 MIGRATION_LOCK_KEY = 0x6F7270686E  # "orphn"
@@ -84,14 +88,26 @@ def missing_c1_columns(found: dict[str, set[str]]) -> list[str]:
             for column in columns if column not in found[table]]
 
 
-def migrate(db: Database) -> list[str]:
-    """Apply the migrations not applied yet, each in its own transaction under an
-    advisory lock, and return the names applied by this call.
+def migrate(db: Database, *, through: int | None = None) -> list[str]:
+    """Apply the migrations not applied yet (up to version ``through``, when given), each in
+    its own transaction under an advisory lock, and return the names applied by this call.
 
     First, under the lock: C1 tables the platform created itself must have every
     contract column, or nothing is applied and a ``ConfigError`` names each missing one
     (a migration would otherwise fail half-way on the first one it touches)."""
+    return migrate_and_grant(db, None, through=through)[0]
+
+
+def migrate_and_grant(db: Database, roles: RoleNames | None, *,
+                      through: int | None = None) -> tuple[list[str], tuple[str, ...]]:
+    """``migrate``, then, in the same transaction, roles.sql's grants for ``roles`` (ledger/
+    grants.py): the migrations applied and the roles granted. No role of roles.sql in the
+    database: no grants (the embedded database). Roles that exist but that this connection
+    cannot grant (not the owner role's, other names, a grant refused) while migrations are
+    pending: nothing is applied, and the ``ConfigError`` names the command to run instead
+    (docs/DATABASE.md, "4. Roles": a table a migration adds is born read-only for every role)."""
     applied_now: list[str] = []
+    granted: tuple[str, ...] = ()
     with db.transaction() as conn:
         conn.run("SELECT pg_advisory_xact_lock(:k)", k=MIGRATION_LOCK_KEY)
         current, search_path, user, user_schema = conn.run(_SCHEMAS)[0]
@@ -114,16 +130,32 @@ def migrate(db: Database) -> list[str]:
             " applied_at timestamptz NOT NULL DEFAULT now())"
         )
         done = {row[0] for row in conn.run("SELECT version FROM schema_migrations")}
-        for version, name, sql in available_migrations():
-            if version in done:
-                continue
+        pending = [(version, name, sql) for version, name, sql in available_migrations()
+                   if version not in done and (through is None or version <= through)]
+        grant, why = grants.blocker(conn, roles) if roles is not None else (False, None)
+        if why is not None and pending:
+            raise grants.refusal(len(pending), why)
+        for version, name, sql in pending:
             conn.run(sql)
             conn.run("INSERT INTO schema_migrations (version, name) VALUES (:v, :n)", v=version, n=name)
             applied_now.append(name)
         for (function,) in conn.run(_UNPINNED_FUNCTIONS):
             # SAFETY.md rule 9: a trigger that read another schema's table could miss activity.
             conn.run(f"ALTER FUNCTION {function} SET search_path = {_ident(current)}, pg_temp")
-    return applied_now
+        if grant and roles is not None:
+            try:
+                grants.apply(conn, roles, current)
+            except PgDatabaseError as exc:
+                if sqlstate(exc) != "42501" or not pending:
+                    raise
+                raise grants.refusal(len(pending), _message(exc)) from None
+            granted = (roles.runtime, roles.lister, roles.classifier, roles.deleter)
+    return applied_now, granted
+
+
+def _message(exc: Exception) -> str:
+    args = exc.args[0] if exc.args and isinstance(exc.args[0], dict) else {}
+    return str(args.get("M", exc))
 
 
 def _ident(name: str) -> str:

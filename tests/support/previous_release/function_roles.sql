@@ -1,16 +1,13 @@
 -- One database role per function: included by roles.sql (\ir), inside its transaction,
 -- with its psql variables. docs/DATABASE.md, "One role per function", has the same grants
--- as a table, which tests/integration/test_db_function_roles.py compares with pg_catalog
--- (tests/integration/test_db_grants_catalog.py: every grant, and every other write refused).
+-- as a table, which tests/integration/test_db_roles.py compares with pg_catalog.
 --
 -- Each role reads every table (the C1 tables, the log, the product's), and writes only what
 -- its function's statements write. None may update or delete the audit trail (events,
 -- provider_journal, cycle_batches, orphan_resources: SAFETY.md rule 19); only the deleter
 -- deletes, and only gates. What the deleter trusts (the cycle's mode and snapshot, its
 -- groups, its delete requests, the known orphan resources) neither the lister nor the
--- deleter can write; the deleter's UPDATE grants name the columns its statements update,
--- and triggers (migration 0014) bound the values: no verdict but `protected`, no request
--- queued again.
+-- deleter can write.
 
 -- ---- start from nothing: a rerun takes back what a list no longer gives ---------------
 SELECT format('REVOKE ALL ON TABLE %I.%I FROM %I, %I, %I, %I', n.nspname, c.relname, :'lister_role',
@@ -34,56 +31,41 @@ SELECT format('REVOKE ALL ON FUNCTION %s FROM %I, %I, %I', p.oid::regprocedure, 
 \gexec
 
 -- ---- what each function writes ---------------------------------------------------------
--- Each UPDATE grant names the columns its function's statements update (ledger/locked.py,
--- session.py, store.py, oc_apply_batch), nothing more (docs/DATABASE.md, the grants table;
--- tests/integration/test_db_grants_catalog.py declares the same lists and tries every other
--- write). Inserts are whole rows.
--- lister: enrolls backends and takes their lease (cleanup, its fence), starts cycles and
---         records their listing (cycles, its region counts: region_groups, which only it
---         writes; region_listings' suspect counts), fails a cycle it finds past its deadline.
--- classifier: applies batches (cycle_batches, cycle_groups, orphans, events, oc_apply_batch),
---         dispatches deletes (delete_requests), finishes cycles. No orphan_resources: a
---         listing never says what an orphan VM had attached (migration 0012).
+-- lister: enrolls backends and takes their lease (cleanup), starts cycles and records their
+--         listing (cycles, region_listings), fails a cycle it finds past its deadline.
+-- classifier: applies batches (cycle_batches, cycle_groups, orphans, orphan_resources,
+--         events, oc_apply_batch), dispatches deletes (delete_requests), finishes cycles.
 -- deleter: takes and releases gates, journals its provider calls, records each delete's
---         result (a request's state, a group's action, error and a protection found:
---         verdict `protected` only, and never a request queued again: migration 0014's
---         triggers), finishes cycles; its known orphan resources only through
---         oc_record_orphan_resources.
--- Finishing a cycle (STEP 7) writes the lease row's schedule and releases the lease.
+--         result, finishes cycles.
 SELECT format('GRANT %s ON TABLE %I.%I TO %I', g.privileges, :'schema', g.tbl, g.grantee)
   FROM (VALUES
-    (:'lister_role', 'cleanup', 'INSERT'),
-    (:'lister_role', 'cleanup', 'UPDATE (fence, lease_owner, lease_expires_at, clean_at, clean_mode,'
-                                ' last_processed_at, next_due_at, retry_delay_seconds, last_outcome, last_error)'),
+    (:'lister_role', 'cleanup', 'INSERT, UPDATE'),
     (:'lister_role', 'cycles', 'INSERT'),
-    (:'lister_role', 'cycles', 'UPDATE (listed_at, region_groups, failures, failed, error, outcome, finished_at)'),
-    (:'lister_role', 'region_listings', 'INSERT'),
-    (:'lister_role', 'region_listings', 'UPDATE (suspect_groups, suspect_at)'),
+    (:'lister_role', 'region_listings', 'INSERT, UPDATE'),
     (:'lister_role', 'events', 'INSERT'),
-    (:'classifier_role', 'cleanup', 'UPDATE (lease_owner, lease_expires_at, clean_at, clean_mode, last_processed_at,'
-                                    ' next_due_at, retry_delay_seconds, last_outcome, last_error)'),
-    (:'classifier_role', 'cycles', 'UPDATE (applied_batches, groups_listed, unsettled, expected_batches, failures,'
-                                   ' dispatched, blocked_reason, open_deletes, planned_deletes, outcome, finished_at)'),
+    (:'classifier_role', 'cleanup', 'UPDATE'),
     (:'classifier_role', 'cycle_batches', 'INSERT'),
-    (:'classifier_role', 'cycle_groups', 'INSERT'),
-    (:'classifier_role', 'cycle_groups', 'UPDATE (action)'),
-    (:'classifier_role', 'orphans', 'INSERT'),
-    (:'classifier_role', 'orphans', 'UPDATE (last_seen, resources, verdict, reason, times_reported, last_cycle_id,'
-                                    ' state)'),
+    (:'classifier_role', 'cycle_groups', 'INSERT, UPDATE'),
+    (:'classifier_role', 'orphans', 'INSERT, UPDATE'),
+    (:'classifier_role', 'orphan_resources', 'INSERT'),
     (:'classifier_role', 'delete_requests', 'INSERT'),
     (:'classifier_role', 'events', 'INSERT'),
-    (:'deleter_role', 'cleanup', 'UPDATE (lease_owner, lease_expires_at, clean_at, clean_mode, last_processed_at,'
-                                 ' next_due_at, retry_delay_seconds, last_outcome, last_error)'),
-    (:'deleter_role', 'cycles', 'UPDATE (open_deletes, unsettled, failed, tripped_regions, error, outcome,'
-                                ' finished_at)'),
-    (:'deleter_role', 'cycle_groups', 'UPDATE (action, error, updated_at, evidence, verdict, reason)'),
-    (:'deleter_role', 'orphans', 'UPDATE (state, last_error, verdict, reason)'),
-    (:'deleter_role', 'delete_requests', 'UPDATE (state, attempts, result, updated_at)'),
-    (:'deleter_role', 'delete_gates', 'INSERT, DELETE'),
-    (:'deleter_role', 'delete_gates', 'UPDATE (holder, expires_at)'),
+    (:'deleter_role', 'cleanup', 'UPDATE'),
+    (:'deleter_role', 'cycle_groups', 'UPDATE'),
+    (:'deleter_role', 'orphans', 'UPDATE'),
+    (:'deleter_role', 'delete_requests', 'UPDATE'),
+    (:'deleter_role', 'delete_gates', 'INSERT, UPDATE, DELETE'),
     (:'deleter_role', 'events', 'INSERT')
   ) AS g(grantee, tbl, privileges)
  WHERE to_regclass(format('%I.%I', :'schema', g.tbl)) IS NOT NULL
+\gexec
+-- A cycle's own facts (backend, fence, mode, snapshot: SAFETY.md rule 18) are written once,
+-- by the lister; every function may move its progress.
+SELECT format('GRANT UPDATE (listed_at, deadline, expected_batches, applied_batches, groups_listed, open_deletes,'
+              ' planned_deletes, failures, unsettled, failed, error, tripped_regions, outcome, finished_at,'
+              ' dispatched, blocked_reason, region_groups) ON TABLE %I.cycles TO %I, %I, %I', :'schema',
+              :'lister_role', :'classifier_role', :'deleter_role')
+ WHERE to_regclass(format('%I.cycles', :'schema')) IS NOT NULL
 \gexec
 -- A journal row's id and time are the database's; only the deleter calls what it journals.
 SELECT format('GRANT INSERT (backend_id, cycle_id, scope, region, provider_ref, group_key, phase, intent_id, call,'
@@ -120,16 +102,11 @@ SELECT format('ALTER FUNCTION %s OWNER TO %I', p.oid::regprocedure, :'definer_ro
  WHERE n.nspname = :'schema' AND p.proname IN ('orphan_cleanup_region_baseline', 'oc_record_orphan_resources')
 \gexec
 REVOKE CREATE ON SCHEMA :"schema" FROM :"definer_role";
--- The deleter's known orphan resources (oc_record_orphan_resources, migrations 0013 and 0014):
--- only while its delete cycle holds the lease, under a group that cycle classified an orphan
--- and asked it to delete, whose instance the cycle's journal shows deleted, and only members
--- of that group.
+-- The deleter's known orphan resources (oc_record_orphan_resources, migration 0013): only under
+-- the ref of a group its delete cycle classified an orphan and asked it to delete.
 SELECT format('GRANT %s ON TABLE %I.%I TO %I', g.privileges, :'schema', g.tbl, :'definer_role')
-  FROM (VALUES ('region_listings', 'SELECT, INSERT'),
-               ('region_listings', 'UPDATE (clean_groups, clean_cycle_id, clean_at, suspect_groups, suspect_at)'),
-               ('orphan_resources', 'INSERT'), ('cycles', 'SELECT'), ('cleanup', 'SELECT'),
-               ('cycle_groups', 'SELECT'), ('delete_requests', 'SELECT'), ('provider_journal', 'SELECT'))
-       AS g(tbl, privileges)
+  FROM (VALUES ('region_listings', 'SELECT, INSERT, UPDATE'), ('orphan_resources', 'INSERT'),
+               ('cycles', 'SELECT'), ('cycle_groups', 'SELECT'), ('delete_requests', 'SELECT')) AS g(tbl, privileges)
  WHERE to_regclass(format('%I.%I', :'schema', g.tbl)) IS NOT NULL
 \gexec
 SELECT format('GRANT EXECUTE ON FUNCTION %s TO %I', p.oid::regprocedure, :'definer_role')
