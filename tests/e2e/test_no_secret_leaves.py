@@ -366,13 +366,13 @@ def test_no_secret_leaves_a_rotation_or_an_iam_token(tls_server, role, moto_rese
     # a warm lister, rotated in Postgres and in the secret: the second tick re-reads it
     results.append(json.dumps(lister.handler({}, context("lister")), default=str))
     _run(tls_server, f"ALTER ROLE {role.name} PASSWORD '{second}'")
-    _run(tls_server, f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = '{role.name}'")
+    _run(tls_server, f"SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity WHERE usename = '{role.name}'")
     sm.put_secret_value(SecretId=arn, SecretString=rds_secret(tls_server, role, second))
     results.append(json.dumps(lister.handler({}, context("lister")), default=str))
     assert all('"ok": true' in r for r in results), results
     # a rotation the secret does not follow: one error line
     _run(tls_server, f"ALTER ROLE {role.name} PASSWORD '{WRONG_PASSWORD}x'")
-    _run(tls_server, f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = '{role.name}'")
+    _run(tls_server, f"SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity WHERE usename = '{role.name}'")
     with pytest.raises(DatabaseError) as rotated:
         lister.handler({}, context("lister"))
     # and an RDS IAM token the server refuses (the URL's own password a canary too)

@@ -33,7 +33,7 @@ BUDGET: dict[str, int | range] = {                       # first seed that catch
     "no_fence": range(6, 20),               # 8
     "clean_always": 8,           # 0
     "no_blast_cap": range(15, 30),          # 15
-    "mode_uncapped": range(5, 20),          # 11 (a report seed: a row flipped to delete under its report ceiling)
+    "mode_uncapped": range(25, 40),          # 31 (a report seed: a row flipped to delete under its report ceiling)
     "no_delete_activity": 8,     # 0
     "no_backend_activity": range(49, 65),    # 52 (see README: rare, a quiet spell after an edit)
     "ownership_by_backend_id": 8,  # 0
