@@ -22,7 +22,7 @@ from tests.support.ledger_helpers import T0, add_ref, db_now, group, limits
 
 UNREACHABLE = "postgresql://postgres@127.0.0.1:1/postgres?sslmode=disable"
 STATUS_KEYS = {"backend", "provider", "mode", "clean_at", "last_outcome", "last_processed_at", "next_due_at",
-               "open_orphans"}
+               "open_orphans", "last_error", "last_failed_at"}
 ADD_AWS = ["backend", "add", "aws-prod", "--provider", "aws", "--account", "123456789012",
            "--regions", "us-east-1,eu-west-1"]
 
@@ -175,7 +175,7 @@ def test_status_json_matches_c3(cli, db, monkeypatch):
     # (aws-dev's row says delete; under the stack's default ceiling, report, it runs report: rule 8)
     assert dev == {"backend": "aws-dev", "provider": "aws", "mode": "report", "clean_at": None,
                    "last_outcome": None, "last_processed_at": None, "next_due_at": None, "open_orphans": 0,
-                   "running": None, "stuck_pending": [], "stale_seconds": None}  # not enrolled: no staleness
+                   "last_error": None, "last_failed_at": None, "running": None, "stuck_pending": [], "stale_seconds": None}  # not enrolled: no staleness
     assert (prod["provider"], prod["mode"], prod["last_outcome"], prod["open_orphans"]) == (
         "aws", "report", "clean", 1)
     assert isinstance(prod["stale_seconds"], int) and prod["stale_seconds"] >= 0  # since its clean_at
