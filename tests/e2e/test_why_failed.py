@@ -80,3 +80,21 @@ def test_status_events_and_backend_show_say_why_a_gcp_cycle_failed(db, gcp):
     [event] = [e for e in json.loads(cli(db, gcp, "events", "--backend", BACKEND, "--since", "1h", "--json").stdout)
                if e["kind"] == "cycle_failed"]
     assert event["message"] == row["last_error"] and event["cycle_id"]
+
+
+def test_a_run_whose_identity_check_fails_says_why_once_in_either_format(db, gcp):
+    # given a GCP backend whose project the credentials may not read (SAFETY.md rule 11)
+    add_gcp_backend(db, gcp)
+    gcp.add_fault(path_contains=f"/projects/{gcp.project}", status=403)
+    # when the operator runs a cycle, as a table
+    run = cli(db, gcp, "run", "--backend", BACKEND)
+    # then it fails and the reason appears once, on stdout, with no empty table and no log line
+    assert run.returncode == 1
+    assert [line for line in (run.stdout + run.stderr).splitlines() if "Injected fault" in line] == [
+        next(line for line in run.stdout.splitlines() if line.startswith("error: "))], (run.stdout, run.stderr)
+    assert "(none)" not in run.stdout and "ERROR" not in run.stderr
+    # and as JSON: the document on stdout, the reason once on stderr
+    run = cli(db, gcp, "run", "--backend", BACKEND, "--json")
+    assert run.returncode == 1 and json.loads(run.stdout)["outcome"] == "failed"
+    assert [line for line in run.stderr.splitlines() if "Injected fault" in line] == [
+        f"orphan-cleanup: error: {status_json(db, gcp)['last_error']}"], run.stderr
