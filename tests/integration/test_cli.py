@@ -175,7 +175,8 @@ def test_status_json_matches_c3(cli, db, monkeypatch):
     # (aws-dev's row says delete; under the stack's default ceiling, report, it runs report: rule 8)
     assert dev == {"backend": "aws-dev", "provider": "aws", "mode": "report", "clean_at": None,
                    "last_outcome": None, "last_processed_at": None, "next_due_at": None, "open_orphans": 0,
-                   "last_error": None, "last_failed_at": None, "running": None, "stuck_pending": [], "stale_seconds": None}  # not enrolled: no staleness
+                   "last_error": None, "last_failed_at": None, "running": None, "stuck_pending": [],
+                   "stale_seconds": None}  # not enrolled: no staleness
     assert (prod["provider"], prod["mode"], prod["last_outcome"], prod["open_orphans"]) == (
         "aws", "report", "clean", 1)
     assert isinstance(prod["stale_seconds"], int) and prod["stale_seconds"] >= 0  # since its clean_at
@@ -252,3 +253,23 @@ def test_a_price_table_is_a_setting_checked_at_add_and_shown(cli):
     assert code == 0 and "prices" in out and "p3.2xlarge" in out
     code, out, err = cli("backend", "update", "aws-prod", "--settings", '{"prices": {"disk_gb_month": -1}}')
     assert code == 2 and out == "" and "prices" in one_error_line(err)
+
+
+def test_the_stalest_backend_is_the_longest_without_a_clean_cycle_failed_and_never_clean_included(cli, db):
+    # README, "When one fires": a backend added an hour ago whose first cycle (just now) failed,
+    # next to one added 162 s ago whose cycle was unsettled; neither was ever clean
+    assert cli("backend", "add", "gcp-main", "--provider", "gcp", "--account", "my-project",
+               "--regions", "europe-west1")[0] == 0
+    assert cli(*ADD_AWS)[0] == 0
+    with db.transaction() as conn:
+        conn.run("UPDATE backends SET created_at = oc_clock() - interval '1 hour' WHERE id = 'gcp-main'")
+        conn.run("UPDATE backends SET created_at = oc_clock() - interval '162 seconds' WHERE id = 'aws-prod'")
+        conn.run("INSERT INTO cleanup (backend_id, created_at, last_outcome) VALUES"
+                 " ('aws-prod', oc_clock() - interval '162 seconds', 'unsettled'), ('gcp-main', oc_clock(), 'failed')")
+    # when status is asked
+    rows = {r["backend"]: r for r in json.loads(cli("status", "--json")[1])}
+    # then each has gone without a clean cycle since it was added, and the failed one is the stalest
+    assert 3600 <= rows["gcp-main"]["stale_seconds"] < 3600 + 60
+    assert 162 <= rows["aws-prod"]["stale_seconds"] < 162 + 60
+    code, out, _ = cli("status")
+    assert code == 0 and "stalest backend: gcp-main, no clean cycle for 1h" in out, out

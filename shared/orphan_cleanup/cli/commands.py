@@ -106,7 +106,7 @@ def status_rows(db: Database, global_mode: str, stuck_after: int = 3600,
     stack's ceiling ``ceiling``: SAFETY.md rule 8), C3's keys,
     ``running``: the cycle holding the backend's live lease, or null, ``stuck_pending``:
     owners pending longer than ``stuck_after`` seconds whose resources its latest cycle skipped,
-    and ``stale_seconds``: the time since its last clean cycle (since it was enrolled when it
+    and ``stale_seconds``: the time since its last clean cycle (since it was added when it
     never had one; null for a backend that is off or not enrolled)."""
     from orphan_cleanup.cli.backends import running_json
 

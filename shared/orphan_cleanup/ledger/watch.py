@@ -1,6 +1,6 @@
 """What operators watch: the open orphans across cycles (``orphans``), the ``events``
 table (``events``), and how long each backend has gone without a clean cycle
-(``status``, the tick's ``StalestBackendSeconds``). Reads only; every age is by the
+(``status``; the tick's ``StalestBackendSeconds`` is ``queries.TICK_SQL``'s). Reads only; every age is by the
 database clock (``oc_clock()``, SAFETY.md rule 13)."""
 
 from __future__ import annotations
@@ -92,8 +92,9 @@ def events(conn: pg8000.native.Connection, since_seconds: int, backend_id: str |
 
 @dataclass(frozen=True)
 class Staleness:
-    """How long an enabled, enrolled backend has gone without a clean cycle: since its
-    ``clean_at``, or since it was enrolled when it never had one."""
+    """How long an enrolled backend that is not ``off`` has gone without a clean cycle: since
+    its ``clean_at``, or since it was added when it never had one (its cycles failed or were
+    unsettled: README, "When one fires")."""
 
     backend: str
     clean_at: datetime | None
@@ -105,7 +106,7 @@ def staleness(conn: pg8000.native.Connection, global_mode: str) -> list[Stalenes
     ``off``, the stalest first."""
     rows = conn.run(
         "SELECT b.id, c.clean_at, CAST(greatest(0, extract(epoch FROM oc_clock() - coalesce(c.clean_at,"
-        " c.created_at))) AS bigint) FROM backends b JOIN cleanup c ON c.backend_id = b.id"
-        " WHERE coalesce(b.mode, :g) <> 'off' AND isfinite(coalesce(c.clean_at, c.created_at))"
+        " b.created_at))) AS bigint) FROM backends b JOIN cleanup c ON c.backend_id = b.id"
+        " WHERE coalesce(b.mode, :g) <> 'off' AND isfinite(coalesce(c.clean_at, b.created_at))"
         " ORDER BY 3 DESC, b.id", g=global_mode)
     return [Staleness(backend=r[0], clean_at=r[1], stale_seconds=int(r[2])) for r in rows]
