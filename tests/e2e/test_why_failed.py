@@ -88,13 +88,14 @@ def test_a_run_whose_identity_check_fails_says_why_once_in_either_format(db, gcp
     gcp.add_fault(path_contains=f"/projects/{gcp.project}", status=403)
     # when the operator runs a cycle, as a table
     run = cli(db, gcp, "run", "--backend", BACKEND)
-    # then it fails and the reason appears once, on stdout, with no empty table and no log line
+    # then it fails and the reason appears once, as the CLI's error line, with no empty table and no log line
     assert run.returncode == 1
+    reason = status_json(db, gcp)["last_error"]
     assert [line for line in (run.stdout + run.stderr).splitlines() if "Injected fault" in line] == [
-        next(line for line in run.stdout.splitlines() if line.startswith("error: "))], (run.stdout, run.stderr)
+        f"orphan-cleanup: error: {reason}"], (run.stdout, run.stderr)
     assert "(none)" not in run.stdout and "ERROR" not in run.stderr
-    # and as JSON: the document on stdout, the reason once on stderr
+    # and as JSON: the document on stdout, the same reason once on stderr
     run = cli(db, gcp, "run", "--backend", BACKEND, "--json")
     assert run.returncode == 1 and json.loads(run.stdout)["outcome"] == "failed"
     assert [line for line in run.stderr.splitlines() if "Injected fault" in line] == [
-        f"orphan-cleanup: error: {status_json(db, gcp)['last_error']}"], run.stderr
+        f"orphan-cleanup: error: {reason}"], run.stderr

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -262,7 +263,6 @@ def _cycle_failed(ledger: Ledger, cycle_id: str) -> list[list[str]]:
 def test_every_path_that_fails_a_cycle_records_why_as_the_function_that_fails_it(ledger):
     # README, "When one fires": `events` tells why a cycle failed (a `cycle_failed` row with the
     # one-line reason that `status` shows), whichever function failed it, under its own role
-    from datetime import datetime, timedelta, timezone
 
     from orphan_cleanup.core.listing import RegionFailure
     from orphan_cleanup.core.verdicts import Outcome
@@ -273,7 +273,7 @@ def test_every_path_that_fails_a_cycle_records_why_as_the_function_that_fails_it
     lister = LedgerStore(role(ledger, "lister"))
     add_backend(ledger.db(ledger.owner), backend_id="mem-fails")
     # a listing that failed in its only region: the reason names the region and its error
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     cycle = start_cycle(lister, "mem-fails", "report", lim, manual=True, now=now).cycle
     assert fail_cycle(lister, cycle.id, "no region could be listed", lim, now,
                       failures=[RegionFailure(region="r1", error="AccessDenied: no\nsecond line")]) is Outcome.FAILED

@@ -67,9 +67,9 @@ def command(settings: Settings, db: Database, args: argparse.Namespace) -> int:
     report = cycle.c3()
     notes = {"blocked_reason": cycle.blocked_reason, "error": cycle.error,
              "declined": confirm is not None and confirm.declined}
+    if report["outcome"] == "failed":  # why, once, as every error of the CLI: on stderr
+        print(f"orphan-cleanup: error: {cycle.error or NO_REASON}", file=sys.stderr)
     if args.json:
-        if report["outcome"] == "failed":  # stdout is the document: why, once, on stderr
-            print(f"orphan-cleanup: error: {cycle.error or NO_REASON}", file=sys.stderr)
         head = {k: v for k, v in report.items() if k != "groups"}
         write_json_document(head, "groups", pipeline.store.report_groups(cycle.cycle_id))
     else:
@@ -109,7 +109,7 @@ def _deletes_because(settings: Settings, db: Database, args: argparse.Namespace)
 
 class _SaidByTheRun(logging.Filter):
     """Drops the cycle's own log line of why its listing failed: the run prints that reason
-    itself, once (the cycle's ``error``), on stdout (on stderr with ``--json``)."""
+    itself, once (the cycle's ``error``, as ``orphan-cleanup: error:`` on stderr)."""
 
     MESSAGES = frozenset({"listing failed", "identity check failed"})
 
@@ -176,8 +176,8 @@ def _leave_calls_in_flight(code: int) -> None:
 
 def print_cycle(report: dict[str, Any], notes: dict[str, Any]) -> None:
     """The cycle as a table, then counts, the outcome and why (human output of ``run``). A
-    failed cycle with no group prints no table, and its reason once (the cycle's ``error``
-    names its failed regions)."""
+    failed cycle with no group prints no table; its reason (the cycle's ``error``, which names
+    its failed regions) is ``command``'s one stderr line, so no region line repeats it."""
     groups = report["groups"]
     print(f"backend {report['backend']}  mode {report['mode']}  listed at {human_time(report['listed_at'])}"
           f"  cycle {report['cycle_id']}")
@@ -192,8 +192,6 @@ def print_cycle(report: dict[str, Any], notes: dict[str, Any]) -> None:
         print(f"blast-radius cap: deleted nothing: {notes['blocked_reason']}")
     if notes.get("declined"):
         print("nothing deleted: the plan was not confirmed (delete_declined); the orphans stay open")
-    if notes.get("error"):
-        print(f"error: {notes['error']}")
     print(f"outcome: {verdict_style(report['outcome'])}{_why(report, counts)}")
     if report["mode"] == "report" and counts.get("orphan"):
         print(f"report mode deleted nothing; to delete the orphans: "

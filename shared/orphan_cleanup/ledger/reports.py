@@ -119,8 +119,9 @@ def remove_backend(conn: pg8000.native.Connection, backend_id: str, *, force: bo
     """Delete the backend row in one transaction: no future cycle. A live cycle refuses
     (``BackendBusy``) unless ``force``: then its fence is bumped and its lease cleared
     first, so nothing of it applies afterwards (SAFETY.md rule 6), and every unfinished
-    cycle of the backend is marked failed, with its ``cycle_failed`` event. The cleanup row goes with the backend; cycles,
-    orphans and events stay (migration 0009), and an event records the removal."""
+    cycle of the backend is marked failed, with its ``cycle_failed`` event. The cleanup row
+    goes with the backend; cycles, orphans and events stay (migration 0009), and an event
+    records the removal."""
     running = lock_running_cycle(conn, backend_id)
     row = backend_row(conn, backend_id)
     if running is not None and not force:
