@@ -255,21 +255,20 @@ def test_a_price_table_is_a_setting_checked_at_add_and_shown(cli):
     assert code == 2 and out == "" and "prices" in one_error_line(err)
 
 
-def test_the_stalest_backend_is_the_longest_without_a_clean_cycle_failed_and_never_clean_included(cli, db):
-    # README, "When one fires": a backend added an hour ago whose first cycle (just now) failed,
-    # next to one added 162 s ago whose cycle was unsettled; neither was ever clean
+def test_the_stalest_backend_is_one_never_clean_before_one_clean_minutes_ago(cli, db):
+    # README, "When one fires": a backend whose cycles were unsettled since its last clean one,
+    # 162 s ago, and one enrolled 30 s ago whose only cycle failed: it was never clean
     assert cli("backend", "add", "gcp-main", "--provider", "gcp", "--account", "my-project",
                "--regions", "europe-west1")[0] == 0
     assert cli(*ADD_AWS)[0] == 0
     with db.transaction() as conn:
-        conn.run("UPDATE backends SET created_at = oc_clock() - interval '1 hour' WHERE id = 'gcp-main'")
-        conn.run("UPDATE backends SET created_at = oc_clock() - interval '162 seconds' WHERE id = 'aws-prod'")
-        conn.run("INSERT INTO cleanup (backend_id, created_at, last_outcome) VALUES"
-                 " ('aws-prod', oc_clock() - interval '162 seconds', 'unsettled'), ('gcp-main', oc_clock(), 'failed')")
+        conn.run("INSERT INTO cleanup (backend_id, created_at, clean_at, last_outcome) VALUES"
+                 " ('aws-prod', oc_clock() - interval '1 hour', oc_clock() - interval '162 seconds', 'unsettled'),"
+                 " ('gcp-main', oc_clock() - interval '30 seconds', NULL, 'failed')")
     # when status is asked
     rows = {r["backend"]: r for r in json.loads(cli("status", "--json")[1])}
-    # then each has gone without a clean cycle since it was added, and the failed one is the stalest
-    assert 3600 <= rows["gcp-main"]["stale_seconds"] < 3600 + 60
-    assert 162 <= rows["aws-prod"]["stale_seconds"] < 162 + 60
+    assert 162 <= rows["aws-prod"]["stale_seconds"] < 162 + 60  # since its clean_at
+    assert 30 <= rows["gcp-main"]["stale_seconds"] < 30 + 60  # since it was enrolled
     code, out, _ = cli("status")
-    assert code == 0 and "stalest backend: gcp-main, no clean cycle for 1h" in out, out
+    # then the never-clean, failed backend is the stalest
+    assert code == 0 and "stalest backend: gcp-main, never clean (failed, enrolled " in out, out

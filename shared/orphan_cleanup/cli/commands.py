@@ -106,7 +106,7 @@ def status_rows(db: Database, global_mode: str, stuck_after: int = 3600,
     stack's ceiling ``ceiling``: SAFETY.md rule 8), C3's keys,
     ``running``: the cycle holding the backend's live lease, or null, ``stuck_pending``:
     owners pending longer than ``stuck_after`` seconds whose resources its latest cycle skipped,
-    and ``stale_seconds``: the time since its last clean cycle (since it was added when it
+    and ``stale_seconds``: the time since its last clean cycle (since it was enrolled when it
     never had one; null for a backend that is off or not enrolled)."""
     from orphan_cleanup.cli.backends import running_json
 
@@ -158,13 +158,17 @@ def print_status(rows: list[dict[str, Any]]) -> None:
     for r in rows:
         if r["last_outcome"] == "failed" and r.get("last_error"):
             print(f"{r['backend']} failed {human_time(r['last_failed_at'], never='?')}: {r['last_error']}")
+    # The stalest: a backend never clean (failed, unsettled) before any that was clean once,
+    # then the longest without a clean cycle (README, "When one fires").
     stale = [r for r in rows if r.get("stale_seconds") is not None]
-    stalest = max(stale, key=lambda r: r["stale_seconds"], default=None)
+    stalest = max(stale, key=lambda r: (r["clean_at"] is None, r["stale_seconds"]), default=None)
     total = sum(r["open_orphans"] for r in rows)
     if total or stalest:  # nothing to say before any backend is enrolled
-        print(f"open orphans: {total} (orphan-cleanup orphans)"
-              + (f"; stalest backend: {stalest['backend']}, no clean cycle for {span(stalest['stale_seconds'])}"
-                 if stalest else ""))
+        print(f"open orphans: {total} (orphan-cleanup orphans)" + ("" if stalest is None else (
+            f"; stalest backend: {stalest['backend']}, "
+            + (f"no clean cycle for {span(stalest['stale_seconds'])}" if stalest["clean_at"] else
+               f"never clean ({stalest['last_outcome'] or 'no cycle yet'}, enrolled"
+               f" {span(stalest['stale_seconds'])} ago)"))))
     running = [running_line(r["backend"], r["running"]) for r in rows if r.get("running")]
     if running:
         print("running now:")

@@ -92,9 +92,8 @@ def events(conn: pg8000.native.Connection, since_seconds: int, backend_id: str |
 
 @dataclass(frozen=True)
 class Staleness:
-    """How long an enrolled backend that is not ``off`` has gone without a clean cycle: since
-    its ``clean_at``, or since it was added when it never had one (its cycles failed or were
-    unsettled: README, "When one fires")."""
+    """How long an enabled, enrolled backend has gone without a clean cycle: since its
+    ``clean_at``, or since it was enrolled when it never had one."""
 
     backend: str
     clean_at: datetime | None
@@ -103,10 +102,12 @@ class Staleness:
 
 def staleness(conn: pg8000.native.Connection, global_mode: str) -> list[Staleness]:
     """Every enrolled backend whose effective mode (its own, else ``global_mode``) is not
-    ``off``, the stalest first."""
+    ``off``, the stalest first: those never clean (their cycles failed, were unsettled or
+    never ran) before any that was clean once, each group by its seconds without a clean
+    cycle (README, "When one fires")."""
     rows = conn.run(
         "SELECT b.id, c.clean_at, CAST(greatest(0, extract(epoch FROM oc_clock() - coalesce(c.clean_at,"
-        " b.created_at))) AS bigint) FROM backends b JOIN cleanup c ON c.backend_id = b.id"
-        " WHERE coalesce(b.mode, :g) <> 'off' AND isfinite(coalesce(c.clean_at, b.created_at))"
-        " ORDER BY 3 DESC, b.id", g=global_mode)
+        " c.created_at))) AS bigint) FROM backends b JOIN cleanup c ON c.backend_id = b.id"
+        " WHERE coalesce(b.mode, :g) <> 'off' AND isfinite(coalesce(c.clean_at, c.created_at))"
+        " ORDER BY c.clean_at IS NOT NULL, 3 DESC, b.id", g=global_mode)
     return [Staleness(backend=r[0], clean_at=r[1], stale_seconds=int(r[2])) for r in rows]
