@@ -22,7 +22,7 @@ from tests.support.ledger_helpers import T0, add_ref, db_now, group, limits
 
 UNREACHABLE = "postgresql://postgres@127.0.0.1:1/postgres?sslmode=disable"
 STATUS_KEYS = {"backend", "provider", "mode", "clean_at", "last_outcome", "last_processed_at", "next_due_at",
-               "open_orphans"}
+               "open_orphans", "last_error", "last_failed_at"}
 ADD_AWS = ["backend", "add", "aws-prod", "--provider", "aws", "--account", "123456789012",
            "--regions", "us-east-1,eu-west-1"]
 
@@ -175,7 +175,8 @@ def test_status_json_matches_c3(cli, db, monkeypatch):
     # (aws-dev's row says delete; under the stack's default ceiling, report, it runs report: rule 8)
     assert dev == {"backend": "aws-dev", "provider": "aws", "mode": "report", "clean_at": None,
                    "last_outcome": None, "last_processed_at": None, "next_due_at": None, "open_orphans": 0,
-                   "running": None, "stuck_pending": [], "stale_seconds": None}  # not enrolled: no staleness
+                   "last_error": None, "last_failed_at": None, "running": None, "stuck_pending": [],
+                   "stale_seconds": None}  # not enrolled: no staleness
     assert (prod["provider"], prod["mode"], prod["last_outcome"], prod["open_orphans"]) == (
         "aws", "report", "clean", 1)
     assert isinstance(prod["stale_seconds"], int) and prod["stale_seconds"] >= 0  # since its clean_at
@@ -252,3 +253,22 @@ def test_a_price_table_is_a_setting_checked_at_add_and_shown(cli):
     assert code == 0 and "prices" in out and "p3.2xlarge" in out
     code, out, err = cli("backend", "update", "aws-prod", "--settings", '{"prices": {"disk_gb_month": -1}}')
     assert code == 2 and out == "" and "prices" in one_error_line(err)
+
+
+def test_the_stalest_backend_is_one_never_clean_before_one_clean_minutes_ago(cli, db):
+    # README, "When one fires": a backend whose cycles were unsettled since its last clean one,
+    # 162 s ago, and one enrolled 30 s ago whose only cycle failed: it was never clean
+    assert cli("backend", "add", "gcp-main", "--provider", "gcp", "--account", "my-project",
+               "--regions", "europe-west1")[0] == 0
+    assert cli(*ADD_AWS)[0] == 0
+    with db.transaction() as conn:
+        conn.run("INSERT INTO cleanup (backend_id, created_at, clean_at, last_outcome) VALUES"
+                 " ('aws-prod', oc_clock() - interval '1 hour', oc_clock() - interval '162 seconds', 'unsettled'),"
+                 " ('gcp-main', oc_clock() - interval '30 seconds', NULL, 'failed')")
+    # when status is asked
+    rows = {r["backend"]: r for r in json.loads(cli("status", "--json")[1])}
+    assert 162 <= rows["aws-prod"]["stale_seconds"] < 162 + 60  # since its clean_at
+    assert 30 <= rows["gcp-main"]["stale_seconds"] < 30 + 60  # since it was enrolled
+    code, out, _ = cli("status")
+    # then the never-clean, failed backend is the stalest
+    assert code == 0 and "stalest backend: gcp-main, never clean (failed, enrolled " in out, out

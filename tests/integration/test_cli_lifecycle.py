@@ -392,7 +392,10 @@ def test_remove_force_fences_the_running_cycle_and_keeps_the_history(db):
         assert conn.run("SELECT outcome, error FROM cycles WHERE id = :c", c=cycle_id) == [
             ["failed", "the backend was removed (backend remove)"]]
         assert conn.run("SELECT count(*) FROM orphans WHERE backend_id = 'aws-prod'") == [[1]]
-        assert conn.run("SELECT kind, cycle_id, details->>'forced' FROM events WHERE backend_id = 'aws-prod'") == [
+        # the events say why the cycle failed, then the removal (README, "When one fires")
+        assert conn.run("SELECT kind, cycle_id, coalesce(details->>'forced', message) FROM events"
+                        " WHERE backend_id = 'aws-prod' ORDER BY id") == [
+            ["cycle_failed", cycle_id, "the backend was removed (backend remove)"],
             ["backend_removed", cycle_id, "true"]]
         # the activity trigger logged the delete (same-account backends' STEP 1 sees it)
         assert conn.run("SELECT count(*) FROM ledger_activity WHERE backend_id = 'aws-prod'"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -251,6 +252,48 @@ NOBODY = ["UPDATE events SET kind = 'x'", "DELETE FROM events", "UPDATE provider
           "DELETE FROM provider_journal", "DELETE FROM orphan_resources", "UPDATE cycle_batches SET seq = 0",
           "UPDATE backends SET mode = 'delete'", "INSERT INTO provider_refs (provider_ref) VALUES ('zzzzzzzzzzzz')",
           "DELETE FROM ledger_activity", "TRUNCATE delete_gates", "CREATE TABLE oc_intruder (id int)"]
+
+
+def _cycle_failed(ledger: Ledger, cycle_id: str) -> list[list[str]]:
+    with ledger.db(ledger.owner).connection() as conn:
+        return conn.run("SELECT backend_id, message FROM events WHERE kind = 'cycle_failed' AND cycle_id = :c",
+                        c=cycle_id)
+
+
+def test_every_path_that_fails_a_cycle_records_why_as_the_function_that_fails_it(ledger):
+    # README, "When one fires": `events` tells why a cycle failed (a `cycle_failed` row with the
+    # one-line reason that `status` shows), whichever function failed it, under its own role
+
+    from orphan_cleanup.core.listing import RegionFailure
+    from orphan_cleanup.core.verdicts import Outcome
+    from orphan_cleanup.cycle.cycle_state import fail_cycle, record_delete, start_cycle
+    from tests.support.ledger_helpers import limits
+
+    lim = limits()
+    lister = LedgerStore(role(ledger, "lister"))
+    add_backend(ledger.db(ledger.owner), backend_id="mem-fails")
+    # a listing that failed in its only region: the reason names the region and its error
+    now = datetime.now(UTC)
+    cycle = start_cycle(lister, "mem-fails", "report", lim, manual=True, now=now).cycle
+    assert fail_cycle(lister, cycle.id, "no region could be listed", lim, now,
+                      failures=[RegionFailure(region="r1", error="AccessDenied: no\nsecond line")]) is Outcome.FAILED
+    assert _cycle_failed(ledger, cycle.id) == [["mem-fails", "no region could be listed: r1: AccessDenied: no"
+                                                              " second line"]]
+    # a cycle whose lease expired, failed by the next scheduled start
+    stuck = start_cycle(lister, "mem-fails", "report", lim, manual=True, now=now).cycle
+    later = start_cycle(lister, "mem-fails", "report", lim, manual=True,
+                        now=now + timedelta(seconds=lim.cycle_deadline_seconds + 1)).cycle
+    assert later is not None and later.id != stuck.id
+    assert _cycle_failed(ledger, stuck.id) == [["mem-fails", "cycle did not complete before its deadline"]]
+    # a deletion that failed, recorded by the deleter: the reason names the ref and the region
+    s = _open_delete_cycle(ledger, "mem-delete-fails")
+    group = s["other"].group
+    assert record_delete(LedgerStore(role(ledger, "deleter")), s["cycle"], group, lim,
+                         error="AccessDenied: not allowed") is Outcome.FAILED
+    assert _cycle_failed(ledger, s["cycle"]) == [[
+        "mem-delete-fails", f"delete of {group.provider_ref} in {group.region} failed: AccessDenied: not allowed"]]
+    for p in s["pipelines"].values():
+        p.db.close()
 
 
 @pytest.mark.parametrize("fn, sql", [(fn, sql) for fn, sqls in REFUSED.items() for sql in sqls]

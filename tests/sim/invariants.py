@@ -577,7 +577,7 @@ class Checker:
                                 f" cause for: {unexplained}")
             oversized = [region for region, _ in row.failure_list if region in listing.huge
                          and region not in listing.failures and region not in anomalies]
-            if row.outcome == "failed" and row.error == "no region could be listed" and oversized:
+            if row.outcome == "failed" and (row.error or "").startswith("no region could be listed") and oversized:
                 self.fail("O1", f"cycle {row.id[:8]} of {row.backend} failed for a group too large for a message"
                                 f" in {oversized}: one bad group fails alone")
             if row.expected_batches is None or row.applied != row.expected_batches or listing.borderline:

@@ -72,3 +72,33 @@ def test_the_docs_and_the_help_say_what_the_code_does():
     top = {int(c) for c in re.findall(r"^  (\d+) ", section(help_of(), "exit codes:"), re.M)}
     run = {int(c) for c in re.findall(r"(?:^|, )(\d+) ", " ".join(section(help_of("run"), "exit codes:").split()))}
     assert readme_codes == top == run == codes == {0, 1, 2, 3, 130}
+
+
+def _constants(path: Path) -> list[str]:
+    return [n.value for n in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+            if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+
+
+def test_the_status_keys_and_the_event_kinds_of_the_readme_are_the_codes():
+    # `status --json`: the README's keys are DESIGN.md C3's and the extra ones the code adds,
+    # exactly the keys `commands.status_rows` builds
+    design = (ROOT / ".." / "shared" / "DESIGN.md").resolve()
+    paragraph = README.split("`status --json` prints a list", 1)[1].split("\n\n", 1)[0]
+    readme_keys = set(re.findall(r"`?\"([a-z_]+)\"", paragraph))
+    tree = ast.parse((ROOT / "shared/orphan_cleanup/cli/commands.py").read_text(encoding="utf-8"))
+    [status_rows] = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "status_rows"]
+    [row] = [n for n in ast.walk(status_rows) if isinstance(n, ast.Dict) and any(
+        isinstance(k, ast.Constant) and k.value == "backend" for k in n.keys)]
+    code_keys = {k.value for k in row.keys if isinstance(k, ast.Constant)}
+    assert readme_keys - {"cycle_id", "started_at", "lease_expires_at", "provider_ref", "owner_id", "owner_name",
+                          "created_at", "pending_seconds", "region", "primary_id"} == code_keys
+    if design.exists():  # the design contract, beside the repository in the workspace
+        c3 = design.read_text(encoding="utf-8").split("`status --json` prints a JSON list", 1)[1].split("`;", 1)[0]
+        assert set(re.findall(r"\"([a-z_]+)\"", c3)) <= code_keys
+    # the events table's kinds include every kind a statement of the code writes by name
+    written = {m for path in (ROOT / "shared/orphan_cleanup").rglob("*.py") for text in _constants(path)
+               if "INSERT INTO events" in text
+               for m in re.findall(r"(?:VALUES \(|SELECT )[^']*?'([a-z_]+)'", text)[:1]}
+    kinds = set(re.findall(r"^\| `([a-z_]+)` \| ", README.split("| kind | written when |", 1)[1].split("\n\n", 1)[0],
+                           re.M))
+    assert "cycle_failed" in written and written <= kinds, written - kinds

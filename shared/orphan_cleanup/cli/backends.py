@@ -67,7 +67,8 @@ def list_(db: Database, args: argparse.Namespace) -> int:
 
 def show(db: Database, args: argparse.Namespace, process: Settings) -> int:
     """One backend: its row, effective settings (and where each comes from), the platform's
-    own keys, status, running cycle."""
+    own keys, status (with the latest failed cycle's reason and the last cycle's region
+    failures), running cycle."""
     store = LedgerStore(db)
     row = store.backend_row(args.id)
     status = store.status(args.id)[0]
@@ -86,7 +87,9 @@ def show(db: Database, args: argparse.Namespace, process: Settings) -> int:
            "unused_settings": _unused(row.settings),
            "status": {"clean_at": _iso(status.clean_at), "last_outcome": status.last_outcome,
                       "last_processed_at": _iso(status.last_processed_at), "next_due_at": _iso(status.next_due_at),
-                      "open_orphans": status.open_orphans},
+                      "open_orphans": status.open_orphans, "last_error": status.last_error,
+                      "last_failed_at": _iso(status.last_failed_at),
+                      "failures": [f.model_dump() for f in status.failures]},
            "running": running_json(status.running), "error": row.error}
     if args.json:
         print(json.dumps(doc, indent=2))
@@ -121,7 +124,14 @@ def _print_show(doc: dict[str, Any], row: BackendRow) -> None:
     print("status:")
     print_fields([("last outcome", verdict_style(s["last_outcome"] or "-")), ("clean_at", human_time(s["clean_at"])),
                   ("next due", human_time(s["next_due_at"], never="-")), ("open orphans", str(s["open_orphans"])),
-                  ("running", _running_text(run) if run else "no cycle")], indent=2)
+                  ("running", _running_text(run) if run else "no cycle")]
+                 + ([("last failure", f"{human_time(s['last_failed_at'], never='?')}: {s['last_error']}")]
+                    if s["last_error"] else []), indent=2)
+    said = s["last_error"] if s["last_outcome"] == "failed" else None
+    unsaid = [f for f in s["failures"] if not said or " ".join(f["error"].split()) not in said]
+    if unsaid:  # the region failures the last failure line does not already say
+        print("the last cycle's region failures:")
+        print_fields([(f["region"], f["error"]) for f in unsaid], indent=2)
     if row.error:
         print(f"problem: {row.error}")
 

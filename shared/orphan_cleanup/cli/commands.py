@@ -132,7 +132,8 @@ def status_rows(db: Database, global_mode: str, stuck_after: int = 3600,
     return [{"backend": r.backend, "provider": r.provider, "mode": mode(r.mode),
              "clean_at": _iso(r.clean_at), "last_outcome": r.last_outcome,
              "last_processed_at": _iso(r.last_processed_at), "next_due_at": _iso(r.next_due_at),
-             "open_orphans": r.open_orphans, "running": running_json(r.running),
+             "open_orphans": r.open_orphans, "last_error": r.last_error, "last_failed_at": _iso(r.last_failed_at),
+             "running": running_json(r.running),
              "stuck_pending": stuck.get(r.backend, []), "stale_seconds": stale.get(r.backend)}
             for r in store.status()]
 
@@ -151,20 +152,29 @@ def status(db: Database, args: argparse.Namespace) -> int:
 
 
 def print_status(rows: list[dict[str, Any]]) -> None:
-    """The status table, then one line per running cycle (holder, start, lease end)."""
+    """The status table, then why each backend whose latest cycle failed failed (C3), the
+    open orphans and the stalest backend, one line per running cycle (holder, start, lease
+    end), and the stuck pending owners."""
     from orphan_cleanup.cli.backends import running_line
 
     print_table(["backend", "provider", "mode", "last outcome", "clean_at", "next due", "open orphans"],
                 [[r["backend"], r["provider"], r["mode"], verdict_style(r["last_outcome"] or "-"),
                   human_time(r["clean_at"]), human_time(r["next_due_at"], never="-"), str(r["open_orphans"])]
                  for r in rows])
+    for r in rows:
+        if r["last_outcome"] == "failed" and r.get("last_error"):
+            print(f"{r['backend']} failed {human_time(r['last_failed_at'], never='?')}: {r['last_error']}")
+    # The stalest: a backend never clean (failed, unsettled) before any that was clean once,
+    # then the longest without a clean cycle (README, "When one fires").
     stale = [r for r in rows if r.get("stale_seconds") is not None]
-    stalest = max(stale, key=lambda r: r["stale_seconds"], default=None)
+    stalest = max(stale, key=lambda r: (r["clean_at"] is None, r["stale_seconds"]), default=None)
     total = sum(r["open_orphans"] for r in rows)
     if total or stalest:  # nothing to say before any backend is enrolled
-        print(f"open orphans: {total} (orphan-cleanup orphans)"
-              + (f"; stalest backend: {stalest['backend']}, no clean cycle for {span(stalest['stale_seconds'])}"
-                 if stalest else ""))
+        print(f"open orphans: {total} (orphan-cleanup orphans)" + ("" if stalest is None else (
+            f"; stalest backend: {stalest['backend']}, "
+            + (f"no clean cycle for {span(stalest['stale_seconds'])}" if stalest["clean_at"] else
+               f"never clean ({stalest['last_outcome'] or 'no cycle yet'}, enrolled"
+               f" {span(stalest['stale_seconds'])} ago)"))))
     running = [running_line(r["backend"], r["running"]) for r in rows if r.get("running")]
     if running:
         print("running now:")

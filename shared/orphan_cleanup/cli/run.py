@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from collections import Counter
 from typing import TYPE_CHECKING, Any
@@ -24,6 +25,7 @@ from orphan_cleanup.core.errors import ConfigError
 from orphan_cleanup.core.settings import Settings
 from orphan_cleanup.entrypoints import bootstrap
 from orphan_cleanup.ledger.db import Database
+from orphan_cleanup.ledger.locked import NO_REASON
 from orphan_cleanup.ledger.store import LedgerStore
 
 if TYPE_CHECKING:
@@ -32,8 +34,6 @@ if TYPE_CHECKING:
 
 def command(settings: Settings, db: Database, args: argparse.Namespace) -> int:
     """One cycle now; in delete mode only with consent (the module docstring)."""
-    import logging
-
     from orphan_cleanup.cycle.runner import run_cycle
     from orphan_cleanup.queues.memory import InProcessQueue
 
@@ -51,6 +51,10 @@ def command(settings: Settings, db: Database, args: argparse.Namespace) -> int:
         if sys.stderr.isatty() or not args.json:
             print(f"  {msg}", file=sys.stderr, flush=True)
 
+    said_once = _SaidByTheRun(args.backend)
+    handlers = logging.getLogger().handlers
+    for handler in handlers:
+        handler.addFilter(said_once)
     try:
         # --json streams the groups from the ledger as it prints them (flat memory at any size);
         # the table needs every group for its column widths.
@@ -60,12 +64,14 @@ def command(settings: Settings, db: Database, args: argparse.Namespace) -> int:
         print(f"orphan-cleanup: {e or 'interrupted'}", file=sys.stderr, flush=True)
         _leave_calls_in_flight(EXIT_INTERRUPTED)
         return EXIT_INTERRUPTED
+    finally:
+        for handler in handlers:
+            handler.removeFilter(said_once)
     report = cycle.c3()
     notes = {"blocked_reason": cycle.blocked_reason, "error": cycle.error,
              "declined": confirm is not None and confirm.declined}
-    for f in report["failures"]:
-        if f["region"] == "*":  # the whole cycle failed (identity, ownership): say why on stderr too
-            print(f"orphan-cleanup: error: {f['error']}", file=sys.stderr)
+    if report["outcome"] == "failed":  # why, once, as every error of the CLI: on stderr
+        print(f"orphan-cleanup: error: {cycle.error or NO_REASON}", file=sys.stderr)
     if args.json:
         head = {k: v for k, v in report.items() if k != "groups"}
         write_json_document(head, "groups", pipeline.store.report_groups(cycle.cycle_id))
@@ -104,6 +110,22 @@ def _deletes_because(settings: Settings, db: Database, args: argparse.Namespace)
     if base != "delete" or settings.mode_ceiling != "delete":
         return None  # a row's (or the stack's) delete under a report ceiling runs report (SAFETY.md rule 8)
     return f"backend {args.backend}'s mode is delete" if row.mode else "ORPHAN_CLEANUP_MODE=delete"
+
+
+class _SaidByTheRun(logging.Filter):
+    """Drops the cycle's own log line of why its listing failed: the run prints that reason
+    itself, once (the cycle's ``error``, as ``orphan-cleanup: error:`` on stderr)."""
+
+    MESSAGES = frozenset({"listing failed", "identity check failed"})
+
+    def __init__(self, backend_id: str) -> None:
+        super().__init__()
+        self.backend_id = backend_id
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        details = getattr(record, "details", None)
+        return not (record.levelno >= logging.ERROR and record.getMessage() in self.MESSAGES
+                    and isinstance(details, dict) and details.get("backend") == self.backend_id)
 
 
 class _Confirmation:
@@ -178,10 +200,31 @@ def _leave_calls_in_flight(code: int) -> None:
 
 
 def print_cycle(report: dict[str, Any], notes: dict[str, Any]) -> None:
-    """The cycle as a table, then counts, the outcome and why (human output of ``run``)."""
+    """The cycle as a table, then counts, the outcome and why (human output of ``run``). A
+    failed cycle with no group prints no table; its reason (the cycle's ``error``, which names
+    its failed regions) is ``command``'s one stderr line, so no region line repeats it."""
     groups = report["groups"]
     print(f"backend {report['backend']}  mode {report['mode']}  listed at {human_time(report['listed_at'])}"
           f"  cycle {report['cycle_id']}")
+    counts = Counter(g["verdict"] for g in groups)
+    if groups or report["outcome"] != "failed":
+        _print_groups(groups, counts)
+    said = " ".join((notes.get("error") or "").split())
+    for f in report["failures"]:
+        if " ".join(f["error"].split()) not in said:
+            print(f"region {f['region']} failed: {f['error']}")
+    if notes.get("blocked_reason"):
+        print(f"blast-radius cap: deleted nothing: {notes['blocked_reason']}")
+    if notes.get("declined"):
+        print("nothing deleted: the plan was not confirmed (delete_declined); the orphans stay open")
+    print(f"outcome: {verdict_style(report['outcome'])}{_why(report, counts)}")
+    if report["mode"] == "report" and counts.get("orphan"):
+        print(f"report mode deleted nothing; to delete the orphans: "
+              f"orphan-cleanup run --backend {report['backend']} --mode delete")
+
+
+def _print_groups(groups: list[dict[str, Any]], counts: Counter[str]) -> None:
+    """The cycle's groups as a table, then their count by verdict."""
 
     def others(g: dict[str, Any]) -> str:
         rest = [f"{r['kind']}:{r['id']}" for r in g["resources"] if r["id"] != g["primary_id"]]
@@ -193,21 +236,8 @@ def print_cycle(report: dict[str, Any], notes: dict[str, Any]) -> None:
                 + (["detail"] if details else []),
                 [[_ref(g), g["region"], g["primary_id"] or "-", others(g), verdict_style(g["verdict"]),
                   g["reason"], g["action"]] + ([g.get("detail") or "-"] if details else []) for g in groups])
-    counts = Counter(g["verdict"] for g in groups)
     print(f"{len(groups)} group(s)" + (": " + ", ".join(f"{n} {v}" for v, n in sorted(counts.items()))
                                        if counts else ""))
-    for f in report["failures"]:
-        print(f"region {f['region']} failed: {f['error']}")
-    if notes.get("blocked_reason"):
-        print(f"blast-radius cap: deleted nothing: {notes['blocked_reason']}")
-    if notes.get("declined"):
-        print("nothing deleted: the plan was not confirmed (delete_declined); the orphans stay open")
-    if notes.get("error"):
-        print(f"error: {notes['error']}")
-    print(f"outcome: {verdict_style(report['outcome'])}{_why(report, counts)}")
-    if report["mode"] == "report" and counts.get("orphan"):
-        print(f"report mode deleted nothing; to delete the orphans: "
-              f"orphan-cleanup run --backend {report['backend']} --mode delete")
 
 
 def _ref(g: dict[str, Any]) -> str:

@@ -23,6 +23,7 @@ from orphan_cleanup.core.backends import Backend, Mode
 from orphan_cleanup.core.decisions import DeleteRecord
 from orphan_cleanup.core.errors import BlastRadiusExceeded, ConfigError, LeaseLost
 from orphan_cleanup.core.listing import RegionFailure, ResourceGroup
+from orphan_cleanup.core.redact import redact
 from orphan_cleanup.core.verdicts import Outcome
 from orphan_cleanup.ledger import queries
 from orphan_cleanup.ledger.queries import activity_since
@@ -34,6 +35,32 @@ from orphan_cleanup.ledger.records import (
     DeleteRequestRow,
     FinishedCycle,
 )
+
+#: Why a cycle failed when it recorded no reason of its own.
+NO_REASON = "the cycle failed (no reason recorded)"
+#: Why a cycle whose lease expired failed.
+DEADLINE_REASON = "cycle did not complete before its deadline"
+_REASON_CHARS = 2000
+
+# A failed cycle's ``cycle_failed`` event (README, "The events table"): its one-line reason,
+# with the region failures as details. Every path that fails a cycle writes it, in the
+# transaction that fails the cycle.
+CYCLE_FAILED_EVENT = ("INSERT INTO events (backend_id, cycle_id, kind, message, details)"
+                      " SELECT cy.backend_id, cy.id, 'cycle_failed', coalesce(cy.error, :no_reason),"
+                      " jsonb_build_object('mode', cy.mode, 'failures', cy.failures, 'started_at', cy.started_at)"
+                      " FROM cycles cy WHERE cy.id = ANY(CAST(:ids AS text[]))")
+
+
+def reason_line(error: str, failures: Sequence[RegionFailure] = ()) -> str:
+    """A failed cycle's reason as one line, without secrets (SAFETY.md rule 22): ``error``,
+    then each failed region with its error when ``error`` does not say them already."""
+    text = " ".join(error.split())
+    regions = [f"{f.region}: {' '.join(f.error.split())}" for f in failures
+               if f.region != "*" and " ".join(f.error.split()) not in text]
+    if regions:
+        text = f"{text}: {'; '.join(regions)}"
+    return redact(text)[:_REASON_CHARS]
+
 
 _CLEANUP_COLUMNS = ("backend_id, clean_at, clean_mode, lease_owner, lease_expires_at, fence,"
                     " retry_delay_seconds, next_due_at")
@@ -85,13 +112,16 @@ class LeaseUnit:
         """Fail the cycle holding an expired lease (lost message, crashed function):
         its lease goes, ``clean_at`` stays, the retry waits ``retry_delay_seconds``."""
         assert self.state.lease_owner is not None
-        self.conn.run("UPDATE cycles SET outcome = 'failed', failed = true, finished_at = :n,"
-                      " error = coalesce(error, 'cycle did not complete before its deadline')"
-                      " WHERE id = :c AND outcome IS NULL", c=self.state.lease_owner, n=self.now)
+        failed = [r[0] for r in self.conn.run(
+            "UPDATE cycles SET outcome = 'failed', failed = true, finished_at = :n, error = coalesce(error, :e)"
+            " WHERE id = :c AND outcome IS NULL RETURNING id", c=self.state.lease_owner, n=self.now,
+            e=DEADLINE_REASON)]
+        self.conn.run(CYCLE_FAILED_EVENT, ids=failed, no_reason=NO_REASON)
         self.state = _cleanup(self.conn.run(
             "UPDATE cleanup SET lease_owner = NULL, lease_expires_at = NULL, last_outcome = 'failed',"
-            " last_error = 'cycle did not complete before its deadline', retry_delay_seconds = :d"
-            f" WHERE backend_id = :b RETURNING {_CLEANUP_COLUMNS}", d=retry_delay_seconds, b=self.backend_id)[0])
+            " last_error = :e, retry_delay_seconds = :d"
+            f" WHERE backend_id = :b RETURNING {_CLEANUP_COLUMNS}", e=DEADLINE_REASON, d=retry_delay_seconds,
+            b=self.backend_id)[0])
 
     def mark_processed(self, next_due: datetime) -> None:
         """Nothing to list: record the run and when the backend is due next."""
@@ -188,10 +218,11 @@ class LockedCycle:
         self._update("region_groups = CAST(:g AS jsonb)", g=json.dumps(counts))
 
     def fail(self, error: str, failures: Sequence[RegionFailure] | None = None) -> None:
-        """The listing (or the identity check before it) failed; ``failures`` replace the cycle's."""
+        """The listing (or the identity check before it) failed; ``failures`` replace the cycle's.
+        The cycle's error is the one-line reason (``reason_line``): the failed regions with theirs."""
         if failures is not None:
             self._update("failures = CAST(:f AS jsonb)", f=json.dumps([f.model_dump() for f in failures]))
-        self._update("failed = true, error = :e", e=error[:2000])
+        self._update("failed = true, error = :e", e=reason_line(error, self.state.failures))
 
     def orphan_groups(self) -> list[ResourceGroup]:
         """The groups this cycle classified as orphans, in key order."""
@@ -293,7 +324,8 @@ class LockedCycle:
                      " tripped_regions = CASE WHEN :t AND NOT (CAST(:r AS text) = ANY(tripped_regions))"
                      "   THEN array_append(tripped_regions, CAST(:r AS text)) ELSE tripped_regions END,"
                      " error = CASE WHEN :f THEN coalesce(error, :e) ELSE error END",
-                     u=rec.unsettled or rec.trip_region, f=rec.failed, t=rec.trip_region, r=group.region, e=rec.error)
+                     u=rec.unsettled or rec.trip_region, f=rec.failed, t=rec.trip_region, r=group.region,
+                     e=reason_line(f"delete of {group.provider_ref} in {group.region} failed: {rec.error or '?'}"))
         return True
 
     def finish(self, outcome: Outcome, *, clean_at: datetime | None, next_due_at: datetime,
@@ -302,6 +334,8 @@ class LockedCycle:
         c = self.state
         self._update("outcome = :o, finished_at = :n", o=outcome.value, n=self.now)
         self.finished = FinishedCycle(backend_id=c.backend_id, cycle_id=c.id, mode=c.mode, outcome=outcome.value)
+        if outcome is Outcome.FAILED:
+            self.conn.run(CYCLE_FAILED_EVENT, ids=[c.id], no_reason=NO_REASON)
         self._close_vanished_orphans(c)
         self.conn.run(
             "UPDATE cleanup SET clean_at = :ca, clean_mode = CASE WHEN :o = 'clean' THEN :m ELSE clean_mode END,"

@@ -15,6 +15,7 @@ from orphan_cleanup.core.backends import Backend
 from orphan_cleanup.core.errors import BackendBusy, ConfigError
 from orphan_cleanup.core.listing import RegionFailure
 from orphan_cleanup.ledger.db import sqlstate
+from orphan_cleanup.ledger.locked import CYCLE_FAILED_EVENT, NO_REASON
 from orphan_cleanup.ledger.queries import BACKEND_COLUMNS, backend_from_row, json_value
 from orphan_cleanup.ledger.records import CycleReport, ReportGroup, ReportResource, StatusRow
 
@@ -45,7 +46,14 @@ class RunningCycle:
 
 @dataclass(frozen=True)
 class BackendStatus(StatusRow):
+    """``StatusRow`` with the cycle holding the live lease, the latest failed cycle's one-line
+    reason and end (C3 ``last_error``, ``last_failed_at``), and the latest finished cycle's
+    region failures."""
+
     running: RunningCycle | None = None
+    last_error: str | None = None
+    last_failed_at: datetime | None = None
+    failures: tuple[RegionFailure, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -111,8 +119,9 @@ def remove_backend(conn: pg8000.native.Connection, backend_id: str, *, force: bo
     """Delete the backend row in one transaction: no future cycle. A live cycle refuses
     (``BackendBusy``) unless ``force``: then its fence is bumped and its lease cleared
     first, so nothing of it applies afterwards (SAFETY.md rule 6), and every unfinished
-    cycle of the backend is marked failed. The cleanup row goes with the backend; cycles,
-    orphans and events stay (migration 0009), and an event records the removal."""
+    cycle of the backend is marked failed, with its ``cycle_failed`` event. The cleanup row
+    goes with the backend; cycles, orphans and events stay (migration 0009), and an event
+    records the removal."""
     running = lock_running_cycle(conn, backend_id)
     row = backend_row(conn, backend_id)
     if running is not None and not force:
@@ -120,9 +129,11 @@ def remove_backend(conn: pg8000.native.Connection, backend_id: str, *, force: bo
                           f" {running.lease_expires_at}): wait for it to end, or --force to stop it")
     conn.run("UPDATE cleanup SET fence = fence + 1, lease_owner = NULL, lease_expires_at = NULL"
              " WHERE backend_id = :b", b=backend_id)
-    conn.run("UPDATE cycles SET outcome = 'failed', failed = true, finished_at = oc_clock(),"
-             " error = coalesce(error, :e) WHERE backend_id = :b AND outcome IS NULL",
-             e="the backend was removed (backend remove)", b=backend_id)
+    failed = [r[0] for r in conn.run(
+        "UPDATE cycles SET outcome = 'failed', failed = true, finished_at = oc_clock(),"
+        " error = coalesce(error, :e) WHERE backend_id = :b AND outcome IS NULL RETURNING id",
+        e="the backend was removed (backend remove)", b=backend_id)]
+    conn.run(CYCLE_FAILED_EVENT, ids=failed, no_reason=NO_REASON)
     cycles, orphans, owners = conn.run(
         "SELECT (SELECT count(*) FROM cycles WHERE backend_id = :b),"
         " (SELECT count(*) FROM orphans WHERE backend_id = :b),"
@@ -160,14 +171,21 @@ def status_rows(conn: pg8000.native.Connection, backend_id: str | None = None) -
         "SELECT b.id, b.provider, b.mode, c.clean_at, c.last_outcome, c.last_processed_at, c.next_due_at,"
         " (SELECT count(*) FROM orphans o WHERE o.backend_id = b.id AND o.verdict = 'orphan'"
         "   AND o.state IN ('open', 'deleting', 'delete_failed')),"
-        f" CASE WHEN {_LIVE_LEASE} THEN c.lease_owner END, cy.started_at, c.lease_expires_at"
+        f" CASE WHEN {_LIVE_LEASE} THEN c.lease_owner END, cy.started_at, c.lease_expires_at,"
+        " lf.reason, lf.finished_at, lc.failures"
         " FROM backends b LEFT JOIN cleanup c ON c.backend_id = b.id LEFT JOIN cycles cy ON cy.id = c.lease_owner"
+        " LEFT JOIN LATERAL (SELECT coalesce(f.error, :no_reason) AS reason, f.finished_at FROM cycles f"
+        "   WHERE f.backend_id = b.id AND f.outcome = 'failed' ORDER BY f.started_at DESC LIMIT 1) lf ON true"
+        " LEFT JOIN LATERAL (SELECT l.failures FROM cycles l WHERE l.backend_id = b.id AND l.outcome IS NOT NULL"
+        "   ORDER BY l.started_at DESC LIMIT 1) lc ON true"
         + (" WHERE b.id = :b" if backend_id is not None else "") + " ORDER BY b.id",
-        **({"b": backend_id} if backend_id is not None else {}))
+        no_reason=NO_REASON, **({"b": backend_id} if backend_id is not None else {}))
     return [BackendStatus(backend=r[0], provider=r[1], mode=r[2], clean_at=r[3], last_outcome=r[4],
                           last_processed_at=r[5], next_due_at=r[6], open_orphans=int(r[7]),
                           running=RunningCycle(cycle_id=r[8], started_at=r[9], lease_expires_at=r[10])
-                          if r[8] else None) for r in rows]
+                          if r[8] else None, last_error=r[11], last_failed_at=r[12],
+                          failures=tuple(RegionFailure(region=f["region"], error=f["error"])
+                                         for f in json_value(r[13]) or ())) for r in rows]
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """What operators watch: the open orphans across cycles (``orphans``), the ``events``
 table (``events``), and how long each backend has gone without a clean cycle
-(``status``, the tick's ``StalestBackendSeconds``). Reads only; every age is by the
+(``status``; the tick's ``StalestBackendSeconds`` is ``queries.TICK_SQL``'s). Reads only; every age is by the
 database clock (``oc_clock()``, SAFETY.md rule 13)."""
 
 from __future__ import annotations
@@ -102,10 +102,12 @@ class Staleness:
 
 def staleness(conn: pg8000.native.Connection, global_mode: str) -> list[Staleness]:
     """Every enrolled backend whose effective mode (its own, else ``global_mode``) is not
-    ``off``, the stalest first."""
+    ``off``, the stalest first: those never clean (their cycles failed, were unsettled or
+    never ran) before any that was clean once, each group by its seconds without a clean
+    cycle (README, "When one fires")."""
     rows = conn.run(
         "SELECT b.id, c.clean_at, CAST(greatest(0, extract(epoch FROM oc_clock() - coalesce(c.clean_at,"
         " c.created_at))) AS bigint) FROM backends b JOIN cleanup c ON c.backend_id = b.id"
         " WHERE coalesce(b.mode, :g) <> 'off' AND isfinite(coalesce(c.clean_at, c.created_at))"
-        " ORDER BY 3 DESC, b.id", g=global_mode)
+        " ORDER BY c.clean_at IS NOT NULL, 3 DESC, b.id", g=global_mode)
     return [Staleness(backend=r[0], clean_at=r[1], stale_seconds=int(r[2])) for r in rows]
