@@ -13,6 +13,8 @@ import sys
 import threading
 from pathlib import Path
 
+import pytest
+
 LOG_LINE = re.compile(r"^(WARNING|ERROR) ", re.M)
 STUCK = "pending owner's resources look stuck"
 
@@ -69,6 +71,7 @@ def test_on_a_terminal_the_log_lines_go_to_a_named_file_and_the_stuck_line_is_sa
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow  # a second whole demo on a pty (~22 s); the default run keeps the terminal case
 def test_verbose_shows_the_log_lines_on_the_terminal(tmp_path):
     screen = on_a_terminal("--verbose", cwd=tmp_path)
 

@@ -306,6 +306,7 @@ def test_terraform_apply_infra_aws_against_moto(tmp_path, moto_reset):
         "/orphan-cleanup-jobs")
 
 
+@pytest.mark.slow  # a real plan, ~10-20 s; infra/checks checks the same shapes statically in the default run
 def test_terraform_plan_with_an_rds_managed_secret_and_iam_auth(tmp_path, moto_reset):
     """RDS-managed secrets (``rds!db-...``) and their KMS key, and IAM database auth: each
     function's role may decrypt with that key through Secrets Manager, and rds-db:connect
@@ -343,6 +344,7 @@ def test_terraform_plan_with_an_rds_managed_secret_and_iam_auth(tmp_path, moto_r
     assert "local.iam_auth ? { DATABASE_USER = local.database_user[each.key] } : {}" in main
 
 
+@pytest.mark.slow  # a real plan, ~10-20 s; infra/checks checks the same shapes statically in the default run
 def test_terraform_refuses_wildcard_role_names_and_scopes_assume_role(tmp_path, moto_reset):
     """A * in a target role's name, or anywhere in the redrive role, stops the plan with the
     variable's message; a fixed name with * for the account plans, and the organisation and
@@ -413,6 +415,7 @@ def test_terraform_gives_each_function_its_own_database_secret(tmp_path, moto_re
     assert refused.returncode != 0 and "function_database_url_secret_arns" in refused.stdout + refused.stderr
 
 
+@pytest.mark.slow  # a real plan, ~10-20 s; infra/checks checks the same shapes statically in the default run
 def test_terraform_validations_refuse_what_sams_patterns_refuse(tmp_path, moto_reset):
     """A * in a secret ARN, a Slack secret or KMS key that is no such ARN: the plan stops
     with the variable's message, as SAM's AllowedPattern refuses the same values
@@ -440,6 +443,7 @@ def test_terraform_refuses_a_delete_mode_under_a_report_ceiling(tmp_path, moto_r
     assert refused.returncode != 0 and 'mode = "delete" needs max_mode = "delete"' in text, text
 
 
+@pytest.mark.slow  # a real plan, ~10-20 s; infra/checks checks the same shapes statically in the default run
 def test_terraform_plan_signs_code_and_keeps_the_log_groups(tmp_path, moto_reset):
     """code_signing_config_arn reaches every function; the log groups are kept by destroy. (The
     deleter's policy names queue ARNs known only after apply: its instance-only

@@ -35,7 +35,7 @@ BUDGET: dict[str, int | range] = {                       # first seed that catch
     "no_blast_cap": range(15, 30),          # 15
     "mode_uncapped": range(25, 40),          # 31 (a report seed: a row flipped to delete under its report ceiling)
     "no_delete_activity": 8,     # 0
-    "no_backend_activity": range(49, 65),    # 52 (see README: rare, a quiet spell after an edit)
+    "no_backend_activity": 8,    # 7 (see README: a quiet spell after an edit)
     "ownership_by_backend_id": 8,  # 0
     "listing_key_ignores_account": range(5, 20),  # 8 (the tick: a failover backend due with sim, in its regions)
     "no_identity_check": range(6, 25),       # 9
@@ -53,7 +53,7 @@ BUDGET: dict[str, int | range] = {                       # first seed that catch
     "keys_per_backend": 8,       # 2 (sim-b with its own protect key, a user's tag of either)
     "stack_key_dropped": range(20, 40),      # 27 (a user's tag of the stack's key, which no row names)
     # the one deletion algorithm (deletion_worlds.py)
-    "own_device_unchecked": range(38, 55),   # 41 (swap: a stopped VM's root swapped for someone's)
+    "own_device_unchecked": range(60, 75),   # 67 (swap: a stopped VM's root swapped for someone's)
     "name_unchecked": 8,         # 2 (names: a name reused right after the deletion's read)
     "in_use_fails": 8,           # 0 (a snapshot an image uses, a volume attached during the delete)
     "in_use_ignored": 8,         # 0 (inuse: an orphan's volume on someone's instance)
