@@ -49,10 +49,14 @@ CLASSIFIER: Grants = {
                                     "dispatched", "blocked_reason", "open_deletes", "planned_deletes", "outcome",
                                     "finished_at"})},
     "cycle_batches": {"INSERT": ALL},
-    "cycle_groups": {"INSERT": ALL, "UPDATE": frozenset({"action"})},
+    # the action; a marked group's time to go (rule 23)
+    "cycle_groups": {"INSERT": ALL, "UPDATE": frozenset({"action", "delete_after"})},
     # oc_apply_batch's upsert, and STEP 7 closing the orphans not seen again
     "orphans": {"INSERT": ALL, "UPDATE": frozenset({"last_seen", "resources", "verdict", "reason", "times_reported",
-                                                    "last_cycle_id", "state"})},
+                                                    "last_cycle_id", "state", "orphan_since", "size"})},
+    # a delete cycle's marks (rule 23): kept, started over, ended
+    "orphan_marks": {"INSERT": ALL, "UPDATE": frozenset({"region", "reason", "member_ids", "marked_at", "cycle_id"}),
+                     "DELETE": True},
     "delete_requests": {"INSERT": ALL},
     "events": {"INSERT": ALL},
 }
@@ -62,7 +66,7 @@ DELETER: Grants = {
     "cycles": {"UPDATE": frozenset({"open_deletes", "unsettled", "failed", "tripped_regions", "error", "outcome",
                                     "finished_at"})},
     "cycle_groups": {"UPDATE": frozenset({"action", "error", "updated_at", "evidence", "verdict", "reason"})},
-    "orphans": {"UPDATE": frozenset({"state", "last_error", "verdict", "reason"})},
+    "orphans": {"UPDATE": frozenset({"state", "last_error", "verdict", "reason", "deleted_at"})},
     "delete_requests": {"UPDATE": frozenset({"state", "attempts", "result", "updated_at"})},
     "delete_gates": {"INSERT": ALL, "UPDATE": frozenset({"holder", "expires_at"}), "DELETE": True},
     "events": {"INSERT": ALL},

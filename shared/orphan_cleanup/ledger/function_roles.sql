@@ -67,10 +67,12 @@ SELECT format('GRANT %s ON TABLE %I.%I TO %I', g.privileges, :'schema', g.tbl, g
                                    ' dispatched, blocked_reason, open_deletes, planned_deletes, outcome, finished_at)'),
     (:'classifier_role', 'cycle_batches', 'INSERT'),
     (:'classifier_role', 'cycle_groups', 'INSERT'),
-    (:'classifier_role', 'cycle_groups', 'UPDATE (action)'),
+    (:'classifier_role', 'cycle_groups', 'UPDATE (action, delete_after)'),
     (:'classifier_role', 'orphans', 'INSERT'),
     (:'classifier_role', 'orphans', 'UPDATE (last_seen, resources, verdict, reason, times_reported, last_cycle_id,'
-                                    ' state)'),
+                                    ' state, orphan_since, size)'),
+    (:'classifier_role', 'orphan_marks', 'INSERT, DELETE'),
+    (:'classifier_role', 'orphan_marks', 'UPDATE (region, reason, member_ids, marked_at, cycle_id)'),
     (:'classifier_role', 'delete_requests', 'INSERT'),
     (:'classifier_role', 'events', 'INSERT'),
     (:'deleter_role', 'cleanup', 'UPDATE (lease_owner, lease_expires_at, clean_at, clean_mode, last_processed_at,'
@@ -78,7 +80,7 @@ SELECT format('GRANT %s ON TABLE %I.%I TO %I', g.privileges, :'schema', g.tbl, g
     (:'deleter_role', 'cycles', 'UPDATE (open_deletes, unsettled, failed, tripped_regions, error, outcome,'
                                 ' finished_at)'),
     (:'deleter_role', 'cycle_groups', 'UPDATE (action, error, updated_at, evidence, verdict, reason)'),
-    (:'deleter_role', 'orphans', 'UPDATE (state, last_error, verdict, reason)'),
+    (:'deleter_role', 'orphans', 'UPDATE (state, last_error, verdict, reason, deleted_at)'),
     (:'deleter_role', 'delete_requests', 'UPDATE (state, attempts, result, updated_at)'),
     (:'deleter_role', 'delete_gates', 'INSERT, DELETE'),
     (:'deleter_role', 'delete_gates', 'UPDATE (holder, expires_at)'),

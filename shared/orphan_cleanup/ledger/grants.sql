@@ -31,7 +31,7 @@ ALTER DEFAULT PRIVILEGES FOR ROLE :"owner_role" REVOKE EXECUTE ON FUNCTIONS FROM
 -- The product's tables: read and insert (but orphan_resources: only through the deleter's
 -- function); update only the columns the functions' statements update (the union of the
 -- three functions' lists in function_roles.sql, and the cycle's deadline a manual run's
--- heartbeat extends); delete only a released delete gate. The audit trail (events,
+-- heartbeat extends); delete only a released delete gate and a mark a listing ended (rule 23). The audit trail (events,
 -- provider_journal, and the batches and orphan resources a cycle saw) is append-only. Read
 -- only: the C1 tables (the platform's), the activity log (written by the triggers; deleting
 -- from it could hide activity from STEP 1) and schema_migrations (migrate's).
@@ -47,7 +47,7 @@ SELECT format('GRANT INSERT ON TABLE %I.%I TO %I', n.nspname, c.relname, :'runti
  WHERE n.nspname = :'schema' AND c.relkind IN ('r', 'p')
    AND c.relowner = (SELECT oid FROM pg_roles WHERE rolname = :'owner_role')
    AND c.relname IN ('cleanup', 'cycles', 'cycle_batches', 'cycle_groups', 'orphans', 'delete_requests',
-                     'delete_gates', 'events', 'region_listings')
+                     'delete_gates', 'events', 'region_listings', 'orphan_marks')
 \gexec
 -- Of a cycle, only its progress changes: never its backend, fence, mode or snapshot
 -- (docs/SAFETY.md rule 18). Of a group, an orphan and a request, only what a deletion
@@ -60,8 +60,10 @@ SELECT format('GRANT UPDATE (%s) ON TABLE %I.%I TO %I', g.cols, n.nspname, c.rel
     ('cycles', 'listed_at, deadline, expected_batches, applied_batches, groups_listed, open_deletes,'
                ' planned_deletes, failures, unsettled, failed, error, tripped_regions, outcome, finished_at,'
                ' dispatched, blocked_reason, region_groups'),
-    ('cycle_groups', 'action, error, updated_at, evidence, verdict, reason'),
-    ('orphans', 'last_seen, resources, verdict, reason, times_reported, last_cycle_id, state, last_error'),
+    ('cycle_groups', 'action, error, updated_at, evidence, verdict, reason, delete_after'),
+    ('orphans', 'last_seen, resources, verdict, reason, times_reported, last_cycle_id, state, last_error,'
+                ' orphan_since, size, deleted_at'),
+    ('orphan_marks', 'region, reason, member_ids, marked_at, cycle_id'),
     ('delete_requests', 'state, attempts, result, updated_at'),
     ('delete_gates', 'holder, expires_at'),
     ('region_listings', 'suspect_groups, suspect_at')
@@ -81,7 +83,7 @@ SELECT format('GRANT DELETE ON TABLE %I.%I TO %I', n.nspname, c.relname, :'runti
   FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
  WHERE n.nspname = :'schema' AND c.relkind IN ('r', 'p')
    AND c.relowner = (SELECT oid FROM pg_roles WHERE rolname = :'owner_role')
-   AND c.relname = 'delete_gates'
+   AND c.relname IN ('delete_gates', 'orphan_marks')
 \gexec
 -- The ids of the rows it inserts: events and journal rows (none of the activity log's).
 SELECT format('REVOKE ALL ON SEQUENCE %I.%I FROM %I', n.nspname, c.relname, :'runtime_role')
