@@ -55,7 +55,8 @@ def test_a_forged_kind_is_a_skipped_group_not_a_failed_cycle(gcp: FakeCompute, d
     def provider_for(b: Any) -> Any:
         return ForgingProvider(build_gcp_provider(b, endpoint=gcp.url, timeout=5), forged)
 
-    pipeline = Pipeline(settings=Settings.explicit(margin_seconds=0), db=db, provider_for=provider_for,
+    pipeline = Pipeline(settings=Settings.explicit(confirm_seconds=0,
+                                                   margin_seconds=0), db=db, provider_for=provider_for,
                         listing_queue=InProcessQueue(), delete_queue=InProcessQueue())
     report = run_cycle(pipeline, "gcp-attack", mode="delete")
 

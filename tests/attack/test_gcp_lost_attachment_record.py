@@ -42,7 +42,8 @@ def test_a_retry_leaks_disk_is_deleted_after_a_dependent_failed_once(gcp: FakeCo
     def provider_for(b: Any) -> Any:
         return build_gcp_provider(b, endpoint=gcp.url, timeout=5)
 
-    pipeline = Pipeline(settings=Settings.explicit(margin_seconds=0), db=db, provider_for=provider_for,
+    pipeline = Pipeline(settings=Settings.explicit(confirm_seconds=0,
+                                                   margin_seconds=0), db=db, provider_for=provider_for,
                         listing_queue=InProcessQueue(), delete_queue=InProcessQueue())
     # the leak's disk delete meets one 503 (the region is skipped for this cycle: seed 004)
     gcp.add_fault("DELETE", f"/zones/{ZONE}/disks/leak-data", status=503, times=1)

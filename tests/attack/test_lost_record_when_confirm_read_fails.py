@@ -46,7 +46,8 @@ def test_a_retry_leaks_disk_is_deleted_after_the_vms_confirm_read_failed_once(gc
     def provider_for(b: Any) -> Any:
         return build_gcp_provider(b, endpoint=gcp.url, timeout=5)
 
-    pipeline = Pipeline(settings=Settings.explicit(margin_seconds=0), db=db, provider_for=provider_for,
+    pipeline = Pipeline(settings=Settings.explicit(confirm_seconds=0,
+                                                   margin_seconds=0), db=db, provider_for=provider_for,
                         listing_queue=InProcessQueue(), delete_queue=InProcessQueue())
     # once the leak's delete is accepted, the next read of the zone's instances (the confirm) meets one 503
     gcp.on_operation("/instances/leak", lambda: gcp.add_fault("GET", f"/zones/{ZONE}/instances", status=503,

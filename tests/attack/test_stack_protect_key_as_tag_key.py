@@ -44,7 +44,8 @@ def test_a_row_whose_tag_key_is_the_stack_protect_key_starts_no_cycle(ledger):  
     client.mark_terminated(issued.owner_id)
     platform.age(issued.owner_id)
 
-    lister = Pipeline(settings=Settings.explicit(), db=role(ledger, "lister"), listing_queue=InProcessQueue(),
+    lister = Pipeline(settings=Settings.explicit(confirm_seconds=0),
+                      db=role(ledger, "lister"), listing_queue=InProcessQueue(),
                       delete_queue=InProcessQueue(), provider_for=lambda b: MemoryProvider(b, cloud))
     started = lister.run_lister(backend, mode="delete", manual=True)
     lister.db.close()
@@ -57,7 +58,7 @@ def test_a_row_whose_tag_key_is_the_stack_protect_key_starts_no_cycle(ledger):  
 def test_the_classifier_and_the_deleter_keep_the_stack_key_a_row_names_as_its_tag_key():
     backend = Backend(id="b", provider="aws", account="123456789012", regions=("r1",),
                       settings={"tag_key": STACK_KEY, "protect_tag_key": "keep-me"})
-    settings = Settings.explicit()
+    settings = Settings.explicit(confirm_seconds=0)
     ctx = policy.classify_context(settings, backend, datetime.now(UTC), policy.limits_for(settings, backend))
     assert STACK_KEY in ctx.protect_keys
     assert STACK_KEY in account_view(backend, [backend.settings.model_dump()], STACK_KEY).protect_keys

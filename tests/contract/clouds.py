@@ -75,8 +75,9 @@ def settings(margin_seconds: int = 0, **values: Any) -> Settings:
     stamp creation times now, the ledger is backdated), short read timeouts (a call throttled
     past its retries gives up in seconds), budgets high enough that no test waits for a token."""
     fast = {f"{c}_{k}": 200.0 for c in ("describe", "mutate", "terminate") for k in ("rate", "burst")}
+    # window 0 (docs/SAFETY.md rule 23): a contract cycle in delete mode deletes in its first cycle
     return Settings.explicit(margin_seconds=margin_seconds, provider_read_timeout=3.0, provider_connect_timeout=3.0,
-                             **fast, **values)
+                             **fast, **{"confirm_seconds": 0, **values})
 
 
 @dataclass(frozen=True)

@@ -323,7 +323,8 @@ def forged_cycle(db: Database, endpoint: str, forge: Callable[[ResourceGroup], R
     """One delete cycle whose listing batches are forged in the queue (SAFETY.md rule 12: a message
     is only a hint): each group goes through ``forge`` and the batch is sent as JSON again, so
     the forgery is what a writer to the queue could send. Returns the cycle id."""
-    pipeline = bootstrap.build_pipeline(Settings.explicit(margin_seconds=0, aws_endpoint_url=endpoint), db=db,
+    pipeline = bootstrap.build_pipeline(Settings.explicit(confirm_seconds=0,
+                                                          margin_seconds=0, aws_endpoint_url=endpoint), db=db,
                                         listing_queue=InProcessQueue(), delete_queue=InProcessQueue())
     cycle_id = pipeline.run_lister(BACKEND, mode="delete", manual=True).cycle_id
     while (body := pipeline.listing_queue.pop()) is not None:

@@ -388,7 +388,7 @@ def test_cycles_of_a_backend_with_a_disk_in_use_end_unsettled_never_failed(db: D
     with db.transaction() as conn:
         conn.run("UPDATE provider_refs SET issued_at = issued_at - interval '1 hour'")
     user, disk = disk_used_by_a_live_vm(gcp, issued.provider_ref)
-    settings = Settings.explicit(margin_seconds=0, gcp_endpoint=gcp.url)
+    settings = Settings.explicit(confirm_seconds=0, margin_seconds=0, gcp_endpoint=gcp.url)
 
     # When: two delete cycles
     reports = []

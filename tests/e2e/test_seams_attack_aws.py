@@ -55,7 +55,7 @@ def delete_cycle(db: Database, endpoint: str, between: Callable[[], None] = lamb
         between()
         return True
 
-    settings = Settings.explicit(margin_seconds=0, aws_endpoint_url=endpoint)
+    settings = Settings.explicit(confirm_seconds=0, margin_seconds=0, aws_endpoint_url=endpoint)
     pipeline = bootstrap.build_pipeline(settings, db=db, listing_queue=InProcessQueue(),
                                         delete_queue=InProcessQueue())
     return run_cycle(pipeline, BACKEND, mode="delete", confirm=confirm).cycle_id
@@ -242,7 +242,8 @@ def test_a_forged_batch_never_deletes_a_snapshot_its_retention_keeps(emptied_db,
     ec2.delete_volume(VolumeId=taken_of)
     leftover = platform.volume(ref)
 
-    pipeline = bootstrap.build_pipeline(Settings.explicit(margin_seconds=0, aws_endpoint_url=moto_reset), db=db,
+    pipeline = bootstrap.build_pipeline(Settings.explicit(confirm_seconds=0,
+                                                          margin_seconds=0, aws_endpoint_url=moto_reset), db=db,
                                         listing_queue=InProcessQueue(), delete_queue=InProcessQueue())
     cycle_id = pipeline.run_lister(BACKEND, mode="delete", manual=True).cycle_id
     while (body := pipeline.listing_queue.pop()) is not None:

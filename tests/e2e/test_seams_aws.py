@@ -49,7 +49,7 @@ def orphan(platform: MotoPlatform, *, tags: dict[str, str] | None = None, **laun
 
 def in_process(db: Database, moto_url: str) -> Pipeline:
     """The CLI's pipeline, built in this process (real adapters on moto, in-process queues)."""
-    settings = Settings.explicit(margin_seconds=0, aws_endpoint_url=moto_url)
+    settings = Settings.explicit(confirm_seconds=0, margin_seconds=0, aws_endpoint_url=moto_url)
     return bootstrap.build_pipeline(settings, db=db, listing_queue=InProcessQueue(), delete_queue=InProcessQueue())
 
 
@@ -363,7 +363,8 @@ def test_the_deleters_reread_honours_the_stacks_protect_key(emptied_db, moto_res
         platform.ec2.create_tags(Resources=[vm], Tags=[{"Key": "stack-keep", "Value": "yes"}])
         return True
 
-    settings = Settings.explicit(margin_seconds=0, aws_endpoint_url=moto_reset, protect_tag_key="stack-keep")
+    settings = Settings.explicit(confirm_seconds=0,
+                                 margin_seconds=0, aws_endpoint_url=moto_reset, protect_tag_key="stack-keep")
     pipeline = bootstrap.build_pipeline(settings, db=db, listing_queue=InProcessQueue(),
                                         delete_queue=InProcessQueue())
     run_cycle(pipeline, "aws-a", mode="delete", confirm=tag_it)

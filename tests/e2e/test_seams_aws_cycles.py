@@ -125,7 +125,7 @@ def test_the_deleter_works_on_the_backend_as_it_was_when_the_lease_was_taken(emp
               a=OTHER_ACCOUNT, r=json.dumps(f"arn:aws:iam::{OTHER_ACCOUNT}:role/other"), b=BACKEND)
         return True
 
-    settings = Settings.explicit(margin_seconds=0, aws_endpoint_url=moto_reset, max_mode="delete")
+    settings = Settings.explicit(confirm_seconds=0, margin_seconds=0, aws_endpoint_url=moto_reset, max_mode="delete")
     pipeline: Pipeline = bootstrap.build_pipeline(settings, db=db, listing_queue=InProcessQueue(),
                                                   delete_queue=InProcessQueue())
     report = run_cycle(pipeline, BACKEND, mode="delete", confirm=edit_the_row)

@@ -40,7 +40,8 @@ def cycle(db: Database, proxy: AwsProxy, limits: RateLimits) -> Any:
         return build_aws_provider(backend, connect_timeout=5, read_timeout=30, max_attempts=3,
                                   endpoint_url=proxy.url, limits=limits)
 
-    pipeline = Pipeline(settings=Settings.explicit(margin_seconds=0), db=db, provider_for=provider_for,
+    pipeline = Pipeline(settings=Settings.explicit(confirm_seconds=0,
+                                                   margin_seconds=0), db=db, provider_for=provider_for,
                         listing_queue=InProcessQueue(), delete_queue=InProcessQueue())
     return run_cycle(pipeline, BACKEND, mode="delete")
 

@@ -46,7 +46,8 @@ def recorded_leak(db: Database) -> str:
     iid = cloud.create(ResourceKind.INSTANCE, "us-east-1", {"provider_ref": ref}, created_at=at)
     add_instance(db, ref=ref, status="terminated", backend_id=BACKEND, primary_id=iid, region="us-east-1",
                  issued_at=at, created_at=at, provisioned_at=at, terminated_at=at)
-    pipeline = Pipeline(settings=Settings.explicit(), db=db, provider_for=lambda b: MemoryProvider(b, cloud),
+    pipeline = Pipeline(settings=Settings.explicit(confirm_seconds=0),
+                        db=db, provider_for=lambda b: MemoryProvider(b, cloud),
                         listing_queue=InProcessQueue(), delete_queue=InProcessQueue())
     run_cycle(pipeline, BACKEND)
     return iid

@@ -95,7 +95,7 @@ def classified_delete_cycle(ledger: Ledger, cloud: MemoryCloud, backend: str) ->
     classifier's, each function on its own connection: the pipelines, the lister's result and the
     delete requests the classifier queued (none handled yet)."""
     listing, deletes = InProcessQueue(), InProcessQueue()
-    pipelines = {fn: Pipeline(settings=Settings.explicit(), db=role(ledger, fn), listing_queue=listing,
+    pipelines = {fn: Pipeline(settings=Settings.explicit(confirm_seconds=0), db=role(ledger, fn), listing_queue=listing,
                               delete_queue=deletes, provider_for=lambda b: MemoryProvider(b, cloud))
                  for fn in ("lister", "classifier", "deleter")}
     started = pipelines["lister"].run_lister(backend, mode="delete", manual=True)

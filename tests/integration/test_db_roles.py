@@ -185,7 +185,7 @@ def test_the_runtime_role_runs_report_and_delete_cycles(platform_first):
     _, _, leaked = platform.terminated_leak()
     _, _, placeholder = platform.placeholder_leak(region="r2")
     # and the functions' pipeline on the runtime role's DATABASE_URL
-    settings = Settings.explicit(database_url=ledger.info(ledger.runtime).url())
+    settings = Settings.explicit(confirm_seconds=0, database_url=ledger.info(ledger.runtime).url())
     pipeline = bootstrap.build_pipeline(settings, listing_queue=InProcessQueue(), delete_queue=InProcessQueue(),
                                         provider_for=lambda b: MemoryProvider(b, cloud))
     assert pipeline.db.info.user == ledger.runtime

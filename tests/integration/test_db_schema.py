@@ -158,7 +158,7 @@ def test_the_runtime_role_runs_cycles_in_the_schema(dstack):
     platform = Platform(Database(in_schema(ledger.info(ledger.platform))), cloud)
     _, _, tracked = platform.tracked()
     _, _, leaked = platform.terminated_leak()
-    settings = Settings.explicit(database_url=in_schema(ledger.info(ledger.runtime)).url())
+    settings = Settings.explicit(confirm_seconds=0, database_url=in_schema(ledger.info(ledger.runtime)).url())
     pipeline = bootstrap.build_pipeline(settings, listing_queue=InProcessQueue(), delete_queue=InProcessQueue(),
                                         provider_for=lambda b: MemoryProvider(b, cloud))
     report = run_cycle(pipeline, "mem", mode="delete")

@@ -46,7 +46,7 @@ def test_each_function_role_sends_a_digest_that_names_owner_and_creation(ledger)
     platform = Platform(ledger.db(ledger.platform), cloud)
     ref, _, vm = platform.terminated_leak()
     listing, deletes = InProcessQueue(), InProcessQueue()
-    pipelines = {fn: Pipeline(settings=Settings.explicit(), db=role(ledger, fn), listing_queue=listing,
+    pipelines = {fn: Pipeline(settings=Settings.explicit(confirm_seconds=0), db=role(ledger, fn), listing_queue=listing,
                               delete_queue=deletes, provider_for=lambda b: MemoryProvider(b, cloud))
                  for fn in ("lister", "classifier")}
     started = pipelines["lister"].run_lister("mem", mode="report", manual=True)

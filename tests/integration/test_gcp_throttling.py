@@ -88,7 +88,8 @@ def test_a_project_refusing_every_list_leaves_the_cycle_unsettled_and_deletes_no
         return build_gcp_provider(b, endpoint=gcp.url, timeout=2, limits=RateLimits(FAST))
 
     # when a delete cycle runs
-    pipeline = Pipeline(settings=Settings.explicit(margin_seconds=0), db=db, provider_for=provider_for,
+    pipeline = Pipeline(settings=Settings.explicit(confirm_seconds=0,
+                                                   margin_seconds=0), db=db, provider_for=provider_for,
                         listing_queue=InProcessQueue(), delete_queue=InProcessQueue())
     report = run_cycle(pipeline, "gcp-throttled", mode="delete")
 

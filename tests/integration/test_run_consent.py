@@ -45,7 +45,8 @@ def test_a_backend_switched_to_delete_after_the_check_deletes_nothing(emptied_db
     iid = cloud.create(ResourceKind.INSTANCE, "us-east-1", {"provider_ref": ref}, created_at=at)
     add_instance(db, ref=ref, status="terminated", backend_id=BACKEND, primary_id=iid, region="us-east-1",
                  issued_at=at, created_at=at, provisioned_at=at, terminated_at=at)
-    settings = Settings.explicit(max_mode="delete")  # the stack lets a row say delete (SAFETY.md rule 8)
+    settings = Settings.explicit(confirm_seconds=0,
+                                 max_mode="delete")  # the stack lets a row say delete (SAFETY.md rule 8)
     confirm = run_command.consent(settings, db, args())
     assert confirm is not None
 

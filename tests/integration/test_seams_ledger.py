@@ -43,7 +43,8 @@ def test_the_runtime_role_cannot_rewrite_or_erase_the_audit_trail(pg_server):
         add_backend(ledger.db(ledger.owner))
         cloud = MemoryCloud()
         ref, _, vm = Platform(ledger.db(ledger.platform), cloud).placeholder_leak()
-        settings = Settings.explicit(database_url=ledger.info(ledger.runtime).url(), margin_seconds=0)
+        settings = Settings.explicit(confirm_seconds=0,
+                                     database_url=ledger.info(ledger.runtime).url(), margin_seconds=0)
         pipeline = bootstrap.build_pipeline(settings, listing_queue=InProcessQueue(), delete_queue=InProcessQueue(),
                                             provider_for=lambda b: MemoryProvider(b, cloud))
         report = run_cycle(pipeline, "mem", mode="report")

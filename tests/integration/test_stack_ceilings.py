@@ -23,7 +23,8 @@ from tests.support.platform import Platform, add_backend
 
 
 def pipeline(db: Database, cloud: MemoryCloud, **stack) -> Pipeline:
-    return Pipeline(settings=Settings.explicit(**stack), db=db, provider_for=lambda b: MemoryProvider(b, cloud),
+    return Pipeline(settings=Settings.explicit(confirm_seconds=0,
+                                               **stack), db=db, provider_for=lambda b: MemoryProvider(b, cloud),
                     listing_queue=InProcessQueue(), delete_queue=InProcessQueue())
 
 

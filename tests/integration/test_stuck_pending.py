@@ -41,7 +41,7 @@ def db(emptied_db: Database) -> Database:
 
 
 def pipeline(db: Database, cloud: MemoryCloud) -> Pipeline:
-    return Pipeline(settings=Settings.explicit(margin_seconds=0), db=db,
+    return Pipeline(settings=Settings.explicit(confirm_seconds=0, margin_seconds=0), db=db,
                     provider_for=lambda b: MemoryProvider(b, cloud),
                     listing_queue=InProcessQueue(), delete_queue=InProcessQueue())
 

@@ -73,6 +73,8 @@ class BackendSettings(BaseModel):
     interval_seconds: int | None = Field(default=None, ge=1, le=MAX_SECONDS)
     max_deletes: int | None = Field(default=None, ge=0)
     max_delete_share: float | None = Field(default=None, ge=0, le=1)
+    # Only lengthens the stack's confirmation window (SAFETY.md rules 8 and 23).
+    confirm_seconds: int | None = Field(default=None, ge=0, le=MAX_SECONDS)
     max_concurrency: int = Field(default=4, ge=1, le=64)
     # AWS: tag keys naming a controller (ASG, node group, fleet) that would replace an
     # instance; such an instance is never terminated (SAFETY.md rule 14).

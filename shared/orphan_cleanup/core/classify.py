@@ -37,6 +37,8 @@ class Limits:
     cycle_deadline_seconds: int
     max_deletes: int
     max_delete_share: float
+    # Mark, then sweep (SAFETY.md rule 23): 0 deletes in the first delete cycle past the margin.
+    confirm_seconds: int = 0
 
 
 @dataclass(frozen=True)

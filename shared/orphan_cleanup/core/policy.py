@@ -15,9 +15,15 @@ from orphan_cleanup.core.listing_rules import ListedInstances
 from orphan_cleanup.core.settings import Settings
 
 #: The stack's limits a backend row may only tighten (SAFETY.md rule 8): the count and share
-#: caps only lower, the margin only longer. The function picks the tighter of the two values.
+#: caps only lower, the margin and the confirmation window (rule 23) only longer. The
+#: function picks the tighter of the two values.
 TIGHTENING: dict[str, Callable[[Any, Any], Any]] = {"max_deletes": min, "max_delete_share": min,
-                                                    "margin_seconds": max}
+                                                    "margin_seconds": max, "confirm_seconds": max}
+
+
+def _stack(settings: Settings, key: str) -> Any:
+    """The stack's value of a ``TIGHTENING`` limit (the confirmation window: unset is the interval)."""
+    return settings.confirm_window_seconds if key == "confirm_seconds" else getattr(settings, key)
 
 
 @dataclass(frozen=True)
@@ -32,7 +38,7 @@ class IgnoredSetting:
     def why(self) -> str:
         if self.key == "mode":
             return f"the backend's {self.value} ignored: the stack's ceiling is {self.stack} (ORPHAN_CLEANUP_MAX_MODE)"
-        looser = "shorter" if self.key == "margin_seconds" else "higher"
+        looser = "shorter" if self.key in ("margin_seconds", "confirm_seconds") else "higher"
         return f"the backend's {self.value} ignored: {looser} than the stack's {self.stack}"
 
 
@@ -41,7 +47,7 @@ def ignored_settings(settings: Settings, backend: Backend) -> dict[str, IgnoredS
     ``mode`` when the stack's ceiling caps it."""
     out = {}
     for key, tighter in TIGHTENING.items():
-        own, stack = getattr(backend.settings, key), getattr(settings, key)
+        own, stack = getattr(backend.settings, key), _stack(settings, key)
         if own is not None and tighter(own, stack) != own:
             out[key] = IgnoredSetting(key, own, stack)
     mode = ignored_mode(settings, backend)
@@ -51,7 +57,7 @@ def ignored_settings(settings: Settings, backend: Backend) -> dict[str, IgnoredS
 
 
 def _limit(settings: Settings, backend: Backend, key: str) -> Any:
-    own, stack = getattr(backend.settings, key), getattr(settings, key)
+    own, stack = getattr(backend.settings, key), _stack(settings, key)
     return stack if own is None else TIGHTENING[key](own, stack)
 
 
@@ -67,6 +73,7 @@ def limits_for(settings: Settings, backend: Backend) -> Limits:
         cycle_deadline_seconds=settings.cycle_deadline_seconds,
         max_deletes=_limit(settings, backend, "max_deletes"),
         max_delete_share=_limit(settings, backend, "max_delete_share"),
+        confirm_seconds=_limit(settings, backend, "confirm_seconds"),
     )
 
 
@@ -110,7 +117,8 @@ def ignored_mode(settings: Settings, backend: Backend) -> IgnoredSetting | None:
 
 #: Backend settings that fall back to a process setting (an environment variable) when unset.
 PROCESS_FALLBACK = {"margin_seconds": "margin_seconds", "interval_seconds": "interval_seconds",
-                    "max_deletes": "max_deletes", "max_delete_share": "max_delete_share"}
+                    "max_deletes": "max_deletes", "max_delete_share": "max_delete_share",
+                    "confirm_seconds": "confirm_seconds"}
 
 
 def setting_sources(settings: Settings, backend: Backend, stored: Mapping[str, Any]) -> dict[str, tuple[Any, str]]:
@@ -127,7 +135,7 @@ def setting_sources(settings: Settings, backend: Backend, stored: Mapping[str, A
             out[key] = (value, "backend")
         elif key in PROCESS_FALLBACK:
             field = PROCESS_FALLBACK[key]
-            out[key] = (getattr(settings, field), "environment" if field in settings.model_fields_set else "default")
+            out[key] = (_stack(settings, field), "environment" if field in settings.model_fields_set else "default")
         elif key == "delete_role_arn":
             out[key] = (s.role_arn, "default")  # the deleter assumes role_arn (Backend.for_deleting)
         elif key == "project":

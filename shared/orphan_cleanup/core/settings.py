@@ -52,6 +52,10 @@ class Settings(BaseSettings):
     interval_seconds: int = Field(default=900, ge=1, le=MAX_SECONDS, alias="ORPHAN_CLEANUP_INTERVAL_SECONDS")
     max_deletes: int = Field(default=100, ge=0, alias="ORPHAN_CLEANUP_MAX_DELETES")
     max_delete_share: float = Field(default=0.5, ge=0, le=1, alias="ORPHAN_CLEANUP_MAX_DELETE_SHARE")
+    # The confirmation window of mark-then-sweep (SAFETY.md rule 23; unset: the interval, 0: off):
+    # a delete cycle deletes an orphan group only when an earlier listing at least this long
+    # before its own found the same group an orphan. A row may only lengthen it.
+    confirm_seconds: int | None = Field(default=None, ge=0, le=MAX_SECONDS, alias="ORPHAN_CLEANUP_CONFIRM_SECONDS")
     gcp_endpoint: str | None = Field(default=None, alias="ORPHAN_CLEANUP_GCP_ENDPOINT")
     sentry_dsn: SecretStr | None = Field(default=None, alias="SENTRY_DSN")
     data_dir: str = Field(default=".orphan-cleanup", alias="ORPHAN_CLEANUP_DATA_DIR")
@@ -110,6 +114,11 @@ class Settings(BaseSettings):
         if self.max_mode is not None:
             return self.max_mode
         return "delete" if self.mode == "delete" else "report"
+
+    @property
+    def confirm_window_seconds(self) -> int:
+        """The stack's confirmation window (rule 23): ``confirm_seconds``, else the interval."""
+        return self.interval_seconds if self.confirm_seconds is None else self.confirm_seconds
 
     @classmethod
     def explicit(cls, **values: Any) -> Settings:

@@ -36,6 +36,9 @@ class Action(StrEnum):
     DELETED = "deleted"
     DELETING = "deleting"
     DELETE_FAILED = "delete_failed"
+    # A delete cycle found the orphan but its confirmation window has not passed (SAFETY.md
+    # rule 23): ``cycle_groups.delete_after`` says when a later cycle may delete it.
+    MARKED = "marked"
 
 
 class DeleteStatus(StrEnum):

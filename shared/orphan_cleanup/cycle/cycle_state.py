@@ -186,8 +186,10 @@ def finish_if_complete(store: LedgerStore, cycle_id: str, limits: Limits,
 
 def dispatch_deletes(store: LedgerStore, cycle_id: str, limits: Limits,
                      now: datetime | None = None) -> DispatchResult:
-    """Once every batch is in: apply the blast-radius cap to the cycle's orphans
-    and register one delete request per orphan group (or none, with the reason).
+    """Once every batch is in: mark, then sweep (SAFETY.md rule 23: only the orphan groups an
+    earlier listing found so, the confirmation window ago, are due; the others are marked and
+    the cycle stays unsettled), apply the blast-radius cap to the groups due and register one
+    delete request per group due (or none, with the reason).
     Finishes the cycle when there is nothing to delete. Idempotent: once dispatched, the
     groups whose requests are still queued come back, to be published again (a
     redelivered last batch whose first delivery failed to publish: SAFETY.md rule 20)."""
@@ -196,7 +198,7 @@ def dispatch_deletes(store: LedgerStore, cycle_id: str, limits: Limits,
             return DispatchResult([], None, None)
         if cyc.state.dispatched:
             return DispatchResult(cyc.queued_groups(), None, None)
-        groups = cyc.orphan_groups()
+        groups = cyc.sweep(limits.confirm_seconds).due
         blocked = classify.blast_radius_violation(len(groups), cyc.state.groups_listed,
                                                   max_deletes=limits.max_deletes, max_share=limits.max_delete_share)
         if blocked is not None:

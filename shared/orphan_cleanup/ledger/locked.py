@@ -66,6 +66,53 @@ _CLEANUP_COLUMNS = ("backend_id, clean_at, clean_mode, lease_owner, lease_expire
                     " retry_delay_seconds, next_due_at")
 
 
+class Sweep(NamedTuple):
+    """A delete cycle's orphan groups after mark-then-sweep (``LockedCycle.sweep``)."""
+
+    due: list[ResourceGroup]  # an earlier listing found them so, the window ago: deleted now
+    marked: list[tuple[ResourceGroup, datetime]]  # and when each may go (its delete_after)
+
+
+# Mark-then-sweep (SAFETY.md rule 23), one statement (``LockedCycle.sweep``). The same group: the
+# same key (ref, region, primary) and, without a primary, the same member ids. A mark keeps its
+# time when this listing found the group an orphan for the same reason and no report-mode listing
+# of the backend came in between; else it starts over at this listing. A mark whose group this
+# listing did not find an orphan ends, unless its region failed to list (not seen is not changed).
+# The statement's parts see one snapshot: each table is written once (marks: the rows this
+# listing found, upserted, and the others, deleted; cycle_groups: the marked ones).
+_SWEEP_SQL = """
+WITH cur AS (
+  SELECT g.group_key, g.provider_ref, g.region, g.primary_id, g.resources, g.reason,
+         CASE WHEN g.primary_id IS NULL
+              THEN ARRAY(SELECT r->>'id' FROM jsonb_array_elements(g.resources) r ORDER BY 1) END AS ids
+    FROM cycle_groups g WHERE g.cycle_id = :c AND g.verdict = 'orphan'),
+ended AS (
+  DELETE FROM orphan_marks m
+   WHERE m.backend_id = :b AND NOT EXISTS (SELECT 1 FROM cur WHERE cur.group_key = m.group_key)
+     AND NOT EXISTS (SELECT 1 FROM unnest(CAST(:failed AS text[])) f
+                      WHERE f = '*' OR m.region = f OR m.region LIKE f || '-%')),
+marks AS (
+  INSERT INTO orphan_marks AS m (backend_id, group_key, region, reason, member_ids, marked_at, cycle_id)
+  SELECT :b, cur.group_key, cur.region, cur.reason, cur.ids, CAST(:listed AS timestamptz), :c FROM cur
+  ON CONFLICT (backend_id, group_key) DO UPDATE
+     SET marked_at = CASE WHEN m.reason = excluded.reason AND m.member_ids IS NOT DISTINCT FROM excluded.member_ids
+                               AND m.marked_at <= excluded.marked_at
+                               AND NOT EXISTS (SELECT 1 FROM cycles r WHERE r.backend_id = m.backend_id
+                                                  AND r.mode <> 'delete' AND r.listed_at > m.marked_at
+                                                  AND r.listed_at < excluded.marked_at)
+                          THEN m.marked_at ELSE excluded.marked_at END,
+         region = excluded.region, reason = excluded.reason, member_ids = excluded.member_ids,
+         cycle_id = excluded.cycle_id
+  RETURNING m.group_key, m.marked_at + make_interval(secs => :w) AS delete_after),
+marked AS (
+  UPDATE cycle_groups g SET action = 'marked', delete_after = marks.delete_after
+    FROM marks WHERE g.cycle_id = :c AND g.group_key = marks.group_key
+     AND marks.delete_after > CAST(:listed AS timestamptz))
+SELECT cur.provider_ref, cur.region, cur.primary_id, cur.resources,
+       CASE WHEN marks.delete_after > CAST(:listed AS timestamptz) THEN marks.delete_after END
+  FROM cur JOIN marks ON marks.group_key = cur.group_key ORDER BY cur.group_key"""
+
+
 class GateHold(NamedTuple):
     """A per-ref delete gate held by a deletion in progress (``LedgerStore.acquire_gate``)."""
 
@@ -224,17 +271,29 @@ class LockedCycle:
             self._update("failures = CAST(:f AS jsonb)", f=json.dumps([f.model_dump() for f in failures]))
         self._update("failed = true, error = :e", e=reason_line(error, self.state.failures))
 
-    def orphan_groups(self) -> list[ResourceGroup]:
-        """The groups this cycle classified as orphans, in key order."""
-        rows = self.conn.run("SELECT provider_ref, region, primary_id, resources FROM cycle_groups"
-                             " WHERE cycle_id = :c AND verdict = 'orphan' ORDER BY group_key", c=self.state.id)
-        return [group_from_row(r) for r in rows]
+    def sweep(self, window_seconds: int) -> Sweep:
+        """Mark, then sweep (SAFETY.md rule 23), in one statement: this cycle's orphan groups
+        that an earlier delete-mode listing, at least ``window_seconds`` before this one, found
+        an orphan for the same reason (``due``), and the others, which it marks
+        (``cycle_groups.action = 'marked'``, ``delete_after``). Every mark of the backend is
+        brought up to date with this listing: kept, started over (another reason, other
+        members, a report-mode listing since), or ended (not an orphan in this listing,
+        in a region the listing did not fail)."""
+        c = self.state
+        failed = sorted({f.region for f in c.failures})
+        rows = self.conn.run(_SWEEP_SQL, c=c.id, b=c.backend_id, listed=c.listed_at, w=window_seconds, failed=failed)
+        due = [group_from_row(r[:4]) for r in rows if r[4] is None]
+        marked = [(group_from_row(r[:4]), r[4]) for r in rows if r[4] is not None]
+        if marked:
+            self._update("unsettled = true")
+        return Sweep(due=due, marked=marked)
 
     def block_deletes(self, why: BlastRadiusExceeded) -> None:
-        """The blast-radius cap: delete nothing, report every orphan, say why."""
+        """The blast-radius cap: delete nothing, report every orphan due (a marked one stays
+        marked), say why."""
         self._update("dispatched = true, blocked_reason = :r, unsettled = true", r=str(why))
-        self.conn.run("UPDATE cycle_groups SET action = 'reported' WHERE cycle_id = :c AND verdict = 'orphan'",
-                      c=self.state.id)
+        self.conn.run("UPDATE cycle_groups SET action = 'reported' WHERE cycle_id = :c AND verdict = 'orphan'"
+                      " AND action <> 'marked'", c=self.state.id)
         self.conn.run("INSERT INTO events (backend_id, cycle_id, kind, message, details)"
                       " VALUES (:b, :c, 'delete_blocked', :m, CAST(:d AS jsonb))",
                       b=self.state.backend_id, c=self.state.id, m=f"deleted nothing: {why}",

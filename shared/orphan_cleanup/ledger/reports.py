@@ -231,7 +231,13 @@ _GROUP_JSON = (
     "json_build_object('provider_ref', g.provider_ref, 'region', g.region,"
     " 'primary_id', g.primary_id, 'resources', (SELECT coalesce(json_agg(json_build_object("
     "  'kind', x->>'kind', 'id', x->>'id')), '[]') FROM jsonb_array_elements(g.resources) AS x),"
-    " 'verdict', g.verdict, 'reason', g.reason, 'action', g.action, 'detail', g.evidence->>'d')")
+    " 'verdict', g.verdict, 'reason', g.reason, 'action', g.action, 'detail',"
+    # a marked group (SAFETY.md rule 23): when it goes, before the verdict's evidence line
+    " CASE WHEN g.action = 'marked' THEN concat_ws('; ', 'deleted after '"
+    # (to the second, rounded up: never earlier than it goes)
+    " || to_char(date_trunc('second', g.delete_after + interval '0.999999 s') AT TIME ZONE 'UTC',"
+    " 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'), g.evidence->>'d')"
+    " ELSE g.evidence->>'d' END)")
 _GROUP_ORDER = "g.provider_ref, g.region, g.primary_id"
 # The report's groups as one JSON text (``cycle_report``) ...
 _GROUPS_SQL = (f"SELECT coalesce(json_agg({_GROUP_JSON} ORDER BY {_GROUP_ORDER}), '[]')::text"
