@@ -46,6 +46,7 @@ locals {
       POWERTOOLS_SERVICE_NAME         = "orphan-cleanup"
       POWERTOOLS_METRICS_NAMESPACE    = "OrphanCleanup"
     },
+    var.confirm_seconds == null ? {} : { ORPHAN_CLEANUP_CONFIRM_SECONDS = tostring(var.confirm_seconds) },
     var.sentry_dsn == "" ? {} : { SENTRY_DSN = var.sentry_dsn },
     local.iam_auth ? { DATABASE_IAM_AUTH = "true" } : {},
     local.digest_environment,

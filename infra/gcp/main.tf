@@ -56,6 +56,7 @@ locals {
       POWERTOOLS_METRICS_NAMESPACE    = "OrphanCleanup"
       LOG_EXECUTION_ID                = "true"
     },
+    var.confirm_seconds == null ? {} : { ORPHAN_CLEANUP_CONFIRM_SECONDS = tostring(var.confirm_seconds) },
     var.sentry_dsn == "" ? {} : { SENTRY_DSN = var.sentry_dsn },
     var.cloud_sql_instance == null ? {} : {
       CLOUD_SQL_INSTANCE = var.cloud_sql_instance

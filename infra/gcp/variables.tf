@@ -107,6 +107,17 @@ variable "interval_seconds" {
   default     = 900
 }
 
+variable "confirm_seconds" {
+  description = "ORPHAN_CLEANUP_CONFIRM_SECONDS, the confirmation window of mark-then-sweep (docs/SAFETY.md rule 23); null: the interval, 0: off. A backend's row may only lengthen it."
+  type        = number
+  default     = null
+
+  validation {
+    condition     = var.confirm_seconds == null ? true : var.confirm_seconds >= 0 && floor(var.confirm_seconds) == var.confirm_seconds
+    error_message = "confirm_seconds must be a whole number of seconds, 0 or more."
+  }
+}
+
 variable "max_deletes" {
   description = "ORPHAN_CLEANUP_MAX_DELETES, groups one cycle may delete before it deletes nothing."
   type        = number

@@ -26,7 +26,7 @@ TOP_KEYS = {"backend", "cycle_id", "mode", "listed_at", "outcome", "failures", "
 GROUP_KEYS = {"provider_ref", "region", "primary_id", "resources", "verdict", "reason", "action"}
 KINDS = {"instance", "volume", "network-interface", "security-group", "address", "disk"}
 VERDICTS = {"tracked", "orphan", "skipped", "ignored", "protected"}
-ACTIONS = {"none", "reported", "deleted", "deleting", "delete_failed"}
+ACTIONS = {"none", "reported", "deleted", "deleting", "delete_failed", "marked"}
 REF = re.compile(r"^[a-z0-9]{12}$")
 REASON = re.compile(r"^[a-z][a-z0-9_]*$")
 

@@ -33,20 +33,25 @@ EXPECTED = {
 ORPHANS = {vm for vm, (verdict, _) in EXPECTED.items() if verdict == "orphan"}
 ACTIONS = {"tracked": "none", "ignored": "none", "skipped": "none", "protected": "reported"}
 ROW = re.compile(r"^\s*(?P<vm>[a-z-]+)\s+(?P<instance>i-[0-9a-f]+)\s+(?P<verdict>\w+)\s+(?P<reason>\w+)"
-                 r"\s+(?P<action>\w+)$")
+                 r"\s+(?P<action>\w+)(?:\s+(?P<after>\S+))?$")  # a delete cycle that marks: "deleted after"
 
 
 def sections(stdout: str) -> dict[str, str]:
-    """The text under each numbered heading ("1. ...", "2. ...", "3. ...")."""
+    """The text under each numbered heading ("1. ...", "2. ...", "3. ...", "4. ...")."""
     parts = re.split(r"^(\d)\. ", stdout, flags=re.M)
     return {parts[i]: parts[i + 1] for i in range(1, len(parts) - 1, 2)}
 
 
 def cycle_rows(text: str) -> dict[str, tuple[str, str, str, str]]:
+    return {vm: row[:4] for vm, row in marked_rows(text).items()}
+
+
+def marked_rows(text: str) -> dict[str, tuple[str, str, str, str, str | None]]:
+    """Each row with its "deleted after" column (None: the table has none)."""
     rows = {}
     for line in text.splitlines():
         if m := ROW.match(line):
-            rows[m["vm"]] = (m["instance"], m["verdict"], m["reason"], m["action"])
+            rows[m["vm"]] = (m["instance"], m["verdict"], m["reason"], m["action"], m["after"])
     return rows
 
 
@@ -79,20 +84,31 @@ def test_report_cycle_reports_every_leak_and_deletes_nothing(demo):
     assert outcome(sections(demo.stdout)["1"]) == "unsettled"  # just-failed is inside the margin
 
 
-def test_delete_cycle_deletes_exactly_the_orphans(demo):
+def test_the_first_delete_cycle_marks_exactly_the_orphans_and_deletes_nothing(demo):
     text = sections(demo.stdout)["2"]
-    rows = cycle_rows(text)
+    rows = marked_rows(text)
 
     assert {vm: r[1:3] for vm, r in rows.items()} == EXPECTED
-    assert {vm for vm, r in rows.items() if r[3] == "deleted"} == ORPHANS
-    for vm, (_, verdict, _, action) in rows.items():
-        if vm not in ORPHANS:
-            assert action == ACTIONS[verdict], vm
+    assert {vm for vm, r in rows.items() if r[3] == "marked"} == ORPHANS
+    for vm, (_, verdict, _, action, after) in rows.items():
+        if vm in ORPHANS:
+            assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", after or ""), (vm, after)
+        else:
+            assert (action, after) == (ACTIONS[verdict], "-"), vm
     assert outcome(text) == "unsettled"
 
 
-def test_moto_still_runs_exactly_the_vms_that_were_kept(demo):
-    text = sections(demo.stdout)["2"]
+def test_the_next_delete_cycle_past_the_window_deletes_them_and_marks_the_new_orphans(demo):
+    text = sections(demo.stdout)["3"]
+    rows = cycle_rows(text)
+
+    assert {vm for vm, r in rows.items() if r[3] == "deleted"} == ORPHANS
+    assert {vm for vm, r in rows.items() if r[3] == "marked"} == {"just-failed", "stuck-pending"}
+    assert outcome(text) == "unsettled"
+
+
+def test_moto_still_runs_exactly_the_vms_that_were_not_deleted(demo):
+    text = sections(demo.stdout)["3"]
     table = text.split("Still running on moto (describe_instances):", 1)[1]
     running = {m[1]: m[2] for m in re.finditer(r"^\s+([a-z-]+)\s+(i-[0-9a-f]+)\s+[a-z0-9]{12}$", table, re.M)}
     instances = {vm: r[0] for vm, r in cycle_rows(text).items()}
@@ -101,9 +117,9 @@ def test_moto_still_runs_exactly_the_vms_that_were_kept(demo):
     assert all(instances[vm] == iid for vm, iid in running.items())
 
 
-def test_the_skipped_vm_is_deleted_once_past_the_margin(demo):
-    text = sections(demo.stdout)["3"]
-
+def test_the_skipped_vm_is_marked_once_past_the_margin_and_deleted_past_the_window(demo):
+    assert cycle_rows(sections(demo.stdout)["3"])["just-failed"][1:] == ("orphan", "owner_deleted", "marked")
+    text = sections(demo.stdout)["4"]
     assert cycle_rows(text)["just-failed"][1:] == ("orphan", "owner_deleted", "deleted")
     assert outcome(text) == "clean"
 
@@ -123,9 +139,10 @@ def test_a_stuck_pending_owner_is_shown_by_status_and_its_log_line_then_reaped_a
     logged = [line for line in demo.stderr.splitlines() if "pending owner's resources look stuck" in line]
     assert logged and all(f"provider_ref={ref}" in line and f"owner_id=inst-{ref}" in line
                           and f"primary_id={instance}" in line for line in logged), logged
-    # the platform reaps the row; the next cycle deletes what the crash left
+    # the platform reaps the row; the next cycle marks what the crash left, the one after deletes it
     assert f"ledger.reap_pending(inst-{ref})" in text
-    assert cycle_rows(sections(demo.stdout)["3"])["stuck-pending"][1:] == ("orphan", "owner_terminated", "deleted")
+    assert cycle_rows(sections(demo.stdout)["3"])["stuck-pending"][1:] == ("orphan", "owner_terminated", "marked")
+    assert cycle_rows(sections(demo.stdout)["4"])["stuck-pending"][1:] == ("orphan", "owner_terminated", "deleted")
 
 
 def test_progress_goes_to_stderr_and_the_demo_cleans_up(demo):

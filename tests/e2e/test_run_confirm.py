@@ -366,3 +366,33 @@ def test_the_question_waits_ten_minutes_by_default_and_the_flag_is_documented():
     assert "--confirm-timeout" in help_ and "10 minutes" in help_
     readme = open(os.path.join(os.path.dirname(__file__), "..", "..", "README.md")).read()
     assert "--confirm-timeout" in readme
+
+
+def test_a_run_honours_the_confirmation_window_its_plan_shows_what_is_marked_and_when_it_goes(db, platform):
+    """Mark, then sweep (docs/SAFETY.md rule 23) in a manual run: the first run finds the leak
+    and marks it (nothing to confirm); a run past the window plans its deletion, and shows the
+    leak found since as marked, with its time; the answer deletes only the planned one."""
+    window = {"ORPHAN_CLEANUP_CONFIRM_SECONDS": "3"}
+    first = platform.terminated_leak()
+    settle(platform)
+    term = Terminal(db, "run", "--backend", BACKEND, "--mode", "delete", env=window)
+    assert term.wait() == 0, term.screen
+    assert QUESTION not in term.screen
+    assert "1 orphan group(s) marked, not deleted by this run: the first goes after" in term.screen
+    assert re.search(rf"{first.instance_id}.*orphan\s+owner_terminated\s+marked\s+deleted after ", term.screen)
+    assert platform.instance_state(first.instance_id) == "running"
+    assert cycle_row(db)["outcome"] == "unsettled"
+
+    time.sleep(3.2)
+    second = platform.terminated_leak()
+    settle(platform)
+    term = Terminal(db, "run", "--backend", BACKEND, "--mode", "delete", env=window)
+    term.expect(QUESTION)
+    [row] = plan_rows(term.screen.partition("1 orphan group(s) marked")[0])
+    assert first.instance_id in row
+    assert re.search(rf"{second.ref}\s+us-east-1\s+.*{second.instance_id}.*owner_terminated\s+\S+ \S+Z \(in ",
+                     term.screen)
+    term.type(f"{BACKEND}\n")
+    assert term.wait() == 0, term.screen
+    assert platform.instance_state(first.instance_id) == "terminated"
+    assert platform.instance_state(second.instance_id) == "running"

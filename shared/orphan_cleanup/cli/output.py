@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:
+    from orphan_cleanup.core.listing import ResourceGroup
     from orphan_cleanup.cycle.plan import Plan, PlannedDelete
 
 COLORS = {"orphan": "31", "protected": "33", "skipped": "35", "tracked": "32", "ignored": "90",
@@ -141,8 +142,19 @@ def print_plan(plan: Plan, stream: TextIO | None = None) -> None:
         return f"owner {d.owner_state} {ago(d.owner_since)}; created {ago(d.created_at)}"
 
     print_table(["ref", "region", "resources", "owner", "reason", "age"],
-                [[d.group.provider_ref, d.group.region, ", ".join(f"{r.kind.value}:{r.id}" for r in d.group.resources),
-                  owner(d), d.reason, age(d)] for d in plan.deletes], stream=stream)
+                [[d.group.provider_ref, d.group.region, _resources(d.group), owner(d), d.reason, age(d)]
+                 for d in plan.deletes], stream=stream)
+    if plan.marked:
+        from orphan_cleanup.cycle.plan import marked_line  # the run's own line (cycle/runner.py)
+
+        print(marked_line(len(plan.marked), min(m.delete_after for m in plan.marked)), file=stream)
+        print_table(["ref", "region", "resources", "reason", "deleted after"],
+                    [[m.group.provider_ref, m.group.region, _resources(m.group), m.reason, human_time(m.delete_after)]
+                     for m in plan.marked], stream=stream)
+
+
+def _resources(group: ResourceGroup) -> str:
+    return ", ".join(f"{r.kind.value}:{r.id}" for r in group.resources)
 
 
 # SQLSTATE classes a server answers while a connection is being set up: the role,

@@ -257,6 +257,9 @@ def _why(report: dict[str, Any], counts: Counter[str]) -> str:
     failed = sum(1 for g in report["groups"] if g["action"] == "delete_failed")
     if failed:
         reasons.append(f"{failed} deletion(s) failed")
+    marked = sum(1 for g in report["groups"] if g["action"] == "marked")
+    if marked:
+        reasons.append(f"{marked} orphan(s) marked, deleted by a cycle after their time (see detail)")
     left = sum(1 for g in report["groups"] if g["verdict"] == "orphan" and g["action"] == "reported")
     if report["mode"] == "delete" and left:
         reasons.append(f"{left} orphan(s) left in place, retried next cycle")

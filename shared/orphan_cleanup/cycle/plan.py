@@ -5,7 +5,7 @@ and how old the evidence is. Read-only: building a plan writes nothing."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 
 from orphan_cleanup.core.listing import ResourceGroup
 from orphan_cleanup.core.messages import DeleteRequest
@@ -27,15 +27,26 @@ class PlannedDelete:
 
 
 @dataclass(frozen=True)
+class PlannedMark:
+    """An orphan group the cycle marked (SAFETY.md rule 23): not deleted by this run."""
+
+    group: ResourceGroup
+    reason: str
+    delete_after: datetime  # a cycle listing after this time may delete it
+
+
+@dataclass(frozen=True)
 class Plan:
     backend_id: str
     cycle_id: str
     deletes: tuple[PlannedDelete, ...]
+    marked: tuple[PlannedMark, ...] = ()
 
 
 def build_plan(store: LedgerStore, cycle_id: str, requests: list[DeleteRequest]) -> Plan:
     """What the operator confirms: each requested group with its reason (the cycle's
-    verdict), its owner as the ledger has it now, and how old the evidence is."""
+    verdict), its owner as the ledger has it now, and how old the evidence is; and what
+    the cycle marked, which this run does not delete (SAFETY.md rule 23)."""
     report = store.cycle_report(cycle_id)
     reasons = {(g.provider_ref, g.region, g.primary_id): g.reason for g in report.groups}
     records = store.load_records(report.backend, [r.group for r in requests])
@@ -50,7 +61,8 @@ def build_plan(store: LedgerStore, cycle_id: str, requests: list[DeleteRequest])
             group=g, reason=reasons.get((g.provider_ref, g.region, g.primary_id), "?"),
             owner_id=record.owner_id if record else None, owner_name=record.owner_name if record else None,
             owner_state=state, owner_since=since, created_at=created[0] if created else None))
-    return Plan(backend_id=report.backend, cycle_id=cycle_id, deletes=tuple(deletes))
+    marked = tuple(PlannedMark(group, reason, after) for group, reason, after in store.marked_groups(cycle_id))
+    return Plan(backend_id=report.backend, cycle_id=cycle_id, deletes=tuple(deletes), marked=marked)
 
 
 def _owner(record: Record | None) -> tuple[str, datetime | None]:
@@ -67,6 +79,13 @@ def _owner(record: Record | None) -> tuple[str, datetime | None]:
     if record.provisioned_at is not None:
         return f"{status}, provisioned", record.provisioned_at
     return f"{status}, created", record.created_at
+
+
+def marked_line(count: int, first: datetime) -> str:
+    """Why a delete run deletes nothing of these (SAFETY.md rule 23), in one line."""
+    return (f"{count} orphan group(s) marked, not deleted by this run: the first goes after"
+            f" {first.astimezone(UTC):%Y-%m-%dT%H:%M:%SZ} (a cycle listing after that may delete it;"
+            " the window is ORPHAN_CLEANUP_CONFIRM_SECONDS)")
 
 
 def group_label(g: ResourceGroup) -> str:

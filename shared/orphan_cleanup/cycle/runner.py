@@ -42,7 +42,7 @@ from orphan_cleanup.cycle import cycle_state
 from orphan_cleanup.cycle.deleter import GateBusy
 from orphan_cleanup.cycle.heartbeat import Heartbeat
 from orphan_cleanup.cycle.pipeline import Pipeline
-from orphan_cleanup.cycle.plan import Plan, build_plan, group_label
+from orphan_cleanup.cycle.plan import Plan, build_plan, group_label, marked_line
 from orphan_cleanup.cycle.python_gc import paused_gc
 from orphan_cleanup.ledger.records import CycleReport
 from orphan_cleanup.ledger.store import LedgerStore
@@ -158,7 +158,9 @@ class _Run:
         """The requests to delete: all of them when ``confirm`` accepts the plan, else none."""
         if not requests:
             blocked = self.store.cycle_report(self.cycle_id).blocked_reason
+            marked = self.store.marked_groups(self.cycle_id)
             self.progress(f"blast-radius cap: deleted nothing ({blocked}): nothing to confirm" if blocked
+                          else marked_line(len(marked), min(m[2] for m in marked)) if marked
                           else "no orphan to delete: nothing to confirm")
             return []
         plan = build_plan(self.store, self.cycle_id, requests)

@@ -39,11 +39,13 @@ class Scenario:
     def is_orphan(self) -> bool:
         return self.verdict == "orphan"
 
-    def expected_action(self, mode: str) -> str:
+    def expected_action(self, mode: str, *, marked: bool = False) -> str:
+        """Its action in a cycle of ``mode``; ``marked``: a delete cycle finds it an orphan
+        for the first time, and marks it (SAFETY.md rule 23)."""
         if self.verdict == "protected":
             return "reported"
         if self.verdict == "orphan":
-            return "reported" if mode == "report" else "deleted"
+            return "reported" if mode == "report" else "marked" if marked else "deleted"
         return "none"
 
 

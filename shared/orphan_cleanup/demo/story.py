@@ -10,7 +10,7 @@ import sys
 import tempfile
 import textwrap
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Set
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
@@ -18,7 +18,7 @@ from typing import Any
 from orphan_cleanup.core.backends import BackendSettings, Mode
 from orphan_cleanup.core.settings import Settings
 from orphan_cleanup.demo.platform import DemoPlatform, Scenario, running_instances
-from orphan_cleanup.demo.world import MARGIN_SECONDS, REGION, DemoWorld, demo_world
+from orphan_cleanup.demo.world import CONFIRM_SECONDS, MARGIN_SECONDS, REGION, DemoWorld, demo_world
 from orphan_cleanup.ledger.db import Database
 from orphan_cleanup.ledger.records import CycleReport
 from orphan_cleanup.ledger.store import LedgerStore
@@ -130,10 +130,13 @@ def _play(world: DemoWorld, out: Terminal) -> list[str]:
     problems += _show_cycle(run("report"), fleet, "report", out, expected_outcome="unsettled")
     print("   The skipped group keeps the cycle unsettled: clean_at does not move.")
 
-    print("\n2. Delete cycle: the same verdicts; the orphans are deleted.\n")
-    problems += _show_cycle(run("delete"), fleet, "delete", out, expected_outcome="unsettled")
-    _explain(fleet)
-    problems += _check_running(ec2, fleet, out)
+    orphans = {s.key for s in fleet if s.is_orphan}
+    print("\n" + textwrap.fill(
+        "2. Delete cycle: the same verdicts; the orphans are marked, not deleted yet: a later delete cycle"
+        f" deletes them once {CONFIRM_SECONDS} s have passed (ORPHAN_CLEANUP_CONFIRM_SECONDS, the interval by"
+        " default), unless an operator keeps one (orphan-cleanup orphans keep REF).", width=100) + "\n")
+    problems += _show_cycle(run("delete"), fleet, "delete", out, expected_outcome="unsettled", marked=orphans)
+    problems += _check_running(ec2, fleet, out, show=False, gone=set())
 
     print("\n$ orphan-cleanup status")
     out.show_status(world.db, world.settings)
@@ -144,22 +147,33 @@ def _play(world: DemoWorld, out: Terminal) -> list[str]:
           " terminated.")
     recent = [s.key for s in fleet if s.later]
     fleet = [replace(s, verdict=s.later[0], reason=s.later[1]) if s.later else s for s in fleet]
-    wait = MARGIN_SECONDS + 1.0
-    say(f"waiting {wait:.0f} s for the margin of {', '.join(recent)} to pass ...")
+    wait = max(MARGIN_SECONDS, CONFIRM_SECONDS) + 1.0
+    say(f"waiting {wait:.0f} s for the window of the marked orphans and the margin of {', '.join(recent)}"
+        " to pass ...")
     time.sleep(wait)
-    print(f"\n3. {wait:.0f} s later, the next delete cycle: {', '.join(recent)} are past the margin now"
+    print("\n" + textwrap.fill(
+        f"3. {wait:.0f} s later, the next delete cycle: the marked orphans are deleted; {', '.join(recent)}"
+        " are past the margin now, orphans, and marked in their turn.", width=100) + "\n")
+    problems += _show_cycle(run("delete"), fleet, "delete", out, expected_outcome="unsettled", marked=set(recent))
+    _explain(fleet, marked=set(recent))
+    problems += _check_running(ec2, fleet, out, gone=orphans)
+
+    wait = CONFIRM_SECONDS + 1.0
+    say(f"waiting {wait:.0f} s for the window of {', '.join(recent)} to pass ...")
+    time.sleep(wait)
+    print(f"\n4. {wait:.0f} s later, the next delete cycle: {', '.join(recent)} are deleted"
           " (the other VMs come out as before).\n")
     still_listed = [s for s in fleet if s.key in recent or not s.is_orphan]
     problems += _show_cycle(run("delete"), still_listed, "delete", out, expected_outcome="clean",
-                           show=set(recent))
+                            show=set(recent))
     print("   Clean: clean_at advances to the listing time minus the margin.")
     problems += _check_running(ec2, fleet, out, show=False)
 
     print("\n$ orphan-cleanup status")
     out.show_status(world.db, world.settings)
     if not problems:
-        orphans = sum(1 for s in fleet if s.is_orphan)
-        print(f"\nself-check: ok ({orphans} orphans deleted, {len(fleet) - orphans} VMs kept, "
+        deleted = sum(1 for s in fleet if s.is_orphan)
+        print(f"\nself-check: ok ({deleted} orphans marked, then deleted, {len(fleet) - deleted} VMs kept, "
               "every verdict as expected)")
     return problems
 
@@ -204,9 +218,10 @@ def _runner(world: DemoWorld) -> Callable[[Mode], CycleReport]:
 
 
 def _show_cycle(report: CycleReport, listed: list[Scenario], mode: str, out: Terminal, *, expected_outcome: str,
-                show: set[str] | None = None) -> list[str]:
+                show: set[str] | None = None, marked: Set[str] = frozenset()) -> list[str]:
     """Print the cycle's groups in fleet order and compare them with the plan:
-    exactly the ``listed`` scenarios, each with its verdict, reason and action."""
+    exactly the ``listed`` scenarios, each with its verdict, reason and action (``marked``:
+    the orphans this cycle finds for the first time, and marks)."""
     problems: list[str] = []
     by_id = {s.instance_id: s for s in listed}
     groups = {g.primary_id: g for g in report.groups}
@@ -220,12 +235,15 @@ def _show_cycle(report: CycleReport, listed: list[Scenario], mode: str, out: Ter
         if g is None:
             problems.append(f"{mode} cycle: {s.key} ({s.instance_id}) was not listed")
             continue
-        got, want = (g.verdict, g.reason, g.action), (s.verdict, s.reason, s.expected_action(mode))
+        got = (g.verdict, g.reason, g.action)
+        want = (s.verdict, s.reason, s.expected_action(mode, marked=s.key in marked))
         if got != want:
             problems.append(f"{mode} cycle: {s.key} came out {' '.join(got)}, expected {' '.join(want)}")
         if show is None or s.key in show:
-            rows.append([s.key, s.instance_id, out.verdict_style(g.verdict), g.reason, g.action])
-    out.print_table(["vm", "instance", "verdict", "reason", "action"], rows, indent=3)
+            rows.append([s.key, s.instance_id, out.verdict_style(g.verdict), g.reason, g.action]
+                        + ([_when(g.detail)] if marked else []))
+    out.print_table(["vm", "instance", "verdict", "reason", "action"] + (["deleted after"] if marked else []),
+                    rows, indent=3)
     problems += [f"{mode} cycle: region {f.region} failed: {f.error}" for f in report.failures]
     if report.error:
         problems.append(f"{mode} cycle: {report.error}")
@@ -235,8 +253,15 @@ def _show_cycle(report: CycleReport, listed: list[Scenario], mode: str, out: Ter
     return problems
 
 
-def _explain(fleet: list[Scenario]) -> None:
-    for title, legend, members in (("Deleted", REMOVED_BECAUSE, [s for s in fleet if s.is_orphan]),
+def _when(detail: str | None) -> str:
+    """A marked group's time to go, from its C3 detail (``deleted after T; ...``)."""
+    head = (detail or "").split(";")[0]
+    return head.removeprefix("deleted after ") if head.startswith("deleted after ") else "-"
+
+
+def _explain(fleet: list[Scenario], *, marked: set[str]) -> None:
+    for title, legend, members in (("Deleted", REMOVED_BECAUSE, [s for s in fleet if s.is_orphan
+                                                                 and s.key not in marked]),
                                    ("Kept", KEPT_BECAUSE, [s for s in fleet if not s.is_orphan])):
         print(f"\n   {title}, because:")
         for reason, text in legend.items():
@@ -246,14 +271,17 @@ def _explain(fleet: list[Scenario]) -> None:
                                     initial_indent="   - ", subsequent_indent="     "))
 
 
-def _check_running(ec2: Any, fleet: list[Scenario], out: Terminal, *, show: bool = True) -> list[str]:
-    """Ask moto which instances still run: exactly the non-orphans must."""
+def _check_running(ec2: Any, fleet: list[Scenario], out: Terminal, *, show: bool = True,
+                   gone: set[str] | None = None) -> list[str]:
+    """Ask moto which instances still run: exactly all but the ``gone`` ones (default: the
+    orphans) must."""
     running = running_instances(ec2)
     if show:
         print(f"\n   Still running on moto (describe_instances): {len(running)}")
         out.print_table(["vm", "instance", "ref"], [[s.key, s.instance_id, running[s.instance_id]]
                                                for s in fleet if s.instance_id in running], indent=3)
-    expected = {s.instance_id for s in fleet if not s.is_orphan}
+    gone = {s.key for s in fleet if s.is_orphan} if gone is None else gone
+    expected = {s.instance_id for s in fleet if s.key not in gone}
     if set(running) == expected:
         return []
     return [f"running VMs differ: still running {sorted(set(running) - expected)}, "

@@ -104,6 +104,9 @@ def moto_server() -> Iterator[str]:
 #: The demo's short margin, the stack's (a backend row may only lengthen it): it waits it
 #: out instead of the default 300 s.
 MARGIN_SECONDS = 5
+#: The demo's confirmation window (SAFETY.md rule 23; the interval, 900 s, by default): a delete
+#: cycle marks an orphan, the next one this much later deletes it.
+CONFIRM_SECONDS = 4
 
 
 @contextmanager
@@ -117,7 +120,8 @@ def demo_world(progress: Callable[[str], None]) -> Iterator[DemoWorld]:
             with moto_server() as url:
                 yield DemoWorld(db=db, aws_url=url, data_dir=root,
                                 settings=Settings.explicit(aws_endpoint_url=url, data_dir=str(root),
-                                                           margin_seconds=MARGIN_SECONDS))
+                                                           margin_seconds=MARGIN_SECONDS,
+                                                           confirm_seconds=CONFIRM_SECONDS))
                 progress("stopping moto ...")
             progress("stopping Postgres and deleting its data dir ...")
     finally:

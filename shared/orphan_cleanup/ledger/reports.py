@@ -13,9 +13,9 @@ import pg8000.native
 
 from orphan_cleanup.core.backends import Backend
 from orphan_cleanup.core.errors import BackendBusy, ConfigError
-from orphan_cleanup.core.listing import RegionFailure
+from orphan_cleanup.core.listing import RegionFailure, ResourceGroup
 from orphan_cleanup.ledger.db import sqlstate
-from orphan_cleanup.ledger.locked import CYCLE_FAILED_EVENT, NO_REASON
+from orphan_cleanup.ledger.locked import CYCLE_FAILED_EVENT, NO_REASON, group_from_row
 from orphan_cleanup.ledger.queries import BACKEND_COLUMNS, backend_from_row, json_value
 from orphan_cleanup.ledger.records import CycleReport, ReportGroup, ReportResource, StatusRow
 
@@ -245,6 +245,13 @@ _GROUPS_SQL = (f"SELECT coalesce(json_agg({_GROUP_JSON} ORDER BY {_GROUP_ORDER})
 # ... or one group per row, in the same order (``LedgerStore.report_groups`` streams them).
 GROUP_ROWS_SQL = (f"SELECT {_GROUP_JSON}::text FROM cycle_groups g WHERE g.cycle_id = :c"
                   f" ORDER BY {_GROUP_ORDER}")
+
+
+def marked_groups(conn: pg8000.native.Connection, cycle_id: str) -> list[tuple[ResourceGroup, str, datetime]]:
+    """The groups the cycle marked (SAFETY.md rule 23), with their reason and delete_after, by key."""
+    rows = conn.run("SELECT provider_ref, region, primary_id, resources, reason, delete_after FROM cycle_groups"
+                    " WHERE cycle_id = :c AND action = 'marked' ORDER BY group_key", c=cycle_id)
+    return [(group_from_row(r[:4]), r[4], r[5]) for r in rows]
 
 
 def cycle_report(conn: pg8000.native.Connection, cycle_id: str, *, with_groups: bool = True) -> CycleReport:

@@ -198,6 +198,11 @@ class LedgerStore:
         with self.db.connection() as conn:
             return reports.cycle_report(conn, cycle_id, with_groups=groups)
 
+    def marked_groups(self, cycle_id: str) -> list[tuple[ResourceGroup, str, datetime]]:
+        """The groups the cycle marked (SAFETY.md rule 23): each with its reason and delete_after."""
+        with self.db.connection() as conn:
+            return reports.marked_groups(conn, cycle_id)
+
     def report_groups(self, cycle_id: str, page: int = REPORT_PAGE) -> Iterator[dict[str, Any]]:
         """The groups of the cycle's C3 report, as C3 dicts in report order, ``page`` at a
         time through a server-side cursor (one read-only transaction): memory stays flat
