@@ -141,6 +141,11 @@ Without a terminal (cron, CI, ssh host cmd) it needs --yes: without it, it exits
 listing anything. --json is an output format, not consent.
 Ctrl-C stops at once: the cycle fails ("interrupted") and says what was left undone.
 
+Mark, then sweep: a delete run deletes an orphan only when an earlier delete-mode listing, at
+least ORPHAN_CLEANUP_CONFIRM_SECONDS before (default: the interval), found it so; the first run
+marks it (action "marked", detail "deleted after TIME") and the plan lists it as marked. No flag
+skips the window: set the variable for the run (README.md, "Before anything is deleted").
+
 examples:
   orphan-cleanup run --backend aws-prod                 # its mode; report (the default) deletes nothing
   orphan-cleanup run --backend aws-prod --mode delete   # shows the plan; deletes it once you type "aws-prod"

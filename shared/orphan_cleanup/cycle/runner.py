@@ -106,6 +106,8 @@ def run_cycle(pipeline: Pipeline, backend_id: str, *, mode: Mode | None = None, 
             requests = _take_all(in_process_queues(pipeline)[1])
             if confirm is not None and start.cycle.mode == "delete":
                 requests = run.confirmed(requests, confirm)
+            elif start.cycle.mode == "delete":
+                run.say_marked()
             run.delete(requests)
             drain(pipeline, progress)  # nothing is left in a healthy run; a redelivery would be
         except RunInterrupted:
@@ -158,10 +160,10 @@ class _Run:
         """The requests to delete: all of them when ``confirm`` accepts the plan, else none."""
         if not requests:
             blocked = self.store.cycle_report(self.cycle_id).blocked_reason
-            marked = self.store.marked_groups(self.cycle_id)
-            self.progress(f"blast-radius cap: deleted nothing ({blocked}): nothing to confirm" if blocked
-                          else marked_line(len(marked), min(m[2] for m in marked)) if marked
-                          else "no orphan to delete: nothing to confirm")
+            if blocked:
+                self.progress(f"blast-radius cap: deleted nothing ({blocked}): nothing to confirm")
+            if not self.say_marked() and not blocked:
+                self.progress("no orphan to delete: nothing to confirm")
             return []
         plan = build_plan(self.store, self.cycle_id, requests)
         try:
@@ -176,6 +178,13 @@ class _Run:
                           f" ({DECLINED}), its orphans stay open for the next cycle")
             return []
         return requests
+
+    def say_marked(self) -> bool:
+        """Say what the cycle marked and when the first goes (SAFETY.md rule 23); False: nothing."""
+        marked = self.store.marked_groups(self.cycle_id)
+        if marked:
+            self.progress(marked_line(len(marked), min(m[2] for m in marked)))
+        return bool(marked)
 
     def decline(self, requests: Iterable[DeleteRequest]) -> None:
         """Record each planned group as left in place; the last one ends the cycle (unsettled)."""
