@@ -219,3 +219,36 @@ def test_explain_and_the_digest_show_the_keep(db, cloud, platform, monkeypatch, 
     from orphan_cleanup.core.digest import slack_text
 
     assert "post-mortem" in slack_text(d)
+
+
+def test_step_3_reads_the_keeps_in_force_in_its_one_statement(db):
+    from datetime import timedelta
+
+    from orphan_cleanup.ledger.session import LedgerSession
+    from tests.support.ledger_helpers import CountingConnection, group, make_ref
+
+    # given keeps: forever, until later, ended, of another backend, and of a ref no ledger row has
+    add_backend(db, BACKEND)
+    add_backend(db, "other")
+    client = Platform(db, MemoryCloud()).ledger
+    forever, later, ended, elsewhere = (client.issue_ref(owner_name=n).provider_ref for n in "abcd")
+    unknown = make_ref()
+    [[now]] = sql(db, "SELECT oc_clock()")
+    for backend, ref, until in ((BACKEND, forever, None), (BACKEND, later, now + timedelta(hours=1)),
+                                (BACKEND, ended, now - timedelta(seconds=1)), ("other", elsewhere, None),
+                                (BACKEND, unknown, None)):
+        sql(db, "INSERT INTO orphan_keeps (backend_id, provider_ref, reason, until) VALUES (:b, :r, 'x', :u)",
+            b=backend, r=ref, u=until)
+    groups = [group(r, f"i-{r}") for r in (forever, later, ended, elsewhere, unknown, make_ref())]
+
+    # when a batch listed now is joined with the ledger
+    with db.connection() as conn:
+        counting = CountingConnection(conn)
+        records, keeps = LedgerSession(counting).load_ledger(BACKEND, groups, now)
+
+    # then one statement gave the records and the keeps in force at the listing time
+    assert len(counting.statements) == 1
+    assert set(records) == {forever, later, ended, elsewhere}
+    assert set(keeps) == {forever, later, unknown}
+    assert keeps[forever].until is None and keeps[later].until == now + timedelta(hours=1)
+    assert keeps[forever].reason == "x" and keeps[forever].kept_at >= now
