@@ -327,7 +327,7 @@ def test_the_command_exits_0_found_1_nothing_recorded_2_unknown_backend(db, clou
     code, out, err = run_cli(db, monkeypatch, capsys, "--backend", BACKEND, leaked, "--json")
     assert (code, err) == (0, "")
     doc = json.loads(out)
-    assert set(doc) == {"backend", "query", "cycles", "journal", "ignored_settings"} and (doc["backend"], doc["query"]) == (BACKEND, leaked)
+    assert set(doc) == {"backend", "query", "cycles", "journal", "ignored_settings", "keep"} and (doc["backend"], doc["query"]) == (BACKEND, leaked)
     assert set(doc["cycles"][0]) == {"cycle_id", "listed_at", "mode", "group", "verdict", "reason", "action",
                                      "detail", "evidence", "delete"}
 

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from orphan_cleanup.cli.exits import EXIT_BAD_INPUT, EXIT_BUSY, EXIT_FAILED, EXIT_INTERRUPTED
-from orphan_cleanup.cli.watch_help import EVENTS_EPILOG, ORPHANS_EPILOG
+from orphan_cleanup.cli.watch_help import EVENTS_EPILOG, KEEP_EPILOG, ORPHANS_EPILOG, RELEASE_EPILOG
 from orphan_cleanup.core.errors import ConfigError, DatabaseError, OrphanCleanupError
 
 EPILOG = """examples:
@@ -27,6 +27,7 @@ EPILOG = """examples:
   orphan-cleanup run --backend aws-prod --mode delete --yes --json   # deletes the orphans, no prompt (cron)
   orphan-cleanup status
   orphan-cleanup orphans                  # the open orphans of every backend: size, age, cost
+  orphan-cleanup orphans keep k3j9x0q2m1ab --backend aws-prod --reason "post-mortem"   # never deleted
   orphan-cleanup events --since 1d        # what the cycles recorded in the last day
   orphan-cleanup backend show aws-prod
   orphan-cleanup backend update aws-prod --regions us-east-1,eu-west-1,us-west-2
@@ -271,6 +272,17 @@ def build_parser() -> argparse.ArgumentParser:
                           epilog=ORPHANS_EPILOG, formatter_class=RAW)
     orph.add_argument("--backend", default=None, help="only this backend's (see backend list)")
     orph.add_argument("--json", action="store_true", help="print a JSON list, one object per open orphan")
+    acts = orph.add_subparsers(dest="action", required=False, parser_class=_Parser, metavar="{keep,release}")
+    kp = acts.add_parser("keep", help="keep a ref's groups: protected, never deleted, until released",
+                         epilog=KEEP_EPILOG, formatter_class=RAW)
+    kp.add_argument("ref", metavar="REF", help="a provider_ref a cycle of the backend recorded")
+    kp.add_argument("--backend", required=True, help="a backend id (see backend list)")
+    kp.add_argument("--for", dest="for_", default=None, metavar="DURATION",
+                    help="how long: 90s, 30m, 6h, 7d (default: until released)")
+    kp.add_argument("--reason", default=None, metavar="TEXT", help="why (shown by explain, events, the digest)")
+    rl = acts.add_parser("release", help="end a keep", epilog=RELEASE_EPILOG, formatter_class=RAW)
+    rl.add_argument("ref", metavar="REF", help="a kept provider_ref")
+    rl.add_argument("--backend", required=True, help="a backend id (see backend list)")
     ev = sub.add_parser("events", help="the events table: what cycles recorded (read-only)",
                         epilog=EVENTS_EPILOG, formatter_class=RAW)
     ev.add_argument("--backend", default=None, help="only this backend's (see backend list)")

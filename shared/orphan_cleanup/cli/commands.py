@@ -18,7 +18,8 @@ from orphan_cleanup.ledger.store import LedgerStore
 
 # Commands that write: on the embedded database (no DATABASE_URL) they migrate it first,
 # the quick start; on a DATABASE_URL only `migrate` runs DDL, they check the version.
-WRITES = {("backend", "add"), ("backend", "update"), ("backend", "remove"), ("run", None)}
+WRITES = {("backend", "add"), ("backend", "update"), ("backend", "remove"), ("run", None), ("orphans", "keep"),
+          ("orphans", "release")}
 
 
 def dispatch(args: argparse.Namespace) -> int:

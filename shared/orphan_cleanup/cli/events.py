@@ -20,15 +20,15 @@ _DURATION = re.compile(r"^\s*(\d{1,9})\s*([smhd])\s*$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
-def parse_duration(text: str) -> int:
+def parse_duration(text: str, option: str = "--since") -> int:
     """``90s``, ``30m``, ``6h``, ``7d`` in seconds; anything else (or more than 366 days) is a
-    ``ConfigError`` (exit 2)."""
+    ``ConfigError`` (exit 2) naming ``option``."""
     m = _DURATION.match(text)
     if not m:
-        raise ConfigError(f"--since {text!r}: not a duration (a number and a unit: 90s, 30m, 6h, 7d)")
+        raise ConfigError(f"{option} {text!r}: not a duration (a number and a unit: 90s, 30m, 6h, 7d)")
     seconds = int(m.group(1)) * _UNITS[m.group(2)]
     if not 0 < seconds <= MAX_SECONDS:
-        raise ConfigError(f"--since {text!r}: must be more than 0 and at most 366d")
+        raise ConfigError(f"{option} {text!r}: must be more than 0 and at most 366d")
     return seconds
 
 

@@ -23,15 +23,22 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, TextIO
 
 from orphan_cleanup.cli.exits import EXIT_NOT_FOUND, EXIT_OK
-from orphan_cleanup.cli.output import verdict_style
+from orphan_cleanup.cli.output import human_time, verdict_style
 from orphan_cleanup.core import evidence as ev_text
 from orphan_cleanup.core.backends import DEFAULT_PROTECT_KEY, DEFAULT_TAG_KEY
 from orphan_cleanup.core.errors import ConfigError
-from orphan_cleanup.core.listing import ResourceKind
+from orphan_cleanup.core.listing import ResourceKind, is_valid_ref
 from orphan_cleanup.core.policy import ignored_settings
 from orphan_cleanup.core.settings import Settings
 from orphan_cleanup.ledger.db import Database
-from orphan_cleanup.ledger.explain import DeleteRow, ExplainedGroup, JournalEntry, explained_groups, journal_entries
+from orphan_cleanup.ledger.explain import (
+    DeleteRow,
+    ExplainedGroup,
+    JournalEntry,
+    explained_groups,
+    journal_entries,
+    keep_of,
+)
 from orphan_cleanup.ledger.migrate import require_current_schema
 from orphan_cleanup.ledger.store import LedgerStore
 
@@ -84,14 +91,28 @@ def command(args: argparse.Namespace) -> int:
         return EXIT_NOT_FOUND
     if removed_at is not None:
         print(f"orphan-cleanup: {removed_line(args.backend, removed_at)}", file=sys.stderr)
+    refs = [query] if is_valid_ref(query) else []
+    keep = keep_of(db, args.backend, refs + sorted({g.group.provider_ref for g in groups} - set(refs)))
     if args.json:
-        print(json.dumps({**document(args.backend, query, groups, journal), "ignored_settings": ignored}, indent=2))
+        print(json.dumps({**document(args.backend, query, groups, journal), "ignored_settings": ignored,
+                          "keep": keep}, indent=2))
     else:
+        if keep is not None:
+            print(keep_text(keep))
         print_explained(args.backend, query, groups)
         for key, why in ignored.items():
             print(f"settings: {key}: {why['why']} (the stack's as this shell's environment says)")
         print_journal(journal)
     return EXIT_OK
+
+
+def keep_text(keep: Mapping[str, Any]) -> str:
+    """The operator's keep of the ref, first (SAFETY.md rule 23): its reason, when it was
+    written, its end."""
+    line = ev_text.keep_line(keep["reason"], keep["until"] and human_time(keep["until"]))
+    return (f"ref {keep['provider_ref']}: {line} (kept {human_time(keep['kept_at'])}"
+            + ("; ended: its groups are judged as any other)" if keep["ended"] else
+               "; its groups are protected, never deleted: orphans release to end it)"))
 
 
 def _removed_at(db: Database, backend_id: str) -> Any:

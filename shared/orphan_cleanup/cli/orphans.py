@@ -1,19 +1,28 @@
 """``orphan-cleanup orphans [--backend ID] [--json]``: the open orphans across cycles, their
 size as the listing read it and, with a backend's ``prices``, what they cost (README,
-"Open orphans and what they cost"). Read-only."""
+"Open orphans and what they cost"). Read-only.
+
+``orphans keep REF --backend ID [--for DURATION] [--reason TEXT]`` and ``orphans release REF
+--backend ID``: the operator keeps a ref's groups (protected, ``kept_by_operator``, never
+deleted: SAFETY.md rule 23) or ends the keep. They write the ``orphan_keeps`` row and its event,
+nothing else."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from datetime import datetime
 from typing import Any
 
 from pydantic import ValidationError
 
+from orphan_cleanup.cli.events import parse_duration
 from orphan_cleanup.cli.exits import EXIT_OK
 from orphan_cleanup.cli.output import human_time, print_table, span
 from orphan_cleanup.core.costs import Prices, accrued, cost_per_hour, size_of
+from orphan_cleanup.core.errors import ConfigError
+from orphan_cleanup.core.listing import is_valid_ref
 from orphan_cleanup.ledger.db import Database
 from orphan_cleanup.ledger.store import LedgerStore
 from orphan_cleanup.ledger.watch import OpenOrphan
@@ -82,7 +91,49 @@ def money(value: float | None) -> str:
     return "-" if value is None else f"{value:,.2f}" if value >= 1 else f"{value:.4f}"
 
 
+#: The longest ``--reason`` kept (it goes into events, digests and Slack texts).
+MAX_REASON = 300
+
+
+def _ref(text: str) -> str:
+    if not is_valid_ref(text):
+        raise ConfigError(f"{text!r} is not a provider_ref (12 characters, a-z and 0-9)")
+    return text
+
+
+def _until(until: datetime | None) -> str:
+    return "released" if until is None else human_time(until)
+
+
+def keep(db: Database, args: argparse.Namespace) -> int:
+    """Keep a recorded ref (one line), and say so when a delete of it is in flight right now."""
+    ref = _ref(args.ref)
+    seconds = None if args.for_ is None else parse_duration(args.for_, "--for")
+    reason = " ".join((args.reason or "").split()) or None
+    if reason is not None and len(reason) > MAX_REASON:
+        raise ConfigError(f"--reason: at most {MAX_REASON} characters")
+    kept = LedgerStore(db).keep_ref(args.backend, ref, reason, seconds)
+    print(f"kept ref {ref} of {args.backend} until {_until(kept.until)}" + (f": {reason}" if reason else ""))
+    if kept.delete_in_flight_until is not None:
+        # The deleter re-reads keeps right before its provider calls (SAFETY.md rule 23).
+        gate = human_time(kept.delete_in_flight_until)
+        print(f"a delete of ref {ref} is in flight now (its gate holds until {gate}):"
+              " the keep protects what that delete has not reached; nothing can recall a provider call already sent")
+    return EXIT_OK
+
+
+def release(db: Database, args: argparse.Namespace) -> int:
+    ref = _ref(args.ref)
+    released = LedgerStore(db).release_ref(args.backend, ref)
+    print(f"released ref {ref} of {args.backend}" + (f" (it was kept: {released.reason})" if released.reason else ""))
+    return EXIT_OK
+
+
 def command(db: Database, args: argparse.Namespace) -> int:
+    if args.action == "keep":
+        return keep(db, args)
+    if args.action == "release":
+        return release(db, args)
     if args.backend is not None:
         LedgerStore(db).backend_row(args.backend)  # an unknown backend is bad input (exit 2)
     orphans = LedgerStore(db).open_orphans(args.backend)

@@ -7,11 +7,37 @@ action, the reason. With a backend's `prices` setting (the operator's own prices
 README.md, "Open orphans and what they cost"), an estimated cost per hour and since first seen,
 and a total per backend. Read-only: never changes the database (migrate first).
 
+`orphans keep REF --backend ID` keeps a ref a cycle recorded: its groups are protected
+(kept_by_operator), reported and never deleted, until released or until --for has passed (by the
+database's clock), also in a delete cycle that already planned the delete (the deleter reads the
+keep right before its provider calls). `orphans release REF --backend ID` ends a keep. Both write
+the keep and an event (orphan_kept, orphan_released), nothing else.
+
 examples:
   orphan-cleanup orphans
   orphan-cleanup orphans --backend aws-prod --json | jq 'map(.cost_so_far) | add'
   orphan-cleanup backend update aws-prod --settings '{"prices": {"instance_hour": {"m5.large": 0.096},
-      "disk_gb_month": 0.08, "address_hour": 0.005}}'"""
+      "disk_gb_month": 0.08, "address_hour": 0.005}}'
+  orphan-cleanup orphans keep k3j9x0q2m1ab --backend aws-prod --for 2d --reason "post-mortem of job 4711"
+  orphan-cleanup orphans release k3j9x0q2m1ab --backend aws-prod"""
+KEEP_EPILOG = """Keeps a ref's groups: protected (kept_by_operator), reported, never deleted, by scheduled and
+manual cycles, and by a delete already planned (the deleter reads the keep right before its
+provider calls; a call already sent cannot be recalled, and the command says when a delete of
+the ref is in flight). The ref must be one a cycle of the backend recorded (orphans, explain).
+Keeping a kept ref replaces its keep. Writes the keep and an orphan_kept event.
+
+examples:
+  orphan-cleanup orphans keep k3j9x0q2m1ab --backend aws-prod --reason "post-mortem of job 4711"
+  orphan-cleanup orphans keep k3j9x0q2m1ab --backend aws-prod --for 2d    # until two days from now
+
+exit codes: 0 kept, 2 bad input (unknown backend, a ref no cycle of it recorded, a bad --for)"""
+RELEASE_EPILOG = """Ends a keep: from the next listing on, the ref's groups are judged as any other (an orphan is
+deleted by a delete cycle). Writes an orphan_released event.
+
+example:
+  orphan-cleanup orphans release k3j9x0q2m1ab --backend aws-prod
+
+exit codes: 0 released, 2 bad input (unknown backend, a ref that is not kept)"""
 EVENTS_EPILOG = """The events table (README.md, "The events table"): one row per reported orphan or protected
 group, deletion, failed delete, cycle failure and backend removal, oldest first. --since takes
 a number and a unit (s, m, h, d). Read-only: never changes the database (migrate first).

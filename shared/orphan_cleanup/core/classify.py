@@ -18,7 +18,7 @@ from orphan_cleanup.core.backends import DEFAULT_TAG_KEY
 from orphan_cleanup.core.errors import BlastRadiusExceeded
 from orphan_cleanup.core.listing import PROVIDER_KINDS, ResourceGroup, ResourceKind
 from orphan_cleanup.core.listing_rules import ListedInstances
-from orphan_cleanup.core.owners import OwnerStatus, Record
+from orphan_cleanup.core.owners import Keep, OwnerStatus, Record
 from orphan_cleanup.core.verdicts import Action, Outcome, Verdict, VerdictKind
 
 LIVE = frozenset({OwnerStatus.PROVISIONING.value, OwnerStatus.IDLE.value, OwnerStatus.BUSY.value})
@@ -71,6 +71,16 @@ def _v(kind: VerdictKind, reason: str, log_error: str | None = None) -> Verdict:
 
 
 _TRACKED = _v(VerdictKind.TRACKED, "tracked")  # most groups of a healthy account
+_KEPT = _v(VerdictKind.PROTECTED, "kept_by_operator")
+
+
+def kept(verdict: Verdict, keep: Keep | None) -> Verdict:
+    """An operator's keep of the group's ref (SAFETY.md rule 23): a group that is not tracked
+    is protected, whatever it would have been (an orphan, a skipped or an ignored group: never
+    deleted, and reported as kept). A tracked group stays tracked: it is the platform's."""
+    if keep is None or verdict.kind is VerdictKind.TRACKED:
+        return verdict
+    return _KEPT
 
 
 def classify(group: ResourceGroup, record: Record | None, ctx: ClassifyContext) -> Verdict:

@@ -10,15 +10,16 @@ from orphan_cleanup.core import classify, evidence
 from orphan_cleanup.core.decisions import BatchApplication, GroupRow, OrphanRow, ReportEvent
 from orphan_cleanup.core.listing import ResourceGroup
 from orphan_cleanup.core.messages import ListingBatch
-from orphan_cleanup.core.owners import Record
+from orphan_cleanup.core.owners import Keep, Record
 from orphan_cleanup.core.verdicts import Action, Verdict, VerdictKind
 
 
 def classify_batch(batch: ListingBatch, records: Mapping[str, Record], ctx: classify.ClassifyContext, *,
-                  mode: str, record_all: bool) -> BatchApplication:
+                  mode: str, record_all: bool, keeps: Mapping[str, Keep] | None = None) -> BatchApplication:
     """Classify a batch and shape what the fenced apply writes. ``mode`` and
     ``record_all`` are the cycle's (from its row, never from the message); ``ctx`` is
-    the cycle's, judging beside this batch's listing (``policy.classify_context``).
+    the cycle's, judging beside this batch's listing (``policy.classify_context``);
+    ``keeps`` the operator's keeps in force at its listing time, by ref (SAFETY.md rule 23).
 
     Most groups of a healthy account are tracked: unless the cycle records
     every group, a group that is neither written nor logged is only counted
@@ -30,9 +31,12 @@ def classify_batch(batch: ListingBatch, records: Mapping[str, Record], ctx: clas
     errors: list[tuple[str, GroupRow]] = []
     by_kind: dict[VerdictKind, int] = {}
     recorded = classify.RECORDED
+    keeps = keeps or {}
     for group in batch.groups:
         record = records.get(group.provider_ref)
         verdict = classify.classify(group, record, ctx)
+        if keeps:
+            verdict = classify.kept(verdict, keeps.get(group.provider_ref))
         kind = verdict.kind
         by_kind[kind] = by_kind.get(kind, 0) + 1
         if not (record_all or kind in recorded or verdict.log_error):
@@ -43,7 +47,8 @@ def classify_batch(batch: ListingBatch, records: Mapping[str, Record], ctx: clas
                        owner_type=record.owner_type if record else None,
                        owner_id=record.owner_id if record else None,
                        owner_name=record.owner_name if record else None,
-                       evidence=_evidence(group, record, ctx, verdict) if keep else None)
+                       evidence=_evidence(group, record, ctx, verdict, keeps.get(group.provider_ref))
+                       if keep else None)
         if verdict.log_error:
             errors.append((verdict.log_error, row))
         if keep:
@@ -65,9 +70,11 @@ def classify_batch(batch: ListingBatch, records: Mapping[str, Record], ctx: clas
 
 
 def _evidence(group: ResourceGroup, record: Record | None, ctx: classify.ClassifyContext,
-              verdict: Verdict) -> dict[str, Any]:
+              verdict: Verdict, keep: Keep | None = None) -> dict[str, Any]:
     """The facts of the verdict and, where they say something short, the C3 detail line (``d``)."""
     ev = evidence.record_of(group, record, ctx, verdict)
+    if keep is not None and verdict.reason == "kept_by_operator":
+        ev["kp"] = evidence.keep_record(keep)
     line = evidence.detail(verdict.reason, ev, group, ctx.listed_at)
     if line:
         ev["d"] = line[:200]

@@ -7,15 +7,20 @@ from __future__ import annotations
 
 from orphan_cleanup.core.classify import Limits
 from orphan_cleanup.core.decisions import DeleteRecord
+from orphan_cleanup.core.evidence import keep_line
 from orphan_cleanup.core.listing import ResourceGroup
+from orphan_cleanup.core.owners import Keep
 from orphan_cleanup.core.verdicts import Action, DeleteOutcome, DeleteResult, DeleteStatus
 
 
 def delete_refusal(*, mode: str, request_state: str | None, recorded: ResourceGroup | None,
-                   requested: ResourceGroup, tripped_regions: tuple[str, ...]) -> DeleteOutcome | None:
+                   requested: ResourceGroup, tripped_regions: tuple[str, ...],
+                   kept: bool = False) -> DeleteOutcome | None:
     """Why a delete request must not run now (not a delete cycle, not dispatched,
-    not the group that was classified, already done, region tripped), or None.
-    The resources deleted are the ``recorded`` ones, never the message's (rule 12)."""
+    not the group that was classified, already done, kept by the operator, region
+    tripped), or None. The resources deleted are the ``recorded`` ones, never the
+    message's (rule 12). An operator's keep in force now wins over the plan (rule 23):
+    ``protected``, recorded as such (``kept_result``)."""
     if mode != "delete":
         return DeleteOutcome.NOT_DELETE_MODE
     if request_state is None or recorded is None:
@@ -27,6 +32,8 @@ def delete_refusal(*, mode: str, request_state: str | None, recorded: ResourceGr
         return DeleteOutcome.GROUP_MISMATCH
     if request_state != "queued":
         return DeleteOutcome.ALREADY_DONE
+    if kept:
+        return DeleteOutcome.PROTECTED
     if recorded.region in tripped_regions:
         return DeleteOutcome.REGION_TRIPPED
     return None
@@ -89,6 +96,14 @@ def delete_record(group: ResourceGroup, *, result: DeleteResult | None = None, e
                         error=error, message=message, result=result, skipped_reason=skipped_reason,
                         keeps_protection=keeps_protection(action) and not (
                             result is not None and group.primary_id is not None and group.primary_id in result.deleted))
+
+
+def kept_result(keep: Keep) -> DeleteResult:
+    """An operator's keep found by the deleter's re-check (SAFETY.md rule 23) as a protection
+    found at delete time: the group is recorded ``protected`` / ``kept_by_operator``, nothing
+    deleted, the cycle neither failed nor held unsettled by it."""
+    return DeleteResult(status=DeleteStatus.PROTECTED, protection="kept_by_operator",
+                        protection_detail=keep_line(keep.reason, keep.until.isoformat() if keep.until else None))
 
 
 def keeps_protection(action: Action) -> bool:

@@ -43,6 +43,9 @@ class DigestGroup:
     resources: tuple[dict[str, Any], ...]
     owner_name: str | None = None
     owner_end: datetime | None = None
+    # A kept group's (``DigestFacts.kept``): the operator's keep, (reason, end as ISO or None:
+    # until released).
+    keep: tuple[str | None, str | None] | None = None
 
     def created_at(self) -> datetime | None:
         """The primary's creation as the listing recorded it; a group without a listed primary
@@ -63,7 +66,8 @@ class DigestGroup:
                 "created_at": created.isoformat() if created else None,
                 "orphan_since": since.isoformat() if since else None,
                 "age_seconds": _seconds(now, created), "orphan_seconds": _seconds(now, since),
-                "cost_per_hour": _cost(size, prices)}
+                "cost_per_hour": _cost(size, prices),
+                **({} if self.keep is None else {"keep_reason": self.keep[0], "kept_until": self.keep[1]})}
 
 
 def _time(value: Any) -> datetime | None:
@@ -109,7 +113,9 @@ class DigestFacts:
     new_orphans: tuple[DigestGroup, ...] = ()
     deleted: tuple[DigestGroup, ...] = ()
     delete_failed: tuple[DigestGroup, ...] = ()
-    counts: dict[str, int] = field(default_factory=dict)  # new_orphans / deleted / delete_failed, in all
+    # Groups the cycle found kept by the operator (SAFETY.md rule 23): listed, never news alone.
+    kept: tuple[DigestGroup, ...] = ()
+    counts: dict[str, int] = field(default_factory=dict)  # new_orphans / deleted / delete_failed / kept, in all
     notify_failures: int = 0  # digests of this backend no channel took since the last one delivered
     missed_cycles: tuple[str, ...] = ()  # the cycles whose digests those were
     prices: Prices | None = None  # the backend's ``settings.prices`` (None: not set, or not valid)
@@ -130,11 +136,11 @@ def digest(facts: DigestFacts, interval_seconds: int) -> dict[str, Any] | None:
     return {"type": "orphan-cleanup.cycle", "backend": facts.backend, "provider": facts.provider,
             "account": facts.account, "cycle_id": facts.cycle_id, "mode": facts.mode, "outcome": facts.outcome,
             "new_orphans": docs(facts.new_orphans), "deleted": docs(facts.deleted),
-            "delete_failed": docs(facts.delete_failed), "open_orphans": facts.open_orphans,
+            "delete_failed": docs(facts.delete_failed), "kept": docs(facts.kept), "open_orphans": facts.open_orphans,
             "failures": [{"region": f.get("region"), "error": f.get("error")} for f in facts.failures],
             "stale_seconds": stale, "error": facts.error,
             "counts": {k: facts.counts.get(k, len(getattr(facts, k))) for k in ("new_orphans", "deleted",
-                                                                                "delete_failed")},
+                                                                                "delete_failed", "kept")},
             "notify_failures": facts.notify_failures, "missed_cycles": list(facts.missed_cycles),
             "at": facts.now.isoformat()}
 
@@ -187,7 +193,7 @@ def slack_text(d: dict[str, Any]) -> str:
     lines = [f"*orphan-cleanup* `{_e(d['backend'])}` ({_e(d['provider'])} {_e(d['account'])}): {_e(d['mode'])} cycle"
              f" `{_e(d['cycle_id'])}` {_e(d['outcome'])}",
              f"{c['new_orphans']} new orphan(s), {c['deleted']} deleted, {c['delete_failed']} failed to delete,"
-             f" {d['open_orphans']} open"]
+             f" {d['open_orphans']} open" + (f", {c['kept']} kept by the operator" if c.get("kept") else "")]
     if d["stale_seconds"] is not None:
         lines.append(f"stale: no clean cycle for {_span(d['stale_seconds'])}")
     if d["failures"]:
@@ -197,22 +203,28 @@ def slack_text(d: dict[str, Any]) -> str:
         lines.append(f"{d['notify_failures']} earlier digest(s) could not be delivered (orphan-cleanup events)")
     shown: list[tuple[str, dict[str, Any]]] = []
     seen: set[tuple[str, str]] = set()
-    for label in ("delete_failed", "new_orphans", "deleted"):
-        for g in d[label]:
+    for label in ("delete_failed", "new_orphans", "deleted", "kept"):
+        for g in d.get(label, ()):
             key = (g["provider_ref"], g["primary_id"] or g["region"])
             if key not in seen:
                 seen.add(key)
                 shown.append((label, g))
     tag = {"delete_failed": "failed to delete", "new_orphans": "new", "deleted": "deleted"}
+
+    def why(label: str, g: dict[str, Any]) -> str:
+        if label != "kept":
+            return tag[label]
+        return f"kept until {g['kept_until'] or 'released'}" + (f": {g['keep_reason']}" if g["keep_reason"] else "")
+
     for label, g in shown[:SLACK_ORPHANS]:
         age = "age unknown" if g["age_seconds"] is None else f"{_span(g['age_seconds'])} old"
         orphan = "" if g["orphan_seconds"] is None else f", orphan for {_span(g['orphan_seconds'])}"
         cost = "" if g["cost_per_hour"] is None else f", est. {_money(g['cost_per_hour'])}/h"
         lines.append(f"• `{_e(g['provider_ref'])}` {_e(g['primary_id'] or '(leftovers)')} {_e(g['region'])},"
                      f" owner {_e(g['owner_name'] or 'unknown')}, {age}{orphan}, {_e(_size(g['size']))}{cost}:"
-                     f" {_e(g['reason'])} ({tag[label]})")
+                     f" {_e(g['reason'])} ({_e(why(label, g))})")
     # Groups listed but not shown, and those the digest's lists left out (``MAX_LISTED``).
-    more = max(0, len(shown) - SLACK_ORPHANS) + sum(max(0, c[k] - len(d[k])) for k in c)
+    more = max(0, len(shown) - SLACK_ORPHANS) + sum(max(0, c[k] - len(d.get(k, ()))) for k in c)
     if more:
         lines.append(f"…and {more} more: `orphan-cleanup orphans --backend {_e(d['backend'])}`")
     if shown:

@@ -16,7 +16,7 @@ from typing import Any
 from orphan_cleanup.core.backends import DEFAULT_PROTECT_KEY, DEFAULT_TAG_KEY
 from orphan_cleanup.core.classify import ClassifyContext, malformed
 from orphan_cleanup.core.listing import ResourceGroup
-from orphan_cleanup.core.owners import OwnerStatus, Record
+from orphan_cleanup.core.owners import Keep, OwnerStatus, Record
 from orphan_cleanup.core.verdicts import Verdict
 
 #: Every reason ``classify.classify`` can give, and its rule in one sentence
@@ -50,6 +50,8 @@ RULES: dict[str, str] = {
     "recent_owner_change": "an orphan candidate whose owner changed within the margin of the listing: skipped",
     "recent_resource": "an orphan candidate with a resource created within the margin of the listing: skipped",
     "protect_tag": "an orphan candidate carrying the protect tag is reported, never deleted",
+    "kept_by_operator": "an operator kept this ref (orphans keep): its groups are reported, never deleted, until"
+                        " the keep ends or is released",
     "managed_by_controller": "an orphan candidate that an Auto Scaling group, fleet or managed instance group would"
                              " re-create is reported, never deleted: cleanup never fights another controller",
     "termination_protection": "an orphan candidate with AWS termination protection is reported, never deleted"
@@ -195,11 +197,25 @@ def has_owner(ev: Mapping[str, Any]) -> bool:
     return any(k in ev for k in ("o", "st", "gone", "t"))
 
 
+def keep_record(keep: Keep) -> dict[str, Any]:
+    """An operator's keep as the evidence keeps it (``kp``): ``r`` its reason, ``at`` when it
+    was written, ``u`` its end (None: until released), ISO timestamps."""
+    return {"r": keep.reason, "at": keep.kept_at.isoformat(), "u": keep.until.isoformat() if keep.until else None}
+
+
+def keep_line(reason: str | None, until: str | None) -> str:
+    """``kept by the operator until released: debugging``: a keep in one line."""
+    return f"kept by the operator until {until or 'released'}" + (f": {reason}" if reason else "")
+
+
 def detail(reason: str, ev: Mapping[str, Any], group: ResourceGroup, listed_at: datetime) -> str | None:
     """The group's one-line C3 ``detail``: the facts behind its verdict, or None where
     there is nothing to add (a tracked VM)."""
     if reason == "tracked":  # most rows of a manual run: nothing to say, nothing to compute
         return None
+    if reason == "kept_by_operator":
+        kp = ev.get("kp") or {}
+        return keep_line(kp.get("r"), kp.get("u"))
     o, st, m = ev.get("o") or "?", ev.get("st"), ev.get("m", 0)
     margin, before = span(m), ev.get("t") or {}
 

@@ -82,3 +82,14 @@ assert tuple(LedgerRecord.model_fields) == LedgerRow.__struct_fields__, "LedgerR
 #: STEP 3's record of a ref: a ``LedgerRow`` as the join decoded it, or a ``LedgerRecord``
 #: (pydantic's answer to a document msgspec refused; tests and the simulation build these).
 Record = LedgerRecord | LedgerRow
+
+
+class Keep(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """An operator's keep of a ref (``orphans keep``, the ``orphan_keeps`` row of the cycle's
+    backend): every group of the ref that is not tracked is protected (``kept_by_operator``),
+    never deleted (SAFETY.md rule 23). ``until`` None: until released. STEP 3 reads only the
+    keeps in force at the cycle's listing time."""
+
+    reason: str | None
+    kept_at: datetime
+    until: datetime | None

@@ -29,7 +29,8 @@ class Classifier:
     def handle_batch(self, batch: ListingBatch) -> BatchResult:
         """Join, classify and apply one batch (fenced, idempotent). Returns the
         apply status (applied, duplicate, fenced, unknown_cycle) and verdict counts.
-        Three statements on one connection: the cycle with its backend, the join, the apply.
+        Three statements on one connection: the cycle with its backend, the join (with the
+        operator's keeps), the apply.
 
         The message is a hint (SAFETY.md rule 12): backend, mode and listing time
         come from the cycle's row; a batch that disagrees raises ``MessageRefused``."""
@@ -40,16 +41,17 @@ class Classifier:
                 return BatchResult(status="unknown_cycle")
             self._refuse_if_tampered(batch, cycle)
             backend = cycle.backend
-            records = session.load_records(backend.id, batch.groups)
-            limits = self.ctx.limits(backend)
             assert cycle.listed_at is not None  # checked by _refuse_if_tampered
+            # The operator's keeps in force at the listing time come with the records (rule 23).
+            records, keeps = session.load_ledger(backend.id, batch.groups, cycle.listed_at)
+            limits = self.ctx.limits(backend)
             # The batch holds every group of a ref in a region (``cycle.lister``'s batches never
             # split one): what a live owner's other VM is judged beside (SAFETY.md rule 17). A
             # delete cycle re-reads remembered protections (rule 14).
             ctx = policy.classify_context(self.ctx.settings, backend, cycle.listed_at, limits,
                                           listed=ListedInstances(batch.groups, backend.settings.tag_key),
                                           recheck_protections=cycle.mode == "delete")
-            app = classify_batch(batch, records, ctx, mode=cycle.mode, record_all=cycle.record_all)
+            app = classify_batch(batch, records, ctx, mode=cycle.mode, record_all=cycle.record_all, keeps=keeps)
             result = session.apply(app)
         if result.status == "duplicate":
             # The first delivery may have crashed after its apply committed and before

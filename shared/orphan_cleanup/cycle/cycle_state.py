@@ -18,6 +18,7 @@ from orphan_cleanup.core.backends import DEFAULT_PROTECT_KEY, Backend, Mode, acc
 from orphan_cleanup.core.classify import Limits
 from orphan_cleanup.core.errors import BlastRadiusExceeded, LeaseLost
 from orphan_cleanup.core.listing import RegionFailure, ResourceGroup
+from orphan_cleanup.core.owners import Keep
 from orphan_cleanup.core.verdicts import DeleteOutcome, DeleteResult, Outcome
 from orphan_cleanup.ledger.locked import GateHold, LockedCycle
 from orphan_cleanup.ledger.records import Cycle, CycleRef, DeleteRequestRow, IdleSnapshot
@@ -48,6 +49,7 @@ class DeleteDecision:
     refusal: DeleteOutcome | None
     group: ResourceGroup | None
     listed_primary: str | None = None  # see ``DeleteRequestRow``
+    keep: Keep | None = None  # with ``protected``: the operator's keep that wins (SAFETY.md rule 23)
 
 
 # ---- STEP 1 and the lease ---------------------------------------------------------
@@ -217,9 +219,11 @@ def delete_allowed(store: LedgerStore, cycle_id: str, requested: ResourceGroup) 
     with store.cycle(cycle_id) as cyc:
         row = cyc.delete_request(requested.key) if cyc.state.mode == "delete" else DeleteRequestRow(None, None)
         why = delete_rules.delete_refusal(mode=cyc.state.mode, request_state=row.state, recorded=row.group,
-                                          requested=requested, tripped_regions=cyc.state.tripped_regions)
-    keeps_group = why in (None, DeleteOutcome.ALREADY_DONE, DeleteOutcome.REGION_TRIPPED)
-    return DeleteDecision(why, row.group if keeps_group else None, row.listed_primary if keeps_group else None)
+                                          requested=requested, tripped_regions=cyc.state.tripped_regions,
+                                          kept=row.keep is not None)
+    keeps_group = why in (None, DeleteOutcome.ALREADY_DONE, DeleteOutcome.REGION_TRIPPED, DeleteOutcome.PROTECTED)
+    return DeleteDecision(why, row.group if keeps_group else None, row.listed_primary if keeps_group else None,
+                          row.keep if why is DeleteOutcome.PROTECTED else None)
 
 
 def record_delete(store: LedgerStore, cycle_id: str, group: ResourceGroup, limits: Limits, *,

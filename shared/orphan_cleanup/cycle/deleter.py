@@ -74,6 +74,15 @@ class Stop:
                    trip_region=outcome is DeleteOutcome.REGION_TRIPPED)
 
     @classmethod
+    def refused(cls, decision: DeleteDecision) -> Stop:
+        """The cycle's answer refuses the request: an operator's keep (SAFETY.md rule 23) is
+        recorded as the protection it is; any other refusal records nothing."""
+        assert decision.refusal is not None
+        if decision.keep is not None:
+            return cls(DeleteOutcome.PROTECTED, recorded=True, result=delete_rules.kept_result(decision.keep))
+        return cls(decision.refusal)
+
+    @classmethod
     def provider_failed(cls, exc: ProviderError) -> Stop:
         """A provider call failed: an unavailable region trips (SAFETY.md rule 5), anything
         else fails the deletion."""
@@ -176,7 +185,7 @@ class Deleter:
                                     backend=job.backend.id, cycle_id=job.cycle.id, group=job.request.group.key)
         if why is DeleteOutcome.REGION_TRIPPED:
             return Stop.left_in_place(why)
-        return None if why is None else Stop(why)
+        return None if why is None else Stop.refused(job.decision)
 
     def _backend_on(self, job: DeleteJob) -> Stop | None:
         """The backend was not switched off since the cycle started: off is final."""
@@ -211,10 +220,10 @@ class Deleter:
     def _still_asked_for(self, job: DeleteJob) -> Stop | None:
         """Still asked for: another delivery may have handled it while this one waited."""
         try:
-            again = cycle_state.delete_allowed(self.ctx.store, job.cycle.id, job.request.group).refusal
+            again = cycle_state.delete_allowed(self.ctx.store, job.cycle.id, job.request.group)
         except LeaseLost:
             return Stop(DeleteOutcome.FENCED)
-        return None if again is None else Stop(again)
+        return None if again.refusal is None else Stop.refused(again)
 
     def _still_an_orphan(self, job: DeleteJob) -> Stop | None:
         """Still an orphan against the ledger as it is now (``_owner_changed``), judged on the

@@ -157,3 +157,27 @@ def journal_entries(db: Database, backend_id: str, query: str, refs: Sequence[st
         raise DatabaseError(describe(e)) from e
     return [JournalEntry(at=at, cycle_id=c, phase=p, call=call, target=t, region=r, blast=tuple(json.loads(b)),
                          outcome=o, error=e) for at, c, p, call, t, r, b, o, e in rows]
+
+
+def keep_of(db: Database, backend_id: str, refs: Sequence[str]) -> dict[str, Any] | None:
+    """The operator's keep of the first of ``refs`` that the backend keeps (SAFETY.md rule 23):
+    ``{"provider_ref", "reason", "kept_at", "until"}`` (ISO; ``until`` None: until released, or
+    a time already past: the keep has ended and no longer holds), else None. Read-only."""
+    if not refs:
+        return None
+    try:
+        with db.connection() as conn:
+            conn.run("START TRANSACTION READ ONLY")
+            rows = conn.run("SELECT provider_ref, reason, kept_at, until, until IS NOT NULL AND until <= oc_clock()"
+                            " FROM orphan_keeps WHERE backend_id = :b AND provider_ref = ANY(CAST(:r AS text[]))"
+                            " ORDER BY array_position(CAST(:r AS text[]), provider_ref) LIMIT 1",
+                            b=backend_id, r=list(refs))
+    except PgDatabaseError as e:
+        if sqlstate(e) in _NOT_MIGRATED:
+            raise SchemaNotMigrated() from e
+        raise DatabaseError(describe(e)) from e
+    if not rows:
+        return None
+    ref, reason, kept_at, until, ended = rows[0]
+    return {"provider_ref": ref, "reason": reason, "kept_at": kept_at.isoformat(),
+            "until": until.isoformat() if until else None, "ended": bool(ended)}

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
+import msgspec
 import pg8000.native
 
 from orphan_cleanup.core import evidence
@@ -23,6 +24,7 @@ from orphan_cleanup.core.backends import Backend, Mode
 from orphan_cleanup.core.decisions import DeleteRecord
 from orphan_cleanup.core.errors import BlastRadiusExceeded, ConfigError, LeaseLost
 from orphan_cleanup.core.listing import RegionFailure, ResourceGroup
+from orphan_cleanup.core.owners import Keep
 from orphan_cleanup.core.redact import redact
 from orphan_cleanup.core.verdicts import Outcome
 from orphan_cleanup.ledger import queries
@@ -322,12 +324,22 @@ class LockedCycle:
                               c=self.state.id, k=group_key)
         if not state:
             return DeleteRequestRow(None, None)
-        recorded = self.conn.run("SELECT provider_ref, region, primary_id, resources, evidence->>'lp'"
-                                 " FROM cycle_groups WHERE cycle_id = :c AND group_key = :k AND verdict = 'orphan'",
-                                 c=self.state.id, k=group_key)
+        # With the group, the operator's keep of its ref if one is in force (SAFETY.md rule 23:
+        # a keep written after the plan wins), in the same statement. In force at the listing
+        # time, as the classifier reads keeps: a keep that ended since then still holds (the
+        # safe direction).
+        recorded = self.conn.run(
+            "SELECT g.provider_ref, g.region, g.primary_id, g.resources, g.evidence->>'lp',"
+            " CASE WHEN k.provider_ref IS NOT NULL THEN json_build_object('reason', k.reason, 'kept_at', k.kept_at,"
+            "   'until', k.until)::text END"
+            " FROM cycle_groups g LEFT JOIN orphan_keeps k ON k.backend_id = :b AND k.provider_ref = g.provider_ref"
+            "   AND (k.until IS NULL OR k.until > CAST(:t AS timestamptz))"
+            " WHERE g.cycle_id = :c AND g.group_key = :k AND g.verdict = 'orphan'",
+            c=self.state.id, k=group_key, b=self.state.backend_id, t=self.state.listed_at)
         if not recorded:
             return DeleteRequestRow(state[0][0], None)
-        return DeleteRequestRow(state[0][0], group_from_row(recorded[0]), listed_primary=recorded[0][4])
+        keep = msgspec.json.decode(recorded[0][5], type=Keep) if recorded[0][5] else None
+        return DeleteRequestRow(state[0][0], group_from_row(recorded[0]), listed_primary=recorded[0][4], keep=keep)
 
     def record_delete(self, group: ResourceGroup, rec: DeleteRecord) -> bool:
         """Record one deletion's end, once per (cycle, group): False (and nothing

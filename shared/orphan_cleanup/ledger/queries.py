@@ -15,7 +15,7 @@ from orphan_cleanup.core.backend_rules import describe_validation
 from orphan_cleanup.core.backends import Backend
 from orphan_cleanup.core.errors import ConfigError
 from orphan_cleanup.core.listing import ResourceGroup, is_valid_ref
-from orphan_cleanup.core.owners import LedgerRecord, LedgerRow, Record
+from orphan_cleanup.core.owners import Keep, LedgerRecord, LedgerRow, Record
 
 BACKEND_COLUMNS = "id, provider, account, regions, settings, mode"
 
@@ -145,6 +145,18 @@ def records_from_json(doc: str | bytes) -> Sequence[Record]:
 def load_records(conn: pg8000.native.Connection, backend_id: str,
                  groups: Iterable[ResourceGroup]) -> dict[str, Record]:
     """STEP 3: the ledger records of the groups' refs, keyed by ref, in one statement."""
+    refs = _ref_lists(groups)
+    if refs is None:
+        return {}
+    rows = conn.run(JOIN_SQL, refs=refs[0], leftover=refs[1], backend=backend_id)
+    return {record.provider_ref: record for record in records_from_json(rows[0][0])}
+
+
+def _ref_lists(groups: Iterable[ResourceGroup]) -> tuple[str, str] | None:
+    """JOIN_SQL's ``:refs`` and ``:leftover`` (the refs of groups without a primary), or None
+    for no group. A value that is not a valid ref cannot be in provider_refs (CHECK
+    constraint), nor kept: leaving it out changes no answer and keeps the comma-joined list
+    unambiguous. (In no particular order: the join reads them as a set.)"""
     refs: set[str] = set()
     leftover: set[str] = set()
     for g in groups:
@@ -152,13 +164,33 @@ def load_records(conn: pg8000.native.Connection, backend_id: str,
         if g.primary_id is None:
             leftover.add(g.provider_ref)
     if not refs:
-        return {}
-    # A value that is not a valid ref cannot be in provider_refs (CHECK constraint):
-    # leaving it out changes no answer and keeps the comma-joined list unambiguous.
-    # (In no particular order: the join reads them as a set.)
-    rows = conn.run(JOIN_SQL, refs=",".join(r for r in refs if is_valid_ref(r)),
-                    leftover=",".join(r for r in leftover if is_valid_ref(r)), backend=backend_id)
-    return {record.provider_ref: record for record in records_from_json(rows[0][0])}
+        return None
+    return ",".join(r for r in refs if is_valid_ref(r)), ",".join(r for r in leftover if is_valid_ref(r))
+
+
+# STEP 3 with the operator's keeps (SAFETY.md rule 23), still one statement per batch:
+# JOIN_SQL's document, and beside it the batch's refs that the backend keeps at the
+# listing time ``:t`` (until NULL: until released), as ``{ref: keep}``. Read from
+# orphan_keeps itself, so a ref without a provider_refs row (an unknown ref a cycle
+# recorded) is kept too; the primary key's index answers it.
+LEDGER_SQL = ("SELECT (" + JOIN_SQL + "), (SELECT coalesce(json_object_agg(k.provider_ref, json_build_object("
+              "'reason', k.reason, 'kept_at', k.kept_at, 'until', k.until)), '{}')::text FROM orphan_keeps k"
+              " WHERE k.backend_id = :backend AND k.provider_ref = ANY(string_to_array(:refs, ','))"
+              " AND (k.until IS NULL OR k.until > CAST(:t AS timestamptz)))")
+
+_KEEPS = msgspec.json.Decoder(dict[str, Keep])
+
+
+def load_ledger(conn: pg8000.native.Connection, backend_id: str, groups: Iterable[ResourceGroup],
+                listed_at: datetime) -> tuple[dict[str, Record], dict[str, Keep]]:
+    """STEP 3 in one statement: the groups' records, keyed by ref (``load_records``), and the
+    backend's keeps of those refs in force at ``listed_at``, keyed by ref."""
+    refs = _ref_lists(groups)
+    if refs is None:
+        return {}, {}
+    rows = conn.run(LEDGER_SQL, refs=refs[0], leftover=refs[1], backend=backend_id, t=listed_at)
+    return ({record.provider_ref: record for record in records_from_json(rows[0][0])},
+            _KEEPS.decode(rows[0][1]))
 
 
 # STEP 1's question as an SQL expression over a backend id ``{backend}`` (``:b`` unless

@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from orphan_cleanup.core.backends import Backend, Mode
 from orphan_cleanup.core.listing import RegionFailure, ResourceGroup
+from orphan_cleanup.core.owners import Keep
 
 ApplyStatus = Literal["applied", "duplicate", "fenced", "unknown_cycle"]
 
@@ -161,6 +162,8 @@ class DeleteRequestRow:
     group: ResourceGroup | None
     # A retry leak's: the owner's recorded primary, listed beside it (SAFETY.md rule 17).
     listed_primary: str | None = None
+    # The operator's keep of the group's ref, in force (SAFETY.md rule 23): not deleted.
+    keep: Keep | None = None
 
 
 @dataclass(frozen=True)

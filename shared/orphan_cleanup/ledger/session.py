@@ -17,7 +17,7 @@ from orphan_cleanup.core.backends import Backend, from_snapshot
 from orphan_cleanup.core.decisions import BatchApplication
 from orphan_cleanup.core.errors import ConfigError
 from orphan_cleanup.core.listing import ResourceGroup
-from orphan_cleanup.core.owners import Record
+from orphan_cleanup.core.owners import Keep, Record
 from orphan_cleanup.ledger import queries
 from orphan_cleanup.ledger.records import ApplyResult, CycleContext, IdleSnapshot, TickRow
 
@@ -101,6 +101,11 @@ class LedgerSession:
     def load_records(self, backend_id: str, groups: Iterable[ResourceGroup]) -> dict[str, Record]:
         """STEP 3: the ledger records of the groups' refs, keyed by ref, in one statement."""
         return queries.load_records(self.conn, backend_id, groups)
+
+    def load_ledger(self, backend_id: str, groups: Iterable[ResourceGroup],
+                    listed_at: datetime) -> tuple[dict[str, Record], dict[str, Keep]]:
+        """STEP 3 with the operator's keeps in force at ``listed_at``, in one statement."""
+        return queries.load_ledger(self.conn, backend_id, groups, listed_at)
 
     def apply(self, app: BatchApplication) -> ApplyResult:
         """One round trip: the fenced, idempotent application of a classified batch."""

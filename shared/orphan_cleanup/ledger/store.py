@@ -40,7 +40,7 @@ from orphan_cleanup.core.backends import Backend, BackendSettings
 from orphan_cleanup.core.digest import DigestFacts
 from orphan_cleanup.core.listing import ResourceGroup
 from orphan_cleanup.core.owners import Record
-from orphan_cleanup.ledger import digest_facts, queries, reports, watch
+from orphan_cleanup.ledger import digest_facts, keeps, queries, reports, watch
 from orphan_cleanup.ledger.db import Database
 from orphan_cleanup.ledger.locked import LeaseUnit, LockedCycle
 from orphan_cleanup.ledger.records import CycleReport, FinishedCycle
@@ -156,6 +156,17 @@ class LedgerStore:
             reports.add_backend(conn, backend_id=backend_id, provider=provider, account=account,
                                 regions=regions, settings=settings.model_dump(mode="json", exclude_unset=True),
                                 mode=mode)
+
+    def keep_ref(self, backend_id: str, ref: str, reason: str | None, seconds: int | None) -> keeps.KeepRow:
+        """The operator keeps ``ref`` (SAFETY.md rule 23), with its ``orphan_kept`` event, in one
+        transaction (``keeps.keep``)."""
+        with self.db.transaction() as conn:
+            return keeps.keep(conn, backend_id, ref, reason, seconds)
+
+    def release_ref(self, backend_id: str, ref: str) -> keeps.KeepRow:
+        """The operator ends a keep, with its ``orphan_released`` event (``keeps.release``)."""
+        with self.db.transaction() as conn:
+            return keeps.release(conn, backend_id, ref)
 
     def status(self, backend_id: str | None = None) -> list[reports.BackendStatus]:
         """Every backend's status (or one's), with the cycle holding its live lease."""
