@@ -252,3 +252,24 @@ def test_step_3_reads_the_keeps_in_force_in_its_one_statement(db):
     assert set(keeps) == {forever, later, unknown}
     assert keeps[forever].until is None and keeps[later].until == now + timedelta(hours=1)
     assert keeps[forever].reason == "x" and keeps[forever].kept_at >= now
+
+
+def test_the_end_of_a_keep_is_step_1_activity(db, cloud, platform, monkeypatch, capsys):
+    """A released keep, or one whose time is up, makes the next scheduled run list (SAFETY.md
+    rule 9): the group is judged again, not left until other activity comes."""
+    ref, vm = recorded_leak(db, cloud, platform)
+    assert run_cli(db, monkeypatch, capsys, "orphans", "keep", ref, "--backend", BACKEND, "--for", "1h")[0] == 0
+    [[ends_in]] = sql(db, "SELECT at - oc_clock() FROM ledger_activity WHERE kind = 'keep_ends'")
+    assert 3500 < ends_in.total_seconds() <= 3600
+    sql(db, "DELETE FROM ledger_activity WHERE kind = 'keep_ends'")  # a keep without an end, as far as STEP 1 knows
+    # margin 0: clean_at is the listing time, after every write so far
+    scheduled = Pipeline(settings=Settings(ORPHAN_CLEANUP_MARGIN_SECONDS=0), db=db, listing_queue=InProcessQueue(),
+                         provider_for=lambda b: MemoryProvider(b, cloud), delete_queue=InProcessQueue())
+    assert run_cycle(scheduled, BACKEND, mode="report").outcome == "clean"
+    sql(db, "UPDATE cleanup SET next_due_at = oc_clock() - interval '1 s'")
+    assert scheduled.run_lister(BACKEND).reason == "no_activity"
+
+    assert run_cli(db, monkeypatch, capsys, "orphans", "release", ref, "--backend", BACKEND)[0] == 0
+    sql(db, "UPDATE cleanup SET next_due_at = oc_clock() - interval '1 s'")
+    started = scheduled.run_lister(BACKEND)
+    assert started.reason == "activity" and started.cycle_id is not None

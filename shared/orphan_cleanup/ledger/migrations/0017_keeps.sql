@@ -10,3 +10,24 @@ CREATE TABLE IF NOT EXISTS orphan_keeps (
     until        timestamptz NULL,
     PRIMARY KEY (backend_id, provider_ref)
 );
+
+-- A keep that ends is STEP 1 activity of its backend (docs/SAFETY.md rule 9): a scheduled
+-- cycle lists again and judges the group as it is, instead of waiting for other activity.
+-- A release (the row deleted) is activity now; a keep with an end is activity at its end
+-- (a row dated then: until that time, STEP 1 sees it as activity after any clean before it).
+CREATE OR REPLACE FUNCTION orphan_cleanup_keep_activity() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'DELETE' THEN
+        INSERT INTO ledger_activity (backend_id, kind) VALUES (OLD.backend_id, 'keep_released');
+        RETURN OLD;
+    END IF;
+    IF NEW.until IS NOT NULL THEN
+        INSERT INTO ledger_activity (backend_id, at, kind) VALUES (NEW.backend_id, NEW.until, 'keep_ends');
+    END IF;
+    RETURN NEW;
+END $$;
+
+DROP TRIGGER IF EXISTS orphan_keeps_activity ON orphan_keeps;
+CREATE TRIGGER orphan_keeps_activity AFTER INSERT OR UPDATE OR DELETE ON orphan_keeps
+    FOR EACH ROW EXECUTE FUNCTION orphan_cleanup_keep_activity();
