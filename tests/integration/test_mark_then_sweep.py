@@ -172,3 +172,23 @@ def test_window_zero_deletes_in_the_first_delete_cycle(db, cloud, platform):
     _, _, leaked = platform.terminated_leak()
     report = run_cycle(pipeline(db, cloud, window=0), "mem", mode="delete")
     assert group(report, leaked).action == "deleted" and report.outcome == "clean"
+
+
+def test_the_digest_lists_the_marked_groups_with_their_delete_after(db, cloud, platform):
+    from orphan_cleanup.core.digest import digest, slack_text
+    from orphan_cleanup.ledger.store import LedgerStore
+
+    _, _, leaked = platform.terminated_leak()
+    first = run_cycle(pipeline(db, cloud), "mem", mode="delete")
+    doc = digest(LedgerStore(db).digest_facts(first.cycle_id), interval_seconds=900)
+    assert doc is not None  # a new orphan: news
+    [marked] = doc["marked"]
+    assert marked["primary_id"] == leaked and doc["counts"]["marked"] == 1
+    after = datetime.fromisoformat(marked["delete_after"])
+    assert after > first.listed_at and group(first, leaked).detail.startswith(
+        f"deleted after {after:%Y-%m-%dT%H:%M}")
+    assert f"marked, deleted after {marked['delete_after']}" in slack_text(doc)
+
+    # marked again, no news: no digest
+    again = run_cycle(pipeline(db, cloud), "mem", mode="delete")
+    assert digest(LedgerStore(db).digest_facts(again.cycle_id), interval_seconds=900) is None

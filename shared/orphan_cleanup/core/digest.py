@@ -46,6 +46,8 @@ class DigestGroup:
     # A kept group's (``DigestFacts.kept``): the operator's keep, (reason, end as ISO or None:
     # until released).
     keep: tuple[str | None, str | None] | None = None
+    # A marked group's (``DigestFacts.marked``, SAFETY.md rule 23): when a later cycle may delete it.
+    delete_after: datetime | None = None
 
     def created_at(self) -> datetime | None:
         """The primary's creation as the listing recorded it; a group without a listed primary
@@ -67,7 +69,8 @@ class DigestGroup:
                 "orphan_since": since.isoformat() if since else None,
                 "age_seconds": _seconds(now, created), "orphan_seconds": _seconds(now, since),
                 "cost_per_hour": _cost(size, prices),
-                **({} if self.keep is None else {"keep_reason": self.keep[0], "kept_until": self.keep[1]})}
+                **({} if self.keep is None else {"keep_reason": self.keep[0], "kept_until": self.keep[1]}),
+                **({} if self.delete_after is None else {"delete_after": self.delete_after.isoformat()})}
 
 
 def _time(value: Any) -> datetime | None:
@@ -113,9 +116,12 @@ class DigestFacts:
     new_orphans: tuple[DigestGroup, ...] = ()
     deleted: tuple[DigestGroup, ...] = ()
     delete_failed: tuple[DigestGroup, ...] = ()
+    # Groups a delete cycle marked (SAFETY.md rule 23), each with its delete_after: listed, news
+    # only when new (``new_orphans``).
+    marked: tuple[DigestGroup, ...] = ()
     # Groups the cycle found kept by the operator (SAFETY.md rule 23): listed, never news alone.
     kept: tuple[DigestGroup, ...] = ()
-    counts: dict[str, int] = field(default_factory=dict)  # new_orphans / deleted / delete_failed / kept, in all
+    counts: dict[str, int] = field(default_factory=dict)  # per list (new_orphans, deleted, ...), in all
     notify_failures: int = 0  # digests of this backend no channel took since the last one delivered
     missed_cycles: tuple[str, ...] = ()  # the cycles whose digests those were
     prices: Prices | None = None  # the backend's ``settings.prices`` (None: not set, or not valid)
@@ -136,11 +142,12 @@ def digest(facts: DigestFacts, interval_seconds: int) -> dict[str, Any] | None:
     return {"type": "orphan-cleanup.cycle", "backend": facts.backend, "provider": facts.provider,
             "account": facts.account, "cycle_id": facts.cycle_id, "mode": facts.mode, "outcome": facts.outcome,
             "new_orphans": docs(facts.new_orphans), "deleted": docs(facts.deleted),
-            "delete_failed": docs(facts.delete_failed), "kept": docs(facts.kept), "open_orphans": facts.open_orphans,
+            "delete_failed": docs(facts.delete_failed), "marked": docs(facts.marked), "kept": docs(facts.kept),
+            "open_orphans": facts.open_orphans,
             "failures": [{"region": f.get("region"), "error": f.get("error")} for f in facts.failures],
             "stale_seconds": stale, "error": facts.error,
             "counts": {k: facts.counts.get(k, len(getattr(facts, k))) for k in ("new_orphans", "deleted",
-                                                                                "delete_failed", "kept")},
+                                                                                "delete_failed", "marked", "kept")},
             "notify_failures": facts.notify_failures, "missed_cycles": list(facts.missed_cycles),
             "at": facts.now.isoformat()}
 
@@ -193,7 +200,8 @@ def slack_text(d: dict[str, Any]) -> str:
     lines = [f"*orphan-cleanup* `{_e(d['backend'])}` ({_e(d['provider'])} {_e(d['account'])}): {_e(d['mode'])} cycle"
              f" `{_e(d['cycle_id'])}` {_e(d['outcome'])}",
              f"{c['new_orphans']} new orphan(s), {c['deleted']} deleted, {c['delete_failed']} failed to delete,"
-             f" {d['open_orphans']} open" + (f", {c['kept']} kept by the operator" if c.get("kept") else "")]
+             f" {d['open_orphans']} open" + (f", {c['marked']} marked" if c.get("marked") else "")
+             + (f", {c['kept']} kept by the operator" if c.get("kept") else "")]
     if d["stale_seconds"] is not None:
         lines.append(f"stale: no clean cycle for {_span(d['stale_seconds'])}")
     if d["failures"]:
@@ -203,7 +211,7 @@ def slack_text(d: dict[str, Any]) -> str:
         lines.append(f"{d['notify_failures']} earlier digest(s) could not be delivered (orphan-cleanup events)")
     shown: list[tuple[str, dict[str, Any]]] = []
     seen: set[tuple[str, str]] = set()
-    for label in ("delete_failed", "new_orphans", "deleted", "kept"):
+    for label in ("delete_failed", "marked", "new_orphans", "deleted", "kept"):
         for g in d.get(label, ()):
             key = (g["provider_ref"], g["primary_id"] or g["region"])
             if key not in seen:
@@ -212,6 +220,8 @@ def slack_text(d: dict[str, Any]) -> str:
     tag = {"delete_failed": "failed to delete", "new_orphans": "new", "deleted": "deleted"}
 
     def why(label: str, g: dict[str, Any]) -> str:
+        if label == "marked":
+            return f"marked, deleted after {g['delete_after']}"
         if label != "kept":
             return tag[label]
         return f"kept until {g['kept_until'] or 'released'}" + (f": {g['keep_reason']}" if g["keep_reason"] else "")
