@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
@@ -278,3 +279,42 @@ def test_the_html_page_is_self_contained_and_draws_a_bar_per_day_and_reason(ledg
     assert len(page.rects["orphans-chart"]) == len(drawn)  # one rect per day and reason
     assert drawn == expected
     assert page.rects["cost-chart"]  # priced: the cost chart is drawn too
+
+
+def _chromium() -> str | None:
+    for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome"):
+        if path := shutil.which(name):
+            return path
+    return None
+
+
+@pytest.mark.slow
+def test_a_headless_browser_draws_the_chart(ledger, tmp_path):
+    browser = _chromium()
+    if browser is None:
+        pytest.skip("no chromium binary on PATH")
+    # given the page of the known ledger
+    target = tmp_path / "leaks.html"
+    assert cli(ledger.db, "report", "--html", str(target)).returncode == 0
+    source = Page()
+    source.feed(target.read_text())
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}"]
+
+    # when Chromium loads it (no network needed: the page has no external reference)
+    dom = subprocess.run([browser, *flags, "--dump-dom", target.as_uri()], capture_output=True, text=True,
+                         timeout=120, check=True).stdout
+    shot = tmp_path / "shot.png"
+    subprocess.run([browser, *flags, f"--screenshot={shot}", "--window-size=1000,1400", target.as_uri()],
+                   capture_output=True, timeout=120, check=True)
+
+    # then its DOM holds the chart's bars, and the screenshot shows them in the bars' colors
+    drawn = Page()
+    drawn.feed(dom)
+    assert drawn.rects["orphans-chart"] == source.rects["orphans-chart"] != []
+    from PIL import Image
+
+    from orphan_cleanup.cli.report_html import PALETTE
+
+    colors = {tuple(int(c[i:i + 2], 16) for i in (1, 3, 5)) for c in PALETTE}
+    pixels = Image.open(shot).convert("RGB").getdata()
+    assert sum(1 for p in pixels if p in colors) > 2000  # bars, not only the legend's swatches

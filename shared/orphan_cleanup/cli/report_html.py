@@ -89,7 +89,7 @@ def page(doc: dict[str, Any], days: Sequence[Hours], priced: Priced, *, backend:
     scope = f"backend {backend}" if backend else "every backend"
     title = f"orphan-cleanup report: {scope}, {since_text}"
     d, x = doc["time_to_detect_seconds"], doc["time_to_delete_seconds"]
-    figures = [("period", f"{doc['since']} to {doc['until']}"),
+    figures = [("period", f"{doc['since'][:16].replace('T', ' ')} to {doc['until'][:16].replace('T', ' ')} UTC"),
                ("orphans found", str(doc["orphans_found"])), ("orphans deleted", str(doc["orphans_deleted"])),
                ("orphans open now", str(doc["orphans_open"])), ("orphan-hours", hours_text(doc["orphan_hours"])),
                ("estimated cost", "no price table (settings.prices)" if doc["cost"] is None else money(doc["cost"])),

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pg8000.native
@@ -139,7 +139,7 @@ def _params(since: datetime, until: datetime, backend_id: str | None) -> tuple[s
 
 def period(conn: pg8000.native.Connection, seconds: int) -> tuple[datetime, datetime]:
     """The ``seconds`` up to the database clock now."""
-    until: datetime = conn.run("SELECT oc_clock()")[0][0]
+    until: datetime = conn.run("SELECT oc_clock()")[0][0].astimezone(UTC)
     return until - timedelta(seconds=seconds), until
 
 
