@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-BENCHES = ("classifier", "listing", "scale", "idle", "tick", "profile", "imports", "peers", "throttling")
+BENCHES = ("classifier", "listing", "scale", "idle", "tick", "profile", "imports", "peers", "throttling", "report")
 DEFAULT_JSON = Path(__file__).resolve().parent / "results" / "latest.json"
 
 
@@ -128,6 +128,10 @@ def _run(name: str, quick: bool, pg: Any, plot: str | None = None) -> list[Any]:
         from bench import throttling
 
         return throttling.run(pg(), quick=quick)
+    if name == "report":
+        from bench import report
+
+        return report.run(pg(), quick=quick)
     raise AssertionError(name)
 
 

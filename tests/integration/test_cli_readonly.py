@@ -32,7 +32,7 @@ from orphan_cleanup.ledger.url import ConnInfo
 NOT_MIGRATED = "orphan-cleanup: error: " + SchemaNotMigrated.MESSAGE
 READ_ONLY_COMMANDS = [["status"], ["status", "--json"], ["backend", "list"], ["backend", "list", "--json"],
                       ["backend", "show", "aws-prod"], ["orphans"], ["orphans", "--json"], ["events"],
-                      ["events", "--json"]]
+                      ["events", "--json"], ["report"], ["report", "--json"]]
 
 
 def cli(url: str | None, *args: str, data_dir: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -124,6 +124,8 @@ def test_status_as_a_select_only_role_reads_a_migrated_database(db, reader):
     for args in (["orphans", "--json"], ["events", "--json"]):
         proc = cli(url, *args)
         assert proc.returncode == 0 and json.loads(proc.stdout) == [], proc.stderr
+    proc = cli(url, "report", "--json")
+    assert proc.returncode == 0 and json.loads(proc.stdout)["orphans_found"] == 0, proc.stderr
 
 
 def test_status_as_a_select_only_role_on_an_empty_database_says_migrate(pg_server, empty_db, reader):

@@ -72,3 +72,42 @@ def test_a_bad_price_table_is_refused_by_the_settings(prices):
         BackendSettings.from_input({"prices": prices})
     assert BackendSettings.from_input({"prices": {"instance_hour": {"m5.large": 0.096}}}).prices == Prices(
         instance_hour={"m5.large": 0.096})
+
+
+# ---- the report's pricing and since when a group is an orphan (C3 report) -------------------------
+
+def test_pricing_summed_hours_equals_summing_each_orphans_cost():
+    # given orphans of one type with different disks and addresses, and their hours
+    from orphan_cleanup.core.costs import cost_of_hours
+
+    prices = Prices(instance_hour={"m5.large": 0.096}, disk_gb_month=0.08, address_hour=0.005)
+    orphans = [({"instance_type": "m5.large", "disk_gb": 100, "addresses": ["1.1.1.1"]}, 3.0),
+               ({"instance_type": "m5.large", "disk_gb": 8}, 10.5),
+               ({"instance_type": "m5.large", "addresses": ["2.2.2.2", "3.3.3.3"]}, 0.25)]
+    one_by_one = sum(cost_per_hour(size, prices)[0] * hours for size, hours in orphans)
+
+    # when the sums are priced at once
+    summed = cost_of_hours(prices, instance_type="m5.large", hours=sum(h for _, h in orphans),
+                           disk_gb_hours=sum(s.get("disk_gb", 0) * h for s, h in orphans),
+                           address_hours=sum(len(s.get("addresses", ())) * h for s, h in orphans))
+
+    # then it is the same figure; a type without a price adds nothing, as cost_per_hour says
+    assert summed == pytest.approx(one_by_one, rel=1e-12)
+    assert cost_of_hours(prices, instance_type="p3.2xlarge", hours=5) == 0.0
+    assert cost_of_hours(Prices(), instance_type=None, hours=5, disk_gb_hours=10, address_hours=1) == 0.0
+
+
+def test_an_orphan_begins_at_its_owners_end_never_before_its_creation():
+    from datetime import UTC, datetime, timedelta
+
+    from orphan_cleanup.core.costs import listed_creation, orphan_since
+
+    t = datetime(2026, 5, 1, tzinfo=UTC)
+    created = {"i-1": t, "vol-1": t - timedelta(days=1)}
+    assert listed_creation(created, "i-1") == t  # the primary's creation
+    assert listed_creation(created, None) == t - timedelta(days=1)  # leftovers: the oldest
+    assert listed_creation({}, "i-1") is None
+    assert orphan_since(t, t + timedelta(hours=2)) == t + timedelta(hours=2)  # the owner's end
+    assert orphan_since(t, t - timedelta(hours=2)) == t  # an owner that ended before this VM: a lost attempt
+    assert orphan_since(t, None) == t  # a live owner (a retry leak) or a row that is gone
+    assert orphan_since(None, t) == t and orphan_since(None, None) is None

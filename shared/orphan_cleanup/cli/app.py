@@ -1,5 +1,5 @@
 """`orphan-cleanup`: migrate, backend add|list|show|update|remove, run, status, explain,
-orphans, events, psql, demo, --version (README contract C3).
+orphans, events, report, psql, demo, --version (README contract C3).
 
 Exit codes (``cli/exits.py``): 0 success (a cycle that finished clean or unsettled), 1 a
 failed cycle (explain: nothing recorded), 2 bad input (arguments, settings, unknown backend,
@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from orphan_cleanup.cli.exits import EXIT_BAD_INPUT, EXIT_BUSY, EXIT_FAILED, EXIT_INTERRUPTED
-from orphan_cleanup.cli.watch_help import EVENTS_EPILOG, KEEP_EPILOG, ORPHANS_EPILOG, RELEASE_EPILOG
+from orphan_cleanup.cli.watch_help import EVENTS_EPILOG, KEEP_EPILOG, ORPHANS_EPILOG, RELEASE_EPILOG, REPORT_EPILOG
 from orphan_cleanup.core.errors import ConfigError, DatabaseError, OrphanCleanupError
 
 EPILOG = """examples:
@@ -29,6 +29,7 @@ EPILOG = """examples:
   orphan-cleanup orphans                  # the open orphans of every backend: size, age, cost
   orphan-cleanup orphans keep k3j9x0q2m1ab --backend aws-prod --reason "post-mortem"   # never deleted
   orphan-cleanup events --since 1d        # what the cycles recorded in the last day
+  orphan-cleanup report --since 30d       # what leaks cost over 30 days, how fast they were cleaned
   orphan-cleanup backend show aws-prod
   orphan-cleanup backend update aws-prod --regions us-east-1,eu-west-1,us-west-2
   orphan-cleanup backend remove aws-old   # deletes the backend's row, no cloud resource; its history stays
@@ -289,6 +290,14 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--since", default="1d", metavar="DURATION",
                     help="how far back: 90s, 30m, 6h, 7d (default 1d)")
     ev.add_argument("--json", action="store_true", help="print a JSON list, one object per event, oldest first")
+    rep = sub.add_parser("report", help="what leaks cost and how fast they were cleaned over a period (read-only)",
+                         epilog=REPORT_EPILOG, formatter_class=RAW)
+    rep.add_argument("--backend", default=None, help="only this backend's (see backend list)")
+    rep.add_argument("--since", default="30d", metavar="DURATION",
+                     help="the period, up to now: 90s, 30m, 6h, 7d (default 30d)")
+    rep.add_argument("--json", action="store_true", help="print one JSON document")
+    rep.add_argument("--html", default=None, metavar="FILE",
+                     help="also write one self-contained HTML page (figures, tables, a chart per day)")
     return p
 
 

@@ -71,6 +71,10 @@ def dispatch(args: argparse.Namespace) -> int:
         from orphan_cleanup.cli import events
 
         return events.command(db, args)
+    if args.command == "report":
+        from orphan_cleanup.cli import report
+
+        return report.command(db, args)
     if args.command == "run":
         from orphan_cleanup.cli import run
 
@@ -84,7 +88,8 @@ def is_embedded(settings: Settings) -> bool:
 
 
 def open_read_only(settings: Settings) -> Database:
-    """The database of a read-only command (``status``, ``backend list|show``, ``explain``):
+    """The database of a read-only command (``status``, ``backend list|show``, ``explain``,
+    ``orphans``, ``events``, ``report``):
     never migrated; ``SchemaNotMigrated`` (exit 2, one line) unless it has every migration."""
     from orphan_cleanup.ledger.migrate import require_current_schema
 

@@ -1,4 +1,4 @@
-"""The help texts of ``orphans`` and ``events`` (what operators watch)."""
+"""The help texts of ``orphans``, ``events`` and ``report`` (what operators watch)."""
 
 ORPHANS_EPILOG = """The orphans found and not deleted yet (open, deleting, delete_failed), across cycles, of every
 backend or one: ref, region, primary id, resources, size as the listing read it (instance or
@@ -45,3 +45,26 @@ a number and a unit (s, m, h, d). Read-only: never changes the database (migrate
 examples:
   orphan-cleanup events --since 6h
   orphan-cleanup events --backend aws-prod --since 7d --json | jq 'map(select(.kind == "delete_failed"))'"""
+REPORT_EPILOG = """What leaks cost and how fast they were cleaned over the period --since (default 30d) up to
+now (README.md, "What leaks cost"). It counts the orphans (verdict orphan; protected groups are
+never deleted, so not counted) whose life reaches into the period. An orphan's life runs from
+when it became one (its owner's end: terminated or soft-deleted, the earlier; else the
+creation the listing read) to its deletion, or now while it is open; rows recorded before
+this version start at their first listing and end at their last.
+  orphans found    first listed as an orphan in the period
+  orphans deleted  deleted in the period
+  orphans open     not deleted yet, now
+  orphan-hours     the sum of each orphan's hours within the period
+  cost             each orphan's cost per hour (its listed size at its backend's `prices`
+                   setting) times those hours; null (-) without any price table
+  time to detect   first listing - when it became an orphan (those found in the period)
+  time to delete   deletion - when it became an orphan (those deleted in the period)
+                   both as p50 and p90 (percentile_cont), in seconds
+The table adds what each reason stands for. --html FILE also writes one self-contained page
+(no network) with the same figures and a stacked-bar chart per day (UTC) and reason: the
+orphans alive that day and the cost accrued that day. Read-only: never changes the database.
+
+examples:
+  orphan-cleanup report
+  orphan-cleanup report --backend aws-prod --since 7d --json | jq .by_reason
+  orphan-cleanup report --since 90d --html leaks.html"""

@@ -4,9 +4,10 @@ writes (``BatchApplication``). Pure."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
-from orphan_cleanup.core import classify, evidence
+from orphan_cleanup.core import classify, costs, evidence
 from orphan_cleanup.core.decisions import BatchApplication, GroupRow, OrphanRow, ReportEvent
 from orphan_cleanup.core.listing import ResourceGroup
 from orphan_cleanup.core.messages import ListingBatch
@@ -55,7 +56,7 @@ def classify_batch(batch: ListingBatch, records: Mapping[str, Record], ctx: clas
             rows.append(row)
         if kind in (VerdictKind.ORPHAN, VerdictKind.PROTECTED):
             orphans.append(OrphanRow(row=row, state="open" if kind is VerdictKind.ORPHAN else "protected",
-                                     reported=action is Action.REPORTED))
+                                     reported=action is Action.REPORTED, orphan_since=_orphan_since(group, record)))
         # ``orphan_resources`` are not written from a listing (a message anyone who may write
         # to the queue could forge): only the deleter's re-read confirms which resources were
         # attached to an orphan VM (``DeleteResult.attached``, SAFETY.md rule 15).
@@ -67,6 +68,14 @@ def classify_batch(batch: ListingBatch, records: Mapping[str, Record], ctx: clas
         failures=batch.failures, groups=len(batch.groups), skipped=VerdictKind.SKIPPED in by_kind,
         rows=tuple(rows), orphans=tuple(orphans), events=tuple(events),
         to_report=tuple(to_report), errors=tuple(errors), counts={kind.value: n for kind, n in by_kind.items()})
+
+
+def _orphan_since(group: ResourceGroup, record: Record | None) -> datetime | None:
+    """Since when the group is an orphan: its owner's end (terminated or soft-deleted, the
+    earlier), never before the group's listed creation; else that creation."""
+    ends = [t for t in (record.terminated_at, record.deleted_at) if t is not None] if record is not None else []
+    created = {r.id: r.created_at for r in group.resources if r.created_at is not None}
+    return costs.orphan_since(costs.listed_creation(created, group.primary_id), min(ends, default=None))
 
 
 def _evidence(group: ResourceGroup, record: Record | None, ctx: classify.ClassifyContext,

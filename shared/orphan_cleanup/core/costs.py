@@ -9,6 +9,7 @@ resource kind or type without a price adds nothing (``unpriced`` names it)."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from datetime import datetime
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -65,6 +66,25 @@ def size_of(resources: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     return size
 
 
+def listed_creation(created: Mapping[str, datetime], primary_id: str | None) -> datetime | None:
+    """A group's creation as the listing recorded it, from its resources' ``created_at`` by id:
+    the primary's; a group without a listed primary (leftovers): its oldest resource's. None
+    when the provider reported none."""
+    if primary_id is not None and primary_id in created:
+        return created[primary_id]
+    return min(created.values(), default=None)
+
+
+def orphan_since(created_at: datetime | None, owner_end: datetime | None) -> datetime | None:
+    """Since when a group is an orphan (C3 ``report``, C6 ``orphan_since``): its owner's end
+    (terminated or soft-deleted, the earlier), never before the group's creation; its
+    creation when the owner did not end (a lost attempt, a failover leftover) or its row is
+    gone. None when neither is known."""
+    if created_at is None:
+        return owner_end
+    return max(created_at, owner_end or created_at)
+
+
 def cost_per_hour(size: Mapping[str, Any], prices: Prices) -> tuple[float, list[str]]:
     """The estimated cost per hour of a group of ``size`` at ``prices``, and what had no
     price (``instance_type:p3.2xlarge``, ``disk``, ``address``)."""
@@ -92,3 +112,20 @@ def cost_per_hour(size: Mapping[str, Any], prices: Prices) -> tuple[float, list[
 def accrued(per_hour: float, seconds: float) -> float:
     """What ``per_hour`` came to over ``seconds`` (none for a negative span)."""
     return per_hour * max(seconds, 0.0) / 3600
+
+
+def cost_of_hours(prices: Prices, *, instance_type: str | None, hours: float, disk_gb_hours: float = 0.0,
+                  address_hours: float = 0.0) -> float:
+    """What orphans cost at ``prices`` over their time, from sums: ``hours`` of orphans of
+    ``instance_type`` (None: no instance listed), ``disk_gb_hours`` (GB x hours) and
+    ``address_hours`` (addresses x hours). The same as the sum, over those orphans, of
+    ``cost_per_hour`` of each one's size times its hours (a price is linear in each fact),
+    so the report can sum in the database and price once per type (C3 ``report``)."""
+    total = 0.0
+    if instance_type is not None and instance_type in prices.instance_hour:
+        total += prices.instance_hour[instance_type] * hours
+    if prices.disk_gb_month is not None:
+        total += disk_gb_hours * prices.disk_gb_month / HOURS_PER_MONTH
+    if prices.address_hour is not None:
+        total += address_hours * prices.address_hour
+    return total

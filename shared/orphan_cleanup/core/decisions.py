@@ -8,6 +8,7 @@ Plain frozen data, no I/O: ``classify`` and ``pipeline`` build these, the store
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, NamedTuple
 
 from orphan_cleanup.core.listing import RegionFailure, ResourceGroup
@@ -45,6 +46,8 @@ class OrphanRow(NamedTuple):
     row: GroupRow
     state: str  # "open" | "protected"
     reported: bool
+    # Since when the group is an orphan (``costs.orphan_since``): kept at its earliest.
+    orphan_since: datetime | None = None
 
 
 class ReportEvent(NamedTuple):

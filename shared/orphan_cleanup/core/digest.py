@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from orphan_cleanup.core.costs import Prices, cost_per_hour, size_of
+from orphan_cleanup.core.costs import Prices, cost_per_hour, listed_creation, orphan_since, size_of
 
 #: A backend is stale after this many intervals without a clean cycle (the stacks' alarm too).
 STALE_INTERVALS = 6
@@ -53,13 +53,11 @@ class DigestGroup:
         """The primary's creation as the listing recorded it; a group without a listed primary
         (leftovers): its oldest resource's. None when the provider reported none."""
         times = {str(r.get("id")): t for r in self.resources if (t := _time(r.get("created_at"))) is not None}
-        if self.primary_id is not None and self.primary_id in times:
-            return times[self.primary_id]
-        return min(times.values(), default=None)
+        return listed_creation(times, self.primary_id)
 
     def doc(self, now: datetime, prices: Prices | None = None) -> dict[str, Any]:
         created = self.created_at()
-        since = self.owner_end if created is None else max(created, self.owner_end or created)
+        since = orphan_since(created, self.owner_end)
         size = size_of(self.resources)
         return {"provider_ref": self.provider_ref, "primary_id": self.primary_id, "region": self.region,
                 "reason": self.reason, "first_seen": self.first_seen.isoformat() if self.first_seen else None,

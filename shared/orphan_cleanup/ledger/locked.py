@@ -357,8 +357,11 @@ class LockedCycle:
         # A row remembering a protection (SAFETY.md rule 14) keeps it, with its verdict and
         # reason, as ``delete_rules`` decided (``rec.keeps_protection``); otherwise the row is
         # the orphan its cycle classified again.
+        # When it became 'deleted' is the report's deletion time (C3 ``report``; one clock, rule 13).
         self.conn.run("UPDATE orphans o SET state = CASE WHEN o.state = 'protected' AND o.reason ="
                       " 'termination_protection' AND :keep THEN o.state ELSE :s END, last_error = :e,"
+                      " deleted_at = CASE WHEN :s = 'deleted' AND NOT (o.state = 'protected' AND o.reason ="
+                      " 'termination_protection' AND :keep) THEN oc_clock() ELSE o.deleted_at END,"
                       " verdict = CASE WHEN :keep THEN o.verdict ELSE g.verdict END,"
                       " reason = CASE WHEN :keep THEN o.reason ELSE g.reason END"
                       " FROM cycle_groups g WHERE o.backend_id = :b AND o.group_key = :k"

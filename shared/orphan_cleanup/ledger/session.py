@@ -14,6 +14,7 @@ import msgspec
 import pg8000.native
 
 from orphan_cleanup.core.backends import Backend, from_snapshot
+from orphan_cleanup.core.costs import size_of
 from orphan_cleanup.core.decisions import BatchApplication
 from orphan_cleanup.core.errors import ConfigError
 from orphan_cleanup.core.listing import ResourceGroup
@@ -30,7 +31,8 @@ _to_json = msgspec.json.Encoder(enc_hook=str).encode
 
 def apply_payload(app: BatchApplication) -> dict[str, Any]:
     """The JSON document ``oc_apply_batch`` reads (migrations/0003_apply.sql; its
-    current version, which writes ``evidence`` into cycle_groups, is in 0008_evidence.sql)."""
+    current version, which also writes the orphans' ``orphan_since`` and ``size``, is in
+    0018_report.sql)."""
     rows = []
     for r in app.rows:
         d = r.as_dict()
@@ -44,6 +46,9 @@ def apply_payload(app: BatchApplication) -> dict[str, Any]:
     for o in app.orphans:
         entry = {**(by_id.get(id(o.row)) or o.row.as_dict()), "state": o.state, "reported": 1 if o.reported else 0}
         entry.pop("evidence", None)
+        # What ``report`` reads (migration 0018): since when it is an orphan, and its size as listed.
+        entry["orphan_since"] = o.orphan_since
+        entry["size"] = size_of(entry["resources"])
         orphans.append(entry)
     return {"cycle_id": app.cycle_id, "seq": app.seq, "last": app.last, "batch_count": app.batch_count,
             "failures": [f.model_dump() for f in app.failures], "groups": app.groups, "skipped": app.skipped,

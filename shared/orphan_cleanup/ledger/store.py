@@ -40,7 +40,7 @@ from orphan_cleanup.core.backends import Backend, BackendSettings
 from orphan_cleanup.core.digest import DigestFacts
 from orphan_cleanup.core.listing import ResourceGroup
 from orphan_cleanup.core.owners import Record
-from orphan_cleanup.ledger import digest_facts, keeps, queries, reports, watch
+from orphan_cleanup.ledger import digest_facts, keeps, leaks, queries, reports, watch
 from orphan_cleanup.ledger.db import Database
 from orphan_cleanup.ledger.locked import LeaseUnit, LockedCycle
 from orphan_cleanup.ledger.records import CycleReport, FinishedCycle
@@ -187,6 +187,15 @@ class LedgerStore:
         """The ``events`` rows of the last ``since_seconds``, oldest first."""
         with self.db.connection() as conn:
             return watch.events(conn, since_seconds, backend_id)
+
+    def leak_report(self, since_seconds: int, backend_id: str | None = None, *,
+                    per_day: bool = False) -> tuple[leaks.LeakFigures, list[leaks.Hours]]:
+        """The last ``since_seconds``' figures of the orphans (C3 ``report``) and, with
+        ``per_day``, their hours per UTC day; the period ends at the database clock."""
+        with self.db.connection() as conn:
+            since, until = leaks.period(conn, since_seconds)
+            figures = leaks.figures(conn, since, until, backend_id)
+            return figures, leaks.days(conn, since, until, backend_id) if per_day else []
 
     def staleness(self, global_mode: str) -> list[watch.Staleness]:
         """Each enabled, enrolled backend's time since its last clean cycle, the stalest first."""
