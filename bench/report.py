@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import PgServer, Table, median, stopwatch
-from orphan_cleanup.cli.report import price_tables, report_doc
+from orphan_cleanup.cli.report_figures import price_tables, report_doc
 from orphan_cleanup.ledger.db import Database, connect
 from orphan_cleanup.ledger.leaks import REPORT_END, explain, period
 from orphan_cleanup.ledger.store import LedgerStore

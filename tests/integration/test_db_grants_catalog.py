@@ -53,7 +53,8 @@ CLASSIFIER: Grants = {
     "cycle_groups": {"INSERT": ALL, "UPDATE": frozenset({"action", "delete_after"})},
     # oc_apply_batch's upsert, and STEP 7 closing the orphans not seen again
     "orphans": {"INSERT": ALL, "UPDATE": frozenset({"last_seen", "resources", "verdict", "reason", "times_reported",
-                                                    "last_cycle_id", "state", "orphan_since", "size"})},
+                                                    "last_cycle_id", "state", "orphan_since", "size",
+                                                    "deleted_at"})},
     # a delete cycle's marks (rule 23): kept, started over, ended
     "orphan_marks": {"INSERT": ALL, "UPDATE": frozenset({"region", "reason", "member_ids", "marked_at", "cycle_id"}),
                      "DELETE": True},

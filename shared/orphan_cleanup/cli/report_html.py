@@ -15,7 +15,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from orphan_cleanup.cli.report import Priced, duration, hours_text, legend, money
+from orphan_cleanup.cli.report_figures import Priced, duration, hours_text, legend, money
 from orphan_cleanup.ledger.leaks import Hours
 
 #: Bar colors, one per reason in the order the legend lists them (then again).

@@ -428,11 +428,13 @@ class LockedCycle:
         if c.failed or not c.listing_done:
             return
         vm, member = _DELETED.format(target="o.primary_id"), _DELETED.format(target="(r->>'id')")
+        deleted = (f"CASE WHEN o.primary_id IS NOT NULL THEN EXISTS ({vm})"
+                   " ELSE jsonb_array_length(o.resources) > 0 AND NOT EXISTS (SELECT 1 FROM"
+                   f" jsonb_array_elements(o.resources) AS r WHERE NOT EXISTS ({member})) END")
         self.conn.run(
-            f"UPDATE orphans o SET state = CASE WHEN CASE WHEN o.primary_id IS NOT NULL THEN EXISTS ({vm})"
-            " ELSE jsonb_array_length(o.resources) > 0 AND NOT EXISTS (SELECT 1 FROM"
-            f" jsonb_array_elements(o.resources) AS r WHERE NOT EXISTS ({member}))"
-            "   END THEN 'deleted' ELSE 'gone' END"
+            # deleted_at: when the report counts it deleted (a deleter that lost its lease did not record it)
+            f"UPDATE orphans o SET state = CASE WHEN {deleted} THEN 'deleted' ELSE 'gone' END,"
+            f" deleted_at = CASE WHEN o.deleted_at IS NULL AND {deleted} THEN oc_clock() ELSE o.deleted_at END"
             " WHERE o.backend_id = :b AND o.last_cycle_id IS DISTINCT FROM :c"
             " AND o.state IN ('open', 'deleting', 'delete_failed', 'protected')"
             " AND NOT EXISTS (SELECT 1 FROM unnest(CAST(:f AS text[])) AS f(region)"
