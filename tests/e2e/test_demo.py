@@ -177,3 +177,14 @@ def test_the_self_check_catches_wrong_verdicts_missing_and_unexpected_groups(cap
     assert any("tracked (i-2) was not listed" in p for p in problems)
     assert any("unexpected group cccccccccccc/i-3" in p for p in problems)
     assert any("outcome clean, expected unsettled" in p for p in problems)
+
+
+def test_the_demo_ends_with_the_report_of_its_history(demo):
+    """`orphan-cleanup report` over the demo's day: every orphan found was deleted, each
+    reason counted, priced with the demo's prices (settings.prices)."""
+    text = demo.stdout.split("$ orphan-cleanup report --since 1d", 1)[1]
+    orphans = len(ORPHANS) + 2  # and the two that became orphans in cycle 3 (stuck-pending, just-failed)
+    assert re.search(rf"^orphans: {orphans} found, {orphans} deleted, 0 open now; [0-9.]+ orphan-hours;"
+                     r" est\. cost [0-9.]+ \(settings\.prices\)$", text, re.M), text
+    reasons = {m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)\s+[0-9.,]+\s+[0-9.,]+$", text, re.M)}
+    assert reasons == {"owner_deleted": 3, "owner_terminated": 2, "primary_mismatch": 1, "demo-aws": orphans}

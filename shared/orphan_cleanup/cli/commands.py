@@ -24,12 +24,14 @@ WRITES = {("backend", "add"), ("backend", "update"), ("backend", "remove"), ("ru
 
 def dispatch(args: argparse.Namespace) -> int:
     if args.command == "demo":
+        from orphan_cleanup.cli import report
         from orphan_cleanup.demo import Terminal, run_demo
 
-        # The demo ends with this module's `status`, passed in: the demo never imports the CLI.
+        # The demo ends with this module's `status` and `report`, passed in: the demo never imports the CLI.
         return run_demo(Terminal(show_status=lambda db, settings: print_status(
             status_rows(db, settings.mode, settings.stuck_pending_seconds, settings.mode_ceiling)),
-                                 print_table=print_table, verdict_style=verdict_style),
+                                 print_table=print_table, verdict_style=verdict_style,
+                                 show_report=lambda db: report.show(db, "1d")),
                         verbose=args.verbose)
     action = getattr(args, "action", None)
     checked = validate_backend(args) if (args.command, action) == ("backend", "add") else None

@@ -47,6 +47,12 @@ def print_report(doc: dict[str, Any], backend: str | None, since_text: str) -> N
         print(f"  {reason.ljust(width)}  {cause}")
 
 
+def show(db: Database, since: str = "30d") -> None:
+    """The human report of every backend over ``since`` (the demo's last step)."""
+    figures, _ = LedgerStore(db).leak_report(parse_duration(since), None, per_day=False)
+    print_report(report_doc(figures, price_tables(figures.prices)), None, since)
+
+
 def command(db: Database, args: argparse.Namespace) -> int:
     seconds = parse_duration(args.since)
     store = LedgerStore(db)

@@ -88,11 +88,13 @@ def report_doc(f: LeakFigures, priced: Priced) -> dict[str, Any]:
 
 
 def money(value: float | None) -> str:
-    return "-" if value is None else f"{value:,.2f}"
+    """As ``orphans`` and the digest show a cost: two decimals from 1 up, four below."""
+    return "-" if value is None else f"{value:,.2f}" if value >= 1 else f"{value:.4f}"
 
 
 def hours_text(value: float) -> str:
-    return f"{value:,.1f}"
+    """Hours: one decimal from 1 up, three below (a few minutes are not "0.0")."""
+    return f"{value:,.1f}" if value >= 1 else f"{value:.3f}"
 
 
 def duration(seconds: float | None) -> str:

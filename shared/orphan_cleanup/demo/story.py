@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from orphan_cleanup.core.backends import BackendSettings, Mode
+from orphan_cleanup.core.costs import Prices
 from orphan_cleanup.core.settings import Settings
 from orphan_cleanup.demo.platform import DemoPlatform, Scenario, running_instances
 from orphan_cleanup.demo.world import CONFIRM_SECONDS, MARGIN_SECONDS, REGION, DemoWorld, demo_world
@@ -35,9 +36,14 @@ class Terminal:
     show_status: StatusPrinter
     print_table: Callable[..., None]
     verdict_style: Callable[[str], str]
+    # ``orphan-cleanup report`` of this database over the last day (None: not shown).
+    show_report: Callable[[Database], None] | None = None
 """Prints what ``orphan-cleanup status`` prints for this database and settings."""
 # moto stamps VMs with the wall clock, so the demo cannot backdate them: it uses a short
 # margin (world.MARGIN_SECONDS, its stack's) and waits it out instead of the default 300 s.
+#: The operator's prices (``settings.prices``, never fetched) the report costs the leaks with.
+DEMO_PRICES = {"instance_hour": {"t3.micro": 0.0104}, "disk_gb_month": 0.08}
+
 REMOVED_BECAUSE = {
     "owner_deleted": "the owner's row was deleted and its ref stayed behind: nothing can still be creating it",
     "owner_terminated": "the owner was marked terminated longer than the margin ago: termination gave up",
@@ -171,6 +177,9 @@ def _play(world: DemoWorld, out: Terminal) -> list[str]:
 
     print("\n$ orphan-cleanup status")
     out.show_status(world.db, world.settings)
+    if out.show_report is not None:
+        print("\n$ orphan-cleanup report --since 1d")
+        out.show_report(world.db)
     if not problems:
         deleted = sum(1 for s in fleet if s.is_orphan)
         print(f"\nself-check: ok ({deleted} orphans marked, then deleted, {len(fleet) - deleted} VMs kept, "
@@ -179,11 +188,12 @@ def _play(world: DemoWorld, out: Terminal) -> list[str]:
 
 
 def _register_backend(world: DemoWorld) -> None:
-    backend_settings = json.dumps({"margin_seconds": MARGIN_SECONDS})
+    backend_settings = json.dumps({"margin_seconds": MARGIN_SECONDS, "prices": DEMO_PRICES})
     say(f"orphan-cleanup backend add {BACKEND} --provider aws --account {ACCOUNT} --regions {REGION}"
         f" --settings '{backend_settings}'")
     LedgerStore(world.db).add_backend(backend_id=BACKEND, provider="aws", account=ACCOUNT, regions=[REGION],
-                                      settings=BackendSettings(margin_seconds=MARGIN_SECONDS))
+                                      settings=BackendSettings(margin_seconds=MARGIN_SECONDS,
+                                                               prices=Prices.model_validate(DEMO_PRICES)))
 
 
 def _provision(platform: DemoPlatform, out: Terminal) -> list[Scenario]:
