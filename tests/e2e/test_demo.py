@@ -186,5 +186,5 @@ def test_the_demo_ends_with_the_report_of_its_history(demo):
     orphans = len(ORPHANS) + 2  # and the two that became orphans in cycle 3 (stuck-pending, just-failed)
     assert re.search(rf"^orphans: {orphans} found, {orphans} deleted, 0 open now; [0-9.]+ orphan-hours;"
                      r" est\. cost [0-9.]+ \(settings\.prices\)$", text, re.M), text
-    reasons = {m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)\s+[0-9.,]+\s+[0-9.,]+$", text, re.M)}
+    reasons = {m[1]: int(m[2]) for m in re.finditer(r"^([\w-]+)\s+(\d+)\s+[0-9.,]+\s+[0-9.,]+$", text, re.M)}
     assert reasons == {"owner_deleted": 3, "owner_terminated": 2, "primary_mismatch": 1, "demo-aws": orphans}
