@@ -192,3 +192,36 @@ def test_the_digest_lists_the_marked_groups_with_their_delete_after(db, cloud, p
     # marked again, no news: no digest
     again = run_cycle(pipeline(db, cloud), "mem", mode="delete")
     assert digest(LedgerStore(db).digest_facts(again.cycle_id), interval_seconds=900) is None
+
+
+def test_a_listing_in_between_that_failed_before_its_sweep_starts_the_window_over(db, cloud, platform):
+    # Nothing it saw may have been judged: a group it found tracked, say, would not be known.
+    _, _, leaked = platform.terminated_leak()
+    run_cycle(pipeline(db, cloud), "mem", mode="delete")  # marked
+    cloud.failing_regions.update({"r1", "r2"})
+    assert run_cycle(pipeline(db, cloud), "mem", mode="delete").outcome == "failed"
+    cloud.failing_regions.clear()
+    wait_out()
+    after = run_cycle(pipeline(db, cloud), "mem", mode="delete")
+    assert group(after, leaked).action == "marked" and cloud.deleted == []
+
+
+def test_a_keep_that_won_over_a_delete_starts_the_window_over_when_it_ends(db, cloud, platform):
+    """The deleter found a keep written after the plan (the group recorded protected in that
+    cycle, after its sweep): once the keep ends, the group is marked again, not deleted on
+    the mark it had before the keep."""
+    ref, _, leaked = platform.terminated_leak()
+    run_cycle(pipeline(db, cloud), "mem", mode="delete")  # marked
+    wait_out()
+
+    def keep_while_asked(plan) -> bool:
+        with db.transaction() as conn:  # a short keep, written between the plan and the delete
+            conn.run("INSERT INTO orphan_keeps (backend_id, provider_ref, until)"
+                     " VALUES ('mem', :r, oc_clock() + interval '1 s')", r=ref)
+        return True
+
+    kept = run_cycle(pipeline(db, cloud), "mem", mode="delete", confirm=keep_while_asked)
+    assert (group(kept, leaked).verdict, group(kept, leaked).reason) == ("protected", "kept_by_operator")
+    time.sleep(1.2)  # the keep has ended
+    after = run_cycle(pipeline(db, cloud), "mem", mode="delete")
+    assert group(after, leaked).action == "marked" and leaked not in cloud.deleted

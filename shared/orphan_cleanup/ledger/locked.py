@@ -77,9 +77,13 @@ class Sweep(NamedTuple):
 
 # Mark-then-sweep (SAFETY.md rule 23), one statement (``LockedCycle.sweep``). The same group: the
 # same key (ref, region, primary) and, without a primary, the same member ids. A mark keeps its
-# time when this listing found the group an orphan for the same reason and no report-mode listing
-# of the backend came in between; else it starts over at this listing. A mark whose group this
-# listing did not find an orphan ends, unless its region failed to list (not seen is not changed).
+# time when this listing found the group an orphan for the same reason and every listing of the
+# backend in between was a delete-mode one that came this far (a report-mode listing, or one that
+# failed or was fenced before its sweep, may have seen the group otherwise: start over) and no
+# cycle since the mark recorded the group otherwise (a keep or a protection its deleter found
+# after its sweep); else it starts over at this listing. A mark whose group this listing did not find an orphan ends: found
+# otherwise (recorded with another verdict), or not found in a region that listed; a region that
+# failed to list keeps the marks of the groups it did not show (not seen is not changed).
 # The statement's parts see one snapshot: each table is written once (marks: the rows this
 # listing found, upserted, and the others, deleted; cycle_groups: the marked ones).
 _SWEEP_SQL = """
@@ -91,8 +95,9 @@ WITH cur AS (
 ended AS (
   DELETE FROM orphan_marks m
    WHERE m.backend_id = :b AND NOT EXISTS (SELECT 1 FROM cur WHERE cur.group_key = m.group_key)
-     AND NOT EXISTS (SELECT 1 FROM unnest(CAST(:failed AS text[])) f
-                      WHERE f = '*' OR m.region = f OR m.region LIKE f || '-%')),
+     AND (EXISTS (SELECT 1 FROM cycle_groups g WHERE g.cycle_id = :c AND g.group_key = m.group_key)
+          OR NOT EXISTS (SELECT 1 FROM unnest(CAST(:failed AS text[])) f
+                          WHERE f = '*' OR m.region = f OR m.region LIKE f || '-%'))),
 marks AS (
   INSERT INTO orphan_marks AS m (backend_id, group_key, region, reason, member_ids, marked_at, cycle_id)
   SELECT :b, cur.group_key, cur.region, cur.reason, cur.ids, CAST(:listed AS timestamptz), :c FROM cur
@@ -100,8 +105,12 @@ marks AS (
      SET marked_at = CASE WHEN m.reason = excluded.reason AND m.member_ids IS NOT DISTINCT FROM excluded.member_ids
                                AND m.marked_at <= excluded.marked_at
                                AND NOT EXISTS (SELECT 1 FROM cycles r WHERE r.backend_id = m.backend_id
-                                                  AND r.mode <> 'delete' AND r.listed_at > m.marked_at
-                                                  AND r.listed_at < excluded.marked_at)
+                                                  AND (r.mode <> 'delete' OR NOT r.dispatched)
+                                                  AND r.listed_at > m.marked_at AND r.listed_at < excluded.marked_at)
+                               AND NOT EXISTS (SELECT 1 FROM cycles r JOIN cycle_groups rg ON rg.cycle_id = r.id
+                                                WHERE r.backend_id = m.backend_id AND rg.group_key = m.group_key
+                                                  AND r.listed_at >= m.marked_at AND r.listed_at < excluded.marked_at
+                                                  AND rg.verdict <> 'orphan')
                           THEN m.marked_at ELSE excluded.marked_at END,
          region = excluded.region, reason = excluded.reason, member_ids = excluded.member_ids,
          cycle_id = excluded.cycle_id
