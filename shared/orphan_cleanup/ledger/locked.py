@@ -81,9 +81,10 @@ class Sweep(NamedTuple):
 # backend in between was a delete-mode one that came this far (a report-mode listing, or one that
 # failed or was fenced before its sweep, may have seen the group otherwise: start over) and no
 # cycle since the mark recorded the group otherwise (a keep or a protection its deleter found
-# after its sweep); else it starts over at this listing. A mark whose group this listing did not find an orphan ends: found
-# otherwise (recorded with another verdict), or not found in a region that listed; a region that
-# failed to list keeps the marks of the groups it did not show (not seen is not changed).
+# after its sweep); else it starts over at this listing. A mark whose group this listing did not
+# find an orphan ends: found otherwise (recorded with another verdict), or not found in a region
+# that listed; a region that failed to list keeps the marks of the groups it did not show (not
+# seen is not changed).
 # The statement's parts see one snapshot: each table is written once (marks: the rows this
 # listing found, upserted, and the others, deleted; cycle_groups: the marked ones).
 _SWEEP_SQL = """
