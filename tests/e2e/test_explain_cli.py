@@ -37,7 +37,7 @@ def explain_json(db: Database, query: str) -> dict[str, Any]:
     proc = cli(db, "explain", "--backend", BACKEND, query, "--json")
     assert (proc.returncode, proc.stderr) == (0, ""), proc.stderr
     doc = json.loads(proc.stdout)  # exactly one document
-    assert set(doc) == {"backend", "query", "cycles", "journal", "ignored_settings"} and (doc["backend"], doc["query"]) == (BACKEND, query)
+    assert set(doc) == {"backend", "query", "cycles", "journal", "ignored_settings", "keep"} and (doc["backend"], doc["query"]) == (BACKEND, query)
     assert all(set(c) == ENTRY_KEYS for c in doc["cycles"])
     return doc
 
