@@ -63,6 +63,7 @@ BUDGET: dict[str, int | range] = {                       # first seed that catch
     "oversized_fails_region": 8,  # 0 (bulk: a group too large even reduced takes its region along)
     "spot_unchecked": range(1, 15),         # 3 (spot: a persistent request relaunches the orphan's instance)
     "unreadable_row_refused": range(6, 20),  # 9 (settings: a row's settings no JSON object)
+    "sweep_unconfirmed": 8,      # ? (a delete cycle's first listing of an orphan deletes it)
 }
 
 
