@@ -1,4 +1,4 @@
-"""Disabling any one safety rule of docs/SAFETY.md (rules 1 to 21) makes the simulation
+"""Disabling any one safety rule of docs/SAFETY.md (rules 1 to 21 and 23) makes the simulation
 report a violation, within a fixed seed budget (the first seed that catches each mutant
 is noted; the budget leaves room for changes in the simulation).
 
