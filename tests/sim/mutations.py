@@ -557,7 +557,7 @@ MUTATIONS: dict[str, Mutation] = {m.name: m for m in (
              frozenset({"I2"}), _listing_key_ignores_account),
     Mutation("no_identity_check", "11: identity before action", frozenset({"I1"}), _no_identity_check),
     Mutation("trust_message_mode", "12: messages are hints, the database is the truth",
-             frozenset({"R1", "R2", "S1", "S2", "S3", "X1"}), _trust_message_mode),
+             frozenset({"R1", "R2", "S1", "S2", "S3", "X1", "W1"}), _trust_message_mode),
     Mutation("job_grouping_trusted", "12/C5: a listing job's grouping is a hint, the rows decide",
              frozenset({"I2"}), _job_grouping_trusted),
     Mutation("off_overridable", "12/C5: off is final", frozenset({"R2"}), _off_overridable),
