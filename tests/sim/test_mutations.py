@@ -25,7 +25,7 @@ BUDGET: dict[str, int | range] = {                       # first seed that catch
     "orphan_without_record": range(4, 20),  # 6
     "pending_is_orphan": range(1, 15),      # 6
     "margin_zero": 8,            # 0
-    "no_reread": range(14, 30),              # 17 (a protect tag added while a request waits)
+    "no_reread": range(45, 60),              # 49 (a protect tag added while a request waits)
     "protect_ignored": 8,        # 1
     "no_gate": 8,                # 0
     "global_gate": 8,            # 0
