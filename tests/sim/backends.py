@@ -130,7 +130,9 @@ class Backends:
         topo = stream(self.seed, "topology")
         self.clouds = {ACCOUNT: self.cloud}
         self.world = AllClouds(self.clouds)
-        self.backends: dict[str, BackendSpec] = {BACKEND: BackendSpec(BACKEND, ACCOUNT, regions, self.mode)}
+        # sim's own confirmation window (rule 23) in some seeds (engine.py; W1 reads the row's)
+        own = {} if self.confirm_row is None else {"confirm_seconds": self.confirm_row}
+        self.backends: dict[str, BackendSpec] = {BACKEND: BackendSpec(BACKEND, ACCOUNT, regions, self.mode, own)}
         roll = topo.random()
         shared, failover = roll < 0.3 or roll > 0.85, 0.55 < roll
         if shared:

@@ -50,6 +50,7 @@ from tests.sim.world import (
     DEADLINE,
     EPOCH,
     INTENSITIES,
+    INTERVAL,
     MARGIN,
     MAX_BACKOFF,
     Dice,
@@ -168,6 +169,17 @@ class Simulation(Functions, Settle, Backends, Worlds):
         # primary_id (a float-rounded number, the VM's name).
         self.rng_mangle = stream(seed, "mangle")
         self.mangle = self.rng_mangle.random() < 0.3
+        # Mark, then sweep (rule 23), from a stream of its own: the stack's confirmation window
+        # (the interval in most seeds, off in some, twice the interval in some) and, in some
+        # seeds, ``sim``'s row with its own ``confirm_seconds``: a shorter one is ignored, a
+        # longer one applies (rule 8: a row may only tighten). W1 holds every delete to it.
+        confirm = stream(seed, "confirm")
+        self.confirm_seconds = confirm.choices((INTERVAL, 0, 2 * INTERVAL), weights=(70, 15, 15))[0]
+        self.confirm_row: int | None = None
+        if confirm.random() < 0.3:
+            shorter = self.confirm_seconds > 0 and confirm.random() < 0.5
+            self.confirm_row = (confirm.choice((0, self.confirm_seconds // 2)) if shorter
+                                else self.confirm_seconds + confirm.choice((30, INTERVAL, 2 * INTERVAL)))
         self.setup_worlds()  # the deletion's worlds (deletion_worlds.py), each from streams of its own
         self.rng_sched, self.rng_platform = stream(seed, "sched"), stream(seed, "platform")
         self.rng_cloud, self.rng_db = stream(seed, "cloud"), stream(seed, "db")
@@ -210,7 +222,11 @@ class Simulation(Functions, Settle, Backends, Worlds):
         # not delete (M1) unless an operator asked for a one-off delete; the others run as before.
         report_ceiling = self.final_mode == "report" and stream(seed, "ceiling").random() < 0.5
         self.checker.ceiling = "report" if report_ceiling else "delete"
-        settings = Settings(ORPHAN_CLEANUP_MARGIN_SECONDS=MARGIN, ORPHAN_CLEANUP_INTERVAL_SECONDS=60,
+        # Every setting the run depends on is named here: ``Settings`` also reads the environment
+        # (tests/conftest.py exports ORPHAN_CLEANUP_CONFIRM_SECONDS=0 for the older tests), and
+        # ``python -m tests.sim`` and pytest must run the same seeds alike.
+        settings = Settings(ORPHAN_CLEANUP_MARGIN_SECONDS=MARGIN, ORPHAN_CLEANUP_INTERVAL_SECONDS=INTERVAL,
+                            ORPHAN_CLEANUP_CONFIRM_SECONDS=self.confirm_seconds,
                             ORPHAN_CLEANUP_MAX_MODE=self.checker.ceiling,
                             ORPHAN_CLEANUP_PROTECT_TAG_KEY=PROTECT_STACK,
                             ORPHAN_CLEANUP_CYCLE_DEADLINE_SECONDS=DEADLINE,

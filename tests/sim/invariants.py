@@ -24,6 +24,11 @@ Safety (any step):
   M1  under a report ceiling (ORPHAN_CLEANUP_MAX_MODE=report) nothing is deleted for a backend
       unless an operator asked for a one-off delete of it: a row's (or the stack's) delete
       never loosens the ceiling (rule 8);
+  W1  mark, then sweep (rule 23): every provider delete of a group by a cycle C of backend B
+      comes after a delete-mode cycle C' of B, listed at least B's confirmation window before
+      C (the stack's window, lengthened by B's row, never shortened), that classified the same
+      group (key; without a primary, the same member ids) an orphan for the same reason, with
+      no report-mode listing of B in between;
   T1  after a delete in region r timed out / was unavailable, the cycle makes
       no further provider call in r (rule 5);
   V1  a provider delete call removes only members of the group it was asked to
@@ -96,6 +101,22 @@ SELECT c.id, (c.outcome IS NOT NULL OR cl.lease_owner IS DISTINCT FROM c.id OR c
            AND NOT (d.state = 'skipped' AND d.result->'result'->>'status' = 'protected')) AS not_done,
        c.backend_id, c.expected_batches, c.groups_listed, c.error
   FROM cycles c JOIN cleanup cl ON cl.backend_id = c.backend_id
+"""
+# W1: the delete's own cycle and group, and whether an earlier delete-mode cycle of its backend,
+# the window before, confirmed it (rule 23), read from the cycles and cycle_groups the run wrote.
+CONFIRMED_SQL = """
+SELECT c.backend_id, c.listed_at, g.reason, g.verdict,
+       (SELECT min(p.listed_at) FROM cycles p JOIN cycle_groups pg ON pg.cycle_id = p.id
+         WHERE p.backend_id = c.backend_id AND p.mode = 'delete' AND p.listed_at IS NOT NULL
+           AND p.listed_at <= c.listed_at - make_interval(secs => :w)
+           AND pg.group_key = g.group_key AND pg.verdict = 'orphan' AND pg.reason IS NOT DISTINCT FROM g.reason
+           AND (g.primary_id IS NOT NULL
+                OR ARRAY(SELECT r->>'id' FROM jsonb_array_elements(pg.resources) r ORDER BY 1)
+                   = ARRAY(SELECT r->>'id' FROM jsonb_array_elements(g.resources) r ORDER BY 1))
+           AND NOT EXISTS (SELECT 1 FROM cycles r WHERE r.backend_id = c.backend_id AND r.mode <> 'delete'
+                              AND r.listed_at > p.listed_at AND r.listed_at < c.listed_at)) AS confirmed_by
+  FROM cycles c LEFT JOIN cycle_groups g ON g.cycle_id = c.id AND g.group_key = :k
+ WHERE c.id = :c
 """
 STATE_SQL = f"""
 SELECT (SELECT coalesce(json_object_agg(backend_id, clean_at), '{{}}') FROM cleanup),
@@ -374,9 +395,39 @@ class Checker:
                     and rid not in along and world[rid].kind is not ResourceKind.SPOT_REQUEST):
                 self.fail("U1", f"a delete of {where} removed {rid}, in use by {world[rid].used_by or on}")
 
+    def confirm_window(self, backend_id: str) -> int:
+        """W1: a backend's confirmation window (rule 23) as the seed configured it: the stack's,
+        lengthened by its row's ``confirm_seconds`` (a shorter one is ignored: rule 8)."""
+        stack = self.sim.confirm_seconds
+        spec = self.sim.backends.get(backend_id)
+        own = spec.row_settings.get("confirm_seconds") if spec is not None and spec.broken is None else None
+        return stack if own is None else max(stack, own)
+
+    def _confirmed(self, cycle_id: str, group: ResourceGroup) -> None:
+        """W1 (rule 23): the delete of ``group`` by ``cycle_id`` was confirmed by an earlier
+        delete-mode listing of the cycle's backend, the window before, with no report-mode
+        listing since (the cycle's backend and listing time as its row says, never the request's)."""
+        rows = self.sim.admin.run("SELECT backend_id FROM cycles WHERE id = :c", c=cycle_id)
+        if not rows:
+            return
+        window = self.confirm_window(rows[0][0])
+        backend, listed_at, reason, verdict, confirmed_by = self.sim.admin.run(
+            CONFIRMED_SQL, c=cycle_id, k=group.key, w=window)[0]
+        self.checks["W1"] += 1
+        if verdict != "orphan":
+            self.fail("W1", f"cycle {cycle_id[:8]} of {backend} deleted {group.key}, which it classified"
+                            f" {verdict or 'not at all'}")
+        elif confirmed_by is None:
+            self.fail("W1", f"cycle {cycle_id[:8]} of {backend} (listed {listed_at}) deleted {group.key}"
+                            f" ({reason}) unconfirmed: no delete-mode listing of {backend} at least {window}s"
+                            " before found it an orphan for that reason without a report-mode listing since")
+
     def delete_attempt(self, cycle_id: str | None, backend_id: str, cloud: Any, group: ResourceGroup) -> None:
         """P2: a provider delete of a primary whose protection a delete already found comes
-        from a delete cycle (its re-read); ``protection_reported`` checks report cycles."""
+        from a delete cycle (its re-read); ``protection_reported`` checks report cycles.
+        W1: it was confirmed (``_confirmed``)."""
+        if cycle_id is not None:
+            self._confirmed(cycle_id, group)
         self.checks["M1"] += 1
         if self.ceiling == "report" and backend_id not in self.asked_delete:
             self.fail("M1", f"cycle {str(cycle_id)[:8]} of {backend_id} deleted {group.key} under a report ceiling"

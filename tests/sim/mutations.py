@@ -518,6 +518,15 @@ def _unreadable_row_refused(env: SimEnv, stack: ExitStack) -> None:
         _patch(stack, module, "account_view", strict)
 
 
+# ---- rule 23: mark, then sweep ------------------------------------------------------
+
+def _sweep_unconfirmed(env: SimEnv, stack: ExitStack) -> None:
+    """A delete cycle deletes every orphan group its own listing found: the confirmation
+    window is 0 whatever the stack and the row say."""
+    real = LockedCycle.sweep
+    _patch(stack, LockedCycle, "sweep", lambda self, _window: real(self, 0))
+
+
 MUTATIONS: dict[str, Mutation] = {m.name: m for m in (
     Mutation("orphan_without_record", "1: never touch a resource without a ledger record",
              frozenset({"S2"}), _orphan_without_record),
@@ -548,7 +557,7 @@ MUTATIONS: dict[str, Mutation] = {m.name: m for m in (
              frozenset({"I2"}), _listing_key_ignores_account),
     Mutation("no_identity_check", "11: identity before action", frozenset({"I1"}), _no_identity_check),
     Mutation("trust_message_mode", "12: messages are hints, the database is the truth",
-             frozenset({"R1", "R2", "S1", "S2", "S3", "X1"}), _trust_message_mode),
+             frozenset({"R1", "R2", "S1", "S2", "S3", "X1", "W1"}), _trust_message_mode),
     Mutation("job_grouping_trusted", "12/C5: a listing job's grouping is a hint, the rows decide",
              frozenset({"I2"}), _job_grouping_trusted),
     Mutation("off_overridable", "12/C5: off is final", frozenset({"R2"}), _off_overridable),
@@ -586,4 +595,5 @@ MUTATIONS: dict[str, Mutation] = {m.name: m for m in (
              frozenset({"P3"}), _spot_unchecked),
     Mutation("unreadable_row_refused", "16/20: a row whose settings cannot be read adds the default keys",
              frozenset({"X2"}), _unreadable_row_refused),
+    Mutation("sweep_unconfirmed", "23: mark, then sweep", frozenset({"W1"}), _sweep_unconfirmed),
 )}

@@ -4,10 +4,11 @@ must converge (L1)."""
 
 from __future__ import annotations
 
+import math
 from datetime import datetime, timedelta
 
 from tests.sim.owners import LISTING_LAG_MAX
-from tests.sim.world import DEADLINE, EPOCH, MARGIN, SETTLE_INTERVAL, SETTLE_RUNS
+from tests.sim.world import DEADLINE, EPOCH, INTERVAL, MARGIN, SETTLE_INTERVAL, SETTLE_RUNS
 
 
 class Settle:
@@ -20,6 +21,7 @@ class Settle:
         quiet_at: datetime | None = None
         settled_at: datetime | None = None
         runs_after = {b: 0 for b in self.backends}
+        needed = {b: self.settle_runs(b) for b in self.backends}
         for _ in range(400):
             self.trace.step += 1
             self.platform.flush()
@@ -40,12 +42,19 @@ class Settle:
             for bid, reason in reasons.items():
                 if settled_at is not None and self.clock() >= settled_at and reason not in ("not_due", "busy"):
                     runs_after[bid] += 1  # a run that listed, or that STEP 1 decided not to list
-            if all(n >= SETTLE_RUNS for n in runs_after.values()):
+            if all(n >= needed[b] for b, n in runs_after.items()):
                 return self._liveness()
             if all(r == "not_due" for r in reasons.values()):
                 self._wait_until_due()
         self.checker.fail("L1", "the platform never became quiet")
         return "violation"
+
+    def settle_runs(self, backend_id: str) -> int:
+        """The scheduled runs of a backend L1 waits for once the platform is quiet: SETTLE_RUNS,
+        and twice the runs its confirmation window spans (rule 23): a group is deleted a window
+        after the listing that last found it so with the same members, and deleting an instance
+        regroups what it leaves behind (its volumes, a leftover group of new members) once."""
+        return SETTLE_RUNS + 2 * math.ceil(self.checker.confirm_window(backend_id) / INTERVAL)
 
     def _scheduled_round(self) -> dict[str, str | None]:
         """One firing of the scheduler, everything it queued drained: the tick (this
@@ -117,7 +126,8 @@ class Settle:
                                   " WHERE outcome IS NOT NULL ORDER BY backend_id, fence DESC")
             if any(row[0] for row in last):
                 return "blocked"
-            self.checker.fail("L1", f"{len(orphans)} orphan(s) still exist {SETTLE_RUNS} runs after settling:\n"
+            runs = max(self.settle_runs(b) for b in self.backends)
+            self.checker.fail("L1", f"{len(orphans)} orphan(s) still exist {runs} runs after settling:\n"
                                     + "\n".join(self._explain(rid) for rid in orphans[:5]))
             return "violation"
         # Report mode: each backend's last complete cycle reports the orphans in its account and regions.

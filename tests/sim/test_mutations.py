@@ -1,4 +1,4 @@
-"""Disabling any one safety rule of docs/SAFETY.md (rules 1 to 21) makes the simulation
+"""Disabling any one safety rule of docs/SAFETY.md (rules 1 to 21 and 23) makes the simulation
 report a violation, within a fixed seed budget (the first seed that catches each mutant
 is noted; the budget leaves room for changes in the simulation).
 
@@ -25,7 +25,7 @@ BUDGET: dict[str, int | range] = {                       # first seed that catch
     "orphan_without_record": range(4, 20),  # 6
     "pending_is_orphan": range(1, 15),      # 6
     "margin_zero": 8,            # 0
-    "no_reread": range(14, 30),              # 17 (a protect tag added while a request waits)
+    "no_reread": range(45, 60),              # 49 (a protect tag added while a request waits)
     "protect_ignored": 8,        # 1
     "no_gate": 8,                # 0
     "global_gate": 8,            # 0
@@ -39,7 +39,7 @@ BUDGET: dict[str, int | range] = {                       # first seed that catch
     "ownership_by_backend_id": 8,  # 0
     "listing_key_ignores_account": range(5, 20),  # 8 (the tick: a failover backend due with sim, in its regions)
     "no_identity_check": range(6, 25),       # 9
-    "trust_message_mode": range(11, 30),     # 14 (see README: forged report-mode batches)
+    "trust_message_mode": range(4, 20),      # 7 (see README: forged report-mode batches; W1)
     "job_grouping_trusted": range(11, 30),   # 14 (a forged or stale listing job)
     "off_overridable": range(7, 25),         # 10
     "function_clock": 8,         # 1
@@ -49,7 +49,7 @@ BUDGET: dict[str, int | range] = {                       # first seed that catch
     "no_journal": 8,             # 0 (the first deletion)
     "foreign_snapshots": 8,      # 0 (the ages world: a backup's ref-tagged snapshot, past the retention)
     "no_blast_check": range(4, 15),         # 6 (a foreign DeleteOnTermination volume on an instance being deleted)
-    "primary_unchecked": range(25, 40),      # 27 (a live owner whose recorded primary_id names no VM)
+    "primary_unchecked": range(100, 115),    # 104 (a live owner whose recorded primary_id names no VM)
     "keys_per_backend": 8,       # 2 (sim-b with its own protect key, a user's tag of either)
     "stack_key_dropped": range(20, 40),      # 27 (a user's tag of the stack's key, which no row names)
     # the one deletion algorithm (deletion_worlds.py)
@@ -57,12 +57,13 @@ BUDGET: dict[str, int | range] = {                       # first seed that catch
     "name_unchecked": 8,         # 2 (names: a name reused right after the deletion's read)
     "in_use_fails": 8,           # 0 (a snapshot an image uses, a volume attached during the delete)
     "in_use_ignored": 8,         # 0 (inuse: an orphan's volume on someone's instance)
-    "snapshot_age_unchecked": range(1, 15),   # 3 (ages: a snapshot of ours younger than the retention)
+    "snapshot_age_unchecked": range(36, 50),  # 40 (ages: a snapshot of ours younger than the retention)
     "listing_facts_trusted": range(15, 30),  # 18 (the same forged claim: its age from the listing)
-    "backend_row_trusted": 8,    # 0 (moves: sim-d's row moved to the stranger's account mid-cycle)
+    "backend_row_trusted": range(18, 30),    # 22 (moves: sim-d's row moved to the stranger's account mid-cycle)
     "oversized_fails_region": 8,  # 0 (bulk: a group too large even reduced takes its region along)
     "spot_unchecked": range(1, 15),         # 3 (spot: a persistent request relaunches the orphan's instance)
     "unreadable_row_refused": range(6, 20),  # 9 (settings: a row's settings no JSON object)
+    "sweep_unconfirmed": 8,      # ? (a delete cycle's first listing of an orphan deletes it)
 }
 
 

@@ -23,7 +23,7 @@ def test_a_short_simulation_keeps_every_invariant(sim_db: ConnInfo) -> None:
     assert not summary.violations, "\n\n".join(map(str, summary.violations[:3])) + "\n\n" + table(summary)
     assert summary.cycles > 20 and summary.deleted > 10
     assert sum(summary.faults.values()) > 50
-    assert {"S1-S3", "C1", "F1", "I2", "J1", "L1", "K1", "P1", "V1"} <= set(summary.checks)
+    assert {"S1-S3", "C1", "F1", "I2", "J1", "L1", "K1", "P1", "V1", "W1"} <= set(summary.checks)
     # through both schedulers: the tick with its listing jobs, some of them shared by several
     # backends' cycles, and direct invokes of one backend's lister
     work = summary.work

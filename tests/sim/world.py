@@ -15,9 +15,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-#: The run's fixed settings: STEP 5 margin, cycle deadline (lease), the settle
+#: The run's fixed settings: STEP 5 margin, the interval, cycle deadline (lease), the settle
 #: phase's scheduler tick and the runs it allows (L1), the cap on STEP 7 backoff.
 MARGIN = 120
+INTERVAL = 60  # ORPHAN_CLEANUP_INTERVAL_SECONDS, and the confirmation window of most seeds (rule 23)
 DEADLINE = 600
 SETTLE_INTERVAL = 30
 SETTLE_RUNS = 5
