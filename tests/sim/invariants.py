@@ -21,9 +21,9 @@ Safety (any step):
       cycle of a backend of account Y), checked on every published batch;
   F1  a cycle that lost its lease writes nothing and reports nothing (rule 6);
   B1  no cycle touches more groups than the blast-radius cap allows (rule 8);
-  M1  under a report ceiling (ORPHAN_CLEANUP_MAX_MODE=report) nothing is deleted for a backend
-      unless an operator asked for a one-off delete of it: a row's (or the stack's) delete
-      never loosens the ceiling (rule 8);
+  M1  under a report ceiling (ORPHAN_CLEANUP_MAX_MODE=report) no cycle of a backend runs in delete
+      mode, and nothing is deleted for it, unless an operator asked for a one-off delete of it: a
+      row's (or the stack's) delete never loosens the ceiling (rule 8);
   W1  mark, then sweep (rule 23): every provider delete of a group by a cycle C of backend B
       comes after a delete-mode cycle C' of B, listed at least B's confirmation window before
       C (the stack's window, lengthened by B's row, never shortened), that classified the same
@@ -591,10 +591,22 @@ class Checker:
                                       and (cid not in self.cycles or self.cycles[cid].outcome is None)])
         self._one_bad_group([r for cid, r in after.items() if r.outcome is not None
                              and (cid not in self.cycles or self.cycles[cid].outcome is None)])
+        self._mode_ceiling(after)
         self._fencing(after)
         self._clean_at(after, clean_at)
         self._blast_radius()
         self.cycles = after
+
+    def _mode_ceiling(self, after: dict[str, CycleRow]) -> None:
+        """M1: a cycle started in this step runs in delete mode under a report ceiling only when an
+        operator asked for a one-off delete of its backend (with rule 23, such a cycle may only mark)."""
+        for cid, r in after.items():
+            if cid in self.cycles:
+                continue
+            self.checks["M1"] += 1
+            if r.mode == "delete" and self.ceiling == "report" and r.backend not in self.asked_delete:
+                self.fail("M1", f"cycle {cid[:8]} of {r.backend} runs in delete mode under a report ceiling"
+                                " that no operator's one-off delete lifted")
 
     def _forgotten_protections(self) -> None:
         """P2 holds the product to a protection only while it remembers it: a complete
