@@ -56,7 +56,7 @@ CLASSIFIER: Grants = {
                                                     "last_cycle_id", "state", "orphan_since", "size",
                                                     "deleted_at"})},
     # a delete cycle's marks (rule 23): kept, started over, ended
-    "orphan_marks": {"INSERT": ALL, "UPDATE": frozenset({"region", "reason", "member_ids", "marked_at", "cycle_id"}),
+    "orphan_marks": {"INSERT": ALL, "UPDATE": frozenset({"reason", "member_ids", "marked_at", "cycle_id"}),
                      "DELETE": True},
     "delete_requests": {"INSERT": ALL},
     "events": {"INSERT": ALL},

@@ -128,14 +128,29 @@ def test_a_primary_less_group_whose_members_changed_starts_over(db, cloud, platf
     assert g.action == "marked" and len(g.resources) == 2 and vol not in cloud.deleted
 
 
-def test_a_region_that_failed_to_list_keeps_its_marks(db, cloud, platform):
+def test_a_region_that_failed_to_list_starts_its_marks_over(db, cloud, platform):
+    # A group it showed but found tracked leaves no row: not seen cannot be told from changed.
     _, _, leaked = platform.terminated_leak(region="r2")
     run_cycle(pipeline(db, cloud), "mem", mode="delete")
     cloud.failing_regions.add("r2")
-    run_cycle(pipeline(db, cloud), "mem", mode="delete")  # r2 not listed: its mark is not ended
+    run_cycle(pipeline(db, cloud), "mem", mode="delete")  # r2 not listed
     cloud.failing_regions.clear()
     wait_out()
+    after = run_cycle(pipeline(db, cloud), "mem", mode="delete")
+    assert group(after, leaked).action == "marked" and leaked not in cloud.deleted
+    wait_out()
     assert group(run_cycle(pipeline(db, cloud), "mem", mode="delete"), leaked).action == "deleted"
+
+
+def test_listings_too_far_apart_confirm_nothing(db, cloud, platform):
+    # A backend off (or failing) for weeks: its first listing back marks again.
+    _, _, leaked = platform.terminated_leak()
+    first = run_cycle(pipeline(db, cloud), "mem", mode="delete")
+    with db.transaction() as conn:  # that listing was three intervals and the window ago
+        conn.run("UPDATE cycles SET listed_at = listed_at - interval '2702 s' WHERE id = :c", c=first.cycle_id)
+        conn.run("UPDATE orphan_marks SET marked_at = marked_at - interval '2702 s'")
+    after = run_cycle(pipeline(db, cloud), "mem", mode="delete")
+    assert group(after, leaked).action == "marked" and leaked not in cloud.deleted
 
 
 def test_a_row_may_only_lengthen_the_window(db, cloud, platform):

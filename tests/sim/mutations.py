@@ -524,7 +524,7 @@ def _sweep_unconfirmed(env: SimEnv, stack: ExitStack) -> None:
     """A delete cycle deletes every orphan group its own listing found: the confirmation
     window is 0 whatever the stack and the row say."""
     real = LockedCycle.sweep
-    _patch(stack, LockedCycle, "sweep", lambda self, _window: real(self, 0))
+    _patch(stack, LockedCycle, "sweep", lambda self, _window, gap: real(self, 0, gap))
 
 
 MUTATIONS: dict[str, Mutation] = {m.name: m for m in (

@@ -186,6 +186,12 @@ def finish_if_complete(store: LedgerStore, cycle_id: str, limits: Limits,
 
 # ---- deletions -------------------------------------------------------------------------
 
+def confirm_gap_seconds(limits: Limits) -> int:
+    """The longest time between two listings that confirm each other's orphan (SAFETY.md rule
+    23): the window and two intervals (a cycle that ran late, or once on a backoff's retry)."""
+    return limits.confirm_seconds + 2 * limits.interval_seconds
+
+
 def dispatch_deletes(store: LedgerStore, cycle_id: str, limits: Limits,
                      now: datetime | None = None) -> DispatchResult:
     """Once every batch is in: mark, then sweep (SAFETY.md rule 23: only the orphan groups an
@@ -200,7 +206,7 @@ def dispatch_deletes(store: LedgerStore, cycle_id: str, limits: Limits,
             return DispatchResult([], None, None)
         if cyc.state.dispatched:
             return DispatchResult(cyc.queued_groups(), None, None)
-        groups = cyc.sweep(limits.confirm_seconds).due
+        groups = cyc.sweep(limits.confirm_seconds, confirm_gap_seconds(limits)).due
         blocked = classify.blast_radius_violation(len(groups), cyc.state.groups_listed,
                                                   max_deletes=limits.max_deletes, max_share=limits.max_delete_share)
         if blocked is not None:

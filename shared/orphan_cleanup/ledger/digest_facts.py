@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from orphan_cleanup.core.costs import Prices
 from orphan_cleanup.core.digest import MAX_LISTED, DigestFacts, DigestGroup
-from orphan_cleanup.ledger.queries import json_value
+from orphan_cleanup.ledger.queries import KEEPS_SQL, json_value
 from orphan_cleanup.ledger.watch import OPEN_STATES
 
 _log = logging.getLogger("orphan_cleanup")
@@ -41,7 +41,8 @@ SELECT kind, provider_ref, primary_id, region, reason, first_seen, resources, to
     LEFT JOIN orphans o ON o.backend_id = c.backend_id AND o.group_key = g.group_key
     LEFT JOIN provider_refs r ON r.provider_ref = g.provider_ref
     LEFT JOIN instances i ON i.provider_ref = g.provider_ref
-    LEFT JOIN orphan_keeps kk ON kk.backend_id = c.backend_id AND kk.provider_ref = g.provider_ref
+    LEFT JOIN LATERAL (""" + KEEPS_SQL.format(backend="c.backend_id", refs="ARRAY[g.provider_ref]",
+                                               t="oc_clock()") + """) kk ON true
     CROSS JOIN LATERAL (VALUES
         (CASE WHEN g.verdict = 'orphan' AND o.first_seen >= c.started_at THEN 'new_orphans' END),
         (CASE WHEN g.verdict = 'orphan' THEN CASE g.action WHEN 'deleted' THEN 'deleted'

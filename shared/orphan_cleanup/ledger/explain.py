@@ -22,6 +22,7 @@ from pg8000.exceptions import DatabaseError as PgDatabaseError
 from orphan_cleanup.core.errors import ConfigError, DatabaseError, SchemaNotMigrated
 from orphan_cleanup.core.listing import ResourceGroup, is_valid_ref
 from orphan_cleanup.ledger.db import Database, describe, sqlstate
+from orphan_cleanup.ledger.queries import SCOPE_SQL
 
 #: undefined_table, undefined_column, undefined_function: the schema predates what explain reads.
 _NOT_MIGRATED = frozenset({"42P01", "42703", "42883"})
@@ -168,9 +169,14 @@ def keep_of(db: Database, backend_id: str, refs: Sequence[str]) -> dict[str, Any
     try:
         with db.connection() as conn:
             conn.run("START TRANSACTION READ ONLY")
-            rows = conn.run("SELECT provider_ref, reason, kept_at, until, until IS NOT NULL AND until <= oc_clock()"
-                            " FROM orphan_keeps WHERE backend_id = :b AND provider_ref = ANY(CAST(:r AS text[]))"
-                            " ORDER BY array_position(CAST(:r AS text[]), provider_ref) LIMIT 1",
+            # its own keeps and those of the backends of its account (a keep holds account-wide)
+            rows = conn.run("SELECT k.provider_ref, k.reason, k.kept_at, k.until,"
+                            " k.until IS NOT NULL AND k.until <= oc_clock()"
+                            " FROM orphan_keeps k LEFT JOIN backends kb ON kb.id = :b"
+                            " WHERE k.provider_ref = ANY(CAST(:r AS text[]))"
+                            f" AND (k.backend_id = :b OR k.scope = {SCOPE_SQL.format(t='kb')})"
+                            " ORDER BY array_position(CAST(:r AS text[]), k.provider_ref),"
+                            " k.until DESC NULLS FIRST LIMIT 1",
                             b=backend_id, r=list(refs))
     except PgDatabaseError as e:
         if sqlstate(e) in _NOT_MIGRATED:

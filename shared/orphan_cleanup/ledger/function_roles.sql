@@ -72,7 +72,7 @@ SELECT format('GRANT %s ON TABLE %I.%I TO %I', g.privileges, :'schema', g.tbl, g
     (:'classifier_role', 'orphans', 'UPDATE (last_seen, resources, verdict, reason, times_reported, last_cycle_id,'
                                     ' state, orphan_since, size, deleted_at)'),
     (:'classifier_role', 'orphan_marks', 'INSERT, DELETE'),
-    (:'classifier_role', 'orphan_marks', 'UPDATE (region, reason, member_ids, marked_at, cycle_id)'),
+    (:'classifier_role', 'orphan_marks', 'UPDATE (reason, member_ids, marked_at, cycle_id)'),
     (:'classifier_role', 'delete_requests', 'INSERT'),
     (:'classifier_role', 'events', 'INSERT'),
     (:'deleter_role', 'cleanup', 'UPDATE (lease_owner, lease_expires_at, clean_at, clean_mode, last_processed_at,'

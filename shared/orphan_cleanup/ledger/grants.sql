@@ -63,7 +63,7 @@ SELECT format('GRANT UPDATE (%s) ON TABLE %I.%I TO %I', g.cols, n.nspname, c.rel
     ('cycle_groups', 'action, error, updated_at, evidence, verdict, reason, delete_after'),
     ('orphans', 'last_seen, resources, verdict, reason, times_reported, last_cycle_id, state, last_error,'
                 ' orphan_since, size, deleted_at'),
-    ('orphan_marks', 'region, reason, member_ids, marked_at, cycle_id'),
+    ('orphan_marks', 'reason, member_ids, marked_at, cycle_id'),
     ('delete_requests', 'state, attempts, result, updated_at'),
     ('delete_gates', 'holder, expires_at'),
     ('region_listings', 'suspect_groups, suspect_at')

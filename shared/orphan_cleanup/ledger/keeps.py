@@ -1,5 +1,6 @@
 """The operator's keeps (``orphans keep``, ``orphans release``; SAFETY.md rule 23): the
-``orphan_keeps`` row of a backend and ref, and in the same transaction its ``events`` row.
+``orphan_keeps`` row of a backend and ref (it keeps the ref in every backend of that backend's
+account), and in the same transaction its ``events`` row.
 Only the operator's CLI writes them; every function reads them (STEP 3's join, the deleter's
 re-check: ``queries.LEDGER_SQL``, ``LockedCycle.delete_request``)."""
 
@@ -49,10 +50,12 @@ def keep(conn: pg8000.native.Connection, backend_id: str, ref: str, reason: str 
         raise ConfigError(f"no cycle of {backend_id} recorded ref {ref}: keep a ref that `orphan-cleanup orphans`"
                           f" or `explain --backend {backend_id} REF` shows")
     [[kept_at, until]] = conn.run(
-        "INSERT INTO orphan_keeps AS k (backend_id, provider_ref, reason, kept_at, until)"
-        " VALUES (:b, :r, :why, oc_clock(), oc_clock() + make_interval(secs => CAST(:s AS integer)))"
-        " ON CONFLICT (backend_id, provider_ref) DO UPDATE SET reason = excluded.reason, kept_at = excluded.kept_at,"
-        " until = excluded.until RETURNING kept_at, until", b=backend_id, r=ref, why=reason, s=seconds)
+        "INSERT INTO orphan_keeps AS k (scope, backend_id, provider_ref, reason, kept_at, until)"
+        f" SELECT {SCOPE_SQL.format(t='b')}, :b, :r, :why, oc_clock(),"
+        " oc_clock() + make_interval(secs => CAST(:s AS integer)) FROM backends b WHERE b.id = :b"
+        " ON CONFLICT (backend_id, provider_ref) DO UPDATE SET scope = excluded.scope, reason = excluded.reason,"
+        " kept_at = excluded.kept_at, until = excluded.until RETURNING kept_at, until",
+        b=backend_id, r=ref, why=reason, s=seconds)
     conn.run("INSERT INTO events (backend_id, kind, message, provider_ref, owner_type, owner_id, owner_name, details)"
              " SELECT :b, 'orphan_kept', :m, :r, p.owner_type, p.owner_id, p.owner_name, CAST(:d AS jsonb)" + _OWNER,
              b=backend_id, r=ref, m=f"ref {ref} kept by the operator",

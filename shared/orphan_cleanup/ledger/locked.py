@@ -77,14 +77,16 @@ class Sweep(NamedTuple):
 
 # Mark-then-sweep (SAFETY.md rule 23), one statement (``LockedCycle.sweep``). The same group: the
 # same key (ref, region, primary) and, without a primary, the same member ids. A mark keeps its
-# time when this listing found the group an orphan for the same reason and every listing of the
-# backend in between was a delete-mode one that came this far (a report-mode listing, or one that
-# failed or was fenced before its sweep, may have seen the group otherwise: start over) and no
-# cycle since the mark recorded the group otherwise (a keep or a protection its deleter found
-# after its sweep); else it starts over at this listing. A mark whose group this listing did not
-# find an orphan ends: found otherwise (recorded with another verdict), or not found in a region
-# that listed; a region that failed to list keeps the marks of the groups it did not show (not
-# seen is not changed).
+# time when this listing found the group an orphan for the same reason, and so did every listing
+# of the backend since the mark: each listing in between was a delete-mode one that came as far
+# as its sweep (a report-mode listing, or one that failed or was fenced before its sweep, may have
+# seen the group otherwise, unrecorded: start over), none recorded the group otherwise (a keep or
+# a protection its deleter found after its sweep), and the latest one that found it so is at most
+# ``:gap`` seconds before this one (the window and two intervals: a backend off or failing for
+# weeks confirms nothing). Else the mark starts over at this listing. A mark whose group this
+# listing did not find an orphan for that reason ends, in a region that failed to list too: a
+# group shown there but found tracked leaves no row to tell it from a group not shown, so not
+# seen counts as changed (it delays a deletion by a window, never hastens one).
 # The statement's parts see one snapshot: each table is written once (marks: the rows this
 # listing found, upserted, and the others, deleted; cycle_groups: the marked ones).
 _SWEEP_SQL = """
@@ -95,16 +97,15 @@ WITH cur AS (
     FROM cycle_groups g WHERE g.cycle_id = :c AND g.verdict = 'orphan'),
 ended AS (
   DELETE FROM orphan_marks m
-   WHERE m.backend_id = :b AND NOT EXISTS (SELECT 1 FROM cur WHERE cur.group_key = m.group_key)
-     AND (EXISTS (SELECT 1 FROM cycle_groups g WHERE g.cycle_id = :c AND g.group_key = m.group_key)
-          OR NOT EXISTS (SELECT 1 FROM unnest(CAST(:failed AS text[])) f
-                          WHERE f = '*' OR m.region = f OR m.region LIKE f || '-%'))),
+   WHERE m.backend_id = :b AND NOT EXISTS (SELECT 1 FROM cur WHERE cur.group_key = m.group_key)),
 marks AS (
-  INSERT INTO orphan_marks AS m (backend_id, group_key, region, reason, member_ids, marked_at, cycle_id)
-  SELECT :b, cur.group_key, cur.region, cur.reason, cur.ids, CAST(:listed AS timestamptz), :c FROM cur
+  INSERT INTO orphan_marks AS m (backend_id, group_key, reason, member_ids, marked_at, cycle_id)
+  SELECT :b, cur.group_key, cur.reason, cur.ids, CAST(:listed AS timestamptz), :c FROM cur
   ON CONFLICT (backend_id, group_key) DO UPDATE
      SET marked_at = CASE WHEN m.reason = excluded.reason AND m.member_ids IS NOT DISTINCT FROM excluded.member_ids
                                AND m.marked_at <= excluded.marked_at
+                               AND (SELECT p.listed_at FROM cycles p WHERE p.id = m.cycle_id)
+                                   >= excluded.marked_at - make_interval(secs => :gap)
                                AND NOT EXISTS (SELECT 1 FROM cycles r WHERE r.backend_id = m.backend_id
                                                   AND (r.mode <> 'delete' OR NOT r.dispatched)
                                                   AND r.listed_at > m.marked_at AND r.listed_at < excluded.marked_at)
@@ -113,8 +114,7 @@ marks AS (
                                                   AND r.listed_at >= m.marked_at AND r.listed_at < excluded.marked_at
                                                   AND rg.verdict <> 'orphan')
                           THEN m.marked_at ELSE excluded.marked_at END,
-         region = excluded.region, reason = excluded.reason, member_ids = excluded.member_ids,
-         cycle_id = excluded.cycle_id
+         reason = excluded.reason, member_ids = excluded.member_ids, cycle_id = excluded.cycle_id
   RETURNING m.group_key, m.marked_at + make_interval(secs => :w) AS delete_after),
 marked AS (
   UPDATE cycle_groups g SET action = 'marked', delete_after = marks.delete_after
@@ -283,17 +283,16 @@ class LockedCycle:
             self._update("failures = CAST(:f AS jsonb)", f=json.dumps([f.model_dump() for f in failures]))
         self._update("failed = true, error = :e", e=reason_line(error, self.state.failures))
 
-    def sweep(self, window_seconds: int) -> Sweep:
+    def sweep(self, window_seconds: int, gap_seconds: int) -> Sweep:
         """Mark, then sweep (SAFETY.md rule 23), in one statement: this cycle's orphan groups
         that an earlier delete-mode listing, at least ``window_seconds`` before this one, found
-        an orphan for the same reason (``due``), and the others, which it marks
-        (``cycle_groups.action = 'marked'``, ``delete_after``). Every mark of the backend is
-        brought up to date with this listing: kept, started over (another reason, other
-        members, a report-mode listing since), or ended (not an orphan in this listing,
-        in a region the listing did not fail)."""
+        an orphan for the same reason, as every listing since did (``due``), and the others,
+        which it marks (``cycle_groups.action = 'marked'``, ``delete_after``). Every mark of the
+        backend is brought up to date with this listing (``_SWEEP_SQL``): kept, started over, or
+        ended. ``gap_seconds``: the longest time between two listings that confirm each other."""
         c = self.state
-        failed = sorted({f.region for f in c.failures})
-        rows = self.conn.run(_SWEEP_SQL, c=c.id, b=c.backend_id, listed=c.listed_at, w=window_seconds, failed=failed)
+        rows = self.conn.run(_SWEEP_SQL, c=c.id, b=c.backend_id, listed=c.listed_at, w=window_seconds,
+                             gap=gap_seconds)
         due = [group_from_row(r[:4]) for r in rows if r[4] is None]
         marked = [(group_from_row(r[:4]), r[4]) for r in rows if r[4] is not None]
         if marked:
@@ -342,8 +341,10 @@ class LockedCycle:
             "SELECT g.provider_ref, g.region, g.primary_id, g.resources, g.evidence->>'lp',"
             " CASE WHEN k.provider_ref IS NOT NULL THEN json_build_object('reason', k.reason, 'kept_at', k.kept_at,"
             "   'until', k.until)::text END"
-            " FROM cycle_groups g LEFT JOIN orphan_keeps k ON k.backend_id = :b AND k.provider_ref = g.provider_ref"
-            "   AND (k.until IS NULL OR k.until > CAST(:t AS timestamptz))"
+            " FROM cycle_groups g LEFT JOIN (" + queries.KEEPS_SQL.format(
+                backend=":b", t="CAST(:t AS timestamptz)",
+                refs="ARRAY(SELECT provider_ref FROM cycle_groups WHERE cycle_id = :c AND group_key = :k)")
+            + ") k ON k.provider_ref = g.provider_ref"
             " WHERE g.cycle_id = :c AND g.group_key = :k AND g.verdict = 'orphan'",
             c=self.state.id, k=group_key, b=self.state.backend_id, t=self.state.listed_at)
         if not recorded:

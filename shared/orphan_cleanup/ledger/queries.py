@@ -168,15 +168,23 @@ def _ref_lists(groups: Iterable[ResourceGroup]) -> tuple[str, str] | None:
     return ",".join(r for r in refs if is_valid_ref(r)), ",".join(r for r in leftover if is_valid_ref(r))
 
 
-# STEP 3 with the operator's keeps (SAFETY.md rule 23), still one statement per batch:
-# JOIN_SQL's document, and beside it the batch's refs that the backend keeps at the
-# listing time ``:t`` (until NULL: until released), as ``{ref: keep}``. Read from
-# orphan_keeps itself, so a ref without a provider_refs row (an unknown ref a cycle
-# recorded) is kept too; the primary key's index answers it.
+# The operator's keeps in force for backend ``{backend}`` at ``{t}`` (SAFETY.md rule 23), one
+# row per ref (the longest, when backends of the account kept it twice): its own, and those
+# of every backend of its account (a keep holds account-wide, as ownership: rules 10 and 16).
+# ``{refs}``: the refs asked about. Read from orphan_keeps itself, so a ref without a
+# provider_refs row (an unknown ref a cycle recorded) is kept too.
+KEEPS_SQL = ("SELECT DISTINCT ON (k.provider_ref) k.provider_ref, k.reason, k.kept_at, k.until"
+             " FROM orphan_keeps k LEFT JOIN backends kb ON kb.id = {backend}"
+             " WHERE k.provider_ref = ANY({refs}) AND (k.until IS NULL OR k.until > {t})"
+             " AND (k.backend_id = {backend} OR k.scope = " + SCOPE_SQL.format(t="kb") + ")"
+             " ORDER BY k.provider_ref, k.until DESC NULLS FIRST")
+
+# STEP 3 with the keeps, still one statement per batch: JOIN_SQL's document, and beside it
+# the batch's refs kept at the listing time ``:t``, as ``{ref: keep}``.
 LEDGER_SQL = ("SELECT (" + JOIN_SQL + "), (SELECT coalesce(json_object_agg(k.provider_ref, json_build_object("
-              "'reason', k.reason, 'kept_at', k.kept_at, 'until', k.until)), '{}')::text FROM orphan_keeps k"
-              " WHERE k.backend_id = :backend AND k.provider_ref = ANY(string_to_array(:refs, ','))"
-              " AND (k.until IS NULL OR k.until > CAST(:t AS timestamptz)))")
+              "'reason', k.reason, 'kept_at', k.kept_at, 'until', k.until)), '{}')::text FROM ("
+              + KEEPS_SQL.format(backend=":backend", refs="string_to_array(:refs, ',')",
+                                 t="CAST(:t AS timestamptz)") + ") k)")
 
 _KEEPS = msgspec.json.Decoder(dict[str, Keep])
 
