@@ -7,7 +7,7 @@ database's clock), or an earlier listing is the one a test backdates."""
 from __future__ import annotations
 
 import time
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -200,8 +200,10 @@ def test_the_digest_lists_the_marked_groups_with_their_delete_after(db, cloud, p
     [marked] = doc["marked"]
     assert marked["primary_id"] == leaked and doc["counts"]["marked"] == 1
     after = datetime.fromisoformat(marked["delete_after"])
+    # the detail says it to the second, rounded up (never earlier than it goes)
+    said = (after.astimezone(UTC) + timedelta(microseconds=999_999)).replace(microsecond=0)
     assert after > first.listed_at and group(first, leaked).detail.startswith(
-        f"deleted after {after:%Y-%m-%dT%H:%M}")
+        f"deleted after {said:%Y-%m-%dT%H:%M:%SZ}")
     assert f"marked, deleted after {marked['delete_after']}" in slack_text(doc)
 
     # marked again, no news: no digest

@@ -56,7 +56,7 @@ if TYPE_CHECKING:
 
 #: world -> share of the seeds it is on in.
 SHARES = {"names": 0.35, "swap": 0.35, "inuse": 0.35, "ages": 0.35, "spot": 0.35, "settings": 0.3,
-          "moves": 0.3, "bulk": 0.35, "forge2": 0.35}
+          "moves": 0.3, "bulk": 0.35, "forge2": 0.35, "modes": 0.35}
 BACKEND_D = "sim-d"
 #: Values of ``backends.settings`` that are no JSON object (as jsonb literals), a JSON string
 #: whose text is no JSON (``'"oops"'``, the product bug in README findings, fixed) included.
@@ -96,7 +96,8 @@ class Worlds:
         rates = {"names": ("user_reuse_name", (0.3, 0.6)), "swap": ("user_swap_root", (0.2, 0.4)),
                  "inuse": ("user_borrow_volume", (0.2, 0.4)), "ages": ("snapshot_forged_young", (0.25, 0.5)),
                  "settings": ("settings_broken", (0.05, 0.1)), "moves": ("backend_moved", (0.05, 0.1)),
-                 "bulk": ("user_inflate_group", (0.2, 0.4)), "forge2": ("message_forged2", (0.25, 0.5))}
+                 "bulk": ("user_inflate_group", (0.2, 0.4)), "forge2": ("message_forged2", (0.25, 0.5)),
+                 "modes": ("message_forged_mode", (0.25, 0.5))}
         for name, (kind, choices) in rates.items():
             w = self.worlds[name]
             if w.on:
@@ -105,6 +106,10 @@ class Worlds:
             self.rates["user_deregister_image"] = 0.05
         self.retain_days = self.worlds["ages"].rng.choice((7, 30)) if self.worlds["ages"].on else None
         self.forged_group_cycles: set[str] = set()  # cycles a forged batch with another group count was sent to
+        # backend -> the young snapshot its forger claims old: the same one on every forged batch
+        # while it qualifies (a forger that changed its claim each time would never get past the mark, rule 23)
+        self.forged_snapshot: dict[str, str] = {}
+        self.forged_mode: set[str] = set()  # backends whose report-mode batches the modes forger says delete
         self.broken_until: dict[str, int] = {}  # backend -> step its broken settings are fixed
         self.moved_until = 0
 
@@ -130,6 +135,11 @@ class Worlds:
         if self.on("ages"):
             self.listing_q.extra_forgers.append((self.worlds["ages"].dice, "snapshot_forged_young",
                                                  self.forge_young_snapshot))
+            self.listing_q.persistent["snapshot_forged_young"] = self.forging_young_snapshot
+        if self.on("modes"):
+            self.listing_q.extra_forgers.append((self.worlds["modes"].dice, "message_forged_mode", self.forge_mode))
+            self.listing_q.persistent["message_forged_mode"] = \
+                lambda body: ListingBatch.model_validate_json(body).backend in self.forged_mode
         for cloud in self.clouds.values():
             cloud.roots = self.on("swap")
             cloud.spot_rng = self.worlds["spot"].rng if self.on("spot") else None
@@ -205,6 +215,18 @@ class Worlds:
         self.trace(f"queue: forged copy of batch {batch.seq} of {batch.cycle_id[:8]} (every field but the ids)")
         return batch.model_copy(update={"groups": groups}).model_dump_json()
 
+    def forge_mode(self: Simulation, body: str) -> str | None:
+        """A report-mode batch's copy saying delete (rule 12: the cycle's mode is its row's);
+        the same on every later report-mode batch of that backend, so that a trusted one would
+        mark in one listing and sweep in the next (rule 23)."""
+        batch = ListingBatch.model_validate_json(body)
+        if batch.mode != "report":
+            return None
+        self.forged_mode.add(batch.backend)
+        self.dice.counts["message_forged_mode:batch"] += 1
+        self.trace(f"queue: forged copy of batch {batch.seq} of {batch.cycle_id[:8]} (mode delete, read first)")
+        return batch.model_copy(update={"mode": "delete"}).model_dump_json()
+
     @staticmethod
     def _forged(r: Resource, g: ResourceGroup, rng: random.Random) -> Resource:
         tags = {k: v for k, v in r.tags.items() if k not in PROTECT_KEYS and not k.startswith("aws:")}
@@ -222,9 +244,15 @@ class Worlds:
         return r.model_copy(update={"tags": tags, "created_at": created, "state": state, "attached_to": attached,
                                     "details": details, "controller": None, "protection": None})
 
+    def forging_young_snapshot(self: Simulation, body: str) -> bool:
+        """Whether the ages forger already claims a snapshot of this batch's backend old (it goes on
+        in the settle phase: nothing it claims may be deleted, so the run still settles)."""
+        return ListingBatch.model_validate_json(body).backend in self.forged_snapshot
+
     def forge_young_snapshot(self: Simulation, body: str) -> str | None:
         """A forged copy adding a young snapshot of ours (never listed) to the batch, claimed
-        old (rule 15: the deleter re-reads its age)."""
+        old (rule 15: the deleter re-reads its age); the same snapshot on each forged batch of a
+        backend while it qualifies."""
         batch = ListingBatch.model_validate_json(body)
         spec = self.backends.get(batch.backend)
         if spec is None or self.retain_days is None:
@@ -238,7 +266,9 @@ class Worlds:
         if not snaps:
             return None
         rng = self.worlds["ages"].rng
-        snap = cloud.resources[rng.choice(snaps)]
+        kept = self.forged_snapshot.get(batch.backend)
+        snap = cloud.resources[kept if kept in snaps else rng.choice(snaps)]
+        self.forged_snapshot[batch.backend] = snap.id
         claimed = Resource(kind=snap.kind, id=snap.id, region=snap.region, state=ResourceState.AVAILABLE,
                            tags=dict(snap.tags), created_at=datetime.now(UTC) - timedelta(days=self.retain_days + 30))
         ref = snap.tags[TAG]

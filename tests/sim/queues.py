@@ -67,6 +67,10 @@ class SimQueue(Queue):
         #: More forgers, each with the dice of its own world and its kind of fault: their
         #: copies are injected the same way, drawing only from their world's streams.
         self.extra_forgers: list[tuple[Dice, str, Callable[[str], str | None]]] = []
+        #: Kinds of forgery by a persistent attacker: its copy is read before the message it
+        #: copies, and once it has forged one (``continues(body)``) it forges every later one
+        #: without a roll. With rule 23 a claim must win every listing until the sweep.
+        self.persistent: dict[str, Callable[[str], bool]] = {}
 
     def publish(self, message: BaseModel) -> None:
         body = message.model_dump_json()
@@ -82,6 +86,7 @@ class SimQueue(Queue):
             self.trace(f"{self.name}: message lost")
             return
         self._put(body)
+        real = self.messages[-1]
         if self.dice.roll("queue_duplicate"):
             self._put(body)
         if self.forger is not None and self.dice.roll(self.forge_kind):
@@ -89,13 +94,20 @@ class SimQueue(Queue):
             if forged is not None:
                 self._put(forged, forged=True)
         for dice, kind, forger in self.extra_forgers:
-            if dice.roll(kind) and (forged := forger(body)) is not None:
-                self._put(forged, forged=True, dice=dice)
+            continues = self.persistent.get(kind)
+            if ((continues is not None and continues(body)) or dice.roll(kind)) \
+                    and (forged := forger(body)) is not None:
+                self._put(forged, forged=True, dice=dice, ahead_of=real if continues is not None else None)
 
-    def _put(self, body: str, forged: bool = False, dice: Dice | None = None) -> None:
+    def _put(self, body: str, forged: bool = False, dice: Dice | None = None, ahead_of: Message | None = None) -> None:
         dice = dice or self.dice
         delay = (self.rng if dice is self.dice else dice.rng).randint(5, 240) if dice.roll("queue_delay") else 0
-        self.messages.append(Message(next(self._ids), body, self.clock() + timedelta(seconds=delay), forged=forged))
+        message = Message(next(self._ids), body, self.clock() + timedelta(seconds=delay), forged=forged)
+        if ahead_of is not None and ahead_of in self.messages:
+            message.ready_at = min(message.ready_at, ahead_of.ready_at)
+            self.messages.insert(self.messages.index(ahead_of), message)
+        else:
+            self.messages.append(message)
 
     def ready(self) -> list[Message]:
         now = self.clock()

@@ -22,7 +22,7 @@ STEPS = 50
 #: (``deletion_worlds.py``, the product's deletion algorithm over the memory cloud's
 #: operations) joined the simulation: they moved where a world is on in a seed.
 BUDGET: dict[str, int | range] = {                       # first seed that catches it today
-    "orphan_without_record": range(4, 20),  # 6
+    "orphan_without_record": range(20, 35),  # 23
     "pending_is_orphan": range(1, 15),      # 6
     "margin_zero": 8,            # 0
     "no_reread": range(45, 60),              # 49 (a protect tag added while a request waits)
@@ -39,7 +39,7 @@ BUDGET: dict[str, int | range] = {                       # first seed that catch
     "ownership_by_backend_id": 8,  # 0
     "listing_key_ignores_account": range(5, 20),  # 8 (the tick: a failover backend due with sim, in its regions)
     "no_identity_check": range(6, 25),       # 9
-    "trust_message_mode": range(4, 20),      # 7 (see README: forged report-mode batches; W1)
+    "trust_message_mode": range(8, 25),      # 12 (modes: a persistent forger says delete on report batches; R1/R2)
     "job_grouping_trusted": range(11, 30),   # 14 (a forged or stale listing job)
     "off_overridable": range(7, 25),         # 10
     "function_clock": 8,         # 1
@@ -57,8 +57,8 @@ BUDGET: dict[str, int | range] = {                       # first seed that catch
     "name_unchecked": 8,         # 2 (names: a name reused right after the deletion's read)
     "in_use_fails": 8,           # 0 (a snapshot an image uses, a volume attached during the delete)
     "in_use_ignored": 8,         # 0 (inuse: an orphan's volume on someone's instance)
-    "snapshot_age_unchecked": range(36, 50),  # 40 (ages: a snapshot of ours younger than the retention)
-    "listing_facts_trusted": range(15, 30),  # 18 (the same forged claim: its age from the listing)
+    "snapshot_age_unchecked": range(15, 30),  # 18 (ages: a persistent forger claims a young snapshot of ours old)
+    "listing_facts_trusted": range(15, 30),  # 18 (the same forged claim, on every listing: its age from the listing)
     "backend_row_trusted": range(18, 30),    # 22 (moves: sim-d's row moved to the stranger's account mid-cycle)
     "oversized_fails_region": 8,  # 0 (bulk: a group too large even reduced takes its region along)
     "spot_unchecked": range(1, 15),         # 3 (spot: a persistent request relaunches the orphan's instance)

@@ -135,6 +135,8 @@ BASE_RATES: dict[str, float] = {
     "backend_moved": 0.0,           # per step: sim-d's row moved to another account for a while
     "user_inflate_group": 0.0,      # per people action: volumes tagged with a finished owner's ref
     "message_forged2": 0.0,         # per batch published: a copy with every field but the ids altered
+    "message_forged_mode": 0.0,     # per report-mode batch, set per seed (world "modes"): a copy saying
+                                    # delete, read first, then on every later one of that backend
 }
 
 INTENSITIES = (0.0, 0.5, 1.0, 1.0, 2.0)

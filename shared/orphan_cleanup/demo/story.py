@@ -189,8 +189,8 @@ def _play(world: DemoWorld, out: Terminal) -> list[str]:
 
 def _register_backend(world: DemoWorld) -> None:
     backend_settings = json.dumps({"margin_seconds": MARGIN_SECONDS, "prices": DEMO_PRICES})
-    say(f"orphan-cleanup backend add {BACKEND} --provider aws --account {ACCOUNT} --regions {REGION}"
-        f" --settings '{backend_settings}'")
+    say(f"orphan-cleanup backend add {BACKEND} --provider aws --account {ACCOUNT} --regions {REGION} \\\n"
+        f"        --settings '{backend_settings}'")
     LedgerStore(world.db).add_backend(backend_id=BACKEND, provider="aws", account=ACCOUNT, regions=[REGION],
                                       settings=BackendSettings(margin_seconds=MARGIN_SECONDS,
                                                                prices=Prices.model_validate(DEMO_PRICES)))
