@@ -10,17 +10,20 @@ snapshot first."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+import time
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
 
+from orphan_cleanup.core.digest import digest
 from orphan_cleanup.core.listing_rules import volume_groups
 from orphan_cleanup.core.settings import Settings
 from orphan_cleanup.core.verdicts import DeleteStatus
 from orphan_cleanup.cycle.pipeline import Pipeline
 from orphan_cleanup.cycle.runner import run_cycle
 from orphan_cleanup.ledger.db import Database
+from orphan_cleanup.ledger.store import LedgerStore
 from orphan_cleanup.providers.aws.provider import build_aws_provider
 from orphan_cleanup.providers.gcp.provider import build_gcp_provider
 from orphan_cleanup.queues.memory import InProcessQueue
@@ -57,7 +60,8 @@ def ledger_cases(db: Database, backend_id: str, make: Any, region: str) -> dict[
     ids["hard_deleted"] = make(ref)
     ref = make_ref()
     ids["deleted"] = make(ref)
-    add_volume(db, ref=ref, status="deleted", backend_id=backend_id, primary_id=ids["deleted"], region=region,
+    add_volume(db, ref=ref, name="dataset-deleted", status="deleted", backend_id=backend_id,
+               primary_id=ids["deleted"], region=region,
                issued_at=hour_ago, created_at=hour_ago, provisioned_at=hour_ago, deleted_at=hour_ago)
     ref = make_ref()
     ids["soft_deleted"] = make(ref)
@@ -105,6 +109,10 @@ def test_aws_a_delete_cycle_deletes_leaked_volumes_only(session, emptied_db: Dat
     stranger = run_instance(client, None)
     ref = add_ref(db, owner_type="volume", issued_at=db_now(db) - timedelta(hours=1))
     ids["attached"] = create_volume(client, ref, attach_to=stranger)
+    time.sleep(1.5)  # the deleted owner ended well after its volume was made: its orphan_since is that end
+    with db.connection() as conn:  # (and only the volumes row names it)
+        conn.run("UPDATE volumes SET deleted_at = clock_timestamp() WHERE name = 'dataset-deleted'")
+        conn.run("UPDATE provider_refs SET owner_name = NULL WHERE owner_type = 'volume'")
 
     # When: one delete cycle runs
     report = run_cycle(pipeline(db, lambda b: build_aws_provider(b, connect_timeout=2, read_timeout=10,
@@ -117,6 +125,15 @@ def test_aws_a_delete_cycle_deletes_leaked_volumes_only(session, emptied_db: Dat
     [attached] = [g for g in report.c3()["groups"] if g["primary_id"] == ids["attached"]]
     assert attached["detail"] == f"{ids['attached']} is attached to instance {stranger['InstanceId']}:" \
                                  " never deleted from under it"
+    # and the C6 digest names each deleted volume's owner and dates it from the owner's end
+    doc = digest(LedgerStore(db).digest_facts(report.cycle_id), interval_seconds=900)
+    assert doc is not None
+    deleted = {item["primary_id"]: item for item in doc["deleted"]}
+    assert set(deleted) == {ids[case] for case in GONE}
+    with db.connection() as conn:
+        [[name, ended]] = conn.run("SELECT name, deleted_at FROM volumes WHERE primary_id = :p", p=ids["deleted"])
+    assert deleted[ids["deleted"]]["owner_name"] == name == "dataset-deleted"
+    assert abs(datetime.fromisoformat(deleted[ids["deleted"]]["orphan_since"]) - ended) < timedelta(seconds=1)
 
 
 @pytest.mark.usefixtures("moto_reset")
