@@ -60,6 +60,7 @@ class StalePending:
     owner_id: str
     provider_ref: str
     created_at: datetime
+    owner_type: str = "instance"  # or "volume": a volumes row (README, C1)
 
 
 class LedgerClient:
@@ -154,18 +155,27 @@ class LedgerClient:
         resources, if any, are skipped by every cycle (``owner_pending``) until the platform
         records them (``mark_provisioning``) or gives up on them (``reap_pending``)."""
         with self.db.connection() as conn:
-            rows = conn.run("SELECT id, provider_ref, created_at FROM instances WHERE status = 'pending'"
-                            " AND deleted_at IS NULL AND created_at < now() - make_interval(secs => :t)"
-                            " ORDER BY created_at", t=older_than_seconds)
-        return [StalePending(owner_id=i, provider_ref=r, created_at=c) for i, r, c in rows]
+            rows = conn.run("SELECT id, provider_ref, created_at, t FROM ("
+                            "SELECT id, provider_ref, created_at, deleted_at, status, 'instance' AS t FROM instances"
+                            " UNION ALL SELECT id, provider_ref, created_at, deleted_at, status, 'volume' FROM volumes"
+                            ") o WHERE status = 'pending' AND deleted_at IS NULL"
+                            " AND created_at < now() - make_interval(secs => :t) ORDER BY created_at",
+                            t=older_than_seconds)
+        return [StalePending(owner_id=i, provider_ref=r, created_at=c, owner_type=t) for i, r, c, t in rows]
 
-    def reap_pending(self, instance_id: str) -> bool:
-        """Give up on a stale pending owner: mark it terminated, only if it is still pending
-        (False otherwise: it was provisioned meanwhile). Cleanup then deletes whatever its
-        create call left, once ``terminated_at`` is older than the margin (``owner_terminated``)."""
+    def reap_pending(self, instance_id: str, owner_type: str = "instance") -> bool:
+        """Give up on a stale pending owner: mark it terminated (a volume: deleted), only if it
+        is still pending (False otherwise: it was provisioned meanwhile). Cleanup then deletes
+        whatever its create call left, once ``terminated_at`` (``deleted_at``) is older than the
+        margin (``owner_terminated``, ``owner_soft_deleted``)."""
+        if owner_type == "volume":
+            sql = ("UPDATE volumes SET status = 'deleted', deleted_at = now()"
+                   " WHERE id = :i AND status = 'pending' RETURNING id")
+        else:
+            sql = ("UPDATE instances SET status = 'terminated', terminated_at = now()"
+                   " WHERE id = :i AND status = 'pending' RETURNING id")
         with self.db.transaction() as conn:
-            return bool(conn.run("UPDATE instances SET status = 'terminated', terminated_at = now()"
-                                 " WHERE id = :i AND status = 'pending' RETURNING id", i=instance_id))
+            return bool(conn.run(sql, i=instance_id))
 
     # ---- volume owners (README, C1: owner_type 'volume', a volumes row) -------------------
 
