@@ -389,6 +389,16 @@ SCENARIOS = [
         verdicts={"live": ("tracked", "tracked", "none"), "free": DELETED},
         outcome="clean", survivors=frozenset({"live", "live.boot"}),
         journal=journaled_ok("delete-disk", "free"), deleted=frozenset({"free"})),
+    # a listing forged to show every volume detached: the classifier takes the held one for an
+    # orphan, the deleter's own read finds it in use and leaves it (rules 12, 21)
+    Scenario(
+        "forged_volume_detached", volume_owners, forge=Forgery("detached", victim="held"),
+        verdicts={"live": ("tracked", "tracked", "none"), "kept": ("tracked", "tracked", "none"),
+                  "lost": ("orphan", "primary_mismatch", "deleted"),
+                  "held": ("orphan", "owner_deleted", "deleting")},
+        outcome="unsettled", survivors=frozenset({"live", "live.boot", "kept", "held"}),
+        journal=journaled_ok("delete-disk", "lost"), deleted=frozenset({"lost"}),
+        left=frozenset({"held"}), reasons={"held": "in_use"}),
     # a volume attached between the plan and its delete: the deleter's own read refuses it (rule 21)
     Scenario(
         "volume_attached_after_plan", leaked_volume, between=attach_free,
@@ -398,7 +408,7 @@ SCENARIOS = [
     # --- forged listing batches (rule 21): one field of every listed resource altered, the
     # ids, kinds, ref and region / zone kept; the honest row first
     PRECIOUS_HONEST,
-    *(forged(f) for f in FORGERIES if f not in ("created_at", "tags", "controller")),
+    *(forged(f) for f in FORGERIES if f not in ("created_at", "tags", "controller", "detached")),
     # the VM's creation time forged: the deleter reads it again before anything and, finding
     # another time, leaves the whole group (rules 12, 17); its members' are judged on the times
     # the deleter reads (the row above: as honest)
@@ -521,7 +531,10 @@ def test_provider_contract(scenario: Scenario, cloud: str, driver: Driver) -> No
     if listing_queue is not None:  # the forgery changed what the listing said
         assert listing_queue.altered, "nothing forged"
         recorded = recorded_resources(driver, report.cycle_id)
-        assert recorded and all(recorded[k] == listing_queue.forged[k] for k in recorded), "the honest listing recorded"
+        # (by resource: a volume owner's listed group is recorded as one group per volume, README C1)
+        forged_resources = {r.id: r for resources in listing_queue.forged.values() for r in resources}
+        recorded_by_id = {r.id: r for resources in recorded.values() for r in resources}
+        assert recorded and recorded_by_id == forged_resources, "the honest listing recorded"
 
     # the verdicts, region failures and outcome
     assert group_roles(driver, report) == scenario.verdicts
