@@ -189,7 +189,7 @@ GRANT :"c1_owner" TO :"owner_role";
 SELECT coalesce(bool_and(pg_has_role(:'owner_role', c.relowner, 'USAGE')), true) AS owner_may_migrate,
        string_agg(DISTINCT pg_get_userbyid(c.relowner), ', ') AS c1_owners
   FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
- WHERE n.nspname = :'schema' AND c.relname IN ('backends', 'provider_refs', 'instances')
+ WHERE n.nspname = :'schema' AND c.relname IN ('backends', 'provider_refs', 'instances', 'volumes')
    AND c.relkind IN ('r', 'p')
 \gset
 \if :owner_may_migrate
@@ -220,7 +220,7 @@ SELECT format('GRANT INSERT ON TABLE %I.%I TO %I', n.nspname, c.relname, :'platf
 SELECT format('GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE %I.%I TO %I', n.nspname, c.relname, :'platform_role')
   FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
  WHERE n.nspname = :'schema' AND c.relkind IN ('r', 'p')
-   AND c.relname IN ('backends', 'provider_refs', 'instances')
+   AND c.relname IN ('backends', 'provider_refs', 'instances', 'volumes')
    AND c.relowner = (SELECT oid FROM pg_roles WHERE rolname = :'owner_role')
 \gexec
 SELECT format('GRANT EXECUTE ON FUNCTION %s TO %I', p.oid::regprocedure, :'platform_role')

@@ -146,6 +146,17 @@ class Driver(ABC):
         """A data disk / volume with these labels / tags, attached to the instance of role
         ``attach_to`` (in its zone), deleted with it or not. Returns its id."""
 
+    @abstractmethod
+    def volume(self, role: str, *, near: str, labels: Mapping[str, str], created_ago: timedelta | None = None) -> str:
+        """A volume / disk on its own (a volume owner's: README, C1), detached, in the zone of
+        the instance of role ``near``, with these labels / tags, made ``created_ago`` ago as the
+        cloud dates it (default: now). Returns its id."""
+
+    @abstractmethod
+    def attach(self, role: str, *, to: str) -> None:
+        """Someone attaches the volume / disk ``role`` to the instance ``to`` (same zone), not
+        deleted with it."""
+
     def spot_vm(self, role: str, ref: str) -> str:
         """An instance carrying ``ref`` launched by a persistent spot request that carries no
         ref (role ``ROLE.request``). Only a cloud with spot requests has one."""
@@ -363,6 +374,18 @@ class AwsDriver(Driver):
                 {"DeviceName": device, "Ebs": {"DeleteOnTermination": True}}])
         return self._keep(Thing(role, "disk", vol["VolumeId"], owner.region))
 
+    def volume(self, role: str, *, near: str, labels: Mapping[str, str], created_ago: timedelta | None = None) -> str:
+        owner = self.things[near]
+        az = self._instance(near)["Placement"]["AvailabilityZone"]
+        spec = [{"ResourceType": "volume", "Tags": [{"Key": k, "Value": v} for k, v in labels.items()]}]
+        with moto_clock_behind(created_ago or timedelta(0)):
+            vol = self.ec2(near).create_volume(AvailabilityZone=az, Size=1, TagSpecifications=spec)
+        return self._keep(Thing(role, "disk", vol["VolumeId"], owner.region))
+
+    def attach(self, role: str, *, to: str) -> None:
+        self.ec2(to).attach_volume(VolumeId=self.things[role].id, InstanceId=self.things[to].id,
+                                   Device=next(self._devices))
+
     def spot_vm(self, role: str, ref: str) -> str:
         region = self.regions[0]
         ec2 = self._ec2[region]
@@ -518,6 +541,15 @@ class GcpDriver(Driver):
         disk = self.fake.add_disk(self._name(role), zone=owner.location, labels=dict(labels),
                                   attached_to=owner.name, auto_delete=auto_delete)
         return self._keep(Thing(role, "disk", disk["id"], owner.region, disk["name"], owner.location))
+
+    def volume(self, role: str, *, near: str, labels: Mapping[str, str], created_ago: timedelta | None = None) -> str:
+        owner = self.things[near]
+        disk = self.fake.add_disk(self._name(role), zone=owner.location, labels=dict(labels),
+                                  created=datetime.now(UTC) - (created_ago or timedelta(0)))
+        return self._keep(Thing(role, "disk", disk["id"], owner.region, disk["name"], owner.location))
+
+    def attach(self, role: str, *, to: str) -> None:
+        self.fake.attach_disk(self.things[to].name, self.things[role].name, zone=self.things[to].location)
 
     def mangled(self, instance_id: str) -> str:
         rounded = str(int(float(instance_id)))  # the id through a float64 and back (a JSON number in JavaScript)

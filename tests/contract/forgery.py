@@ -88,13 +88,17 @@ FORGERIES: dict[str, Alter] = {
     "tags": lambda d, r, g, victim: {"tags": {DEFAULT_TAG_KEY: g.provider_ref}},
     # no controller would re-create anything, no provider protection (rule 14)
     "controller": lambda d, r, g, victim: {"controller": None, "protection": None},
+    # nothing is attached to anything: a volume an instance holds looks free to delete
+    "detached": lambda d, r, g, victim: {"attached_to": None, "state": ResourceState.AVAILABLE,
+                                         "details": {"users": [], d.raw_state_key: "available"}},
 }
 #: Every field at once (one size: the huge one); and every field with the group's VM's
 #: creation time kept, so that the forged batch gets past the deleter's check of it.
 ALL, ALL_BUT_VM_CREATED_AT = "all", "all_but_vm_created_at"
+#: (``detached`` is a volume owner's forgery: ``attached_to`` and ``state`` already forge a VM's group)
 COMBINED: dict[str, tuple[str, ...]] = {
-    ALL: tuple(f for f in FORGERIES if f not in ("sizes_zero", "created_at_members")),
-    ALL_BUT_VM_CREATED_AT: tuple(f for f in FORGERIES if f not in ("sizes_zero", "created_at")),
+    ALL: tuple(f for f in FORGERIES if f not in ("sizes_zero", "created_at_members", "detached")),
+    ALL_BUT_VM_CREATED_AT: tuple(f for f in FORGERIES if f not in ("sizes_zero", "created_at", "detached")),
 }
 
 

@@ -85,11 +85,35 @@ class Ledger:
                                       region=self.driver.regions[MAIN], status=OwnerStatus.BUSY)
         return issued.provider_ref
 
+    def gone_volume_ref(self) -> str:
+        """A volume owner's ref (README, C1) whose volumes row was hard-deleted."""
+        issued = self.client.issue_volume_ref(owner_name="placeholder")
+        self.client.hard_delete_volume(issued.owner_id)
+        return issued.provider_ref
+
+    def live_volume(self, role: str, *, near: str, lost: str | None = None) -> str:
+        """An active volume owner with its volume (``role``) beside the instance ``near``,
+        recording it; ``lost``: the role of an earlier attempt's volume of the same ref made
+        two hours before (before the owner's provisioning, once aged: a lost attempt)."""
+        issued = self.client.issue_volume_ref(owner_name=role)
+        if lost is not None:
+            self.driver.volume(lost, near=near, labels={DEFAULT_TAG_KEY: issued.provider_ref},
+                               created_ago=timedelta(hours=2))
+        vol = self.driver.volume(role, near=near, labels={DEFAULT_TAG_KEY: issued.provider_ref})
+        thing = self.driver.things[role]  # recorded in its region (AWS) or zone (GCP)
+        self.client.mark_volume_provisioning(issued.owner_id, backend_id=BACKEND, primary_id=vol,
+                                             region=thing.location or thing.region)
+        self.client.mark_volume_active(issued.owner_id)
+        return issued.provider_ref
+
     def age(self) -> None:
         with self.driver.db.transaction() as conn:
             conn.run("UPDATE instances SET created_at = created_at - interval '1 hour',"
                      " provisioned_at = provisioned_at - interval '1 hour',"
                      " terminated_at = terminated_at - interval '1 hour'")
+            conn.run("UPDATE volumes SET created_at = created_at - interval '1 hour',"
+                     " provisioned_at = provisioned_at - interval '1 hour',"
+                     " deleted_at = deleted_at - interval '1 hour'")
             conn.run("UPDATE provider_refs SET issued_at = issued_at - interval '1 hour'")
 
 
@@ -244,6 +268,26 @@ def throttled_listing(d: Driver, ledger: Ledger) -> None:
     d.throttle_listing()
 
 
+def volume_owners(d: Driver, ledger: Ledger) -> None:
+    """Volume owners (README, C1) beside a live instance owner's VM (``live``): an active one
+    recording ``kept``, whose first attempt ``lost`` leaked; a hard-deleted one whose volume
+    ``held`` is attached to ``live``."""
+    ledger.live_owner("live")
+    ledger.live_volume("kept", near="live", lost="lost")
+    d.volume("held", near="live", labels={DEFAULT_TAG_KEY: ledger.gone_volume_ref()})
+    d.attach("held", to="live")
+
+
+def leaked_volume(d: Driver, ledger: Ledger) -> None:
+    """A hard-deleted volume owner's volume ``free``, detached, beside a live owner's VM ``live``."""
+    ledger.live_owner("live")
+    d.volume("free", near="live", labels={DEFAULT_TAG_KEY: ledger.gone_volume_ref()})
+
+
+def attach_free(d: Driver, ledger: Ledger) -> None:
+    d.attach("free", to="live")
+
+
 VM = frozenset({"vm", "vm.boot"})
 VM_DATA = VM | {"vm.data"}
 LEFT_IN_PLACE = ("orphan", "owner_deleted", "reported")  # an orphan its delete left in place
@@ -332,10 +376,39 @@ SCENARIOS = [
         "throttled_listing", throttled_listing,
         verdicts={}, outcome="unsettled", survivors=VM | {"far", "far.boot"},
         failures={MAIN: "ProviderThrottled", OTHER: "ProviderThrottled"}),
+    # --- volume owners (README, C1): a volume group's primary is the volume; a leaked one goes
+    # alone (a lost attempt only beside its recorded volume, rule 17), one an instance holds never
+    Scenario(
+        "volume_owners", volume_owners,
+        verdicts={"live": ("tracked", "tracked", "none"), "kept": ("tracked", "tracked", "none"),
+                  "lost": ("orphan", "primary_mismatch", "deleted"), "held": ("skipped", "in_use", "none")},
+        outcome="unsettled", survivors=frozenset({"live", "live.boot", "kept", "held"}),
+        journal=journaled_ok("delete-disk", "lost"), deleted=frozenset({"lost"})),
+    Scenario(
+        "volume_leaked", leaked_volume,
+        verdicts={"live": ("tracked", "tracked", "none"), "free": DELETED},
+        outcome="clean", survivors=frozenset({"live", "live.boot"}),
+        journal=journaled_ok("delete-disk", "free"), deleted=frozenset({"free"})),
+    # a listing forged to show every volume detached: the classifier takes the held one for an
+    # orphan, the deleter's own read finds it in use and leaves it (rules 12, 21)
+    Scenario(
+        "forged_volume_detached", volume_owners, forge=Forgery("detached", victim="held"),
+        verdicts={"live": ("tracked", "tracked", "none"), "kept": ("tracked", "tracked", "none"),
+                  "lost": ("orphan", "primary_mismatch", "deleted"),
+                  "held": ("orphan", "owner_deleted", "deleting")},
+        outcome="unsettled", survivors=frozenset({"live", "live.boot", "kept", "held"}),
+        journal=journaled_ok("delete-disk", "lost"), deleted=frozenset({"lost"}),
+        left=frozenset({"held"}), reasons={"held": "in_use"}),
+    # a volume attached between the plan and its delete: the deleter's own read refuses it (rule 21)
+    Scenario(
+        "volume_attached_after_plan", leaked_volume, between=attach_free,
+        verdicts={"live": ("tracked", "tracked", "none"), "free": ("orphan", "owner_deleted", "deleting")},
+        outcome="unsettled", survivors=frozenset({"live", "live.boot", "free"}),
+        left=frozenset({"free"}), reasons={"free": "in_use"}),
     # --- forged listing batches (rule 21): one field of every listed resource altered, the
     # ids, kinds, ref and region / zone kept; the honest row first
     PRECIOUS_HONEST,
-    *(forged(f) for f in FORGERIES if f not in ("created_at", "tags", "controller")),
+    *(forged(f) for f in FORGERIES if f not in ("created_at", "tags", "controller", "detached")),
     # the VM's creation time forged: the deleter reads it again before anything and, finding
     # another time, leaves the whole group (rules 12, 17); its members' are judged on the times
     # the deleter reads (the row above: as honest)
@@ -458,7 +531,10 @@ def test_provider_contract(scenario: Scenario, cloud: str, driver: Driver) -> No
     if listing_queue is not None:  # the forgery changed what the listing said
         assert listing_queue.altered, "nothing forged"
         recorded = recorded_resources(driver, report.cycle_id)
-        assert recorded and all(recorded[k] == listing_queue.forged[k] for k in recorded), "the honest listing recorded"
+        # (by resource: a volume owner's listed group is recorded as one group per volume, README C1)
+        forged_resources = {r.id: r for resources in listing_queue.forged.values() for r in resources}
+        recorded_by_id = {r.id: r for resources in recorded.values() for r in resources}
+        assert recorded and recorded_by_id == forged_resources, "the honest listing recorded"
 
     # the verdicts, region failures and outcome
     assert group_roles(driver, report) == scenario.verdicts

@@ -21,9 +21,12 @@ README = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding=
 pytestmark = pytest.mark.usefixtures("moto_reset")
 
 
-def snippet() -> str:
-    after = README.split("With the Python client", 1)[1]
+def snippet(after_text: str = "With the Python client") -> str:
+    after = README.split(after_text, 1)[1]
     return re.search(r"```python\n(.*?)```", after, re.S)[1]
+
+
+VOLUME_SNIPPET = "A volume owner (`owner_type` `volume`)"
 
 
 def environment(**extra: str) -> dict[str, str]:
@@ -33,8 +36,8 @@ def environment(**extra: str) -> dict[str, str]:
     return env
 
 
-def run_snippet(cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    (cwd / "provision.py").write_text(snippet())
+def run_snippet(cwd: Path, env: dict[str, str], code: str | None = None) -> subprocess.CompletedProcess[str]:
+    (cwd / "provision.py").write_text(code or snippet())
     return subprocess.run([sys.executable, "provision.py"], cwd=cwd, env=env, capture_output=True, text=True,
                           timeout=240)
 
@@ -60,3 +63,14 @@ def test_the_readme_example_runs_as_written_with_database_url(db: Database, tmp_
     with db.connection() as conn:
         assert conn.run("SELECT status FROM instances WHERE id = 'inst-42'") == [["terminated"]]
     assert not (tmp_path / ".orphan-cleanup").exists()
+
+
+def test_the_readme_volume_example_runs_as_written_with_database_url(db: Database, tmp_path):
+    # the volume owner's protocol (README, "The protocol"): a volumes row, a real create_volume on moto
+    proc = run_snippet(tmp_path, environment(DATABASE_URL=db.info.url()), snippet(VOLUME_SNIPPET))
+
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    with db.connection() as conn:
+        assert conn.run("SELECT v.status, v.deleted_at IS NOT NULL, v.backend_id, v.primary_id LIKE 'vol-%',"
+                        " r.owner_type, r.owner_name FROM volumes v JOIN provider_refs r USING (provider_ref)"
+                        " WHERE v.id = 'data-7'") == [["deleted", True, "aws-prod", True, "volume", "dataset-7"]]

@@ -14,7 +14,7 @@ import pytest
 from orphan_cleanup.core.owners import OwnerStatus
 from orphan_cleanup.ledger.client import LedgerClient
 from orphan_cleanup.ledger.queries import activity_since
-from tests.support.ledger_helpers import T0, add_backend, add_instance, add_ref, db_now
+from tests.support.ledger_helpers import T0, add_backend, add_instance, add_ref, add_volume, db_now
 
 OTHER_ACCOUNT = "111111111111"  # A's; B has add_backend's default account
 
@@ -32,13 +32,20 @@ def L(module_db):
                  created_at=T0, provisioned_at=T0)
     add_instance(db, instance_id=ids["on_b"], backend_id=ids["b"], primary_id="i-b", region="us-east-1",
                  created_at=T0, provisioned_at=T0)
+    # volume owners (C1): one on each backend, a ref issued for a volume row not written yet
+    ids.update(vol_a=f"vol-a-{n}", vol_b=f"vol-b-{n}", late_volume=f"late-volume-{n}")
+    add_volume(db, volume_id=ids["vol_a"], backend_id=ids["a"], primary_id="vol-a", region="us-east-1",
+               created_at=T0, provisioned_at=T0)
+    add_volume(db, volume_id=ids["vol_b"], backend_id=ids["b"], primary_id="vol-b", region="us-east-1",
+               created_at=T0, provisioned_at=T0)
     client = LedgerClient(db)
     client.issue_ref(owner_id=ids["pending"])
     spare_ref = add_ref(db, owner_id=ids["late"])
+    spare_volume_ref = add_ref(db, owner_id=ids["late_volume"], owner_type="volume")
     t = db_now(db)
     # a test whose "nothing happened" baseline is already true proves nothing
     assert not active(db, ids["a"], t) and not active(db, ids["b"], t)
-    return dict(db=db, client=client, t=t, spare_ref=spare_ref, **ids)
+    return dict(db=db, client=client, t=t, spare_ref=spare_ref, spare_volume_ref=spare_volume_ref, **ids)
 
 
 def active(db, backend_id, t) -> bool:
@@ -77,6 +84,24 @@ COUNTS_FOR_B = {
     "instance moved from B to A": lambda L: sql(L, "UPDATE instances SET backend_id = :a WHERE id = :i",
                                                 a=L["a"], i=L["on_b"]),
     "instances truncated": lambda L: sql(L, "TRUNCATE instances"),
+    # volume owners (C1, SAFETY.md rule 9): the volumes table's triggers
+    "volume insert on B (ref issued earlier)": lambda L: sql(
+        L, "INSERT INTO volumes (id, provider_ref, status, backend_id) VALUES (:i, :r, 'active', :b)",
+        i=L["late_volume"], r=L["spare_volume_ref"], b=L["b"]),
+    "volume insert without a backend (ref issued earlier)": lambda L: sql(
+        L, "INSERT INTO volumes (id, provider_ref) VALUES (:i, :r)", i=L["late_volume"], r=L["spare_volume_ref"]),
+    "volume status update via plain SQL": lambda L: sql(L, "UPDATE volumes SET status = 'deleting' WHERE id = :i",
+                                                        i=L["vol_b"]),
+    "volume deleted (status and deleted_at)": lambda L: sql(
+        L, "UPDATE volumes SET status = 'deleted', deleted_at = now() WHERE id = :i", i=L["vol_b"]),
+    "volume hard delete via plain SQL": lambda L: sql(L, "DELETE FROM volumes WHERE id = :i", i=L["vol_b"]),
+    "volume moved from A to B": lambda L: sql(L, "UPDATE volumes SET backend_id = :b WHERE id = :i",
+                                              b=L["b"], i=L["vol_a"]),
+    "volume moved from B to A": lambda L: sql(L, "UPDATE volumes SET backend_id = :a WHERE id = :i",
+                                              a=L["a"], i=L["vol_b"]),
+    "volume naming no backend row updated": lambda L: sql(
+        L, "UPDATE volumes SET name = 'n', backend_id = 'aws' WHERE id = :i", i=L["vol_a"]),
+    "volumes truncated": lambda L: sql(L, "TRUNCATE volumes"),
 }
 
 
@@ -104,6 +129,9 @@ ONLY_FOR_A = {
     "A's instance hard-deleted": lambda L: sql(L, "DELETE FROM instances WHERE id = :i", i=L["on_a"]),
     "A's instance re-provisioned on A": lambda L: L["client"].mark_provisioning(
         L["on_a"], backend_id=L["a"], primary_id="i-a2", region="us-east-1"),
+    "status update of A's volume": lambda L: sql(L, "UPDATE volumes SET status = 'deleting' WHERE id = :i",
+                                                  i=L["vol_a"]),
+    "A's volume hard-deleted": lambda L: sql(L, "DELETE FROM volumes WHERE id = :i", i=L["vol_a"]),
     "instance insert on A (ref issued earlier)": lambda L: sql(
         L, "INSERT INTO instances (id, provider_ref, status, backend_id) VALUES (:i, :r, 'idle', :a)",
         i=L["late"], r=L["spare_ref"], a=L["a"]),

@@ -22,7 +22,7 @@ from orphan_cleanup.core.errors import ConfigError, LeaseLost
 from orphan_cleanup.cycle.cycle_state import start_cycle
 from orphan_cleanup.ledger.db import Database
 from orphan_cleanup.ledger.store import LedgerStore
-from tests.support.ledger_helpers import add_backend, add_instance, add_ref, limits
+from tests.support.ledger_helpers import add_backend, add_instance, add_ref, add_volume, limits
 
 ACCOUNT = "123456789012"
 ROLE = f"arn:aws:iam::{ACCOUNT}:role/orphan-cleanup"
@@ -370,6 +370,8 @@ def test_remove_force_fences_the_running_cycle_and_keeps_the_history(db):
     # given a backend with history (an owner naming it, an orphan row) and a running cycle
     add(db)
     add_instance(db, backend_id="aws-prod", primary_id="i-0abc")
+    add_volume(db, backend_id="aws-prod", primary_id="vol-0abc")  # a volume owner names it too (README, C1)
+    add_volume(db, backend_id="aws-prod", primary_id="vol-0def", status="deleted")  # not live
     cycle_id = running_cycle(db, "aws-prod")
     with db.connection() as conn:
         conn.run("INSERT INTO orphans (backend_id, group_key, provider_ref, region, resources, reason)"
@@ -381,7 +383,7 @@ def test_remove_force_fences_the_running_cycle_and_keeps_the_history(db):
 
     # then the row and its schedule are gone: no future cycle
     assert f"its running cycle {cycle_id} was stopped" in out
-    assert "kept for audit: 1 cycle(s), 1 orphan record(s)" in out and "1 live owner(s)" in out
+    assert "kept for audit: 1 cycle(s), 1 orphan record(s)" in out and "2 live owner(s)" in out
     assert row(db, "aws-prod") is None
     assert scalar(db, "SELECT count(*) FROM cleanup") == 0
     # the running cycle is fenced: nothing of it applies any more, and it reads as failed

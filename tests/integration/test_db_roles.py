@@ -47,7 +47,7 @@ PLATFORM_DDL = [
     " created_at timestamptz NOT NULL DEFAULT now(), provisioned_at timestamptz NULL,"
     " terminated_at timestamptz NULL, deleted_at timestamptz NULL)",
 ]
-C1 = ("backends", "provider_refs", "instances")
+C1 = ("backends", "provider_refs", "instances", "volumes")
 READ_ONLY = C1 + ("ledger_activity", "schema_migrations")
 PRODUCT = ("cleanup", "cycles", "cycle_batches", "cycle_groups", "orphans", "orphan_resources", "delete_gates",
            "delete_requests", "events", "provider_journal", "region_listings")

@@ -26,7 +26,7 @@ from orphan_cleanup.ledger.db import Database
 from orphan_cleanup.ledger.explain import ExplainedGroup
 from orphan_cleanup.ledger.migrate import available_migrations
 from orphan_cleanup.queues.memory import InProcessQueue
-from tests.support.ledger_helpers import add_backend, add_instance, db_now, make_ref
+from tests.support.ledger_helpers import add_backend, add_instance, add_volume, db_now, make_ref
 from tests.support.memory_cloud import MemoryCloud, MemoryProvider
 
 MARGIN = 300
@@ -381,6 +381,22 @@ def test_a_tracked_vm_that_only_scheduled_cycles_listed_is_said_to_be_unrecorded
     assert f"no manual run of {BACKEND} has listed yet" in err
     assert f"owner {owner_id} \"train-7\" (status busy, primary_id {kept}, backend {BACKEND}) records {kept}" in err
     assert "never listed" not in err  # nothing says so: no manual run listed everything
+
+
+def test_an_unrecorded_volume_id_names_its_volume_owner(db, cloud, monkeypatch, capsys):
+    # given volume owners (README, C1): one active recording vol-0kept, one whose volumes row is gone
+    add_backend(db, BACKEND)
+    ref, owner_id = add_volume(db, name="dataset-7", backend_id=BACKEND, primary_id="vol-0kept", region=REGION)
+    gone_ref, gone_owner = add_volume(db)
+    with db.connection() as conn:
+        conn.run("DELETE FROM volumes WHERE id = :i", i=gone_owner)
+
+    # then explain of the volume's id and of the gone owner's ref name them from the volumes table
+    err = nothing_recorded(db, monkeypatch, capsys, "vol-0kept")
+    assert f"owner {owner_id} \"dataset-7\" (status active, primary_id vol-0kept, backend {BACKEND})" \
+           f" records vol-0kept as its primary_id (ref {ref})" in err
+    err = nothing_recorded(db, monkeypatch, capsys, gone_ref)
+    assert f"the ledger: ref {gone_ref} belongs to owner {gone_owner}, whose volumes row is gone (hard-deleted)" in err
 
 
 def test_a_ref_the_ledger_never_issued_and_a_backend_that_never_listed_say_so(db, cloud, monkeypatch, capsys):

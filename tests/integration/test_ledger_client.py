@@ -70,11 +70,54 @@ def test_the_ref_generator_alone():
 
 
 def test_issue_ref_for_another_owner_type_creates_no_instance(db, client):
-    issued = client.issue_ref(owner_id="vol-owner-1", owner_type="volume")
+    issued = client.issue_ref(owner_id="gw-owner-1", owner_type="gateway")
+    with db.connection() as conn:
+        assert conn.run("SELECT owner_type FROM provider_refs WHERE provider_ref = :r",
+                        r=issued.provider_ref) == [["gateway"]]
+        assert conn.run("SELECT count(*) FROM instances") == [[0]]
+        assert conn.run("SELECT count(*) FROM volumes") == [[0]]
+
+
+def volume(db, volume_id):
+    with db.connection() as conn:
+        rows = conn.run("SELECT status, backend_id, primary_id, region, provisioned_at IS NOT NULL,"
+                        " deleted_at IS NOT NULL FROM volumes WHERE id = :i", i=volume_id)
+    return rows[0] if rows else None
+
+
+def test_a_volume_owner_goes_through_the_protocol_with_the_volume_calls(db, client):
+    # given a volume owner's ref, committed with its pending volumes row before any provider call
+    issued = client.issue_volume_ref(owner_id="data-1", owner_name="dataset-1")
+    with db.connection() as conn:
+        assert conn.run("SELECT owner_type, owner_id, owner_name FROM provider_refs WHERE provider_ref = :r",
+                        r=issued.provider_ref) == [["volume", "data-1", "dataset-1"]]
+        assert conn.run("SELECT id, name, provider_ref FROM volumes") == [["data-1", "dataset-1", issued.provider_ref]]
+        assert conn.run("SELECT count(*) FROM instances") == [[0]]
+    assert volume(db, "data-1") == ["pending", None, None, None, False, False]
+    # when the platform records the volume and follows its life
+    client.mark_volume_provisioning("data-1", backend_id="aws-prod", primary_id="vol-0abc", region="us-east-1")
+    assert volume(db, "data-1") == ["provisioning", "aws-prod", "vol-0abc", "us-east-1", True, False]
+    client.mark_volume_active("data-1")
+    assert volume(db, "data-1")[0] == "active"
+    client.mark_volume_deleting("data-1")
+    assert volume(db, "data-1")[0] == "deleting"
+    client.mark_volume_deleted("data-1")
+    # then every transition is on the row, the deletion with its time
+    assert volume(db, "data-1") == ["deleted", "aws-prod", "vol-0abc", "us-east-1", True, True]
+    # and issue_ref with owner_type volume is the same call
+    other = client.issue_ref(owner_type="volume")
+    assert volume(db, f"volume-{other.provider_ref}")[0] == "pending"
+
+
+def test_volume_calls_name_a_missing_volume_and_a_hard_delete_leaves_the_ref(db, client):
+    with pytest.raises(ConfigError, match="no volume 'nope' in the ledger"):
+        client.mark_volume_active("nope")
+    issued = client.issue_volume_ref(owner_id="data-2")
+    client.hard_delete_volume("data-2")
+    assert volume(db, "data-2") is None
     with db.connection() as conn:
         assert conn.run("SELECT owner_type FROM provider_refs WHERE provider_ref = :r",
                         r=issued.provider_ref) == [["volume"]]
-        assert conn.run("SELECT count(*) FROM instances") == [[0]]
 
 
 def test_hard_delete_leaves_the_ref(db, client):

@@ -26,7 +26,7 @@ from orphan_cleanup.cycle.runner import run_cycle
 from orphan_cleanup.ledger.client import LedgerClient
 from orphan_cleanup.ledger.db import Database
 from orphan_cleanup.queues.memory import InProcessQueue
-from tests.support.ledger_helpers import add_backend, add_instance, db_now, make_ref
+from tests.support.ledger_helpers import add_backend, add_instance, add_volume, db_now, make_ref
 from tests.support.memory_cloud import MemoryCloud, MemoryProvider
 
 BACKEND = "aws-prod"
@@ -121,3 +121,31 @@ def test_the_log_line_of_a_stuck_pending_owner_names_its_ref_owner_and_instance(
     for field in (f"backend={BACKEND}", f"provider_ref={ref}", f"owner_id={owner_id}", "owner_name=batch-9",
                   f"primary_id={iid}", f"region={REGION}"):
         assert field in line.split(": ", 1)[1].split(), (field, line)
+
+
+def test_a_stuck_pending_volume_owner_is_listed_and_reaped_like_an_instance(db):
+    # given a volume owner (README, C1) pending for two hours, whose create call made a volume
+    add_backend(db, BACKEND)
+    cloud = MemoryCloud()
+    since = db_now(db) - timedelta(hours=2)
+    ref, owner_id = add_volume(db, name="dataset-9", status="pending", issued_at=since, created_at=since)
+    vid = cloud.create(ResourceKind.VOLUME, REGION, {"provider_ref": ref}, created_at=since)
+    p = pipeline(db, cloud)
+    first = run_cycle(p, BACKEND)
+    assert [(g.primary_id, g.reason) for g in first.groups] == [(vid, "owner_pending")]
+
+    # then status lists it, with its volume as the group's primary
+    [stuck] = json.loads(status(db, "--json").stdout)[0]["stuck_pending"]
+    assert (stuck["provider_ref"], stuck["owner_id"], stuck["owner_name"], stuck["primary_id"]) == (
+        ref, owner_id, "dataset-9", vid)
+
+    # and once the platform reaps it (deleted, deleted_at now), the next delete cycle deletes the volume
+    ledger = LedgerClient(db)
+    [stale] = ledger.stale_pending(3600)
+    assert (stale.owner_id, stale.owner_type) == (owner_id, "volume")
+    assert not ledger.reap_pending(owner_id)  # not an instance's id
+    assert ledger.reap_pending(owner_id, "volume") and not ledger.reap_pending(owner_id, "volume")
+    after = run_cycle(p, BACKEND, mode="delete")
+    assert [(g.primary_id, g.reason, g.action) for g in after.groups] == [(vid, "owner_soft_deleted", "deleted")]
+    assert not cloud.exists(vid)
+    assert json.loads(status(db, "--json").stdout)[0]["stuck_pending"] == []

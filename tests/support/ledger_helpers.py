@@ -78,6 +78,27 @@ def add_instance(db: Database, *, ref: str | None = None, instance_id: str | Non
     return ref, instance_id
 
 
+def add_volume(db: Database, *, ref: str | None = None, volume_id: str | None = None,
+               name: str | None = None, status: str = "active", backend_id: str | None = None,
+               primary_id: str | None = None, region: str | None = None,
+               issued_at: datetime | None = None, created_at: datetime | None = None,
+               provisioned_at: datetime | None = None, deleted_at: datetime | None = None) -> tuple[str, str]:
+    """A ref (owner_type ``volume``) and its owner volume, committed together, with the C1
+    columns only. Returns (ref, volume row id)."""
+    ref = ref or make_ref()
+    volume_id = volume_id or f"volume-{ref}"
+    with db.transaction() as conn:
+        conn.run("INSERT INTO provider_refs (provider_ref, owner_type, owner_id, owner_name, issued_at)"
+                 " VALUES (:r, 'volume', :o, :n, coalesce(CAST(:at AS timestamptz), now()))",
+                 r=ref, o=volume_id, n=name, at=issued_at)
+        conn.run("INSERT INTO volumes (id, name, provider_ref, status, backend_id, primary_id, region,"
+                 " created_at, provisioned_at, deleted_at)"
+                 " VALUES (:i, :n, :r, :s, :b, :p, :g, coalesce(CAST(:c AS timestamptz), now()), :pa, :da)",
+                 i=volume_id, n=name, r=ref, s=status, b=backend_id, p=primary_id, g=region,
+                 c=created_at, pa=provisioned_at, da=deleted_at)
+    return ref, volume_id
+
+
 def add_refs_bulk(db: Database, refs: Sequence[str], *, issued_at: datetime = T0) -> None:
     """Many refs without owners, in one statement."""
     with db.connection() as conn:

@@ -173,6 +173,11 @@ def test_targets_of_a_leftover_group_without_a_primary() -> None:
     assert list(targets_of(grp(res(K.VOLUME, "vol-1"), primary=None), AWS)) == ["vol-1"]
 
 
+def test_targets_of_a_volume_owners_group_whose_primary_is_its_volume() -> None:
+    assert list(targets_of(grp(res(K.VOLUME, "vol-1"), primary="vol-1"), AWS)) == ["vol-1"]
+    assert list(targets_of(grp(res(K.DISK, "7"), primary="7"), list(GCP_KINDS))) == ["7"]
+
+
 @pytest.mark.parametrize(("group", "kinds", "problem"), [
     (grp(res(K.INSTANCE, "i-1"), res(K.DISK, "7")), AWS, "disk 7: not a kind this cloud lists"),
     (grp(res(K.INSTANCE, "1"), res(K.VOLUME, "vol-1"), primary="1"), list(GCP_KINDS),
@@ -180,12 +185,14 @@ def test_targets_of_a_leftover_group_without_a_primary() -> None:
     (grp(res(K.INSTANCE, "i-1"), res(K.INSTANCE, "i-2")), AWS, "instance i-2 is not the primary"),
     (grp(res(K.INSTANCE, "i-2"), res(K.VOLUME, "vol-1"), primary=None), AWS, "instance i-2 is not the primary"),
     (grp(res(K.VOLUME, "vol-1")), AWS, "primary i-1 is not an instance of the group"),
-    (grp(res(K.VOLUME, "i-1")), AWS, "primary i-1 is not an instance of the group"),
+    (grp(res(K.ADDRESS, "i-1")), AWS, "primary i-1 is not an instance of the group"),
+    # a volume is a primary only as a volume owner's group has it: alone (README, C1)
+    (grp(res(K.VOLUME, "i-1"), res(K.NETWORK_INTERFACE, "eni-1")), AWS, "primary i-1 is not an instance of the group"),
     (grp(res(K.INSTANCE, "i-1"), res(K.VOLUME, "vol-1"), res(K.VOLUME, "vol-1")), AWS, "duplicate ids"),
     (grp(res(K.INSTANCE, "i-1"), res(K.INSTANCE, "i-1")), AWS, "duplicate ids"),
     (grp(res(K.INSTANCE, "i-1"), res(K.VOLUME, "i-1")), AWS, "duplicate ids"),
 ], ids=["aws-disk", "gcp-volume", "second-instance", "instance-without-primary", "primary-not-listed",
-        "primary-not-an-instance", "duplicate-member", "duplicate-instance", "same-id-two-kinds"])
+        "primary-not-an-instance", "volume-primary-not-alone", "duplicate-member", "duplicate-instance", "same-id-two-kinds"])
 def test_targets_of_refuses_a_shape_no_listing_produces(group: ResourceGroup, kinds, problem: str) -> None:
     with pytest.raises(ProviderError, match=f"refusing group {group.key}: .*{problem}") as err:
         targets_of(group, kinds)

@@ -245,8 +245,8 @@ def remove(db: Database, args: argparse.Namespace) -> int:
              if removal.fenced_cycle else ""))
     print(f"kept for audit: {removal.cycles_kept} cycle(s), {removal.orphans_kept} orphan record(s), its events")
     if removal.owners_naming_it:
-        print(f"note: {removal.owners_naming_it} live owner(s) in instances still name {args.id}: other backends"
-              " skip their resources (never delete them) until they name a known backend")
+        print(f"note: {removal.owners_naming_it} live owner(s) in instances or volumes still name {args.id}:"
+              " other backends skip their resources (never delete them) until they name a known backend")
     return EXIT_OK
 
 

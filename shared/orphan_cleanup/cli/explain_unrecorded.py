@@ -79,7 +79,8 @@ def _ledger(query: str, facts: UnrecordedFacts) -> list[str]:
 def _who(owner: LedgerOwner) -> str:
     name = f" {json.dumps(owner.owner_name)}" if owner.owner_name else ""
     if owner.status is None:
-        return f"owner {owner.owner_id or '?'}{name}, whose instances row is gone (hard-deleted)"
+        table = "volumes" if owner.owner_type == "volume" else "instances"
+        return f"owner {owner.owner_id or '?'}{name}, whose {table} row is gone (hard-deleted)"
     facts = [f"status {owner.status}", f"primary_id {owner.primary_id or '-'}",
              f"backend {owner.backend_id or '-'}"]
     return f"owner {owner.owner_id}{name} ({', '.join(facts)})"

@@ -17,14 +17,20 @@ from functools import cached_property, lru_cache
 from orphan_cleanup.core.backends import DEFAULT_TAG_KEY
 from orphan_cleanup.core.errors import BlastRadiusExceeded
 from orphan_cleanup.core.listing import PROVIDER_KINDS, ResourceGroup, ResourceKind
-from orphan_cleanup.core.listing_rules import ListedInstances
-from orphan_cleanup.core.owners import Keep, OwnerStatus, Record
+from orphan_cleanup.core.listing_rules import VOLUME_KINDS, ListedInstances, attached_user
+from orphan_cleanup.core.owners import Keep, OwnerStatus, Record, VolumeStatus
 from orphan_cleanup.core.verdicts import Action, Outcome, Verdict, VerdictKind
 
 LIVE = frozenset({OwnerStatus.PROVISIONING.value, OwnerStatus.IDLE.value, OwnerStatus.BUSY.value})
 # Read once: an enum member's ``.value`` is a property, and ``classify`` runs per listed group.
 _PENDING, _TERMINATING, _TERMINATED = (OwnerStatus.PENDING.value, OwnerStatus.TERMINATING.value,
                                        OwnerStatus.TERMINATED.value)
+#: A volume owner's statuses (README, C1): live ones, and the end of its life.
+VOLUME_LIVE = frozenset({VolumeStatus.PROVISIONING.value, VolumeStatus.ACTIVE.value})
+_DELETING, _DELETED = VolumeStatus.DELETING.value, VolumeStatus.DELETED.value
+#: The owner types cleanup classifies (README, C1); any other is ``ignored``. A ``gateway``
+#: (an instances row) is not handled yet: its groups may hold load balancers.
+CLASSIFIED_OWNER_TYPES = frozenset({"instance", "volume"})
 
 
 @dataclass(frozen=True)
@@ -91,20 +97,22 @@ def classify(group: ResourceGroup, record: Record | None, ctx: ClassifyContext) 
         return _v(VerdictKind.IGNORED, "no_record")
     if record.provider_ref != group.provider_ref:
         return _v(VerdictKind.SKIPPED, "record_mismatch", "ledger record does not match the group's ref")
+    if record.owner_type not in CLASSIFIED_OWNER_TYPES:
+        return _v(VerdictKind.IGNORED, "unsupported_owner_type",
+                  f"ref owned by {record.owner_type!r}, which cleanup does not handle")
     if not record.instance_found:
-        if record.owner_type != "instance":
-            return _v(VerdictKind.IGNORED, "unsupported_owner_type",
-                      f"ref owned by {record.owner_type!r}, which cleanup does not handle")
         return _orphan_unless_recent(group, record, ctx, "owner_deleted")
     if record.deleted_at is not None:
         return _orphan_unless_recent(group, record, ctx, "owner_soft_deleted")
     status = record.status
     if type(status) is not str:  # an OwnerStatus, or not a status at all
-        status = str(status.value if isinstance(status, OwnerStatus) else status)
+        status = str(status.value if isinstance(status, OwnerStatus | VolumeStatus) else status)
     if status == _PENDING:
         stuck = record.created_at is not None and ctx.listed_at - record.created_at > ctx.stuck_after
         return _v(VerdictKind.SKIPPED, "owner_pending",
                   "pending owner's resources look stuck" if stuck else None)
+    if record.owner_type == "volume":
+        return _classify_volume_owner(group, record, ctx, status)
     if status == _TERMINATING:
         return _v(VerdictKind.SKIPPED, "owner_terminating")
     if status == _TERMINATED:
@@ -117,7 +125,27 @@ def classify(group: ResourceGroup, record: Record | None, ctx: ClassifyContext) 
     return _classify_live(group, record, ctx)
 
 
+def _classify_volume_owner(group: ResourceGroup, record: Record, ctx: ClassifyContext, status: str) -> Verdict:
+    """A ``volumes`` row's group (README, C1), past the rules every owner shares (a gone or
+    soft-deleted row, a pending one): the same rules as an instance's, the volume as the
+    group's primary (``listing_rules.volume_groups``)."""
+    if status == _DELETING:
+        return _v(VerdictKind.SKIPPED, "owner_deleting")
+    if status == _DELETED:  # deleted_at is None here: a soft delete went above
+        return _v(VerdictKind.SKIPPED, "deleted_at_missing",
+                  "deleted volume owner has no deleted_at: cannot apply the margin")
+    if status not in VOLUME_LIVE:
+        return _v(VerdictKind.SKIPPED, "unknown_status", f"owner status {status!r} is not known")
+    return _classify_live(group, record, ctx)
+
+
 def _classify_live(group: ResourceGroup, record: Record, ctx: ClassifyContext) -> Verdict:
+    volume = record.owner_type == "volume"
+    if volume and group.primary_id is not None and (group.primary is None
+                                                    or group.primary.kind not in VOLUME_KINDS):
+        # (a volume owner's ref on an instance: no group a volume owner's listing makes)
+        return _v(VerdictKind.SKIPPED, "malformed_group",
+                  f"listed group {group.key} is malformed: its primary is not a volume of the volume owner")
     if record.backend_id is None or record.primary_id is None:
         return _v(VerdictKind.IGNORED, "no_provisioning_data",
                   "live owner has no provisioning data (backend_id, primary_id)")
@@ -139,10 +167,12 @@ def _classify_live(group: ResourceGroup, record: Record, ctx: ClassifyContext) -
         return _v(VerdictKind.PROTECTED, "unattached_of_live_owner")
     if record.primary_id == group.primary_id:
         return _TRACKED
-    if same_account and (ctx.listed is None
-                         or not ctx.listed.has(group.provider_ref, group.region, record.primary_id)):
+    listed = ctx.listed is not None and (
+        ctx.listed.has_volume(group.provider_ref, group.region, record.primary_id) if volume
+        else ctx.listed.has(group.provider_ref, group.region, record.primary_id))
+    if same_account and not listed:
         # A mangled id, a name instead of an id, a primary in a region this listing does
-        # not cover: this VM may be the owner's only one (SAFETY.md rule 17).
+        # not cover: this VM (or volume) may be the owner's only one (SAFETY.md rule 17).
         return _v(VerdictKind.SKIPPED, "primary_not_listed",
                   "live owner's recorded primary is not listed beside this VM of its ref")
     # Another primary with this ref: a leaked attempt (a retry's first VM) was
@@ -181,9 +211,14 @@ def _orphan_unless_recent(group: ResourceGroup, record: Record, ctx: ClassifyCon
     keys = ctx.protect_keys
     if any(not keys.isdisjoint(r.tags) for r in group.resources):
         return _v(VerdictKind.PROTECTED, "protect_tag")
-    problem = malformed(group, ctx.tag_key, ctx.scope.partition(":")[0])
+    problem = malformed(group, ctx.tag_key, ctx.scope.partition(":")[0], record.owner_type)
     if problem is not None:
         return _v(VerdictKind.SKIPPED, "malformed_group", f"listed group {group.key} is malformed: {problem}")
+    primary = group.primary
+    if primary is not None and primary.kind in VOLUME_KINDS and attached_user(primary) is not None:
+        # A volume an instance holds is never deleted from under it (SAFETY.md rule 21): the
+        # deleter would refuse it too; skipped (unsettled) until it is detached.
+        return _v(VerdictKind.SKIPPED, "in_use")
     return _v(VerdictKind.ORPHAN, reason)
 
 
@@ -211,9 +246,12 @@ def protection_of(group: ResourceGroup, record: Record, *, recheck: bool = False
     return None
 
 
-def malformed(group: ResourceGroup, tag_key: str, provider: str | None = None) -> str | None:
+def malformed(group: ResourceGroup, tag_key: str, provider: str | None = None,
+              owner_type: str = "instance") -> str | None:
     """Why a listed group could not have come from an adapter (of ``provider``), or None. A
-    group about to become an orphan must be one: fail closed (SAFETY.md rule 1).
+    group about to become an orphan must be one: fail closed (SAFETY.md rule 1). Its primary
+    is an instance of the group, or for a ``volume`` owner a volume or disk that is the
+    group's only resource (``listing_rules.volume_groups``).
     (Regions are not compared: a GCP instance's group holds its regional address.)"""
     if not group.resources:
         return "no resources"
@@ -225,6 +263,11 @@ def malformed(group: ResourceGroup, tag_key: str, provider: str | None = None) -
         return "duplicate resource ids"
     if any(r.tags.get(tag_key) != group.provider_ref for r in group.resources):
         return f"a resource does not carry {tag_key}={group.provider_ref}"
+    if owner_type == "volume" and group.primary_id is not None:
+        primary = group.primary
+        if primary is None or primary.kind not in VOLUME_KINDS or len(group.resources) != 1:
+            return f"primary {group.primary_id} is not the volume owner's volume, alone in its group"
+        return None
     if group.primary_id is not None and (group.primary is None or group.primary.kind is not ResourceKind.INSTANCE):
         return f"primary {group.primary_id} is not an instance of the group"
     return None

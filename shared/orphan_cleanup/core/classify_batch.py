@@ -3,13 +3,14 @@ writes (``BatchApplication``). Pure."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime
 from typing import Any
 
 from orphan_cleanup.core import classify, costs, evidence
 from orphan_cleanup.core.decisions import BatchApplication, GroupRow, OrphanRow, ReportEvent
 from orphan_cleanup.core.listing import ResourceGroup
+from orphan_cleanup.core.listing_rules import volume_groups
 from orphan_cleanup.core.messages import ListingBatch
 from orphan_cleanup.core.owners import Keep, Record
 from orphan_cleanup.core.verdicts import Action, Verdict, VerdictKind
@@ -33,8 +34,7 @@ def classify_batch(batch: ListingBatch, records: Mapping[str, Record], ctx: clas
     by_kind: dict[VerdictKind, int] = {}
     recorded = classify.RECORDED
     keeps = keeps or {}
-    for group in batch.groups:
-        record = records.get(group.provider_ref)
+    for group, record in judged_groups(batch.groups, records):
         verdict = classify.classify(group, record, ctx)
         if keeps:
             verdict = classify.kept(verdict, keeps.get(group.provider_ref))
@@ -68,6 +68,21 @@ def classify_batch(batch: ListingBatch, records: Mapping[str, Record], ctx: clas
         failures=batch.failures, groups=len(batch.groups), skipped=VerdictKind.SKIPPED in by_kind,
         rows=tuple(rows), orphans=tuple(orphans), events=tuple(events),
         to_report=tuple(to_report), errors=tuple(errors), counts={kind.value: n for kind, n in by_kind.items()})
+
+
+def judged_groups(groups: Iterable[ResourceGroup],
+                  records: Mapping[str, Record]) -> Iterator[tuple[ResourceGroup, Record | None]]:
+    """Each listed group with its ref's record, as classification judges it: a volume owner's
+    primary-less group as one group per volume (``listing_rules.volume_groups``: README, C1, a
+    volume group's primary is the volume), recorded and deleted as such. (The cycle's count of
+    listed groups stays the listing's: the blast-radius share is not loosened by a split.)"""
+    for group in groups:
+        record = records.get(group.provider_ref)
+        if record is not None and record.owner_type == "volume":
+            for one in volume_groups(group):
+                yield one, record
+        else:
+            yield group, record
 
 
 def _orphan_since(group: ResourceGroup, record: Record | None) -> datetime | None:

@@ -16,6 +16,7 @@ from typing import Any
 from orphan_cleanup.core.backends import DEFAULT_PROTECT_KEY, DEFAULT_TAG_KEY
 from orphan_cleanup.core.classify import ClassifyContext, malformed
 from orphan_cleanup.core.listing import ResourceGroup
+from orphan_cleanup.core.listing_rules import attached_user
 from orphan_cleanup.core.owners import Keep, OwnerStatus, Record
 from orphan_cleanup.core.verdicts import Verdict
 
@@ -25,7 +26,8 @@ RULES: dict[str, str] = {
     "malformed_ref": "a resource carrying the ref tag key with an empty or invalid value is not ours: never touched",
     "no_record": "a ref that is not in this ledger belongs to someone else: never touched",
     "record_mismatch": "the ledger answered with a record of another ref: skipped, fail closed",
-    "unsupported_owner_type": "only instance owners are cleaned up: any other owner type is left alone",
+    "unsupported_owner_type": "only instance and volume owners are cleaned up: any other owner type (a gateway"
+                              " included) is left alone",
     "owner_deleted": "the ref's owner row is gone (hard-deleted): its resources are orphans once old enough",
     "owner_soft_deleted": "the owner has deleted_at set: its resources are orphans once old enough",
     "owner_pending": "a pending owner's resources may be in flight: skipped",
@@ -58,13 +60,17 @@ RULES: dict[str, str] = {
                               " (found by the delete's re-read, read again by every delete cycle)",
     "deletion_protection": "an orphan candidate with GCP deletion protection is reported, never deleted",
     "malformed_group": "a listed group that no adapter could have produced: skipped, fail closed",
+    "owner_deleting": "a deleting volume owner is the platform's to finish: skipped",
+    "deleted_at_missing": "a deleted volume owner without deleted_at cannot be checked against the margin: skipped",
+    "in_use": "an orphan candidate volume that an instance holds is never deleted from under it: skipped until"
+              " it is detached",
 }
 
 #: The reasons reached through STEP 5 (``classify._orphan_unless_recent``): for these,
 #: every owner time and resource creation time was compared with the margin.
 STEP5 = frozenset({"owner_deleted", "owner_soft_deleted", "owner_terminated", "leftover_of_orphan",
                    "primary_mismatch", "backend_mismatch", "recent_owner_change", "recent_resource",
-                   "protect_tag", "malformed_group"})
+                   "protect_tag", "malformed_group", "in_use"})
 
 OWNER_TIMES = (("is", "issued_at"), ("cr", "created_at"), ("pr", "provisioned_at"), ("te", "terminated_at"),
                ("de", "deleted_at"))
@@ -95,7 +101,8 @@ def record_of(group: ResourceGroup, record: Record | None, ctx: ClassifyContext,
       earlier delete), ``pt`` ids carrying the protect tag, ``rr`` ids created within the
       margin, ``ko`` how many of a VM-less group's resources earlier orphan groups
       held, ``mg`` why the group is malformed, ``lp`` (a retry leak) the owner's
-      recorded primary, listed beside this VM. The resources' own times and tags are
+      recorded primary, listed beside this VM (or volume), ``au`` (a volume in use) what
+      holds it. The resources' own times and tags are
       in the row's ``resources``."""
     # On the classifier's hot path (every recorded group): plain statements, no helpers.
     listed = ctx.listed_at
@@ -149,7 +156,10 @@ def record_of(group: ResourceGroup, record: Record | None, ctx: ClassifyContext,
     if recent:
         ev["rr"] = recent
     if verdict.reason == "malformed_group":
-        ev["mg"] = malformed(group, ctx.tag_key, ctx.scope.partition(":")[0])
+        ev["mg"] = malformed(group, ctx.tag_key, ctx.scope.partition(":")[0],
+                             record.owner_type if record is not None else "instance")
+    if verdict.reason == "in_use" and (primary := group.primary) is not None:
+        ev["au"] = attached_user(primary)
     return ev
 
 
@@ -240,7 +250,8 @@ def detail(reason: str, ev: Mapping[str, Any], group: ResourceGroup, listed_at: 
         where = f" on backend {ev.get('ob')} ({ev.get('os')})" if reason == "backend_mismatch" else ""
         return f"owner {o} records {ev.get('pid')}{where}; {copy_gap(ev, group, listed_at)}"
     if reason == "primary_not_listed":
-        return f"owner {o} records {ev.get('pid')!r}, which this listing does not show as an instance of its ref"
+        what = "a volume" if ev.get("ot") == "volume" else "an instance"
+        return f"owner {o} records {ev.get('pid')!r}, which this listing does not show as {what} of its ref"
     if reason == "recent_owner_change":
         recent = ", ".join(f"{name} {when(key)}" for key, name in OWNER_TIMES if before.get(key, m + 1) <= m)
         return f"owner {o} {recent or 'changed'}, within the {margin} margin"
@@ -251,6 +262,8 @@ def detail(reason: str, ev: Mapping[str, Any], group: ResourceGroup, listed_at: 
         return f"{', '.join(ids)} {'carries' if len(ids) == 1 else 'carry'} {ev.get('pk', DEFAULT_PROTECT_KEY)}"
     if reason == "malformed_group":
         return str(ev.get("mg"))
+    if reason == "in_use":
+        return f"{group.primary_id} is attached to instance {ev.get('au')}: never deleted from under it"
     if reason == "managed_by_controller":
         return "; ".join(f"{i} is managed by {c}" for i, c in (ev.get("cn") or {}).items()) or None
     if reason in ("termination_protection", "deletion_protection"):
@@ -264,8 +277,10 @@ def detail(reason: str, ev: Mapping[str, Any], group: ResourceGroup, listed_at: 
         return f"owner {o} records this VM but on backend {ev.get('ob')} ({ev.get('os')})"
     if reason == "owner_pending":
         return f"owner {o} is pending, created {when('cr')}"
-    if reason in ("owner_terminating", "unknown_status", "terminated_at_missing", "no_provisioning_data"):
+    if reason in ("owner_terminating", "owner_deleting", "unknown_status", "terminated_at_missing",
+                  "deleted_at_missing", "no_provisioning_data"):
         return f"owner {o} status {st}" + {"terminated_at_missing": ", no terminated_at",
+                                          "deleted_at_missing": ", no deleted_at",
                                           "no_provisioning_data": ", no backend_id/primary_id"}.get(reason, "")
     if reason == "unsupported_owner_type":
         return f"ref owned by {ev.get('ot')!r} {o}"
@@ -313,7 +328,8 @@ def copy_gap(ev: Mapping[str, Any], group: ResourceGroup, listed_at: datetime) -
     margin = ev.get("m", 0)
     kind = "a copy" if gap > margin else "a lost attempt"
     when = f"{span(gap)} {'after' if gap > 0 else 'before'}" if gap else "at the time of"
-    return f"this VM was created {when} the owner's provisioning (margin {span(margin)}): {kind}"
+    this = "this volume" if ev.get("ot") == "volume" else "this VM"
+    return f"{this} was created {when} the owner's provisioning (margin {span(margin)}): {kind}"
 
 
 def expand(reason: str, ev: Mapping[str, Any] | None, group: ResourceGroup,

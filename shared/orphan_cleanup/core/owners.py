@@ -21,10 +21,23 @@ class OwnerStatus(StrEnum):
     TERMINATED = "terminated"
 
 
+class VolumeStatus(StrEnum):
+    """A ``volumes`` row's status (README, C1: a ref whose ``owner_type`` is ``volume``)."""
+
+    PENDING = "pending"
+    PROVISIONING = "provisioning"
+    ACTIVE = "active"
+    DELETING = "deleting"
+    DELETED = "deleted"
+
+
 class LedgerRecord(Frozen):
     """STEP 3's view of one ref: the ``provider_refs`` row and its owner, if any.
 
-    ``owner_*`` fields are ``None`` when the owner row is gone (hard delete).
+    The owner is the row of the table its ``owner_type`` names: ``instances`` for an
+    instance (or a gateway), ``volumes`` for a volume; ``instance_found`` says that row
+    was found (a volume has no ``terminated_at``: None). ``owner_*`` fields are ``None``
+    when the owner row is gone (hard delete).
     """
 
     provider_ref: str
@@ -32,8 +45,8 @@ class LedgerRecord(Frozen):
     owner_id: str | None = None
     owner_name: str | None = None
     issued_at: datetime | None = None
-    instance_found: bool = False
-    status: OwnerStatus | str | None = None
+    instance_found: bool = False  # the owner row (instances or volumes, by owner_type) was found
+    status: OwnerStatus | str | None = None  # a volume's (VolumeStatus) is read as a str
     backend_id: str | None = None
     primary_id: str | None = None
     region: str | None = None

@@ -236,9 +236,12 @@ class Deleter:
                 changed, job.record = self._on_provider_time(job)
             except ProviderError as exc:  # read as the delete would have been
                 return Stop.provider_failed(exc)
-        if changed is None and job.record is not None and listed_primary is not None \
-                and not job.verified_provider.holds_instance(group.region, listed_primary, group.provider_ref):
-            changed = "owner_changed:primary_not_listed"  # the provider does not confirm it (rule 17)
+        if changed is None and job.record is not None and listed_primary is not None:
+            provider = job.verified_provider
+            # A volume owner's recorded primary is a volume (README, C1), an instance owner's a VM.
+            holds = provider.holds_volume if job.record.owner_type == "volume" else provider.holds_instance
+            if not holds(group.region, listed_primary, group.provider_ref):
+                changed = "owner_changed:primary_not_listed"  # the provider does not confirm it (rule 17)
         return None if changed is None else Stop(DeleteOutcome.SKIPPED, recorded=True, skipped_reason=changed)
 
     def _delete(self, job: DeleteJob) -> Stop:

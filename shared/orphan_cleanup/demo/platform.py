@@ -171,7 +171,7 @@ class DemoPlatform:
         """What the README asks of a platform: give up on owners pending for longer than any
         create call takes (marked terminated; cleanup deletes what they left)."""
         return [p.owner_id for p in self.ledger.stale_pending(older_than_seconds)
-                if self.ledger.reap_pending(p.owner_id)]
+                if self.ledger.reap_pending(p.owner_id, p.owner_type)]
 
 
 def running_instances(ec2: Any) -> dict[str, str]:

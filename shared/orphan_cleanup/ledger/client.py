@@ -15,6 +15,11 @@ Example::
     resp = ec2.run_instances(..., TagSpecifications=aws_tag_specifications(issued.provider_ref))
     ledger.mark_provisioning("inst-42", backend_id="aws-prod",
                              primary_id=resp["Instances"][0]["InstanceId"], region="us-east-1")
+
+A volume the platform creates on its own (README, C1: ``owner_type`` ``volume``) follows the
+same protocol with the ``volumes`` calls: ``issue_volume_ref``, ``mark_volume_provisioning``
+(the volume id, or the GCP disk's numeric id), ``mark_volume_active``,
+``mark_volume_deleting``, ``mark_volume_deleted``.
 """
 
 from __future__ import annotations
@@ -26,11 +31,12 @@ from datetime import datetime
 
 from orphan_cleanup.core.backends import DEFAULT_TAG_KEY
 from orphan_cleanup.core.errors import ConfigError, DatabaseError
-from orphan_cleanup.core.owners import OwnerStatus
+from orphan_cleanup.core.owners import OwnerStatus, VolumeStatus
 from orphan_cleanup.ledger.db import Database
 
 # What a platform imports from here: the client, the owner statuses it writes, the tag helpers.
-__all__ = ["IssuedRef", "LedgerClient", "OwnerStatus", "aws_tag_specifications", "gcp_labels", "new_ref"]
+__all__ = ["IssuedRef", "LedgerClient", "OwnerStatus", "VolumeStatus", "aws_tag_specifications", "gcp_labels",
+           "new_ref"]
 
 REF_ALPHABET = string.ascii_lowercase + string.digits
 REF_LENGTH = 12
@@ -54,6 +60,7 @@ class StalePending:
     owner_id: str
     provider_ref: str
     created_at: datetime
+    owner_type: str = "instance"  # or "volume": a volumes row (README, C1)
 
 
 class LedgerClient:
@@ -93,11 +100,12 @@ class LedgerClient:
 
     def issue_ref(self, *, owner_id: str | None = None, owner_name: str | None = None,
                   owner_type: str = "instance") -> IssuedRef:
-        """Commit a new ref and its owner (an instance row in ``pending``) in one
-        transaction. Call it before the provider call that creates resources."""
+        """Commit a new ref and its owner (an instance row in ``pending``; for ``owner_type``
+        ``volume`` a volumes row, as ``issue_volume_ref``) in one transaction. Call it before
+        the provider call that creates resources."""
         for _ in range(5):
             ref = new_ref()
-            oid = owner_id or f"inst-{ref}"
+            oid = owner_id or (f"volume-{ref}" if owner_type == "volume" else f"inst-{ref}")
             try:
                 with self.db.transaction() as conn:
                     rows = conn.run(
@@ -107,11 +115,10 @@ class LedgerClient:
                     )
                     if not rows:
                         raise _RefTaken
-                    if owner_type == "instance":
-                        conn.run(
-                            "INSERT INTO instances (id, name, provider_ref, status) VALUES (:i, :n, :r, 'pending')",
-                            i=oid, n=owner_name, r=ref,
-                        )
+                    if owner_type in ("instance", "volume"):
+                        table = "volumes" if owner_type == "volume" else "instances"
+                        conn.run(f"INSERT INTO {table} (id, name, provider_ref, status) VALUES (:i, :n, :r, 'pending')",
+                                 i=oid, n=owner_name, r=ref)
             except _RefTaken:
                 continue
             return IssuedRef(provider_ref=ref, owner_id=oid, issued_at=rows[0][0])
@@ -148,25 +155,70 @@ class LedgerClient:
         resources, if any, are skipped by every cycle (``owner_pending``) until the platform
         records them (``mark_provisioning``) or gives up on them (``reap_pending``)."""
         with self.db.connection() as conn:
-            rows = conn.run("SELECT id, provider_ref, created_at FROM instances WHERE status = 'pending'"
-                            " AND deleted_at IS NULL AND created_at < now() - make_interval(secs => :t)"
-                            " ORDER BY created_at", t=older_than_seconds)
-        return [StalePending(owner_id=i, provider_ref=r, created_at=c) for i, r, c in rows]
+            rows = conn.run("SELECT id, provider_ref, created_at, t FROM ("
+                            "SELECT id, provider_ref, created_at, deleted_at, status, 'instance' AS t FROM instances"
+                            " UNION ALL SELECT id, provider_ref, created_at, deleted_at, status, 'volume' FROM volumes"
+                            ") o WHERE status = 'pending' AND deleted_at IS NULL"
+                            " AND created_at < now() - make_interval(secs => :t) ORDER BY created_at",
+                            t=older_than_seconds)
+        return [StalePending(owner_id=i, provider_ref=r, created_at=c, owner_type=t) for i, r, c, t in rows]
 
-    def reap_pending(self, instance_id: str) -> bool:
-        """Give up on a stale pending owner: mark it terminated, only if it is still pending
-        (False otherwise: it was provisioned meanwhile). Cleanup then deletes whatever its
-        create call left, once ``terminated_at`` is older than the margin (``owner_terminated``)."""
+    def reap_pending(self, instance_id: str, owner_type: str = "instance") -> bool:
+        """Give up on a stale pending owner: mark it terminated (a volume: deleted), only if it
+        is still pending (False otherwise: it was provisioned meanwhile). Cleanup then deletes
+        whatever its create call left, once ``terminated_at`` (``deleted_at``) is older than the
+        margin (``owner_terminated``, ``owner_soft_deleted``)."""
+        if owner_type == "volume":
+            sql = ("UPDATE volumes SET status = 'deleted', deleted_at = now()"
+                   " WHERE id = :i AND status = 'pending' RETURNING id")
+        else:
+            sql = ("UPDATE instances SET status = 'terminated', terminated_at = now()"
+                   " WHERE id = :i AND status = 'pending' RETURNING id")
         with self.db.transaction() as conn:
-            return bool(conn.run("UPDATE instances SET status = 'terminated', terminated_at = now()"
-                                 " WHERE id = :i AND status = 'pending' RETURNING id", i=instance_id))
+            return bool(conn.run(sql, i=instance_id))
 
-    def _update(self, instance_id: str, assignments: str, **params: object) -> None:
+    # ---- volume owners (README, C1: owner_type 'volume', a volumes row) -------------------
+
+    def issue_volume_ref(self, *, owner_id: str | None = None, owner_name: str | None = None) -> IssuedRef:
+        """Commit a new ref and its owner volume (a volumes row in ``pending``) in one
+        transaction, before the provider call that creates the volume (AWS ``create_volume``
+        with ``aws_tag_specifications(ref, resource_types=("volume",))``, a GCP disk with
+        ``gcp_labels(ref)``)."""
+        return self.issue_ref(owner_id=owner_id, owner_name=owner_name, owner_type="volume")
+
+    def mark_volume_provisioning(self, volume_id: str, *, backend_id: str, primary_id: str, region: str,
+                                 status: VolumeStatus = VolumeStatus.PROVISIONING) -> None:
+        """Record the provisioning data once the provider created the volume: ``primary_id`` is
+        its id (AWS ``vol-...``, the GCP disk's numeric id as a decimal string), ``region`` its
+        region (AWS) or zone (GCP)."""
+        self._update(volume_id,
+                     "status = :s, backend_id = :b, primary_id = :p, region = :g,"
+                     " provisioned_at = coalesce(provisioned_at, now())",
+                     s=status.value, b=backend_id, p=primary_id, g=region, table="volumes")
+
+    def mark_volume_active(self, volume_id: str) -> None:
+        self._update(volume_id, "status = 'active'", table="volumes")
+
+    def mark_volume_deleting(self, volume_id: str) -> None:
+        """The platform is deleting the volume: cleanup skips it (``owner_deleting``)."""
+        self._update(volume_id, "status = 'deleting'", table="volumes")
+
+    def mark_volume_deleted(self, volume_id: str) -> None:
+        """The volume is deleted (or its delete gave up): cleanup deletes whatever is left of it
+        once ``deleted_at`` is older than the margin."""
+        self._update(volume_id, "status = 'deleted', deleted_at = coalesce(deleted_at, now())", table="volumes")
+
+    def hard_delete_volume(self, volume_id: str) -> None:
+        """Delete a failed placeholder volume's row; its ref stays behind in ``provider_refs``."""
         with self.db.transaction() as conn:
-            rows = conn.run(f"UPDATE instances SET {assignments} WHERE id = :_id RETURNING id",
-                            _id=instance_id, **params)
+            conn.run("DELETE FROM volumes WHERE id = :i", i=volume_id)
+
+    def _update(self, owner_id: str, assignments: str, *, table: str = "instances", **params: object) -> None:
+        with self.db.transaction() as conn:
+            rows = conn.run(f"UPDATE {table} SET {assignments} WHERE id = :_id RETURNING id",
+                            _id=owner_id, **params)
             if not rows:
-                raise ConfigError(f"no instance {instance_id!r} in the ledger")
+                raise ConfigError(f"no {table[:-1]} {owner_id!r} in the ledger")
 
 
 class _RefTaken(Exception):

@@ -32,8 +32,8 @@ SELECT kind, provider_ref, primary_id, region, reason, first_seen, resources, to
   SELECT k.kind, g.provider_ref, g.primary_id, g.region, g.reason, o.first_seen, coalesce(o.resources, g.resources)
          AS resources, count(*) OVER (PARTITION BY k.kind) AS total,
          row_number() OVER (PARTITION BY k.kind ORDER BY g.group_key) AS n,
-         coalesce(i.name, r.owner_name, o.owner_name) AS owner_name,
-         least(i.terminated_at, i.deleted_at) AS owner_end,
+         coalesce(i.name, v.name, r.owner_name, o.owner_name) AS owner_name,
+         least(i.terminated_at, i.deleted_at, v.deleted_at) AS owner_end,
          CASE WHEN g.evidence ? 'kp' THEN g.evidence->'kp'->>'r' ELSE kk.reason END AS keep_reason,
          CASE WHEN g.evidence ? 'kp' THEN g.evidence->'kp'->>'u' ELSE to_json(kk.until)#>>'{}' END AS kept_until,
          g.delete_after
@@ -41,6 +41,7 @@ SELECT kind, provider_ref, primary_id, region, reason, first_seen, resources, to
     LEFT JOIN orphans o ON o.backend_id = c.backend_id AND o.group_key = g.group_key
     LEFT JOIN provider_refs r ON r.provider_ref = g.provider_ref
     LEFT JOIN instances i ON i.provider_ref = g.provider_ref
+    LEFT JOIN volumes v ON v.provider_ref = g.provider_ref AND r.owner_type = 'volume'  -- README, C1
     LEFT JOIN LATERAL (""" + KEEPS_SQL.format(backend="c.backend_id", refs="ARRAY[g.provider_ref]",
                                                t="oc_clock()") + """) kk ON true
     CROSS JOIN LATERAL (VALUES

@@ -21,7 +21,7 @@ SELECT format('REVOKE ALL ON TABLE %I.%I FROM %I, %I, %I, %I', n.nspname, c.reln
   FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
  WHERE n.nspname = :'schema' AND c.relkind IN ('r', 'p')
    AND (c.relowner = (SELECT oid FROM pg_roles WHERE rolname = :'owner_role')
-        OR c.relname IN ('backends', 'provider_refs', 'instances'))
+        OR c.relname IN ('backends', 'provider_refs', 'instances', 'volumes'))
 \gexec
 SELECT format('REVOKE ALL ON SEQUENCE %I.%I FROM %I, %I, %I', n.nspname, c.relname, :'lister_role',
               :'classifier_role', :'deleter_role')

@@ -40,7 +40,7 @@ SELECT format('REVOKE ALL ON TABLE %I.%I FROM %I', n.nspname, c.relname, :'runti
   FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
  WHERE n.nspname = :'schema' AND c.relkind IN ('r', 'p')
    AND (c.relowner = (SELECT oid FROM pg_roles WHERE rolname = :'owner_role')
-        OR c.relname IN ('backends', 'provider_refs', 'instances'))
+        OR c.relname IN ('backends', 'provider_refs', 'instances', 'volumes'))
 \gexec
 SELECT format('GRANT INSERT ON TABLE %I.%I TO %I', n.nspname, c.relname, :'runtime_role')
   FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace

@@ -21,6 +21,8 @@ C1_COLUMNS: dict[str, tuple[str, ...]] = {
     "provider_refs": ("provider_ref", "owner_type", "owner_id", "owner_name", "issued_at"),
     "instances": ("id", "name", "provider_ref", "status", "backend_id", "primary_id", "region", "created_at",
                   "provisioned_at", "terminated_at", "deleted_at"),
+    "volumes": ("id", "name", "provider_ref", "status", "backend_id", "primary_id", "region", "created_at",
+                "provisioned_at", "deleted_at"),
 }
 
 # The columns of the C1 tables that exist in the schema migrations create tables in

@@ -73,7 +73,10 @@ SCOPE_SQL = ("{t}.provider || ':' || CASE WHEN {t}.provider = 'gcp'"
              " THEN coalesce(nullif({t}.settings->>'project', ''), {t}.account) ELSE {t}.account END")
 
 # STEP 3 in one statement: every ref of the batch with its owner, including
-# soft-deleted owners and refs whose owner row is gone (LEFT JOIN), with the
+# soft-deleted owners and refs whose owner row is gone (LEFT JOIN), the owner read from
+# the table its ``owner_type`` names (``instances`` for an instance or a gateway,
+# ``volumes`` for a volume: README, C1; at most one of the two joins finds a row, so
+# ``coalesce`` reads the one found; any other type finds none), with the
 # account of the backend each owner names (SAFETY.md rule 10). For refs
 # with leftover groups, the resource ids the deletions of any backend of the same account
 # saw attached to orphan VMs they deleted (rule 10: ownership is by account; a backend that
@@ -94,10 +97,13 @@ SCOPE_SQL = ("{t}.provider || ':' || CASE WHEN {t}.provider = 'gcp'"
 JOIN_SQL = """
 SELECT coalesce(json_agg(json_build_object(
            'provider_ref', r.provider_ref, 'owner_type', r.owner_type, 'owner_id', r.owner_id,
-           'owner_name', r.owner_name, 'issued_at', r.issued_at, 'instance_found', i.id IS NOT NULL,
-           'status', i.status, 'backend_id', i.backend_id, 'primary_id', i.primary_id, 'region', i.region,
-           'created_at', i.created_at, 'provisioned_at', i.provisioned_at,
-           'terminated_at', i.terminated_at, 'deleted_at', i.deleted_at,
+           'owner_name', r.owner_name, 'issued_at', r.issued_at,
+           'instance_found', i.id IS NOT NULL OR v.id IS NOT NULL,
+           'status', coalesce(i.status, v.status), 'backend_id', coalesce(i.backend_id, v.backend_id),
+           'primary_id', coalesce(i.primary_id, v.primary_id), 'region', coalesce(i.region, v.region),
+           'created_at', coalesce(i.created_at, v.created_at),
+           'provisioned_at', coalesce(i.provisioned_at, v.provisioned_at),
+           'terminated_at', i.terminated_at, 'deleted_at', coalesce(i.deleted_at, v.deleted_at),
            'owner_backend_scope', {scope},
            'known_orphan_resource_ids',
            CASE WHEN r.provider_ref = ANY(string_to_array(:leftover, ',')) THEN
@@ -113,7 +119,11 @@ SELECT coalesce(json_agg(json_build_object(
   FROM provider_refs r
   LEFT JOIN instances i
          ON i.provider_ref = r.provider_ref AND i.provider_ref = ANY(string_to_array(:refs, ','))
-  LEFT JOIN backends ob ON ob.id = i.backend_id
+        AND r.owner_type IN ('instance', 'gateway')
+  LEFT JOIN volumes v
+         ON v.provider_ref = r.provider_ref AND v.provider_ref = ANY(string_to_array(:refs, ','))
+        AND r.owner_type = 'volume'
+  LEFT JOIN backends ob ON ob.id = coalesce(i.backend_id, v.backend_id)
  WHERE r.provider_ref = ANY(string_to_array(:refs, ','))
 """.replace("{scope}", SCOPE_SQL.format(t="ob")).replace("{kscope}", SCOPE_SQL.format(t="kb")) \
     .replace("{mescope}", SCOPE_SQL.format(t="me"))

@@ -138,7 +138,9 @@ def remove_backend(conn: pg8000.native.Connection, backend_id: str, *, force: bo
         "SELECT (SELECT count(*) FROM cycles WHERE backend_id = :b),"
         " (SELECT count(*) FROM orphans WHERE backend_id = :b),"
         " (SELECT count(*) FROM instances WHERE backend_id = :b AND deleted_at IS NULL"
-        "   AND status IS DISTINCT FROM 'terminated')", b=backend_id)[0]
+        "   AND status IS DISTINCT FROM 'terminated')"
+        " + (SELECT count(*) FROM volumes WHERE backend_id = :b AND deleted_at IS NULL"
+        "   AND status IS DISTINCT FROM 'deleted')", b=backend_id)[0]
     fenced = running.cycle_id if running else None
     conn.run("INSERT INTO events (backend_id, cycle_id, kind, message, details)"
              " VALUES (:b, :c, 'backend_removed', :m, CAST(:d AS jsonb))", b=backend_id, c=fenced,
@@ -216,7 +218,10 @@ def stuck_pending(conn: pg8000.native.Connection, older_than_seconds: int,
         " JOIN LATERAL (SELECT c.id FROM cycles c WHERE c.backend_id = b.id AND c.outcome IS NOT NULL"
         "   ORDER BY c.started_at DESC LIMIT 1) cy ON true"
         " JOIN cycle_groups g ON g.cycle_id = cy.id AND g.reason = 'owner_pending'"
-        " JOIN instances i ON i.provider_ref = g.provider_ref AND i.status = 'pending' AND i.deleted_at IS NULL"
+        # the owner row, of either table an owner_type names (README, C1): instances or volumes
+        " JOIN (SELECT id, name, provider_ref, status, created_at, deleted_at FROM instances UNION ALL"
+        "   SELECT id, name, provider_ref, status, created_at, deleted_at FROM volumes) i"
+        "   ON i.provider_ref = g.provider_ref AND i.status = 'pending' AND i.deleted_at IS NULL"
         " LEFT JOIN provider_refs r ON r.provider_ref = g.provider_ref"
         " WHERE i.created_at < oc_clock() - make_interval(secs => :t)"
         + (" AND b.id = :b" if backend_id is not None else "") + " ORDER BY b.id, i.created_at, g.group_key",

@@ -35,7 +35,8 @@ class ListedCycle:
 @dataclass(frozen=True)
 class LedgerOwner:
     """An owner the ledger has for the id: the ref's owner, or an owner recording the id
-    as its ``primary_id``; ``status`` None when the ref's instances row is gone."""
+    as its ``primary_id``; ``status`` None when the ref's owner row (instances, or volumes
+    for ``owner_type`` volume) is gone."""
 
     provider_ref: str
     owner_id: str | None
@@ -43,6 +44,7 @@ class LedgerOwner:
     status: str | None
     primary_id: str | None
     backend_id: str | None
+    owner_type: str | None = "instance"
 
 
 @dataclass(frozen=True)
@@ -66,10 +68,13 @@ _MANUAL = (f"SELECT c.id, c.listed_at, c.failures::text FROM cycles c WHERE {_LI
            " ORDER BY c.started_at DESC LIMIT 1")
 _SCHEDULED = (f"SELECT count(*), max(c.listed_at) FROM cycles c WHERE {_LISTED} AND NOT c.record_all"
               " AND c.listed_at > coalesce(CAST(:since AS timestamptz), '-infinity')")
-_OWNER = "i.id, coalesce(i.name, r.owner_name), i.status, i.primary_id, i.backend_id"
+# The owner rows, of both tables an owner_type names (README, C1): instances and volumes.
+_OWNERS = ("(SELECT id, name, provider_ref, status, primary_id, backend_id FROM instances"
+           " UNION ALL SELECT id, name, provider_ref, status, primary_id, backend_id FROM volumes)")
+_OWNER = "i.id, coalesce(i.name, r.owner_name), i.status, i.primary_id, i.backend_id, r.owner_type"
 _BY_REF = (f"SELECT r.provider_ref, coalesce(i.id, r.owner_id), {_OWNER} FROM provider_refs r"
-           " LEFT JOIN instances i ON i.provider_ref = r.provider_ref WHERE r.provider_ref = :q")
-_BY_PRIMARY = (f"SELECT i.provider_ref, i.id, {_OWNER} FROM instances i"
+           f" LEFT JOIN {_OWNERS} i ON i.provider_ref = r.provider_ref WHERE r.provider_ref = :q")
+_BY_PRIMARY = (f"SELECT i.provider_ref, i.id, {_OWNER} FROM {_OWNERS} i"
                " LEFT JOIN provider_refs r ON r.provider_ref = i.provider_ref WHERE i.primary_id = :q"
                " ORDER BY i.id LIMIT 5")
 
@@ -104,7 +109,7 @@ def _listed(row: list[Any]) -> ListedCycle:
 
 
 def _owner(row: list[Any]) -> LedgerOwner:
-    ref, owner_id, instance_id, name, status, primary_id, backend_id = row
+    ref, owner_id, instance_id, name, status, primary_id, backend_id, owner_type = row
     return LedgerOwner(provider_ref=ref, owner_id=owner_id, owner_name=name,
                        status=status if instance_id is not None else None, primary_id=primary_id,
-                       backend_id=backend_id)
+                       backend_id=backend_id, owner_type=owner_type)

@@ -132,6 +132,14 @@ class ResourceProvider(ABC):
         17), confirmed by the provider rather than by a listing message. A read that fails
         or an id of the wrong shape answers False (fail closed: the leak is skipped)."""
 
+    def holds_volume(self, region: str, volume_id: str, ref: str) -> bool:
+        """``holds_instance`` for a volume owner (README, C1): whether ``volume_id`` is, now, a
+        volume (AWS) or disk (GCP) of the backend's account in ``region`` carrying ``ref`` and
+        not being deleted (read-only): what makes another volume of that ref a lost attempt
+        (SAFETY.md rule 17). An adapter that cannot tell answers False (fail closed: the
+        leak is skipped)."""
+        return False
+
     @abstractmethod
     def instance_created_at(self, instance: Resource) -> datetime | None:
         """The creation time the provider reports, now, for the listed instance ``instance``

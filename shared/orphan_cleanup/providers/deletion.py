@@ -14,8 +14,9 @@ The steps, in order (rules 3, 12, 14, 15, 19, 21):
 1. the owner (the group's instance) is re-read by id; gone, it is done, and only what an
    earlier deletion confirmed attached to it may follow (``known_attached``); another
    ref's, no ref, or a protect tag leaves the group alone. A group without an owner (or
-   whose owner was gone) has every member re-read before any is touched: a protect tag on
-   one, or one that cannot be read, leaves the whole group alone (``members_step``);
+   whose owner was gone; a volume owner's group, whose primary is its volume, is one) has
+   every member re-read before any is touched: a protect tag on one, or one that cannot be
+   read, leaves the whole group alone (``members_step``);
 2. unless its deletion is already under way: its protections (a controller, a
    termination or deletion protection, one an earlier delete found: rule 14) make the
    group ``PROTECTED``; every other member is re-read by id, and a protect tag on any of
@@ -497,17 +498,28 @@ class _Watched:
             self.run.accepted.add(target)
 
 
+#: A volume owner's group (README, C1): its primary is the volume, the group's only member.
+VOLUME_PRIMARIES = frozenset({ResourceKind.VOLUME, ResourceKind.DISK})
+
+
+def volume_primary(group: ResourceGroup) -> bool:
+    """Whether ``group`` is a volume owner's: its primary a volume or disk, alone in it."""
+    primary = group.primary
+    return primary is not None and primary.kind in VOLUME_PRIMARIES and len(group.resources) == 1
+
+
 def targets_of(group: ResourceGroup, kinds: Iterable[ResourceKind]) -> dict[str, Target]:
     """What the deleter takes from a listed group (rule 21), refusing a shape no listing
     could have produced (fail closed: ``ProviderError``, nothing is touched): a kind the
     cloud does not list, an instance that is not the primary, a primary that is not an
-    instance of the group, the same id twice."""
+    instance of the group (or a volume owner's volume, alone in it), the same id twice."""
     known = set(kinds)
     problems = [f"{r.kind} {r.id}: not a kind this cloud lists" for r in group.resources if r.kind not in known]
     problems += [f"instance {r.id} is not the primary" for r in group.resources
                  if r.kind is ResourceKind.INSTANCE and r.id != group.primary_id]
     primary = group.primary
-    if group.primary_id is not None and (primary is None or primary.kind is not ResourceKind.INSTANCE):
+    if group.primary_id is not None and (primary is None or primary.kind is not ResourceKind.INSTANCE) \
+            and not volume_primary(group):
         problems.append(f"primary {group.primary_id} is not an instance of the group")
     if len(set(group.resource_ids())) != len(group.resources):
         problems.append("duplicate ids")
@@ -524,6 +536,11 @@ def delete_group(ops: Operations, group: ResourceGroup, *, tag_key: str, protect
     deletion contract (``providers.base``) is what it returns. ``DependencyNotReady``
     never leaves it: "not yet" is ``DELETING``."""
     targets = targets_of(group, ops.kinds)
+    if volume_primary(group):
+        # A volume owner's volume has no owner to delete first: it goes as a primary-less
+        # group's members go (re-read, its ref and protect tags checked, snapshotted first
+        # with ``snapshot_before_delete``, and left ``in_use`` while an instance holds it).
+        group = group.model_copy(update={"primary_id": None})
     run = _Run(ops=ops, group=group, targets=targets, tag_key=tag_key, protect_keys=frozenset(protect_keys),
                journal=journal, remembered=remembered_protection, known_attached=frozenset(known_attached),
                snapshots=SnapshotStep(ops.snapshots, tag_key=tag_key, ref=group.provider_ref)

@@ -18,7 +18,7 @@ import boto3
 
 from orphan_cleanup.core.backends import Backend
 from orphan_cleanup.core.errors import ConfigError, ProviderError
-from orphan_cleanup.core.listing import RegionListing, Resource, ResourceGroup
+from orphan_cleanup.core.listing import RegionListing, Resource, ResourceGroup, ResourceKind, ResourceState
 from orphan_cleanup.providers.aws.calls import Ec2Calls
 from orphan_cleanup.providers.aws.clients import (
     DEFAULT_MAX_ATTEMPTS,
@@ -111,6 +111,16 @@ class AwsProvider(OperationsProvider):
         except ProviderError:  # a malformed id, an unavailable region: cannot confirm, so no
             return False
         return isinstance(live, Live) and live.tags.get(self.tag_key) == ref
+
+    def holds_volume(self, region: str, volume_id: str, ref: str) -> bool:
+        if region not in self.backend.regions:
+            return False
+        try:
+            live = self.operations(region).read([Target(ResourceKind.VOLUME, volume_id, region)])[volume_id]
+        except ProviderError:  # a malformed id, an unavailable region: cannot confirm, so no
+            return False
+        return isinstance(live, Live) and live.tags.get(self.tag_key) == ref \
+            and live.state not in (ResourceState.TERMINATING, ResourceState.TERMINATED)
 
     def instance_created_at(self, instance: Resource) -> datetime | None:
         live = self.operations(instance.region).read([Target(INSTANCE.kind, instance.id, instance.region)])

@@ -19,7 +19,7 @@ from google.api_core.retry import Retry
 
 from orphan_cleanup.core.backends import Backend
 from orphan_cleanup.core.errors import ConfigError, ProviderError
-from orphan_cleanup.core.listing import RegionListing, Resource, ResourceGroup, ResourceKind
+from orphan_cleanup.core.listing import RegionListing, Resource, ResourceGroup, ResourceKind, ResourceState
 from orphan_cleanup.providers.deletion import OperationsProvider
 from orphan_cleanup.providers.gcp.calls import GcpCalls, read_retry
 from orphan_cleanup.providers.gcp.clients import build_gcp_clients
@@ -113,6 +113,17 @@ class GcpProvider(OperationsProvider):
         except ProviderError:  # cannot confirm, so no
             return False
         return False
+
+    def holds_volume(self, region: str, volume_id: str, ref: str) -> bool:
+        """Only in ``region`` (the group's zone), and only a zone of this backend's entries."""
+        if not volume_id.isdigit() or entry_for(tuple(self.backend.regions), region) is None:
+            return False
+        try:
+            live = GcpOperations(self.calls).read([Target(ResourceKind.DISK, volume_id, region)])[volume_id]
+        except ProviderError:  # cannot confirm, so no
+            return False
+        return isinstance(live, Live) and live.tags.get(self.tag_key) == ref \
+            and live.state not in (ResourceState.TERMINATING, ResourceState.TERMINATED)
 
     def instance_created_at(self, instance: Resource) -> datetime | None:
         """The instance read by its numeric id in the zone it was listed in; its
