@@ -13,6 +13,7 @@ locals {
     "ec2:DetachNetworkInterface",
     "ec2:DisassociateAddress",
     "ec2:CancelSpotInstanceRequests",
+    "ec2:DeleteLaunchTemplate",
     "ec2:DeleteSnapshot",
   ]
   # Every delete but DeleteSnapshot, which the deleter may make only on the snapshots it
@@ -26,6 +27,7 @@ locals {
     "ec2:DetachNetworkInterface",
     "ec2:DisassociateAddress",
     "ec2:CancelSpotInstanceRequests",
+    "ec2:DeleteLaunchTemplate",
   ]
   # Describe* support no resource-level permission: "*" is the only form.
   ec2_describe_actions = [
@@ -36,6 +38,7 @@ locals {
     "ec2:DescribeAddresses",
     "ec2:DescribeSpotInstanceRequests",
     "ec2:DescribeSnapshots",
+    "ec2:DescribeLaunchTemplates",
   ]
   # The deleter also reads termination protection, which no describe shows (SAFETY.md rule 14).
   ec2_deleter_read_actions = [
@@ -46,6 +49,7 @@ locals {
     "ec2:DescribeAddresses",
     "ec2:DescribeSpotInstanceRequests",
     "ec2:DescribeSnapshots",
+    "ec2:DescribeLaunchTemplates",
   ]
   ec2_arn = "arn:${local.partition}:ec2:*:${local.account_id}"
   # Snapshot ARNs name no account.
@@ -248,6 +252,7 @@ data "aws_iam_policy_document" "deleter" {
       "${local.ec2_arn}:security-group/*",
       "${local.ec2_arn}:elastic-ip/*",
       "${local.ec2_arn}:spot-instances-request/*",
+      "${local.ec2_arn}:launch-template/*",
     ]
 
     condition {

@@ -66,6 +66,7 @@ ACTIONS: Mapping[str, str] = {
     "ec2:DetachNetworkInterface": "detach-interface",
     "ec2:DeleteNetworkInterface": "delete-interface",
     "ec2:DeleteSecurityGroup": "delete-security-group",
+    "ec2:DeleteLaunchTemplate": "delete-launch-template",
 }
 assert set(MUTATING.values()) <= set(ACTIONS), "a mutating EC2 call the suite cannot name"
 

@@ -37,6 +37,7 @@ DESCRIBES = {
     "DescribeSecurityGroups": "GroupIds",
     "DescribeAddresses": "AllocationIds",
     "DescribeSpotInstanceRequests": "SpotInstanceRequestIds",
+    "DescribeLaunchTemplates": "LaunchTemplateIds",
     "DescribeSnapshots": "SnapshotIds",
 }
 ACTIONS = {

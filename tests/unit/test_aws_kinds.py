@@ -12,6 +12,7 @@ from orphan_cleanup.providers.aws.kinds import (
     BY_KIND,
     INSTANCE,
     KINDS,
+    LAUNCH_TEMPLATE,
     NETWORK_INTERFACE,
     SECURITY_GROUP,
     VOLUME,
@@ -38,12 +39,13 @@ def instance(iid: str, *, state: str = "running", sgs: tuple[str, ...] = (), tag
 def test_every_kind_has_one_row_and_the_delete_order_respects_dependencies():
     assert set(BY_KIND) == {ResourceKind.INSTANCE, ResourceKind.VOLUME, ResourceKind.NETWORK_INTERFACE,
                             ResourceKind.SECURITY_GROUP, ResourceKind.ADDRESS, ResourceKind.SPOT_REQUEST,
-                            ResourceKind.SNAPSHOT}
+                            ResourceKind.SNAPSHOT, ResourceKind.LAUNCH_TEMPLATE}
     order = list(delete_order(KINDS))
     for spec in KINDS:
         for dep in spec.depends_on:
             assert order.index(dep) < order.index(spec.kind), (spec.kind, dep)
-    assert order[0] is ResourceKind.INSTANCE and order[-1] is ResourceKind.SECURITY_GROUP
+    assert order[0] is ResourceKind.INSTANCE
+    assert order.index(ResourceKind.SECURITY_GROUP) > order.index(ResourceKind.NETWORK_INTERFACE)
 
 
 def test_instances_are_listed_without_terminated_ones():
@@ -165,3 +167,39 @@ def test_linked_resources_fold_into_groups():
 
     assert {(g.primary_id, tuple(g.resource_ids())) for g in groups} == {("i-1", ("i-1", "sg-1")),
                                                                          (None, ("vol-9",))}
+
+
+def lt_tags(template_id: str) -> list[dict]:
+    return [*T, {"Key": "aws:ec2launchtemplate:id", "Value": template_id},
+            {"Key": "aws:ec2launchtemplate:version", "Value": "1"}]
+
+
+def test_launch_template_item_becomes_a_resource_with_its_creation_time_and_no_state():
+    item = {"LaunchTemplateId": "lt-1", "LaunchTemplateName": "job-1", "Tags": T,
+            "CreateTime": datetime(2024, 5, 1, 12, 0, tzinfo=UTC)}
+
+    res = to_resource(LAUNCH_TEMPLATE, item, "r")
+
+    assert (res.kind, res.id, res.state) == (ResourceKind.LAUNCH_TEMPLATE, "lt-1", ResourceState.ACTIVE)
+    assert res.created_at == datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
+    assert res.details["LaunchTemplateName"] == "job-1" and res.attached_to is None
+    assert LAUNCH_TEMPLATE.id_filter is None  # DescribeLaunchTemplates has no id filter: read one by one
+    assert LAUNCH_TEMPLATE.depends_on == (ResourceKind.INSTANCE,)
+
+
+def test_launch_template_joins_the_one_same_ref_instance_launched_from_it():
+    raw = {
+        ResourceKind.INSTANCE: [instance("i-1", tags=lt_tags("lt-1")), instance("i-2", tags=lt_tags("lt-shared")),
+                                instance("i-3", tags=lt_tags("lt-shared")),
+                                instance("i-4", tags=[{"Key": "provider_ref", "Value": "zzzzzzzzzzzz"},
+                                                      {"Key": "aws:ec2launchtemplate:id", "Value": "lt-other"}])],
+        ResourceKind.LAUNCH_TEMPLATE: [{"LaunchTemplateId": t, "Tags": T}
+                                       for t in ("lt-1", "lt-shared", "lt-other", "lt-unused")],
+    }
+
+    links = _linked(raw)
+
+    assert links["lt-1"] == "i-1"
+    assert links["lt-shared"] is None  # two instances launched from it: primary-less group
+    assert links["lt-other"] is None  # only an instance of another ref uses it
+    assert links["lt-unused"] is None

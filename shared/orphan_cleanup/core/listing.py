@@ -40,6 +40,7 @@ class ResourceKind(StrEnum):
     # A snapshot the deleter took of a data volume before deleting it:
     # listed only once older than ``retain_snapshots_days``.
     SNAPSHOT = "snapshot"
+    LAUNCH_TEMPLATE = "launch-template"
 
 
 #: The kinds each provider's listing produces: a group naming another kind came from no
@@ -47,7 +48,7 @@ class ResourceKind(StrEnum):
 PROVIDER_KINDS: dict[str, frozenset[ResourceKind]] = {
     "aws": frozenset({ResourceKind.INSTANCE, ResourceKind.VOLUME, ResourceKind.NETWORK_INTERFACE,
                       ResourceKind.SECURITY_GROUP, ResourceKind.ADDRESS, ResourceKind.SPOT_REQUEST,
-                      ResourceKind.SNAPSHOT}),
+                      ResourceKind.SNAPSHOT, ResourceKind.LAUNCH_TEMPLATE}),
     "gcp": frozenset({ResourceKind.INSTANCE, ResourceKind.DISK, ResourceKind.ADDRESS, ResourceKind.SNAPSHOT}),
 }
 

@@ -27,7 +27,9 @@ class AwsKind:
     items_path: tuple[str, ...]  # where the items sit in one page of the reply
     id_field: str
     ids_param: str  # the describe parameter that re-reads items by id
-    id_filter: str  # the describe filter on ids (tolerates ids that are gone)
+    # The describe filter on ids (tolerates ids that are gone); None when the describe has
+    # none (``DescribeLaunchTemplates``): each id is then read with ``ids_param`` alone.
+    id_filter: str | None
     created_path: Path | None  # None: the API does not say when it was created
     state_path: Path | None  # None: the kind has no state of its own
     states: Mapping[str, ResourceState]  # raw state -> ours; unknown -> ACTIVE
@@ -44,6 +46,15 @@ class AwsKind:
     # the floor: docs/PERFORMANCE.md); ``None`` for a describe without paging (``DescribeAddresses``).
     page_size: int | None = None
     delete_as_list: bool = False  # terminate_instances takes a list of ids
+    # The item field the delete call takes when it is not the id (``DeletePlacementGroup``
+    # takes ``GroupName``), and the describe parameter that reads by that field: right before
+    # the call the operations read by it and delete only while it still names the same id
+    # (SAFETY.md rule 3: a name can be reused).
+    delete_field: str | None = None
+    names_param: str | None = None
+    # How an instance names a resource of this kind it uses (``NamedBy``): what links it to
+    # the instance's group in a listing and what the deleter's re-read of the owner shows used.
+    named_by: NamedBy | None = None
 
     def items(self, page: Mapping[str, Any]) -> Iterator[Mapping[str, Any]]:
         """The items of one describe page (reservations are flattened)."""
@@ -68,6 +79,30 @@ class AwsKind:
 
     def delete_params(self, resource_id: str) -> dict[str, Any]:
         return {self.delete_param: [resource_id] if self.delete_as_list else resource_id}
+
+
+@dataclass(frozen=True)
+class NamedBy:
+    """An instance uses a resource of a kind when the value at ``instance_path`` in the
+    instance's item (a first step ``tag:KEY`` reads that tag) equals the resource item's
+    ``field``: a key pair's ``KeyName`` (an instance names its key pair by name), a placement
+    group's ``GroupName``, a launch template's id in the ``aws:ec2launchtemplate:id`` tag EC2
+    puts on an instance launched from it (an ``aws:`` tag no one else can write)."""
+
+    instance_path: Path
+    field: str
+
+    def instance_value(self, instance: Mapping[str, Any]) -> str | None:
+        first = self.instance_path[0]
+        if isinstance(first, str) and first.startswith("tag:"):
+            value = tags_of(instance, INSTANCE).get(first.removeprefix("tag:"))
+        else:
+            value = dig(instance, self.instance_path)
+        return str(value) if value else None
+
+    def item_value(self, item: Mapping[str, Any]) -> str | None:
+        value = item.get(self.field)
+        return str(value) if value else None
 
 
 def dig(item: Mapping[str, Any], path: Path | None) -> Any:
@@ -290,10 +325,32 @@ SNAPSHOT = AwsKind(
     page_size=1000,  # DescribeSnapshots: 5-1000
 )
 
+#: Deleting a launch template deletes its versions, which are part of it: nothing outside the
+#: group goes with it (SAFETY.md rule 15); instances launched from it keep running.
+LAUNCH_TEMPLATE = AwsKind(
+    kind=ResourceKind.LAUNCH_TEMPLATE,
+    describe="describe_launch_templates",
+    items_path=("LaunchTemplates",),
+    id_field="LaunchTemplateId",
+    ids_param="LaunchTemplateIds",
+    id_filter=None,  # DescribeLaunchTemplates filters on names, times and tags only
+    created_path=("CreateTime",),
+    state_path=None,
+    states=_literal({}),
+    delete="delete_launch_template",
+    delete_param="LaunchTemplateId",
+    not_found=frozenset({"InvalidLaunchTemplateId.NotFound", "InvalidLaunchTemplateName.NotFoundException"}),
+    malformed="InvalidLaunchTemplateId.Malformed",
+    depends_on=(ResourceKind.INSTANCE,),
+    named_by=NamedBy(("tag:aws:ec2launchtemplate:id",), "LaunchTemplateId"),
+    page_size=200,  # DescribeLaunchTemplates: 1-200
+)
+
 # Listing order: instances first, so the link pass can see who uses what. Snapshots are
 # listed only with ``retain_snapshots_days`` set (``listed_kinds``). The deletion orders
 # them by ``depends_on`` (``deletion.delete_order``).
-KINDS: tuple[AwsKind, ...] = (INSTANCE, VOLUME, NETWORK_INTERFACE, SECURITY_GROUP, ADDRESS, SPOT_REQUEST, SNAPSHOT)
+KINDS: tuple[AwsKind, ...] = (INSTANCE, VOLUME, NETWORK_INTERFACE, SECURITY_GROUP, ADDRESS, SPOT_REQUEST,
+                              LAUNCH_TEMPLATE, SNAPSHOT)
 BY_KIND: Mapping[ResourceKind, AwsKind] = _literal({k.kind: k for k in KINDS})
 
 

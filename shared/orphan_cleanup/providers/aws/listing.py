@@ -17,7 +17,16 @@ from orphan_cleanup.core.backends import DEFAULT_CONTROLLER_TAG_KEYS, BackendSet
 from orphan_cleanup.core.errors import ProviderError
 from orphan_cleanup.core.listing import Resource, ResourceGroup, ResourceKind, ResourceState
 from orphan_cleanup.providers.aws.errors import translated
-from orphan_cleanup.providers.aws.kinds import INSTANCE, SNAPSHOT, AwsKind, as_utc, dig, listed_kinds, tags_of
+from orphan_cleanup.providers.aws.kinds import (
+    INSTANCE,
+    KINDS,
+    SNAPSHOT,
+    AwsKind,
+    as_utc,
+    dig,
+    listed_kinds,
+    tags_of,
+)
 from orphan_cleanup.providers.aws.snapshots import facts_of, name_for
 from orphan_cleanup.providers.base import group_resources
 from orphan_cleanup.providers.snapshots import listable
@@ -55,7 +64,7 @@ def to_resource(spec: AwsKind, item: Mapping[str, Any], region: str,
     instance's ``controller`` from its ``controller_keys`` tags)."""
     details: dict[str, Any] = {"state": spec.raw_state(item)}
     for key in ("AvailabilityZone", "VpcId", "PublicIp", "GroupName", "Type", "InstanceLifecycle",
-                "SpotInstanceRequestId", *SIZE_KEYS):
+                "SpotInstanceRequestId", "LaunchTemplateName", "KeyName", "Strategy", *SIZE_KEYS):
         if item.get(key):
             details[key] = item[key]
     attached = dig(item, spec.attached_path)
@@ -83,7 +92,9 @@ def link_resources(
     A security group is attached to an instance only when exactly one listed
     instance with the same ref uses it (directly or through a listed
     interface); a group shared by several instances stays in the primary-less
-    group of its ref, so deleting one instance's group never targets it.
+    group of its ref, so deleting one instance's group never targets it. A kind an
+    instance names (``AwsKind.named_by``: its launch template, key pair, placement
+    group) is attached the same way: to the one listed instance of its ref that names it.
     """
     eni_instance = {
         str(e["NetworkInterfaceId"]): str(i)
@@ -108,14 +119,26 @@ def link_resources(
         for a in raw.get(ResourceKind.ADDRESS, [])
         if a.get("AllocationId")
     }
+    named_users: dict[tuple[ResourceKind, str], set[str]] = {}
+    for spec in KINDS:
+        named_by = spec.named_by
+        if named_by is None or spec.kind not in raw:
+            continue
+        named = {spec.item_id(item): named_by.item_value(item) for item in raw[spec.kind]}
+        for inst in raw.get(ResourceKind.INSTANCE, []):
+            value = named_by.instance_value(inst)
+            for rid in (r for r, v in named.items() if value is not None and v == value):
+                named_users.setdefault((spec.kind, rid), set()).add(str(inst["InstanceId"]))
     linked: list[Resource] = []
     for res in resources:
         target = res.attached_to
         if res.kind is ResourceKind.ADDRESS and target is None:
             target = eni_instance.get(addr_eni.get(res.id, ""))
-        elif res.kind is ResourceKind.SECURITY_GROUP:
+        elif res.kind is ResourceKind.SECURITY_GROUP or (res.kind, res.id) in named_users:
             ref = res.tags.get(tag_key)
-            users = [i for i in sg_users.get(res.id, ()) if instance_ref.get(i) == ref]
+            user_ids = sg_users.get(res.id, ()) if res.kind is ResourceKind.SECURITY_GROUP \
+                else named_users[(res.kind, res.id)]
+            users = [i for i in user_ids if instance_ref.get(i) == ref]
             target = users[0] if len(users) == 1 else None
         linked.append(res if target == res.attached_to else res.model_copy(update={"attached_to": target}))
     return linked

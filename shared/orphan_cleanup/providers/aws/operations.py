@@ -97,7 +97,8 @@ class AwsOperations(Operations):
         for spec in {BY_KIND[t.kind]: None for t in targets}:
             ids = [t.id for t in targets if t.kind is spec.kind]
             found: dict[str, Item] = {}
-            if len(targets) > 1:  # one filtered describe per kind; what it leaves out is asked by id
+            if len(targets) > 1 and spec.id_filter is not None:
+                # one filtered describe per kind; what it leaves out is asked by id
                 reply = self.calls.call(spec.describe, frozenset(), Filters=[{"Name": spec.id_filter, "Values": ids}])
                 try:
                     found = {spec.item_id(i): i for i in spec.items(reply or {}) if spec.item_id(i) in ids}
@@ -177,7 +178,9 @@ class AwsOperations(Operations):
 
     def uses(self, owner: Live, members: Sequence[Live]) -> set[str]:
         """Its block device mappings' volumes, its interfaces, its and their security groups,
-        its spot request, and the addresses associated with it or its interfaces."""
+        its spot request, the addresses associated with it or its interfaces, and what it names
+        (``AwsKind.named_by``: the launch template it was launched from, its key pair, its
+        placement group)."""
         instance = owner.item
         enis = [n for n in instance.get("NetworkInterfaces") or [] if isinstance(n, Mapping)]
         used = {dig(b, ("Ebs", "VolumeId")) for b in instance.get("BlockDeviceMappings") or []}
@@ -189,6 +192,11 @@ class AwsOperations(Operations):
         used |= {m.id for m in members if m.target.kind is ResourceKind.ADDRESS
                  and (m.item.get("InstanceId") == owner.id
                       or (m.item.get("NetworkInterfaceId") and m.item.get("NetworkInterfaceId") in eni_ids))}
+        for member in members:  # its launch template, key pair, placement group: as both reads name them
+            named_by = BY_KIND[member.target.kind].named_by
+            if named_by is not None and (value := named_by.instance_value(instance)) is not None \
+                    and named_by.item_value(member.item) == value:
+                used.add(member.id)
         return {str(i) for i in used if i}
 
     def blast(self, owner: Live, members: Mapping[str, Live]) -> list[Doomed]:

@@ -1,0 +1,191 @@
+"""The EC2 kinds an instance names, end to end on real parts: a real Postgres ledger, EC2 on the
+moto server (in this process, over HTTP), the in-process runner (``delete_cycle``). Each kind is
+listed with its own describe filtered on the ref tag key, joins the group of the one instance of
+its ref that names it (``AwsKind.named_by``), is classified with that group (tracked with a
+tracked VM, orphan with an orphan one, a primary-less leftover when no listed instance names it),
+and is deleted after the instance (``depends_on``), by its id, journaled; what its delete would
+reach outside the group leaves it alone (SAFETY.md rule 15).
+
+Launch templates. EC2 tags an instance launched from a template ``aws:ec2launchtemplate:id`` (moto
+5.2 does too): that is how an instance names its template. Deleting a template deletes its
+versions, which are part of it; an instance launched from it keeps running, so nothing outside the
+group goes with it. Moto answers ``DescribeLaunchTemplates`` of an id that is gone with an empty
+list where EC2 answers ``InvalidLaunchTemplateId.NotFound``: the deleter then reads it as
+unreadable (never gone), which no test here reaches.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from orphan_cleanup.core.owners import OwnerStatus
+from orphan_cleanup.core.settings import Settings
+from orphan_cleanup.cycle.runner import run_cycle
+from orphan_cleanup.entrypoints import bootstrap
+from orphan_cleanup.ledger.client import aws_tag_specifications
+from orphan_cleanup.ledger.db import Database
+from orphan_cleanup.queues.memory import InProcessQueue
+from tests.e2e.test_seams_attack_aws import delete_cycle
+from tests.support.ledger_helpers import add_backend
+from tests.support.seams import GONE, delete_results, query, skip_reasons
+from tests.support.sqs_harness import AMI, MotoPlatform
+
+pytestmark = pytest.mark.usefixtures("moto_reset")
+BACKEND = "aws-prod"
+TAG = "provider_ref"
+PROTECT = "orphan-cleanup-protect"
+
+
+# ---- helpers ---------------------------------------------------------------------------------------
+
+def platform_of(db: Database) -> MotoPlatform:
+    add_backend(db, BACKEND, mode="delete")
+    return MotoPlatform(db, BACKEND)
+
+
+def tagged(kind: str, ref: str | None, *, protect: bool = False) -> list[dict[str, Any]]:
+    tags = ([{"Key": TAG, "Value": ref}] if ref else []) + ([{"Key": PROTECT, "Value": "yes"}] if protect else [])
+    return [{"ResourceType": kind, "Tags": tags}] if tags else []
+
+
+def template(platform: MotoPlatform, name: str, ref: str | None, *, protect: bool = False) -> str:
+    spec = tagged("launch-template", ref, protect=protect)
+    reply = platform.ec2.create_launch_template(LaunchTemplateName=name, LaunchTemplateData={"ImageId": AMI},
+                                                **({"TagSpecifications": spec} if spec else {}))
+    return str(reply["LaunchTemplate"]["LaunchTemplateId"])
+
+
+def vm(platform: MotoPlatform, ref: str | None, **launch: Any) -> str:
+    """An instance (and its root volume) carrying ``ref`` (none: someone else's), launched with ``launch``."""
+    specs = aws_tag_specifications(ref, resource_types=("instance", "volume")) if ref else []
+    [inst] = platform.ec2.run_instances(ImageId=AMI, MinCount=1, MaxCount=1, TagSpecifications=specs,
+                                        **launch)["Instances"]
+    return str(inst["InstanceId"])
+
+
+def orphan(platform: MotoPlatform) -> str:
+    """A ref whose placeholder owner row was hard-deleted (aged past the margin by the caller)."""
+    issued = platform.ledger.issue_ref(owner_name="placeholder")
+    platform.ledger.hard_delete(issued.owner_id)
+    return issued.provider_ref
+
+
+def report_groups(db: Database, endpoint: str) -> dict[str, dict[str, Any]]:
+    """One report cycle; each group's members (id -> kind) with its verdict and reason, by group key."""
+    settings = Settings.explicit(confirm_seconds=0, margin_seconds=0, aws_endpoint_url=endpoint)
+    pipeline = bootstrap.build_pipeline(settings, db=db, listing_queue=InProcessQueue(),
+                                        delete_queue=InProcessQueue())
+    doc = run_cycle(pipeline, BACKEND, mode="report").c3()
+    return {f"{g['provider_ref']}/{g['primary_id']}": {"members": {r["id"]: r["kind"] for r in g["resources"]},
+                                                      "verdict": g["verdict"], "reason": g["reason"]}
+            for g in doc["groups"]}
+
+
+def group_of(groups: dict[str, dict[str, Any]], member: str) -> dict[str, Any]:
+    [group] = [g for g in groups.values() if member in g["members"]]
+    return group
+
+
+def intents(db: Database) -> list[tuple[str, str]]:
+    """Every journaled intent, in order: (call, target)."""
+    return [(c, t) for c, t in query(db, "SELECT call, target FROM provider_journal WHERE phase = 'intent'"
+                                         " ORDER BY id")]
+
+
+def templates(platform: MotoPlatform) -> set[str]:
+    return {t["LaunchTemplateId"] for t in platform.ec2.describe_launch_templates()["LaunchTemplates"]}
+
+
+# ---- launch templates ---------------------------------------------------------------------------------
+
+def test_a_launch_template_is_listed_in_the_group_of_the_vm_launched_from_it(emptied_db, moto_reset):
+    """Given a tracked VM and an orphan VM, each launched from its own ref-tagged template, and a
+    leftover template of an orphan ref; when a report cycle lists them; then each VM's template is
+    in its group (tracked with the tracked VM, orphan with the orphan), the leftover is a
+    primary-less orphan group, and someone's untagged template is not listed."""
+    db = emptied_db
+    platform = platform_of(db)
+    live = platform.ledger.issue_ref(owner_name="live")
+    live_lt = template(platform, "live", live.provider_ref)
+    live_vm = vm(platform, live.provider_ref, LaunchTemplate={"LaunchTemplateId": live_lt})
+    platform.ledger.mark_provisioning(live.owner_id, backend_id=BACKEND, primary_id=live_vm,
+                                      region=platform.region, status=OwnerStatus.BUSY)
+    lost = orphan(platform)
+    lost_lt = template(platform, "lost", lost)
+    lost_vm = vm(platform, lost, LaunchTemplate={"LaunchTemplateId": lost_lt})
+    left = orphan(platform)
+    left_lt = template(platform, "left", left)
+    foreign_lt = template(platform, "foreign", None)
+    platform.age_ledger()
+
+    groups = report_groups(db, moto_reset)
+
+    assert group_of(groups, live_lt)["members"].items() >= {live_vm: "instance", live_lt: "launch-template"}.items()
+    assert group_of(groups, live_lt)["verdict"] == "tracked"
+    assert group_of(groups, lost_lt)["members"].items() >= {lost_vm: "instance", lost_lt: "launch-template"}.items()
+    assert group_of(groups, lost_lt)["verdict"] == "orphan"
+    assert group_of(groups, left_lt) == {"members": {left_lt: "launch-template"}, "verdict": "orphan",
+                                         "reason": "owner_deleted"}
+    assert not [g for g in groups.values() if foreign_lt in g["members"]]
+
+
+def test_an_orphan_vms_launch_template_is_deleted_after_the_vm(emptied_db, moto_reset):
+    """Given an orphan VM launched from its ref's template, a tracked VM with its own, and an
+    instance of someone else launched from the orphan's template; when a delete cycle runs; then
+    the orphan VM is terminated first, its template deleted after it (journaled, by id), the
+    tracked VM and its template untouched, and the other instance, launched from the deleted
+    template, still running (deleting a template takes only its versions)."""
+    db = emptied_db
+    platform = platform_of(db)
+    kept = platform.tracked(data_volume=False)
+    kept_lt = template(platform, "kept", kept.ref)
+    ref = orphan(platform)
+    lt = template(platform, "lost", ref)
+    lost_vm = vm(platform, ref, LaunchTemplate={"LaunchTemplateId": lt})
+    bystander = vm(platform, None, LaunchTemplate={"LaunchTemplateId": lt})
+    platform.age_ledger()
+
+    delete_cycle(db, moto_reset)
+
+    assert platform.instance_state(lost_vm) in GONE
+    assert lt not in templates(platform)
+    assert kept_lt in templates(platform) and platform.instance_state(kept.instance_id or "") == "running"
+    assert platform.instance_state(bystander) == "running"
+    calls = intents(db)
+    assert calls.index(("ec2:TerminateInstances", lost_vm)) < calls.index(("ec2:DeleteLaunchTemplate", lt))
+    assert {t for _, t in calls} <= {lost_vm, lt, *platform.volumes_of(ref)}
+
+
+def test_a_leftover_launch_template_of_an_orphan_ref_is_deleted(emptied_db, moto_reset):
+    """Given a template of an orphan ref that no listed instance names; when a delete cycle runs;
+    then it is deleted, and the group recorded deleted."""
+    db = emptied_db
+    platform = platform_of(db)
+    lt = template(platform, "left", orphan(platform))
+    platform.age_ledger()
+
+    cycle_id = delete_cycle(db, moto_reset)
+
+    assert lt not in templates(platform)
+    [recorded] = delete_results(db, cycle_id)
+    assert recorded["result"]["status"] == "deleted" and recorded["result"]["deleted"] == [lt], recorded
+
+
+def test_a_protect_tag_on_the_launch_template_keeps_the_whole_group(emptied_db, moto_reset):
+    """Given an orphan VM launched from its ref's template that also carries the protect tag; when a
+    delete cycle runs; then nothing is deleted: the protect tag on any member protects the group."""
+    db = emptied_db
+    platform = platform_of(db)
+    ref = orphan(platform)
+    lt = template(platform, "lost", ref, protect=True)
+    lost_vm = vm(platform, ref, LaunchTemplate={"LaunchTemplateId": lt})
+    platform.age_ledger()
+
+    cycle_id = delete_cycle(db, moto_reset)
+
+    assert platform.instance_state(lost_vm) == "running" and lt in templates(platform)
+    assert not intents(db)
+    for recorded in delete_results(db, cycle_id):  # (the classifier protects it before any request)
+        assert skip_reasons(recorded).get(lt) in (None, "protected"), recorded
