@@ -14,6 +14,7 @@ locals {
     "ec2:DisassociateAddress",
     "ec2:CancelSpotInstanceRequests",
     "ec2:DeleteLaunchTemplate",
+    "ec2:DeleteKeyPair",
     "ec2:DeleteSnapshot",
   ]
   # Every delete but DeleteSnapshot, which the deleter may make only on the snapshots it
@@ -28,6 +29,7 @@ locals {
     "ec2:DisassociateAddress",
     "ec2:CancelSpotInstanceRequests",
     "ec2:DeleteLaunchTemplate",
+    "ec2:DeleteKeyPair",
   ]
   # Describe* support no resource-level permission: "*" is the only form.
   ec2_describe_actions = [
@@ -39,6 +41,7 @@ locals {
     "ec2:DescribeSpotInstanceRequests",
     "ec2:DescribeSnapshots",
     "ec2:DescribeLaunchTemplates",
+    "ec2:DescribeKeyPairs",
   ]
   # The deleter also reads termination protection, which no describe shows (SAFETY.md rule 14).
   ec2_deleter_read_actions = [
@@ -50,6 +53,7 @@ locals {
     "ec2:DescribeSpotInstanceRequests",
     "ec2:DescribeSnapshots",
     "ec2:DescribeLaunchTemplates",
+    "ec2:DescribeKeyPairs",
   ]
   ec2_arn = "arn:${local.partition}:ec2:*:${local.account_id}"
   # Snapshot ARNs name no account.
@@ -253,6 +257,7 @@ data "aws_iam_policy_document" "deleter" {
       "${local.ec2_arn}:elastic-ip/*",
       "${local.ec2_arn}:spot-instances-request/*",
       "${local.ec2_arn}:launch-template/*",
+      "${local.ec2_arn}:key-pair/*",
     ]
 
     condition {

@@ -67,6 +67,7 @@ ACTIONS: Mapping[str, str] = {
     "ec2:DeleteNetworkInterface": "delete-interface",
     "ec2:DeleteSecurityGroup": "delete-security-group",
     "ec2:DeleteLaunchTemplate": "delete-launch-template",
+    "ec2:DeleteKeyPair": "delete-key-pair",
 }
 assert set(MUTATING.values()) <= set(ACTIONS), "a mutating EC2 call the suite cannot name"
 

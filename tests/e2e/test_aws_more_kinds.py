@@ -12,6 +12,12 @@ versions, which are part of it; an instance launched from it keeps running, so n
 group goes with it. Moto answers ``DescribeLaunchTemplates`` of an id that is gone with an empty
 list where EC2 answers ``InvalidLaunchTemplateId.NotFound``: the deleter then reads it as
 unreadable (never gone), which no test here reaches.
+
+Key pairs. An instance names its key pair by name (``KeyName``); the deleter deletes by the id
+(``DeleteKeyPair(KeyPairId=...)``). Moto 5.2.5 ignores ``KeyPairId`` (it deletes nothing and
+answers every key pair to ``DescribeKeyPairs(KeyPairIds=...)``): the deletion tests here run with
+``moto_gaps.key_pairs_by_id``, which makes moto answer those two calls as EC2 documents. Deleting a
+key pair takes only EC2's copy of the public key: an instance launched with it keeps running.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from orphan_cleanup.ledger.db import Database
 from orphan_cleanup.queues.memory import InProcessQueue
 from tests.e2e.test_seams_attack_aws import delete_cycle
 from tests.support.ledger_helpers import add_backend
+from tests.support.moto_gaps import key_pairs_by_id
 from tests.support.seams import GONE, delete_results, query, skip_reasons
 from tests.support.sqs_harness import AMI, MotoPlatform
 
@@ -189,3 +196,114 @@ def test_a_protect_tag_on_the_launch_template_keeps_the_whole_group(emptied_db, 
     assert not intents(db)
     for recorded in delete_results(db, cycle_id):  # (the classifier protects it before any request)
         assert skip_reasons(recorded).get(lt) in (None, "protected"), recorded
+
+
+# ---- key pairs ------------------------------------------------------------------------------------------
+
+def key_pair(platform: MotoPlatform, name: str, ref: str | None, *, protect: bool = False) -> str:
+    spec = tagged("key-pair", ref, protect=protect)
+    return str(platform.ec2.create_key_pair(KeyName=name, **({"TagSpecifications": spec} if spec else {}))
+               ["KeyPairId"])
+
+
+def key_pairs(platform: MotoPlatform) -> set[str]:
+    return {k["KeyPairId"] for k in platform.ec2.describe_key_pairs()["KeyPairs"]}
+
+
+def test_a_key_pair_is_listed_in_the_group_of_the_one_vm_of_its_ref_using_it(emptied_db, moto_reset):
+    """Given a tracked VM and an orphan VM, each launched with its ref's key pair, two orphan VMs of
+    one ref sharing one key pair, and someone's untagged key pair; when a report cycle lists them;
+    then each VM's key pair is in its group, the shared one is a primary-less group of its ref (no
+    VM's deletion takes it), and the untagged one is not listed."""
+    db = emptied_db
+    platform = platform_of(db)
+    live = platform.ledger.issue_ref(owner_name="live")
+    live_kp = key_pair(platform, "live", live.provider_ref)
+    live_vm = vm(platform, live.provider_ref, KeyName="live")
+    platform.ledger.mark_provisioning(live.owner_id, backend_id=BACKEND, primary_id=live_vm,
+                                      region=platform.region, status=OwnerStatus.BUSY)
+    lost = orphan(platform)
+    lost_kp = key_pair(platform, "lost", lost)
+    lost_vm = vm(platform, lost, KeyName="lost")
+    twins = orphan(platform)
+    shared_kp = key_pair(platform, "shared", twins)
+    vm(platform, twins, KeyName="shared")
+    vm(platform, twins, KeyName="shared")
+    foreign_kp = key_pair(platform, "foreign", None)
+    platform.age_ledger()
+
+    groups = report_groups(db, moto_reset)
+
+    assert group_of(groups, live_kp)["members"].items() >= {live_vm: "instance", live_kp: "key-pair"}.items()
+    assert group_of(groups, live_kp)["verdict"] == "tracked"
+    assert group_of(groups, lost_kp)["members"].items() >= {lost_vm: "instance", lost_kp: "key-pair"}.items()
+    assert group_of(groups, lost_kp)["verdict"] == "orphan"
+    assert group_of(groups, shared_kp) == {"members": {shared_kp: "key-pair"}, "verdict": "orphan",
+                                           "reason": "owner_deleted"}
+    assert not [g for g in groups.values() if foreign_kp in g["members"]]
+
+
+def test_an_orphan_vms_key_pair_is_deleted_by_id_after_the_vm(emptied_db, moto_reset, monkeypatch):
+    """Given an orphan VM launched with its ref's key pair, a tracked VM with its own, and someone's
+    untagged instance launched with the orphan's key pair; when a delete cycle runs; then the VM is
+    terminated first and its key pair deleted after it, by id (journaled); the tracked VM's key pair
+    stays, and so does the other instance (deleting a key pair takes only EC2's copy of the key)."""
+    key_pairs_by_id(monkeypatch)
+    db = emptied_db
+    platform = platform_of(db)
+    kept = platform.tracked(data_volume=False)
+    kept_kp = key_pair(platform, "kept", kept.ref)
+    ref = orphan(platform)
+    kp = key_pair(platform, "lost", ref)
+    lost_vm = vm(platform, ref, KeyName="lost")
+    bystander = vm(platform, None, KeyName="lost")
+    platform.age_ledger()
+
+    delete_cycle(db, moto_reset)
+
+    assert platform.instance_state(lost_vm) in GONE
+    assert kp not in key_pairs(platform) and kept_kp in key_pairs(platform)
+    assert platform.instance_state(bystander) == "running"
+    calls = intents(db)
+    assert calls.index(("ec2:TerminateInstances", lost_vm)) < calls.index(("ec2:DeleteKeyPair", kp))
+    assert {t for _, t in calls} <= {lost_vm, kp, *platform.volumes_of(ref)}
+
+
+def test_a_key_pair_whose_name_was_taken_by_another_is_not_deleted(emptied_db, moto_reset, monkeypatch):
+    """Given a leftover key pair of an orphan ref that is deleted, after the listing, and re-created
+    under the same name by someone else (another id, no ref); when the deleter runs; then the new key
+    pair survives: the deleter reads and deletes by the listed id, never by the name."""
+    key_pairs_by_id(monkeypatch)
+    db = emptied_db
+    platform = platform_of(db)
+    old = key_pair(platform, "reused", orphan(platform))
+    platform.age_ledger()
+    new: list[str] = []
+
+    def reuse_the_name() -> None:
+        platform.ec2.delete_key_pair(KeyName="reused")
+        new.append(key_pair(platform, "reused", None, protect=True))
+
+    cycle_id = delete_cycle(db, moto_reset, reuse_the_name)
+
+    assert new and new[0] != old and new[0] in key_pairs(platform)
+    assert ("ec2:DeleteKeyPair", new[0]) not in intents(db)
+    [recorded] = delete_results(db, cycle_id)
+    assert old in recorded["result"]["deleted"]  # gone by its id: done
+
+
+def test_a_protect_tag_on_the_key_pair_keeps_the_whole_group(emptied_db, moto_reset, monkeypatch):
+    """Given an orphan VM launched with its ref's key pair that also carries the protect tag; when a
+    delete cycle runs; then nothing is deleted."""
+    key_pairs_by_id(monkeypatch)
+    db = emptied_db
+    platform = platform_of(db)
+    ref = orphan(platform)
+    kp = key_pair(platform, "lost", ref, protect=True)
+    lost_vm = vm(platform, ref, KeyName="lost")
+    platform.age_ledger()
+
+    delete_cycle(db, moto_reset)
+
+    assert platform.instance_state(lost_vm) == "running" and kp in key_pairs(platform)
+    assert not intents(db)

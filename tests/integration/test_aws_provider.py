@@ -38,6 +38,7 @@ DESCRIBES = {
     "DescribeAddresses": "AllocationIds",
     "DescribeSpotInstanceRequests": "SpotInstanceRequestIds",
     "DescribeLaunchTemplates": "LaunchTemplateIds",
+    "DescribeKeyPairs": "KeyPairIds",
     "DescribeSnapshots": "SnapshotIds",
 }
 ACTIONS = {

@@ -11,6 +11,7 @@ from orphan_cleanup.providers.aws.kinds import (
     ADDRESS,
     BY_KIND,
     INSTANCE,
+    KEY_PAIR,
     KINDS,
     LAUNCH_TEMPLATE,
     NETWORK_INTERFACE,
@@ -39,7 +40,7 @@ def instance(iid: str, *, state: str = "running", sgs: tuple[str, ...] = (), tag
 def test_every_kind_has_one_row_and_the_delete_order_respects_dependencies():
     assert set(BY_KIND) == {ResourceKind.INSTANCE, ResourceKind.VOLUME, ResourceKind.NETWORK_INTERFACE,
                             ResourceKind.SECURITY_GROUP, ResourceKind.ADDRESS, ResourceKind.SPOT_REQUEST,
-                            ResourceKind.SNAPSHOT, ResourceKind.LAUNCH_TEMPLATE}
+                            ResourceKind.SNAPSHOT, ResourceKind.LAUNCH_TEMPLATE, ResourceKind.KEY_PAIR}
     order = list(delete_order(KINDS))
     for spec in KINDS:
         for dep in spec.depends_on:
@@ -203,3 +204,20 @@ def test_launch_template_joins_the_one_same_ref_instance_launched_from_it():
     assert links["lt-shared"] is None  # two instances launched from it: primary-less group
     assert links["lt-other"] is None  # only an instance of another ref uses it
     assert links["lt-unused"] is None
+
+
+def test_key_pair_joins_the_one_same_ref_instance_naming_it():
+    named = [instance("i-1"), instance("i-2"), instance("i-3")]
+    named[0]["KeyName"], named[1]["KeyName"], named[2]["KeyName"] = "job-1", "shared", "shared"
+    raw = {
+        ResourceKind.INSTANCE: named,
+        ResourceKind.KEY_PAIR: [{"KeyPairId": "key-1", "KeyName": "job-1", "Tags": T},
+                                {"KeyPairId": "key-2", "KeyName": "shared", "Tags": T},
+                                {"KeyPairId": "key-3", "KeyName": "unused", "Tags": T}],
+    }
+
+    links = _linked(raw)
+
+    assert (links["key-1"], links["key-2"], links["key-3"]) == ("i-1", None, None)
+    assert to_resource(KEY_PAIR, raw[ResourceKind.KEY_PAIR][0], "r").details["KeyName"] == "job-1"
+    assert KEY_PAIR.page_size is None and KEY_PAIR.delete_params("key-1") == {"KeyPairId": "key-1"}

@@ -41,6 +41,7 @@ class ResourceKind(StrEnum):
     # listed only once older than ``retain_snapshots_days``.
     SNAPSHOT = "snapshot"
     LAUNCH_TEMPLATE = "launch-template"
+    KEY_PAIR = "key-pair"
 
 
 #: The kinds each provider's listing produces: a group naming another kind came from no
@@ -48,7 +49,8 @@ class ResourceKind(StrEnum):
 PROVIDER_KINDS: dict[str, frozenset[ResourceKind]] = {
     "aws": frozenset({ResourceKind.INSTANCE, ResourceKind.VOLUME, ResourceKind.NETWORK_INTERFACE,
                       ResourceKind.SECURITY_GROUP, ResourceKind.ADDRESS, ResourceKind.SPOT_REQUEST,
-                      ResourceKind.SNAPSHOT, ResourceKind.LAUNCH_TEMPLATE}),
+                      ResourceKind.SNAPSHOT, ResourceKind.LAUNCH_TEMPLATE,
+                      ResourceKind.KEY_PAIR}),
     "gcp": frozenset({ResourceKind.INSTANCE, ResourceKind.DISK, ResourceKind.ADDRESS, ResourceKind.SNAPSHOT}),
 }
 

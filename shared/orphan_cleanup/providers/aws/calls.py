@@ -22,7 +22,7 @@ MUTATING = {
     "delete_network_interface": "ec2:DeleteNetworkInterface", "disassociate_address": "ec2:DisassociateAddress",
     "release_address": "ec2:ReleaseAddress", "delete_security_group": "ec2:DeleteSecurityGroup",
     "create_snapshot": "ec2:CreateSnapshot", "delete_snapshot": "ec2:DeleteSnapshot",
-    "delete_launch_template": "ec2:DeleteLaunchTemplate",
+    "delete_launch_template": "ec2:DeleteLaunchTemplate", "delete_key_pair": "ec2:DeleteKeyPair",
 }
 
 

@@ -346,11 +346,33 @@ LAUNCH_TEMPLATE = AwsKind(
     page_size=200,  # DescribeLaunchTemplates: 1-200
 )
 
+#: Deleting a key pair deletes EC2's copy of its public key only: an instance launched with it
+#: keeps the key it was given, so nothing outside the group goes with it (SAFETY.md rule 15).
+#: An instance names its key pair by name (``KeyName``); the delete acts on the id.
+KEY_PAIR = AwsKind(
+    kind=ResourceKind.KEY_PAIR,
+    describe="describe_key_pairs",
+    items_path=("KeyPairs",),
+    id_field="KeyPairId",
+    ids_param="KeyPairIds",
+    id_filter="key-pair-id",
+    created_path=("CreateTime",),
+    state_path=None,
+    states=_literal({}),
+    delete="delete_key_pair",
+    delete_param="KeyPairId",
+    not_found=frozenset({"InvalidKeyPair.NotFound"}),
+    malformed="InvalidKeyPair.Malformed",
+    depends_on=(ResourceKind.INSTANCE,),
+    named_by=NamedBy(("KeyName",), "KeyName"),
+    page_size=None,  # DescribeKeyPairs does not page: one call answers every key pair
+)
+
 # Listing order: instances first, so the link pass can see who uses what. Snapshots are
 # listed only with ``retain_snapshots_days`` set (``listed_kinds``). The deletion orders
 # them by ``depends_on`` (``deletion.delete_order``).
 KINDS: tuple[AwsKind, ...] = (INSTANCE, VOLUME, NETWORK_INTERFACE, SECURITY_GROUP, ADDRESS, SPOT_REQUEST,
-                              LAUNCH_TEMPLATE, SNAPSHOT)
+                              LAUNCH_TEMPLATE, KEY_PAIR, SNAPSHOT)
 BY_KIND: Mapping[ResourceKind, AwsKind] = _literal({k.kind: k for k in KINDS})
 
 
