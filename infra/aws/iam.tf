@@ -15,6 +15,7 @@ locals {
     "ec2:CancelSpotInstanceRequests",
     "ec2:DeleteLaunchTemplate",
     "ec2:DeleteKeyPair",
+    "ec2:DeletePlacementGroup",
     "ec2:DeleteSnapshot",
   ]
   # Every delete but DeleteSnapshot, which the deleter may make only on the snapshots it
@@ -30,6 +31,7 @@ locals {
     "ec2:CancelSpotInstanceRequests",
     "ec2:DeleteLaunchTemplate",
     "ec2:DeleteKeyPair",
+    "ec2:DeletePlacementGroup",
   ]
   # Describe* support no resource-level permission: "*" is the only form.
   ec2_describe_actions = [
@@ -42,6 +44,7 @@ locals {
     "ec2:DescribeSnapshots",
     "ec2:DescribeLaunchTemplates",
     "ec2:DescribeKeyPairs",
+    "ec2:DescribePlacementGroups",
   ]
   # The deleter also reads termination protection, which no describe shows (SAFETY.md rule 14).
   ec2_deleter_read_actions = [
@@ -54,6 +57,7 @@ locals {
     "ec2:DescribeSnapshots",
     "ec2:DescribeLaunchTemplates",
     "ec2:DescribeKeyPairs",
+    "ec2:DescribePlacementGroups",
   ]
   ec2_arn = "arn:${local.partition}:ec2:*:${local.account_id}"
   # Snapshot ARNs name no account.
@@ -258,6 +262,7 @@ data "aws_iam_policy_document" "deleter" {
       "${local.ec2_arn}:spot-instances-request/*",
       "${local.ec2_arn}:launch-template/*",
       "${local.ec2_arn}:key-pair/*",
+      "${local.ec2_arn}:placement-group/*",
     ]
 
     condition {

@@ -15,7 +15,7 @@ DELETE_ACTIONS = frozenset({
     "ec2:TerminateInstances", "ec2:DeleteVolume", "ec2:DeleteNetworkInterface",
     "ec2:DeleteSecurityGroup", "ec2:ReleaseAddress", "ec2:DetachNetworkInterface",
     "ec2:DisassociateAddress", "ec2:CancelSpotInstanceRequests", "ec2:DeleteSnapshot",
-    "ec2:DeleteLaunchTemplate", "ec2:DeleteKeyPair",
+    "ec2:DeleteLaunchTemplate", "ec2:DeleteKeyPair", "ec2:DeletePlacementGroup",
 })
 #: What the deleter writes to keep a data volume (``snapshot_before_delete``): a snapshot of
 #: a ref-tagged volume that carries the ref itself, tagged only as it is created.
@@ -29,7 +29,7 @@ LAMBDA_ENI_ACTIONS = frozenset({
 DESCRIBE_ACTIONS = frozenset({
     "ec2:DescribeInstances", "ec2:DescribeVolumes", "ec2:DescribeNetworkInterfaces",
     "ec2:DescribeSecurityGroups", "ec2:DescribeAddresses", "ec2:DescribeSpotInstanceRequests",
-    "ec2:DescribeSnapshots", "ec2:DescribeLaunchTemplates", "ec2:DescribeKeyPairs",
+    "ec2:DescribeSnapshots", "ec2:DescribeLaunchTemplates", "ec2:DescribeKeyPairs", "ec2:DescribePlacementGroups",
 })
 #: The tag on the snapshots the deleter takes: ec2:DeleteSnapshot needs it too (SAFETY.md rule 15),
 #: its value a volume id (the one it was taken of; IAM cannot compare the two, the deleter does).

@@ -68,6 +68,7 @@ ACTIONS: Mapping[str, str] = {
     "ec2:DeleteSecurityGroup": "delete-security-group",
     "ec2:DeleteLaunchTemplate": "delete-launch-template",
     "ec2:DeleteKeyPair": "delete-key-pair",
+    "ec2:DeletePlacementGroup": "delete-placement-group",
 }
 assert set(MUTATING.values()) <= set(ACTIONS), "a mutating EC2 call the suite cannot name"
 

@@ -15,13 +15,23 @@ unreadable (never gone), which no test here reaches.
 
 Key pairs. An instance names its key pair by name (``KeyName``); the deleter deletes by the id
 (``DeleteKeyPair(KeyPairId=...)``). Moto 5.2.5 ignores ``KeyPairId`` (it deletes nothing and
-answers every key pair to ``DescribeKeyPairs(KeyPairIds=...)``): the deletion tests here run with
-``moto_gaps.key_pairs_by_id``, which makes moto answer those two calls as EC2 documents. Deleting a
+answers every key pair to ``DescribeKeyPairs(KeyPairIds=...)``): the tests' moto server answers
+those two calls as EC2 documents (``orphan_cleanup.demo.moto_gaps``, filled in for the session). Deleting a
 key pair takes only EC2's copy of the public key: an instance launched with it keeps running.
+
+Placement groups. Moto 5.2.5 has none (its EC2 raises ``NotImplementedError`` for every
+placement-group call, ignores ``Placement.GroupName`` and has no ``placement-group-name`` filter):
+the tests' moto server has them filled in as EC2 documents them (``orphan_cleanup.demo.moto_gaps``,
+the same for the demo's moto), so what is tested here is the product against that minimal model of
+EC2's placement groups, not against moto's own. An instance names its group by name
+(``Placement.GroupName``); ``DeletePlacementGroup`` takes the name, so the deleter reads the group by
+id, checks right before the call that the name still names that id, and never asks while an
+instance outside the group is in it (``in_use``).
 """
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
@@ -34,8 +44,8 @@ from orphan_cleanup.ledger.client import aws_tag_specifications
 from orphan_cleanup.ledger.db import Database
 from orphan_cleanup.queues.memory import InProcessQueue
 from tests.e2e.test_seams_attack_aws import delete_cycle
+from tests.support.aws_proxy import AwsProxy, Rule
 from tests.support.ledger_helpers import add_backend
-from tests.support.moto_gaps import key_pairs_by_id
 from tests.support.seams import GONE, delete_results, query, skip_reasons
 from tests.support.sqs_harness import AMI, MotoPlatform
 
@@ -243,12 +253,11 @@ def test_a_key_pair_is_listed_in_the_group_of_the_one_vm_of_its_ref_using_it(emp
     assert not [g for g in groups.values() if foreign_kp in g["members"]]
 
 
-def test_an_orphan_vms_key_pair_is_deleted_by_id_after_the_vm(emptied_db, moto_reset, monkeypatch):
+def test_an_orphan_vms_key_pair_is_deleted_by_id_after_the_vm(emptied_db, moto_reset):
     """Given an orphan VM launched with its ref's key pair, a tracked VM with its own, and someone's
     untagged instance launched with the orphan's key pair; when a delete cycle runs; then the VM is
     terminated first and its key pair deleted after it, by id (journaled); the tracked VM's key pair
     stays, and so does the other instance (deleting a key pair takes only EC2's copy of the key)."""
-    key_pairs_by_id(monkeypatch)
     db = emptied_db
     platform = platform_of(db)
     kept = platform.tracked(data_volume=False)
@@ -269,11 +278,10 @@ def test_an_orphan_vms_key_pair_is_deleted_by_id_after_the_vm(emptied_db, moto_r
     assert {t for _, t in calls} <= {lost_vm, kp, *platform.volumes_of(ref)}
 
 
-def test_a_key_pair_whose_name_was_taken_by_another_is_not_deleted(emptied_db, moto_reset, monkeypatch):
+def test_a_key_pair_whose_name_was_taken_by_another_is_not_deleted(emptied_db, moto_reset):
     """Given a leftover key pair of an orphan ref that is deleted, after the listing, and re-created
     under the same name by someone else (another id, no ref); when the deleter runs; then the new key
     pair survives: the deleter reads and deletes by the listed id, never by the name."""
-    key_pairs_by_id(monkeypatch)
     db = emptied_db
     platform = platform_of(db)
     old = key_pair(platform, "reused", orphan(platform))
@@ -292,10 +300,9 @@ def test_a_key_pair_whose_name_was_taken_by_another_is_not_deleted(emptied_db, m
     assert old in recorded["result"]["deleted"]  # gone by its id: done
 
 
-def test_a_protect_tag_on_the_key_pair_keeps_the_whole_group(emptied_db, moto_reset, monkeypatch):
+def test_a_protect_tag_on_the_key_pair_keeps_the_whole_group(emptied_db, moto_reset):
     """Given an orphan VM launched with its ref's key pair that also carries the protect tag; when a
     delete cycle runs; then nothing is deleted."""
-    key_pairs_by_id(monkeypatch)
     db = emptied_db
     platform = platform_of(db)
     ref = orphan(platform)
@@ -306,4 +313,156 @@ def test_a_protect_tag_on_the_key_pair_keeps_the_whole_group(emptied_db, moto_re
     delete_cycle(db, moto_reset)
 
     assert platform.instance_state(lost_vm) == "running" and kp in key_pairs(platform)
+    assert not intents(db)
+
+
+# ---- placement groups ------------------------------------------------------------------------------------
+
+def placement_group(platform: MotoPlatform, name: str, ref: str | None, *, protect: bool = False) -> str:
+    spec = tagged("placement-group", ref, protect=protect)
+    platform.ec2.create_placement_group(GroupName=name, Strategy="cluster",
+                                        **({"TagSpecifications": spec} if spec else {}))
+    [group] = platform.ec2.describe_placement_groups(GroupNames=[name])["PlacementGroups"]
+    return str(group["GroupId"])
+
+
+def placement_groups(platform: MotoPlatform) -> set[str]:
+    return {g["GroupId"] for g in platform.ec2.describe_placement_groups()["PlacementGroups"]}
+
+
+def outcome(db: Database, cycle_id: str) -> str:
+    [[value]] = query(db, "SELECT outcome FROM cycles WHERE id = :c", c=cycle_id)
+    return str(value)
+
+
+def test_a_placement_group_is_listed_in_the_group_of_the_vm_in_it(emptied_db, moto_reset):
+    """Given a tracked VM and an orphan VM, each in its ref's placement group, a leftover placement
+    group of an orphan ref, and someone's untagged one; when a report cycle lists them; then each
+    VM's placement group is in its group, the leftover is a primary-less orphan group, and the
+    untagged one is not listed."""
+    db = emptied_db
+    platform = platform_of(db)
+    live = platform.ledger.issue_ref(owner_name="live")
+    live_pg = placement_group(platform, "live", live.provider_ref)
+    live_vm = vm(platform, live.provider_ref, Placement={"GroupName": "live"})
+    platform.ledger.mark_provisioning(live.owner_id, backend_id=BACKEND, primary_id=live_vm,
+                                      region=platform.region, status=OwnerStatus.BUSY)
+    lost = orphan(platform)
+    lost_pg = placement_group(platform, "lost", lost)
+    lost_vm = vm(platform, lost, Placement={"GroupName": "lost"})
+    left_pg = placement_group(platform, "left", orphan(platform))
+    foreign_pg = placement_group(platform, "foreign", None)
+    platform.age_ledger()
+
+    groups = report_groups(db, moto_reset)
+
+    assert group_of(groups, live_pg)["members"].items() >= {live_vm: "instance", live_pg: "placement-group"}.items()
+    assert group_of(groups, live_pg)["verdict"] == "tracked"
+    assert group_of(groups, lost_pg)["members"].items() >= {lost_vm: "instance", lost_pg: "placement-group"}.items()
+    assert group_of(groups, lost_pg)["verdict"] == "orphan"
+    assert group_of(groups, left_pg) == {"members": {left_pg: "placement-group"}, "verdict": "orphan",
+                                         "reason": "owner_deleted"}
+    assert not [g for g in groups.values() if foreign_pg in g["members"]]
+
+
+def test_an_orphan_vms_placement_group_is_deleted_after_the_vm(emptied_db, moto_reset):
+    """Given an orphan VM in its ref's placement group and a tracked VM in its own; when a delete
+    cycle runs; then the orphan VM is terminated first and its placement group deleted after it
+    (journaled under its id), and the tracked VM's group stays."""
+    db = emptied_db
+    platform = platform_of(db)
+    kept = platform.tracked(data_volume=False)
+    kept_pg = placement_group(platform, "kept", kept.ref)
+    ref = orphan(platform)
+    pg = placement_group(platform, "lost", ref)
+    lost_vm = vm(platform, ref, Placement={"GroupName": "lost"})
+    platform.age_ledger()
+
+    cycle_id = delete_cycle(db, moto_reset)
+
+    assert platform.instance_state(lost_vm) in GONE
+    assert pg not in placement_groups(platform) and kept_pg in placement_groups(platform)
+    calls = intents(db)
+    assert calls.index(("ec2:TerminateInstances", lost_vm)) < calls.index(("ec2:DeletePlacementGroup", pg))
+    assert outcome(db, cycle_id) == "clean"
+
+
+@pytest.mark.parametrize("with_vm", [True, False], ids=["vm-group", "leftover"])
+def test_a_placement_group_with_an_instance_outside_the_group_in_it_is_left_in_use(emptied_db, moto_reset,
+                                                                                   with_vm):
+    """Given an orphan ref's placement group (with the orphan VM in it, or a leftover) that also
+    holds someone's untagged running instance; when a delete cycle runs; then the placement group
+    is not deleted (no DeletePlacementGroup is even asked), it is named ``in_use``, someone's
+    instance runs on, and the cycle is unsettled, never failed; the orphan VM itself goes."""
+    db = emptied_db
+    platform = platform_of(db)
+    ref = orphan(platform)
+    pg = placement_group(platform, "shared", ref)
+    lost_vm = vm(platform, ref, Placement={"GroupName": "shared"}) if with_vm else None
+    bystander = vm(platform, None, Placement={"GroupName": "shared"})
+    platform.age_ledger()
+
+    cycle_id = delete_cycle(db, moto_reset)
+
+    assert pg in placement_groups(platform)
+    assert platform.instance_state(bystander) == "running"
+    assert ("ec2:DeletePlacementGroup", pg) not in intents(db)
+    if lost_vm is not None:
+        assert platform.instance_state(lost_vm) in GONE
+    [recorded] = delete_results(db, cycle_id)
+    assert skip_reasons(recorded)[pg] == "in_use", recorded
+    assert outcome(db, cycle_id) == "unsettled"
+
+
+def test_a_placement_group_name_taken_by_another_group_before_the_call_is_not_deleted(emptied_db, moto_reset):
+    """Given a leftover placement group of an orphan ref; when a delete cycle runs and, after the
+    deleter read it by id and while its check for instances inside is held at the proxy, the group
+    is deleted and someone creates another under the same name (another id, no ref); then the
+    deleter does not call DeletePlacementGroup (the name no longer names the id it read): the new
+    group survives, and the old one is recorded as left (``replaced``), not deleted by name."""
+    db = emptied_db
+    platform = platform_of(db)
+    old = placement_group(platform, "reused", orphan(platform))
+    platform.age_ledger()
+    new: list[str] = []
+    with AwsProxy(moto_reset) as proxy:
+        held = proxy.add_rule(Rule("DescribeInstances", match=lambda body: b"placement-group-name" in body,
+                                   times=1, hold=True))
+
+        def reuse_the_name() -> None:
+            try:
+                assert held.arrived.wait(30), "no check for instances inside was sent"
+                platform.ec2.delete_placement_group(GroupName="reused")
+                new.append(placement_group(platform, "reused", None))
+            finally:
+                held.release()
+
+        meanwhile = threading.Thread(target=reuse_the_name)
+        meanwhile.start()
+        try:
+            cycle_id = delete_cycle(db, proxy.url)
+        finally:
+            held.release()
+            meanwhile.join(30)
+
+    assert new and new[0] != old and new[0] in placement_groups(platform)
+    assert not [c for c in intents(db) if c[0] == "ec2:DeletePlacementGroup"]
+    [recorded] = delete_results(db, cycle_id)
+    assert skip_reasons(recorded)[old] == "replaced", recorded
+    assert outcome(db, cycle_id) == "unsettled"
+
+
+def test_a_protect_tag_on_the_placement_group_keeps_the_whole_group(emptied_db, moto_reset):
+    """Given an orphan VM in its ref's placement group that also carries the protect tag; when a
+    delete cycle runs; then nothing is deleted."""
+    db = emptied_db
+    platform = platform_of(db)
+    ref = orphan(platform)
+    pg = placement_group(platform, "lost", ref, protect=True)
+    lost_vm = vm(platform, ref, Placement={"GroupName": "lost"})
+    platform.age_ledger()
+
+    delete_cycle(db, moto_reset)
+
+    assert platform.instance_state(lost_vm) == "running" and pg in placement_groups(platform)
     assert not intents(db)

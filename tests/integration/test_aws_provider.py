@@ -39,6 +39,7 @@ DESCRIBES = {
     "DescribeSpotInstanceRequests": "SpotInstanceRequestIds",
     "DescribeLaunchTemplates": "LaunchTemplateIds",
     "DescribeKeyPairs": "KeyPairIds",
+    "DescribePlacementGroups": "GroupIds",
     "DescribeSnapshots": "SnapshotIds",
 }
 ACTIONS = {

@@ -15,6 +15,7 @@ from orphan_cleanup.providers.aws.kinds import (
     KINDS,
     LAUNCH_TEMPLATE,
     NETWORK_INTERFACE,
+    PLACEMENT_GROUP,
     SECURITY_GROUP,
     VOLUME,
 )
@@ -40,7 +41,8 @@ def instance(iid: str, *, state: str = "running", sgs: tuple[str, ...] = (), tag
 def test_every_kind_has_one_row_and_the_delete_order_respects_dependencies():
     assert set(BY_KIND) == {ResourceKind.INSTANCE, ResourceKind.VOLUME, ResourceKind.NETWORK_INTERFACE,
                             ResourceKind.SECURITY_GROUP, ResourceKind.ADDRESS, ResourceKind.SPOT_REQUEST,
-                            ResourceKind.SNAPSHOT, ResourceKind.LAUNCH_TEMPLATE, ResourceKind.KEY_PAIR}
+                            ResourceKind.SNAPSHOT, ResourceKind.LAUNCH_TEMPLATE, ResourceKind.KEY_PAIR,
+                            ResourceKind.PLACEMENT_GROUP}
     order = list(delete_order(KINDS))
     for spec in KINDS:
         for dep in spec.depends_on:
@@ -221,3 +223,18 @@ def test_key_pair_joins_the_one_same_ref_instance_naming_it():
     assert (links["key-1"], links["key-2"], links["key-3"]) == ("i-1", None, None)
     assert to_resource(KEY_PAIR, raw[ResourceKind.KEY_PAIR][0], "r").details["KeyName"] == "job-1"
     assert KEY_PAIR.page_size is None and KEY_PAIR.delete_params("key-1") == {"KeyPairId": "key-1"}
+
+
+def test_placement_group_joins_the_one_same_ref_instance_in_it_and_is_deleted_by_its_name():
+    inside = [instance("i-1"), instance("i-2")]
+    inside[0]["Placement"]["GroupName"] = "job-1"
+    inside[1]["Placement"]["GroupName"] = ""
+    item = {"GroupId": "pg-1", "GroupName": "job-1", "State": "available", "Strategy": "cluster", "Tags": T}
+    raw = {ResourceKind.INSTANCE: inside, ResourceKind.PLACEMENT_GROUP: [item]}
+
+    assert _linked(raw)["pg-1"] == "i-1"
+    res = to_resource(PLACEMENT_GROUP, item, "r")
+    assert (res.state, res.created_at, res.details["GroupName"]) == (ResourceState.AVAILABLE, None, "job-1")
+    assert PLACEMENT_GROUP.delete_value(item) == "job-1"  # DeletePlacementGroup takes the name
+    assert PLACEMENT_GROUP.delete_params("job-1") == {"GroupName": "job-1"}
+    assert PLACEMENT_GROUP.state({**item, "State": "deleting"}) is ResourceState.TERMINATING

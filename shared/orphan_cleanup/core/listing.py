@@ -42,6 +42,7 @@ class ResourceKind(StrEnum):
     SNAPSHOT = "snapshot"
     LAUNCH_TEMPLATE = "launch-template"
     KEY_PAIR = "key-pair"
+    PLACEMENT_GROUP = "placement-group"
 
 
 #: The kinds each provider's listing produces: a group naming another kind came from no
@@ -50,7 +51,7 @@ PROVIDER_KINDS: dict[str, frozenset[ResourceKind]] = {
     "aws": frozenset({ResourceKind.INSTANCE, ResourceKind.VOLUME, ResourceKind.NETWORK_INTERFACE,
                       ResourceKind.SECURITY_GROUP, ResourceKind.ADDRESS, ResourceKind.SPOT_REQUEST,
                       ResourceKind.SNAPSHOT, ResourceKind.LAUNCH_TEMPLATE,
-                      ResourceKind.KEY_PAIR}),
+                      ResourceKind.KEY_PAIR, ResourceKind.PLACEMENT_GROUP}),
     "gcp": frozenset({ResourceKind.INSTANCE, ResourceKind.DISK, ResourceKind.ADDRESS, ResourceKind.SNAPSHOT}),
 }
 

@@ -23,6 +23,7 @@ MUTATING = {
     "release_address": "ec2:ReleaseAddress", "delete_security_group": "ec2:DeleteSecurityGroup",
     "create_snapshot": "ec2:CreateSnapshot", "delete_snapshot": "ec2:DeleteSnapshot",
     "delete_launch_template": "ec2:DeleteLaunchTemplate", "delete_key_pair": "ec2:DeleteKeyPair",
+    "delete_placement_group": "ec2:DeletePlacementGroup",
 }
 
 

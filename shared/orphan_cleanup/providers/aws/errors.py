@@ -77,6 +77,7 @@ NOT_YET_CODES = frozenset({
     "InvalidNetworkInterface.InUse",
     "InvalidIPAddress.InUse",
     "InvalidGroup.InUse",
+    "InvalidPlacementGroup.InUse",
 })
 
 # "Something outside the group uses it": not going away by waiting for the group.

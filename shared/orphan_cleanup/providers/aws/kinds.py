@@ -55,6 +55,10 @@ class AwsKind:
     # How an instance names a resource of this kind it uses (``NamedBy``): what links it to
     # the instance's group in a listing and what the deleter's re-read of the owner shows used.
     named_by: NamedBy | None = None
+    # The ``DescribeInstances`` filter that finds the instances inside a resource of this kind by
+    # ``delete_field``'s value (``placement-group-name``): it is never deleted while an instance
+    # outside the group is in it (SAFETY.md rule 15).
+    instances_filter: str | None = None
 
     def items(self, page: Mapping[str, Any]) -> Iterator[Mapping[str, Any]]:
         """The items of one describe page (reservations are flattened)."""
@@ -79,6 +83,12 @@ class AwsKind:
 
     def delete_params(self, resource_id: str) -> dict[str, Any]:
         return {self.delete_param: [resource_id] if self.delete_as_list else resource_id}
+
+    def delete_value(self, item: Mapping[str, Any]) -> str | None:
+        """What the delete call names, as ``item`` (a read by id) says: the id, or the
+        ``delete_field`` (a name); None when the read does not say it."""
+        value = item.get(self.delete_field or self.id_field)
+        return str(value) if value else None
 
 
 @dataclass(frozen=True)
@@ -368,11 +378,45 @@ KEY_PAIR = AwsKind(
     page_size=None,  # DescribeKeyPairs does not page: one call answers every key pair
 )
 
+#: ``deleting``/``deleted`` are on their way out; ``pending`` is being created.
+PLACEMENT_GROUP_STATES = _literal({
+    "pending": ResourceState.ACTIVE,
+    "available": ResourceState.AVAILABLE,
+    "deleting": ResourceState.TERMINATING,
+    "deleted": ResourceState.TERMINATED,
+})
+#: Deleting a placement group deletes nothing else, and EC2 refuses it while an instance is in
+#: it; the deleter does not ask while an instance outside the group is (``instances_filter``:
+#: ``in_use``), and waits for the group's own instance to be gone (SAFETY.md rule 15).
+#: ``DeletePlacementGroup`` takes the name: it is read by id, and right before the call the
+#: name must still name that id (SAFETY.md rule 3).
+PLACEMENT_GROUP = AwsKind(
+    kind=ResourceKind.PLACEMENT_GROUP,
+    describe="describe_placement_groups",
+    items_path=("PlacementGroups",),
+    id_field="GroupId",
+    ids_param="GroupIds",
+    id_filter=None,  # DescribePlacementGroups filters on names, ARNs, states and tags, not ids
+    created_path=None,  # the API does not say when a placement group was created
+    state_path=("State",),
+    states=PLACEMENT_GROUP_STATES,
+    delete="delete_placement_group",
+    delete_param="GroupName",
+    delete_field="GroupName",
+    names_param="GroupNames",
+    not_found=frozenset({"InvalidPlacementGroup.Unknown", "InvalidPlacementGroupId.NotFound"}),
+    malformed="InvalidPlacementGroupId.Malformed",
+    depends_on=(ResourceKind.INSTANCE,),
+    named_by=NamedBy(("Placement", "GroupName"), "GroupName"),
+    instances_filter="placement-group-name",
+    page_size=None,  # DescribePlacementGroups does not page
+)
+
 # Listing order: instances first, so the link pass can see who uses what. Snapshots are
 # listed only with ``retain_snapshots_days`` set (``listed_kinds``). The deletion orders
 # them by ``depends_on`` (``deletion.delete_order``).
 KINDS: tuple[AwsKind, ...] = (INSTANCE, VOLUME, NETWORK_INTERFACE, SECURITY_GROUP, ADDRESS, SPOT_REQUEST,
-                              LAUNCH_TEMPLATE, KEY_PAIR, SNAPSHOT)
+                              LAUNCH_TEMPLATE, KEY_PAIR, PLACEMENT_GROUP, SNAPSHOT)
 BY_KIND: Mapping[ResourceKind, AwsKind] = _literal({k.kind: k for k in KINDS})
 
 

@@ -28,7 +28,14 @@ EC2 specifics:
   owner, or by an instance not known gone, is "not yet"; one a live instance outside the
   group holds is ``in_use``;
 - EC2's delete calls of dependents are synchronous: a call that answered has deleted
-  (``InvalidSnapshot.InUse``: an AMI uses the snapshot, ``in_use``).
+  (``InvalidSnapshot.InUse``: an AMI uses the snapshot, ``in_use``);
+- a kind an instance names (``AwsKind.named_by``: its launch template, key pair, placement
+  group) goes with the owner that names it as re-read; a kind without an id filter
+  (``DescribeLaunchTemplates``, ``DescribePlacementGroups``) is read id by id;
+- ``DeletePlacementGroup`` takes the group's name: the name comes from the read by id and is
+  read once more right before the call, which is made only while it still names that id
+  (``Replaced`` otherwise); the group waits while its own instance is in it and is ``in_use``
+  while any other instance is (``DescribeInstances`` filtered on ``placement-group-name``).
 """
 
 from __future__ import annotations
@@ -66,6 +73,7 @@ from orphan_cleanup.providers.operations import (
     Operations,
     Read,
     Readiness,
+    Replaced,
     Target,
     attached_at_launch,
 )
@@ -272,10 +280,11 @@ class AwsOperations(Operations):
 
     def delete(self, live: Live, journal: Journal, blast: Sequence[str] = ()) -> Live | None:
         spec = BY_KIND[live.target.kind]
+        addressed = self._still_names(spec, live) if spec.delete_field else live.id
         try:
             self.calls.call(spec.delete, spec.not_found, target=live.id, blast=blast, journal=journal,
                             refused=_TERMINATION_REFUSED if spec is INSTANCE else frozenset(),
-                            **spec.delete_params(live.id))
+                            **spec.delete_params(addressed))
         except Refused as refused:
             raise DeleteRefused("termination_protection",
                                 f"{live.id}: TerminateInstances answered {refused}") from refused
@@ -288,6 +297,22 @@ class AwsOperations(Operations):
         if isinstance(after, Live) or after is None:
             return after
         raise ProviderError(f"instance {live.id} cannot be read after terminate_instances", region=self.region)
+
+    def _still_names(self, spec: AwsKind, live: Live) -> str:
+        """The name the delete call takes (``delete_field``), from ``live`` (the read by id just
+        before), read once more by that name right before the call: it must name the same id
+        (SAFETY.md rule 3: a name can be reused), or nothing is deleted (``Replaced``)."""
+        name = spec.delete_value(live.item)
+        if name is None or spec.names_param is None:
+            raise Blocked(f"{spec.kind} {live.id}: its read names no {spec.delete_field}", reason="unreadable",
+                          region=self.region)
+        params: dict[str, Any] = {spec.names_param: [name]}
+        reply = self.calls.call(spec.describe, spec.not_found, **params)
+        named = [spec.item_id(i) for i in spec.items(reply or {}) if spec.delete_value(i) == name]
+        if named != [live.id]:
+            raise Replaced(f"{spec.kind} {live.id}: {spec.delete_field} {name!r} now names {named or 'nothing'}",
+                           region=self.region)
+        return name
 
     def created_at(self, live: Live) -> datetime | None:
         return as_utc(dig(live.item, BY_KIND[live.target.kind].created_path))  # as the listing reads it
@@ -305,6 +330,25 @@ class AwsOperations(Operations):
             return self._disassociate_address(item, owner_id, ours, journal)
         if spec is SPOT_REQUEST:  # never cancel the request of a live instance outside the group
             return self._holder(item.get("InstanceId") or None, owner_id)
+        if spec.instances_filter is not None:
+            return self._instances_inside(spec, live, owner_id)
+        return Readiness.READY
+
+    def _instances_inside(self, spec: AwsKind, live: Live, owner_id: str | None) -> Readiness:
+        """A placement group, as read now, with no instance in it but terminated ones: ready; the
+        group's own owner still in it: not yet; any other instance (another ref's, someone's, a
+        second VM of this ref): ``in_use`` (SAFETY.md rule 15). A reply that cannot tell: not yet."""
+        name = spec.delete_value(live.item)
+        if name is None:
+            return Readiness.NOT_YET
+        states = [s for s, v in INSTANCE.states.items() if v is not ResourceState.TERMINATED]
+        reply = self.calls.call(INSTANCE.describe, frozenset(), Filters=[
+            {"Name": spec.instances_filter, "Values": [name]}, {"Name": "instance-state-name", "Values": states}])
+        inside = {INSTANCE.item_id(i) for i in INSTANCE.items(reply or {})} - self._gone_instances
+        if inside - {owner_id}:
+            return Readiness.IN_USE
+        if inside or (reply or {}).get("NextToken"):
+            return Readiness.NOT_YET
         return Readiness.READY
 
     def _detach_interface(self, eni: Item, owner_id: str | None, journal: Journal) -> Readiness:
