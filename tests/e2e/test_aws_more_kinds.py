@@ -27,6 +27,14 @@ EC2's placement groups, not against moto's own. An instance names its group by n
 (``Placement.GroupName``); ``DeletePlacementGroup`` takes the name, so the deleter reads the group by
 id, checks right before the call that the name still names that id, and never asks while an
 instance outside the group is in it (``in_use``).
+
+ELBv2 load balancers and target groups (moto's elbv2, which has them). Their describes have no tag
+filter: the listing describes them all and reads their tags with ``DescribeTags``, 20 ARNs a call.
+No listing call ties them to an instance, so a ref's load balancers and target groups are a
+primary-less group of that ref: protected while its owner lives (``unattached_of_live_owner``),
+deleted once it is gone, the load balancer before the target group. Deleting a load balancer
+deletes its listeners: one forwarding to a target group outside the group blocks it
+(``blast_foreign``); a target group with a target outside the group registered is ``in_use``.
 """
 
 from __future__ import annotations
@@ -466,3 +474,172 @@ def test_a_protect_tag_on_the_placement_group_keeps_the_whole_group(emptied_db, 
 
     assert platform.instance_state(lost_vm) == "running" and pg in placement_groups(platform)
     assert not intents(db)
+
+
+# ---- ELBv2 load balancers and target groups ---------------------------------------------------------------
+
+def elbv2() -> Any:
+    import boto3
+
+    return boto3.client("elbv2", region_name="us-east-1")
+
+
+def subnets(platform: MotoPlatform) -> tuple[str, list[str]]:
+    """The default VPC and two of its subnets (moto creates them)."""
+    found = platform.ec2.describe_subnets(Filters=[{"Name": "default-for-az", "Values": ["true"]}])["Subnets"]
+    return str(found[0]["VpcId"]), [str(s["SubnetId"]) for s in found[:2]]
+
+
+def elb_tags(ref: str | None) -> dict[str, Any]:
+    return {"Tags": [{"Key": TAG, "Value": ref}]} if ref else {}
+
+
+def load_balancer(platform: MotoPlatform, name: str, ref: str | None, *, forward_to: str | None = None) -> str:
+    _, nets = subnets(platform)
+    arn = str(elbv2().create_load_balancer(Name=name, Subnets=nets, **elb_tags(ref))["LoadBalancers"][0]
+              ["LoadBalancerArn"])
+    if forward_to:
+        elbv2().create_listener(LoadBalancerArn=arn, Protocol="HTTP", Port=80,
+                                DefaultActions=[{"Type": "forward", "TargetGroupArn": forward_to}])
+    return arn
+
+
+def target_group(platform: MotoPlatform, name: str, ref: str | None, *, targets: tuple[str, ...] = ()) -> str:
+    vpc, _ = subnets(platform)
+    arn = str(elbv2().create_target_group(Name=name, Protocol="HTTP", Port=80, VpcId=vpc, **elb_tags(ref))
+              ["TargetGroups"][0]["TargetGroupArn"])
+    if targets:
+        elbv2().register_targets(TargetGroupArn=arn, Targets=[{"Id": t} for t in targets])
+    return arn
+
+
+def balancers() -> set[str]:
+    return {b["LoadBalancerArn"] for b in elbv2().describe_load_balancers()["LoadBalancers"]}
+
+
+def target_groups() -> set[str]:
+    return {g["TargetGroupArn"] for g in elbv2().describe_target_groups()["TargetGroups"]}
+
+
+def test_a_refs_load_balancer_and_target_group_are_listed_as_its_leftovers(emptied_db, moto_reset):
+    """Given an orphan ref's load balancer forwarding to its target group, a live owner's own pair,
+    and someone's untagged load balancer; when a report cycle lists them; then the orphan ref's pair
+    is one primary-less orphan group, the live owner's pair is protected (no listing ties it to the
+    owner's instance), and the untagged load balancer is not listed."""
+    db = emptied_db
+    platform = platform_of(db)
+    ref = orphan(platform)
+    tg = target_group(platform, "lost-tg", ref)
+    lb = load_balancer(platform, "lost-lb", ref, forward_to=tg)
+    live = platform.tracked(data_volume=False)
+    live_tg = target_group(platform, "live-tg", live.ref, targets=(live.instance_id or "",))
+    live_lb = load_balancer(platform, "live-lb", live.ref, forward_to=live_tg)
+    foreign = load_balancer(platform, "foreign-lb", None)
+    platform.age_ledger()
+
+    groups = report_groups(db, moto_reset)
+
+    assert group_of(groups, lb) == {"members": {lb: "load-balancer", tg: "target-group"}, "verdict": "orphan",
+                                    "reason": "owner_deleted"}
+    assert group_of(groups, live_lb) == {"members": {live_lb: "load-balancer", live_tg: "target-group"},
+                                         "verdict": "protected", "reason": "unattached_of_live_owner"}
+    assert not [g for g in groups.values() if foreign in g["members"]]
+
+
+def test_an_orphan_load_balancer_goes_before_its_target_group(emptied_db, moto_reset):
+    """Given an orphan ref's load balancer whose listener forwards to the ref's target group; when a
+    delete cycle runs; then the load balancer is deleted first, the target group after it (both
+    journaled by ARN), and the cycle is clean."""
+    db = emptied_db
+    platform = platform_of(db)
+    ref = orphan(platform)
+    tg = target_group(platform, "lost-tg", ref)
+    lb = load_balancer(platform, "lost-lb", ref, forward_to=tg)
+    platform.age_ledger()
+
+    cycle_id = delete_cycle(db, moto_reset)
+
+    assert lb not in balancers() and tg not in target_groups()
+    calls = intents(db)
+    assert calls.index(("elasticloadbalancing:DeleteLoadBalancer", lb)) \
+        < calls.index(("elasticloadbalancing:DeleteTargetGroup", tg))
+    assert outcome(db, cycle_id) == "clean"
+
+
+def test_a_load_balancer_forwarding_to_a_target_group_outside_the_group_is_not_deleted(emptied_db, moto_reset):
+    """Given an orphan ref's load balancer whose listener forwards to someone's untagged target
+    group; when a delete cycle runs; then the load balancer is not deleted (its listener, which its
+    delete would take, serves a target group outside the group): skipped ``blast_foreign``, the
+    cycle unsettled, someone's target group and the listener intact."""
+    db = emptied_db
+    platform = platform_of(db)
+    foreign_tg = target_group(platform, "their-tg", None)
+    lb = load_balancer(platform, "lost-lb", orphan(platform), forward_to=foreign_tg)
+    platform.age_ledger()
+
+    cycle_id = delete_cycle(db, moto_reset)
+
+    assert lb in balancers() and foreign_tg in target_groups()
+    assert elbv2().describe_listeners(LoadBalancerArn=lb)["Listeners"]
+    assert not [c for c in intents(db) if c[0].startswith("elasticloadbalancing:")]
+    [recorded] = delete_results(db, cycle_id)
+    assert skip_reasons(recorded)[lb] == "blast_foreign", recorded
+    assert outcome(db, cycle_id) == "unsettled"
+
+
+def test_a_target_group_with_a_target_outside_the_group_is_left_in_use(emptied_db, moto_reset):
+    """Given an orphan ref's target group in which someone's running (untagged) instance is
+    registered; when a delete cycle runs; then the target group is not deleted: skipped ``in_use``,
+    the cycle unsettled, never failed, the instance running and still registered."""
+    db = emptied_db
+    platform = platform_of(db)
+    bystander = vm(platform, None)
+    tg = target_group(platform, "lost-tg", orphan(platform), targets=(bystander,))
+    platform.age_ledger()
+
+    cycle_id = delete_cycle(db, moto_reset)
+
+    assert tg in target_groups() and platform.instance_state(bystander) == "running"
+    assert ("elasticloadbalancing:DeleteTargetGroup", tg) not in intents(db)
+    [recorded] = delete_results(db, cycle_id)
+    assert skip_reasons(recorded)[tg] == "in_use", recorded
+    assert outcome(db, cycle_id) == "unsettled"
+
+
+def test_a_load_balancer_with_deletion_protection_is_left(emptied_db, moto_reset):
+    """Given an orphan ref's load balancer with deletion protection on; when a delete cycle runs; then
+    it is not deleted (no call is made), it is named ``deletion_protection``, the cycle unsettled."""
+    db = emptied_db
+    platform = platform_of(db)
+    lb = load_balancer(platform, "kept-lb", orphan(platform))
+    elbv2().modify_load_balancer_attributes(LoadBalancerArn=lb, Attributes=[
+        {"Key": "deletion_protection.enabled", "Value": "true"}])
+    platform.age_ledger()
+
+    cycle_id = delete_cycle(db, moto_reset)
+
+    assert lb in balancers()
+    assert not [c for c in intents(db) if c[0].startswith("elasticloadbalancing:")]
+    [recorded] = delete_results(db, cycle_id)
+    assert skip_reasons(recorded)[lb] == "deletion_protection", recorded
+
+
+def test_elbv2_tags_are_read_twenty_arns_a_call(emptied_db, moto_reset):
+    """Given 25 target groups of an orphan ref and 5 of someone else (30 in all); when a report cycle
+    lists the region through a counting proxy; then one DescribeTargetGroups page lists them all and
+    their tags take 2 DescribeTags calls (20 ARNs a call, the API's maximum); the 25 are one group."""
+    db = emptied_db
+    platform = platform_of(db)
+    ref = orphan(platform)
+    ours = {target_group(platform, f"ours-{i}", ref) for i in range(25)}
+    for i in range(5):
+        target_group(platform, f"theirs-{i}", None)
+    platform.age_ledger()
+
+    with AwsProxy(moto_reset) as proxy:
+        groups = report_groups(db, proxy.url)
+        counts = proxy.action_counts()
+
+    assert counts["DescribeTargetGroups"] == 1 and counts["DescribeLoadBalancers"] == 1
+    assert counts["DescribeTags"] == 2
+    assert set(group_of(groups, next(iter(ours)))["members"]) == ours

@@ -43,6 +43,8 @@ class ResourceKind(StrEnum):
     LAUNCH_TEMPLATE = "launch-template"
     KEY_PAIR = "key-pair"
     PLACEMENT_GROUP = "placement-group"
+    LOAD_BALANCER = "load-balancer"
+    TARGET_GROUP = "target-group"
 
 
 #: The kinds each provider's listing produces: a group naming another kind came from no
@@ -51,7 +53,8 @@ PROVIDER_KINDS: dict[str, frozenset[ResourceKind]] = {
     "aws": frozenset({ResourceKind.INSTANCE, ResourceKind.VOLUME, ResourceKind.NETWORK_INTERFACE,
                       ResourceKind.SECURITY_GROUP, ResourceKind.ADDRESS, ResourceKind.SPOT_REQUEST,
                       ResourceKind.SNAPSHOT, ResourceKind.LAUNCH_TEMPLATE,
-                      ResourceKind.KEY_PAIR, ResourceKind.PLACEMENT_GROUP}),
+                      ResourceKind.KEY_PAIR, ResourceKind.PLACEMENT_GROUP,
+                      ResourceKind.LOAD_BALANCER, ResourceKind.TARGET_GROUP}),
     "gcp": frozenset({ResourceKind.INSTANCE, ResourceKind.DISK, ResourceKind.ADDRESS, ResourceKind.SNAPSHOT}),
 }
 

@@ -1,4 +1,4 @@
-"""The EC2 resource kinds the AWS adapter handles: one declarative row each.
+"""The EC2 and ELBv2 resource kinds the AWS adapter handles: one declarative row each.
 
 A row says how to list the kind (describe call, where the items sit in the
 reply, which filters narrow it), how to read one item (id, created-at, state
@@ -59,6 +59,10 @@ class AwsKind:
     # ``delete_field``'s value (``placement-group-name``): it is never deleted while an instance
     # outside the group is in it (SAFETY.md rule 15).
     instances_filter: str | None = None
+    # The boto3 service of the calls (``ec2``, ``elbv2``). An ELBv2 describe has no tag filter and
+    # its items carry no tags: they are read with ``DescribeTags``, 20 ARNs a call (``tags_by_arn``).
+    service: str = "ec2"
+    tags_by_arn: bool = False
 
     def items(self, page: Mapping[str, Any]) -> Iterator[Mapping[str, Any]]:
         """The items of one describe page (reservations are flattened)."""
@@ -412,11 +416,64 @@ PLACEMENT_GROUP = AwsKind(
     page_size=None,  # DescribePlacementGroups does not page
 )
 
+#: ELBv2: ``provisioning``/``active``/``active_impaired`` exist and serve; ``failed`` exists.
+LOAD_BALANCER_STATES = _literal({
+    "provisioning": ResourceState.ACTIVE,
+    "active": ResourceState.ACTIVE,
+    "active_impaired": ResourceState.ACTIVE,
+    "failed": ResourceState.AVAILABLE,
+})
+#: ELBv2 load balancers (ARN: immutable, the name is not). Deleting one deletes its listeners and
+#: their rules: a listener forwarding to a target group outside the group blocks it
+#: (``blast_foreign``, SAFETY.md rule 15); one with deletion protection is left
+#: (``deletion_protection``, rule 14). Deleted after instances.
+LOAD_BALANCER = AwsKind(
+    kind=ResourceKind.LOAD_BALANCER,
+    service="elbv2",
+    describe="describe_load_balancers",
+    items_path=("LoadBalancers",),
+    id_field="LoadBalancerArn",
+    ids_param="LoadBalancerArns",
+    id_filter=None,
+    created_path=("CreatedTime",),
+    state_path=("State", "Code"),
+    states=LOAD_BALANCER_STATES,
+    delete="delete_load_balancer",
+    delete_param="LoadBalancerArn",
+    not_found=frozenset({"LoadBalancerNotFound"}),
+    malformed="LoadBalancerNotFound",
+    depends_on=(ResourceKind.INSTANCE,),
+    tags_by_arn=True,
+    page_size=400,  # DescribeLoadBalancers: PageSize 1-400
+)
+#: ELBv2 target groups. Deleting one deletes nothing else; it is never deleted while a target
+#: outside the group is registered in it or a load balancer outside the group uses it
+#: (``in_use``). Deleted after the group's instances and load balancers.
+TARGET_GROUP = AwsKind(
+    kind=ResourceKind.TARGET_GROUP,
+    service="elbv2",
+    describe="describe_target_groups",
+    items_path=("TargetGroups",),
+    id_field="TargetGroupArn",
+    ids_param="TargetGroupArns",
+    id_filter=None,
+    created_path=None,  # DescribeTargetGroups does not say when it was created
+    state_path=None,
+    states=_literal({}),
+    delete="delete_target_group",
+    delete_param="TargetGroupArn",
+    not_found=frozenset({"TargetGroupNotFound"}),
+    malformed="TargetGroupNotFound",
+    depends_on=(ResourceKind.INSTANCE, ResourceKind.LOAD_BALANCER),
+    tags_by_arn=True,
+    page_size=400,  # DescribeTargetGroups: PageSize 1-400
+)
+
 # Listing order: instances first, so the link pass can see who uses what. Snapshots are
 # listed only with ``retain_snapshots_days`` set (``listed_kinds``). The deletion orders
 # them by ``depends_on`` (``deletion.delete_order``).
 KINDS: tuple[AwsKind, ...] = (INSTANCE, VOLUME, NETWORK_INTERFACE, SECURITY_GROUP, ADDRESS, SPOT_REQUEST,
-                              LAUNCH_TEMPLATE, KEY_PAIR, PLACEMENT_GROUP, SNAPSHOT)
+                              LAUNCH_TEMPLATE, KEY_PAIR, PLACEMENT_GROUP, LOAD_BALANCER, TARGET_GROUP, SNAPSHOT)
 BY_KIND: Mapping[ResourceKind, AwsKind] = _literal({k.kind: k for k in KINDS})
 
 

@@ -2,9 +2,12 @@
 server-side filtered on ``tag-key = settings.tag_key`` (never an unfiltered describe: it
 draws from EC2's smaller unfiltered bucket), paginated at each API's largest page, never
 the Resource Groups Tagging API (it shows deleted resources for an hour); instances in
-``terminated`` excluded by filter. Items become ``Resource``s (``to_resource``, an
-instance's controller from its tags), then get the attachments a single item cannot tell
-(``link_resources``), and are folded into groups (``base.group_resources``)."""
+``terminated`` excluded by filter. ELBv2's describes have no tag filter and no tags: every
+load balancer and target group is described (400 a page) and their tags are read with
+``DescribeTags``, 20 ARNs a call, the API's maximum (``describe_tagged_by_arn``). Items
+become ``Resource``s (``to_resource``, an instance's controller from its tags), then get
+the attachments a single item cannot tell (``link_resources``), and are folded into groups
+(``base.group_resources``)."""
 
 from __future__ import annotations
 
@@ -180,3 +183,46 @@ def describe_tagged(ec2: Any, spec: AwsKind, tag_key: str) -> Iterator[Mapping[s
             yield from spec.items(page)
     else:
         yield from spec.items(getattr(ec2, spec.describe)(Filters=filters, **spec.list_params))
+
+
+#: ``DescribeTags`` (ELBv2) takes at most 20 ARNs a call.
+TAGS_PER_CALL = 20
+
+
+def describe_tagged_by_arn(client: Any, spec: AwsKind, tag_key: str) -> Iterator[Mapping[str, Any]]:
+    """Every item of an ELBv2 kind carrying the ``tag_key`` tag: all items, page by page,
+    then their tags (``with_tags``), each kept item with its ``Tags``."""
+    if client.can_paginate(spec.describe):
+        pages = client.get_paginator(spec.describe).paginate(PaginationConfig={"PageSize": spec.page_size})
+    else:
+        pages = [getattr(client, spec.describe)()]
+    items = [item for page in pages for item in spec.items(page)]
+    for start in range(0, len(items), TAGS_PER_CALL):
+        for item in with_tags(client, spec, items[start:start + TAGS_PER_CALL]):
+            try:
+                ours = tag_key in tags_of(item, spec)
+            except (KeyError, TypeError, AttributeError) as exc:  # fail closed: the region fails
+                raise ProviderError(f"describe_tags returned unexpected tags: {exc!r}") from exc
+            if ours:
+                yield item
+
+
+def with_tags(client: Any, spec: AwsKind, items: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """``items`` (at most 20) with their ``Tags`` as one ``DescribeTags`` answers them; an item the
+    answer leaves out, or an item without its ARN, fails the call (``ProviderError``): what cannot
+    be read may carry the ref (fail closed)."""
+    try:
+        arns = [spec.item_id(item) for item in items]
+    except (KeyError, TypeError) as exc:
+        raise ProviderError(f"{spec.describe} returned an item without {spec.id_field}") from exc
+    if not arns:
+        return []
+    reply = client.describe_tags(ResourceArns=arns)
+    try:
+        tags = {str(d["ResourceArn"]): list(d.get("Tags") or []) for d in reply.get("TagDescriptions") or []}
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise ProviderError(f"describe_tags returned an unexpected reply: {exc!r}") from exc
+    missing = [arn for arn in arns if arn not in tags]
+    if missing:
+        raise ProviderError(f"describe_tags did not answer for {', '.join(missing)}")
+    return [{**item, spec.tags_field: tags[arn]} for item, arn in zip(items, arns, strict=True)]

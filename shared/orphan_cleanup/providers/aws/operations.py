@@ -52,8 +52,10 @@ from orphan_cleanup.providers.aws.kinds import (
     ADDRESS,
     BY_KIND,
     INSTANCE,
+    LOAD_BALANCER,
     NETWORK_INTERFACE,
     SPOT_REQUEST,
+    TARGET_GROUP,
     VOLUME,
     AwsKind,
     as_utc,
@@ -90,13 +92,21 @@ class AwsOperations(Operations):
 
     kinds = BY_KIND
 
-    def __init__(self, calls: Ec2Calls, *, controller_keys: Iterable[str] = ()) -> None:
+    def __init__(self, calls: Ec2Calls, *, controller_keys: Iterable[str] = (), elb: Ec2Calls | None = None) -> None:
         self.calls = calls
+        self.elb = elb  # the region's ELBv2 client (load balancers, target groups)
         self.region = calls.region
         self.controller_keys = tuple(controller_keys)
         self.snapshots = AwsSnapshots(calls)
         self._gone_instances: set[str] = set()  # instances EC2 answered terminated by id
         self._protection_unread: set[str] = set()  # owners whose disableApiTermination could not be read
+
+    def _calls(self, spec: AwsKind) -> Ec2Calls:
+        if spec.service == "ec2":
+            return self.calls
+        if self.elb is None:
+            raise ProviderError(f"no {spec.service} client to read or delete a {spec.kind}", region=self.region)
+        return self.elb
 
     # -- reads ---------------------------------------------------------------------------
 
@@ -107,7 +117,8 @@ class AwsOperations(Operations):
             found: dict[str, Item] = {}
             if len(targets) > 1 and spec.id_filter is not None:
                 # one filtered describe per kind; what it leaves out is asked by id
-                reply = self.calls.call(spec.describe, frozenset(), Filters=[{"Name": spec.id_filter, "Values": ids}])
+                reply = self._calls(spec).call(spec.describe, frozenset(),
+                                               Filters=[{"Name": spec.id_filter, "Values": ids}])
                 try:
                     found = {spec.item_id(i): i for i in spec.items(reply or {}) if spec.item_id(i) in ids}
                 except KeyError as exc:  # an item without its id: fail closed, never "gone"
@@ -119,7 +130,7 @@ class AwsOperations(Operations):
 
     def _read_one(self, spec: AwsKind, target: Target) -> Read:
         params: dict[str, Any] = {spec.ids_param: [target.id]}
-        reply = self.calls.call(spec.describe, spec.not_found | {spec.malformed}, **params)
+        reply = self._calls(spec).call(spec.describe, spec.not_found | {spec.malformed}, **params)
         if reply is None:  # not found, or an id of no such shape: nothing of that id
             # EC2 describes a terminated instance for an hour: not found for a listed one is not
             # proof that it is gone (eventual consistency), so it cannot be read this time.
@@ -130,6 +141,12 @@ class AwsOperations(Operations):
             raise ProviderError(f"{spec.describe} returned an item without {exc}", region=self.region) from exc
         if len(items) > 1:
             raise ProviderError(f"{spec.describe} returned {target.id} twice", region=self.region)
+        if items and spec.tags_by_arn:  # ELBv2: the tags are another call's, by ARN
+            tagged = self._calls(spec).call("describe_tags", spec.not_found, ResourceArns=[target.id])
+            found = [d for d in (tagged or {}).get("TagDescriptions") or [] if d.get("ResourceArn") == target.id]
+            if len(found) != 1:
+                return UNREAD  # tags that cannot be read may hold a protect tag
+            items = [{**items[0], spec.tags_field: list(found[0].get("Tags") or [])}]
         return self._live(spec, target, items[0]) if items else UNREAD
 
     def _live(self, spec: AwsKind, target: Target, item: Item) -> Live | None:
@@ -282,7 +299,7 @@ class AwsOperations(Operations):
         spec = BY_KIND[live.target.kind]
         addressed = self._still_names(spec, live) if spec.delete_field else live.id
         try:
-            self.calls.call(spec.delete, spec.not_found, target=live.id, blast=blast, journal=journal,
+            self._calls(spec).call(spec.delete, spec.not_found, target=live.id, blast=blast, journal=journal,
                             refused=_TERMINATION_REFUSED if spec is INSTANCE else frozenset(),
                             **spec.delete_params(addressed))
         except Refused as refused:
@@ -307,7 +324,7 @@ class AwsOperations(Operations):
             raise Blocked(f"{spec.kind} {live.id}: its read names no {spec.delete_field}", reason="unreadable",
                           region=self.region)
         params: dict[str, Any] = {spec.names_param: [name]}
-        reply = self.calls.call(spec.describe, spec.not_found, **params)
+        reply = self._calls(spec).call(spec.describe, spec.not_found, **params)
         named = [spec.item_id(i) for i in spec.items(reply or {}) if spec.delete_value(i) == name]
         if named != [live.id]:
             raise Replaced(f"{spec.kind} {live.id}: {spec.delete_field} {name!r} now names {named or 'nothing'}",
@@ -332,7 +349,69 @@ class AwsOperations(Operations):
             return self._holder(item.get("InstanceId") or None, owner_id)
         if spec.instances_filter is not None:
             return self._instances_inside(spec, live, owner_id)
+        if spec is LOAD_BALANCER:
+            self._listeners_stay_in_the_group(live, ours)
+            return Readiness.READY
+        if spec is TARGET_GROUP:
+            return self._target_group_users(live, owner_id, ours)
         return Readiness.READY
+
+    def _listeners_stay_in_the_group(self, balancer: Live, ours: Callable[[Live], bool]) -> None:
+        """Deleting a load balancer deletes its listeners and their rules (SAFETY.md rule 15):
+        every target group they forward to must be a member of the group, as read now
+        (``ours``), or one that is gone; otherwise ``Blocked`` (``blast_foreign``), nothing called.
+        A load balancer with deletion protection is left too (rule 14: ``deletion_protection``)."""
+        elb, arn = self._calls(LOAD_BALANCER), balancer.id
+        attributes = elb.call("describe_load_balancer_attributes", LOAD_BALANCER.not_found, LoadBalancerArn=arn)
+        protection = {a.get("Key"): a.get("Value") for a in (attributes or {}).get("Attributes") or []}
+        if attributes is not None and protection.get("deletion_protection.enabled", "false") != "false":
+            raise Blocked(f"load balancer {arn} has deletion protection", reason="deletion_protection",
+                          region=self.region)
+        forwarded: set[str] = set()
+        listeners = elb.call("describe_listeners", LOAD_BALANCER.not_found, LoadBalancerArn=arn, PageSize=400)
+        for listener in (listeners or {}).get("Listeners") or []:
+            rules = elb.call("describe_rules", frozenset({"ListenerNotFound"}), ListenerArn=listener["ListenerArn"],
+                             PageSize=400)
+            if (rules or {}).get("NextMarker") or (listeners or {}).get("NextMarker"):
+                raise Blocked(f"load balancer {arn}: more listeners or rules than one page", reason="blast_unreadable",
+                              region=self.region)
+            actions = [*(listener.get("DefaultActions") or []),
+                       *(a for r in (rules or {}).get("Rules") or [] for a in r.get("Actions") or [])]
+            forwarded |= {str(a["TargetGroupArn"]) for a in actions if a.get("TargetGroupArn")}
+            forwarded |= {str(g["TargetGroupArn"]) for a in actions
+                          for g in dig(a, ("ForwardConfig", "TargetGroups")) or [] if g.get("TargetGroupArn")}
+        groups = [Target(ResourceKind.TARGET_GROUP, g, self.region) for g in sorted(forwarded)]
+        read = self.read(groups) if groups else {}
+        outside = [g for g, live in read.items() if isinstance(live, Live) and not ours(live)
+                   or live is UNREAD]
+        if outside:
+            raise Blocked(f"load balancer {arn}: its listeners forward to {', '.join(outside)}, outside the group",
+                          reason="blast_foreign", region=self.region)
+
+    def _target_group_users(self, group: Live, owner_id: str | None, ours: Callable[[Live], bool]) -> Readiness:
+        """A target group, as read now: a load balancer that still uses it, or a registered target,
+        is the group's own instance or load balancer (not yet: they go first) or anything else
+        (``in_use``: a target outside the group, an IP, another load balancer); ready once nothing
+        but terminated instances is registered (SAFETY.md rule 15)."""
+        balancers = [Target(ResourceKind.LOAD_BALANCER, str(a), self.region)
+                     for a in group.item.get("LoadBalancerArns") or []]
+        if balancers:
+            read = self.read(balancers)
+            if any(isinstance(b, Live) and not ours(b) or b is UNREAD for b in read.values()):
+                return Readiness.IN_USE
+            if any(isinstance(b, Live) for b in read.values()):
+                return Readiness.NOT_YET
+        health = self._calls(TARGET_GROUP).call("describe_target_health", TARGET_GROUP.not_found,
+                                                TargetGroupArn=group.id)
+        readiness = Readiness.READY
+        for described in (health or {}).get("TargetHealthDescriptions") or []:
+            target_id = str(dig(described, ("Target", "Id")) or "")
+            holder = self._holder(target_id, owner_id) if target_id.startswith("i-") else Readiness.IN_USE
+            if holder is Readiness.IN_USE:
+                return holder
+            if holder is Readiness.NOT_YET:
+                readiness = holder
+        return readiness
 
     def _instances_inside(self, spec: AwsKind, live: Live, owner_id: str | None) -> Readiness:
         """A placement group, as read now, with no instance in it but terminated ones: ready; the
