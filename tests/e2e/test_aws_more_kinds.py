@@ -39,6 +39,7 @@ deletes its listeners: one forwarding to a target group outside the group blocks
 
 from __future__ import annotations
 
+import json
 import threading
 from typing import Any
 
@@ -548,13 +549,15 @@ def test_a_refs_load_balancer_and_target_group_are_listed_as_its_leftovers(empti
 
 def test_an_orphan_load_balancer_goes_before_its_target_group(emptied_db, moto_reset):
     """Given an orphan ref's load balancer whose listener forwards to the ref's target group; when a
-    delete cycle runs; then the load balancer is deleted first, the target group after it (both
-    journaled by ARN), and the cycle is clean."""
+    delete cycle runs; then the load balancer is deleted first, its listener named in the journaled
+    intent as what the call takes along, the target group after it (both journaled by ARN), and
+    the cycle is clean."""
     db = emptied_db
     platform = platform_of(db)
     ref = orphan(platform)
     tg = target_group(platform, "lost-tg", ref)
     lb = load_balancer(platform, "lost-lb", ref, forward_to=tg)
+    listeners = [x["ListenerArn"] for x in elbv2().describe_listeners(LoadBalancerArn=lb)["Listeners"]]
     platform.age_ledger()
 
     cycle_id = delete_cycle(db, moto_reset)
@@ -564,6 +567,9 @@ def test_an_orphan_load_balancer_goes_before_its_target_group(emptied_db, moto_r
     assert calls.index(("elasticloadbalancing:DeleteLoadBalancer", lb)) \
         < calls.index(("elasticloadbalancing:DeleteTargetGroup", tg))
     assert outcome(db, cycle_id) == "clean"
+    # what DeleteLoadBalancer takes along, its listener, is journaled as the call's blast (rule 19)
+    [[blast]] = query(db, "SELECT blast::text FROM provider_journal WHERE phase = 'intent' AND target = :t", t=lb)
+    assert json.loads(blast) == listeners and len(listeners) == 1
 
 
 def test_a_load_balancer_forwarding_to_a_target_group_outside_the_group_is_not_deleted(emptied_db, moto_reset):

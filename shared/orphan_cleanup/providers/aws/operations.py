@@ -100,6 +100,7 @@ class AwsOperations(Operations):
         self.snapshots = AwsSnapshots(calls)
         self._gone_instances: set[str] = set()  # instances EC2 answered terminated by id
         self._protection_unread: set[str] = set()  # owners whose disableApiTermination could not be read
+        self._listeners: dict[str, tuple[str, ...]] = {}  # a load balancer's listeners, as ready() read them
 
     def _calls(self, spec: AwsKind) -> Ec2Calls:
         if spec.service == "ec2":
@@ -298,10 +299,12 @@ class AwsOperations(Operations):
     def delete(self, live: Live, journal: Journal, blast: Sequence[str] = ()) -> Live | None:
         spec = BY_KIND[live.target.kind]
         addressed = self._still_names(spec, live) if spec.delete_field else live.id
+        if spec is LOAD_BALANCER:  # its listeners (and their rules) go with it: journaled as its blast
+            blast = (*blast, *self._listeners.get(live.id, ()))
         try:
             self._calls(spec).call(spec.delete, spec.not_found, target=live.id, blast=blast, journal=journal,
-                            refused=_TERMINATION_REFUSED if spec is INSTANCE else frozenset(),
-                            **spec.delete_params(addressed))
+                                   refused=_TERMINATION_REFUSED if spec is INSTANCE else frozenset(),
+                                   **spec.delete_params(addressed))
         except Refused as refused:
             raise DeleteRefused("termination_protection",
                                 f"{live.id}: TerminateInstances answered {refused}") from refused
@@ -380,6 +383,7 @@ class AwsOperations(Operations):
             forwarded |= {str(a["TargetGroupArn"]) for a in actions if a.get("TargetGroupArn")}
             forwarded |= {str(g["TargetGroupArn"]) for a in actions
                           for g in dig(a, ("ForwardConfig", "TargetGroups")) or [] if g.get("TargetGroupArn")}
+        self._listeners[arn] = tuple(str(item["ListenerArn"]) for item in (listeners or {}).get("Listeners") or [])
         groups = [Target(ResourceKind.TARGET_GROUP, g, self.region) for g in sorted(forwarded)]
         read = self.read(groups) if groups else {}
         outside = [g for g, live in read.items() if isinstance(live, Live) and not ours(live)
