@@ -35,7 +35,13 @@ EC2 specifics:
 - ``DeletePlacementGroup`` takes the group's name: the name comes from the read by id and is
   read once more right before the call, which is made only while it still names that id
   (``Replaced`` otherwise); the group waits while its own instance is in it and is ``in_use``
-  while any other instance is (``DescribeInstances`` filtered on ``placement-group-name``).
+  while any other instance is (``DescribeInstances`` filtered on ``placement-group-name``);
+- ELBv2 (``elb``, the region's other client): a load balancer or target group is read by ARN
+  with its describe and ``DescribeTags`` (tags that cannot be read: ``UNREAD``); a load balancer
+  is deleted only when deletion protection is off and every target group its listeners' rules
+  forward to is a member of the group, as read now (``blast_foreign`` otherwise), its listeners
+  journaled as its blast; a target group only when no load balancer or target outside the group
+  uses it (``in_use``).
 """
 
 from __future__ import annotations
@@ -371,19 +377,23 @@ class AwsOperations(Operations):
             raise Blocked(f"load balancer {arn} has deletion protection", reason="deletion_protection",
                           region=self.region)
         forwarded: set[str] = set()
-        listeners = elb.call("describe_listeners", LOAD_BALANCER.not_found, LoadBalancerArn=arn, PageSize=400)
-        for listener in (listeners or {}).get("Listeners") or []:
-            rules = elb.call("describe_rules", frozenset({"ListenerNotFound"}), ListenerArn=listener["ListenerArn"],
-                             PageSize=400)
-            if (rules or {}).get("NextMarker") or (listeners or {}).get("NextMarker"):
-                raise Blocked(f"load balancer {arn}: more listeners or rules than one page", reason="blast_unreadable",
-                              region=self.region)
+        listeners = elb.call("describe_listeners", LOAD_BALANCER.not_found, LoadBalancerArn=arn, PageSize=400) or {}
+        listener_arns = [str(item.get("ListenerArn") or "") for item in listeners.get("Listeners") or []]
+        if listeners.get("NextMarker") or not all(listener_arns):  # what cannot be read may forward anywhere
+            raise Blocked(f"load balancer {arn}: its listeners cannot all be read", reason="blast_unreadable",
+                          region=self.region)
+        for listener, listener_arn in zip(listeners.get("Listeners") or [], listener_arns, strict=True):
+            rules = elb.call("describe_rules", frozenset({"ListenerNotFound"}), ListenerArn=listener_arn,
+                             PageSize=400) or {}
+            if rules.get("NextMarker"):
+                raise Blocked(f"load balancer {arn}: more rules than one page on {listener_arn}",
+                              reason="blast_unreadable", region=self.region)
             actions = [*(listener.get("DefaultActions") or []),
-                       *(a for r in (rules or {}).get("Rules") or [] for a in r.get("Actions") or [])]
+                       *(a for r in rules.get("Rules") or [] for a in r.get("Actions") or [])]
             forwarded |= {str(a["TargetGroupArn"]) for a in actions if a.get("TargetGroupArn")}
             forwarded |= {str(g["TargetGroupArn"]) for a in actions
                           for g in dig(a, ("ForwardConfig", "TargetGroups")) or [] if g.get("TargetGroupArn")}
-        self._listeners[arn] = tuple(str(item["ListenerArn"]) for item in (listeners or {}).get("Listeners") or [])
+        self._listeners[arn] = tuple(listener_arns)
         groups = [Target(ResourceKind.TARGET_GROUP, g, self.region) for g in sorted(forwarded)]
         read = self.read(groups) if groups else {}
         outside = [g for g, live in read.items() if isinstance(live, Live) and not ours(live)
