@@ -649,3 +649,30 @@ def test_elbv2_tags_are_read_twenty_arns_a_call(emptied_db, moto_reset):
     assert counts["DescribeTargetGroups"] == 1 and counts["DescribeLoadBalancers"] == 1
     assert counts["DescribeTags"] == 2
     assert set(group_of(groups, next(iter(ours)))["members"]) == ours
+
+
+def test_a_rule_forwarding_to_a_target_group_outside_the_group_blocks_the_load_balancer(emptied_db, moto_reset):
+    """Given an orphan ref's load balancer whose default action forwards to the ref's target group
+    but one of whose rules forwards (a weighted ``ForwardConfig``) to someone's target group too;
+    when a delete cycle runs; then neither the load balancer nor, after it, its target group is
+    deleted: the load balancer is skipped ``blast_foreign``."""
+    db = emptied_db
+    platform = platform_of(db)
+    ref = orphan(platform)
+    tg = target_group(platform, "lost-tg", ref)
+    theirs = target_group(platform, "their-tg", None)
+    lb = load_balancer(platform, "lost-lb", ref, forward_to=tg)
+    [listener] = elbv2().describe_listeners(LoadBalancerArn=lb)["Listeners"]
+    elbv2().create_rule(ListenerArn=listener["ListenerArn"], Priority=10,
+                        Conditions=[{"Field": "path-pattern", "Values": ["/theirs/*"]}],
+                        Actions=[{"Type": "forward", "ForwardConfig": {"TargetGroups": [
+                            {"TargetGroupArn": tg, "Weight": 1}, {"TargetGroupArn": theirs, "Weight": 1}]}}])
+    platform.age_ledger()
+
+    cycle_id = delete_cycle(db, moto_reset)
+
+    assert {lb} <= balancers() and {tg, theirs} <= target_groups()
+    assert not [c for c in intents(db) if c[0].startswith("elasticloadbalancing:")]
+    [recorded] = delete_results(db, cycle_id)
+    assert skip_reasons(recorded)[lb] == "blast_foreign", recorded
+    assert tg in recorded["result"]["pending"]
