@@ -27,6 +27,7 @@ def moto_server() -> Iterator[str]:
     import boto3
     from moto.server import ThreadedMotoServer
 
+    from orphan_cleanup.demo.moto_gaps import filled
     from tests.support.moto import FAKE_ENV, UNSET_ENV
 
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
@@ -41,7 +42,8 @@ def moto_server() -> Iterator[str]:
         os.environ.pop(k, None)
     boto3.DEFAULT_SESSION = None
     try:
-        yield url
+        with filled():  # what moto lacks of EC2 (placement groups, key pairs by id)
+            yield url
     finally:
         for k, v in saved.items():
             if v is None:

@@ -148,22 +148,27 @@ def naive_lister(endpoint: str, session: Any = None) -> Lister:
 
     from orphan_cleanup.providers.aws import provider as aws
     from orphan_cleanup.providers.aws.kinds import listed_kinds
+    from orphan_cleanup.providers.aws.listing import TAGS_PER_CALL, with_tags
 
     config = aws.client_config(connect_timeout=5, read_timeout=300)
-    ec2 = (session or boto3.Session()).client("ec2", region_name=REGION, endpoint_url=endpoint, config=config)
     kinds = listed_kinds(None)
+    clients = {service: (session or boto3.Session()).client(service, region_name=REGION, endpoint_url=endpoint,
+                                                            config=config) for service in {k.service for k in kinds}}
 
     def listing() -> set[str]:
         ids: set[str] = set()
         for spec in kinds:
-            if ec2.can_paginate(spec.describe):
-                pages: Any = ec2.get_paginator(spec.describe).paginate()
+            client = clients[spec.service]
+            if client.can_paginate(spec.describe):
+                pages: Any = client.get_paginator(spec.describe).paginate()
             else:
-                pages = [getattr(ec2, spec.describe)()]
-            for page in pages:
-                for item in spec.items(page):
-                    if any(t.get("Key") == TAG for t in item.get(spec.tags_field) or ()):
-                        ids.add(spec.item_id(item))
+                pages = [getattr(client, spec.describe)()]
+            items = [item for page in pages for item in spec.items(page)]
+            if spec.tags_by_arn:  # ELBv2 items carry no tags: read them as the product does, 20 a call
+                items = [i for k in range(0, len(items), TAGS_PER_CALL)
+                         for i in with_tags(client, spec, items[k:k + TAGS_PER_CALL])]
+            ids |= {spec.item_id(item) for item in items
+                    if any(t.get("Key") == TAG for t in item.get(spec.tags_field) or ())}
         return ids
 
     return listing

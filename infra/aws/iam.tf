@@ -13,6 +13,11 @@ locals {
     "ec2:DetachNetworkInterface",
     "ec2:DisassociateAddress",
     "ec2:CancelSpotInstanceRequests",
+    "ec2:DeleteLaunchTemplate",
+    "ec2:DeleteKeyPair",
+    "ec2:DeletePlacementGroup",
+    "elasticloadbalancing:DeleteLoadBalancer",
+    "elasticloadbalancing:DeleteTargetGroup",
     "ec2:DeleteSnapshot",
   ]
   # Every delete but DeleteSnapshot, which the deleter may make only on the snapshots it
@@ -26,6 +31,11 @@ locals {
     "ec2:DetachNetworkInterface",
     "ec2:DisassociateAddress",
     "ec2:CancelSpotInstanceRequests",
+    "ec2:DeleteLaunchTemplate",
+    "ec2:DeleteKeyPair",
+    "ec2:DeletePlacementGroup",
+    "elasticloadbalancing:DeleteLoadBalancer",
+    "elasticloadbalancing:DeleteTargetGroup",
   ]
   # Describe* support no resource-level permission: "*" is the only form.
   ec2_describe_actions = [
@@ -36,6 +46,12 @@ locals {
     "ec2:DescribeAddresses",
     "ec2:DescribeSpotInstanceRequests",
     "ec2:DescribeSnapshots",
+    "ec2:DescribeLaunchTemplates",
+    "ec2:DescribeKeyPairs",
+    "ec2:DescribePlacementGroups",
+    "elasticloadbalancing:DescribeLoadBalancers",
+    "elasticloadbalancing:DescribeTargetGroups",
+    "elasticloadbalancing:DescribeTags",
   ]
   # The deleter also reads termination protection, which no describe shows (SAFETY.md rule 14).
   ec2_deleter_read_actions = [
@@ -46,8 +62,20 @@ locals {
     "ec2:DescribeAddresses",
     "ec2:DescribeSpotInstanceRequests",
     "ec2:DescribeSnapshots",
+    "ec2:DescribeLaunchTemplates",
+    "ec2:DescribeKeyPairs",
+    "ec2:DescribePlacementGroups",
+    "elasticloadbalancing:DescribeLoadBalancers",
+    "elasticloadbalancing:DescribeTargetGroups",
+    "elasticloadbalancing:DescribeTags",
+    # what an ELBv2 delete would reach (SAFETY.md rule 15) and its deletion protection (rule 14)
+    "elasticloadbalancing:DescribeListeners",
+    "elasticloadbalancing:DescribeRules",
+    "elasticloadbalancing:DescribeTargetHealth",
+    "elasticloadbalancing:DescribeLoadBalancerAttributes",
   ]
   ec2_arn = "arn:${local.partition}:ec2:*:${local.account_id}"
+  elb_arn = "arn:${local.partition}:elasticloadbalancing:*:${local.account_id}"
   # Snapshot ARNs name no account.
   snapshot_arn = "arn:${local.partition}:ec2:*::snapshot/*"
   step_policies = {
@@ -248,6 +276,11 @@ data "aws_iam_policy_document" "deleter" {
       "${local.ec2_arn}:security-group/*",
       "${local.ec2_arn}:elastic-ip/*",
       "${local.ec2_arn}:spot-instances-request/*",
+      "${local.ec2_arn}:launch-template/*",
+      "${local.ec2_arn}:key-pair/*",
+      "${local.ec2_arn}:placement-group/*",
+      "${local.elb_arn}:loadbalancer/*",
+      "${local.elb_arn}:targetgroup/*",
     ]
 
     condition {

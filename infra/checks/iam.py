@@ -10,11 +10,13 @@ from typing import Any
 from infra.checks._common import TAG_KEY, TARGET_ROLES, as_list, resources_of_type
 from infra.checks.intrinsics import parameter_values, policy_document
 
-# The EC2 writes the deleter needs (README, Permissions).
+# The EC2 and ELBv2 writes the deleter needs (README, Permissions).
 DELETE_ACTIONS = frozenset({
     "ec2:TerminateInstances", "ec2:DeleteVolume", "ec2:DeleteNetworkInterface",
     "ec2:DeleteSecurityGroup", "ec2:ReleaseAddress", "ec2:DetachNetworkInterface",
     "ec2:DisassociateAddress", "ec2:CancelSpotInstanceRequests", "ec2:DeleteSnapshot",
+    "ec2:DeleteLaunchTemplate", "ec2:DeleteKeyPair", "ec2:DeletePlacementGroup",
+    "elasticloadbalancing:DeleteLoadBalancer", "elasticloadbalancing:DeleteTargetGroup",
 })
 #: What the deleter writes to keep a data volume (``snapshot_before_delete``): a snapshot of
 #: a ref-tagged volume that carries the ref itself, tagged only as it is created.
@@ -28,14 +30,22 @@ LAMBDA_ENI_ACTIONS = frozenset({
 DESCRIBE_ACTIONS = frozenset({
     "ec2:DescribeInstances", "ec2:DescribeVolumes", "ec2:DescribeNetworkInterfaces",
     "ec2:DescribeSecurityGroups", "ec2:DescribeAddresses", "ec2:DescribeSpotInstanceRequests",
-    "ec2:DescribeSnapshots",
+    "ec2:DescribeSnapshots", "ec2:DescribeLaunchTemplates", "ec2:DescribeKeyPairs", "ec2:DescribePlacementGroups",
+    "elasticloadbalancing:DescribeLoadBalancers", "elasticloadbalancing:DescribeTargetGroups",
+    "elasticloadbalancing:DescribeTags",
 })
 #: The tag on the snapshots the deleter takes: ec2:DeleteSnapshot needs it too (SAFETY.md rule 15),
 #: its value a volume id (the one it was taken of; IAM cannot compare the two, the deleter does).
 SNAPSHOT_SOURCE_KEY = "orphan-cleanup-source"
 SNAPSHOT_SOURCE_VALUE = "vol-*"
-#: What the deleter reads besides: termination protection (SAFETY.md rule 14).
-DELETER_READ_ACTIONS = frozenset({"ec2:DescribeInstanceAttribute"})
+#: What the deleter reads besides: termination protection (SAFETY.md rule 14), and what an ELBv2
+#: delete would reach (listeners, their rules, registered targets, deletion protection: rule 15).
+DELETER_READ_ACTIONS = frozenset({
+    "ec2:DescribeInstanceAttribute", "elasticloadbalancing:DescribeListeners", "elasticloadbalancing:DescribeRules",
+    "elasticloadbalancing:DescribeTargetHealth", "elasticloadbalancing:DescribeLoadBalancerAttributes",
+})
+#: The services whose writes the checks judge (the deleter's deletes are EC2's and ELBv2's).
+WRITE_SERVICES = ("ec2", "elasticloadbalancing")
 READ_PREFIXES = ("Describe", "Get", "List", "Search")
 
 
@@ -105,7 +115,7 @@ def ec2_write_grants(statements: Iterable[dict], tag_key: str = TAG_KEY) -> list
                 grants.append(Grant(json.dumps(action), None, sid))
                 continue
             service, _, name = action.partition(":")
-            if action != "*" and service.lower() != "ec2":
+            if action != "*" and service.lower() not in WRITE_SERVICES:
                 continue
             if name.startswith(READ_PREFIXES) and "*" not in name:
                 continue

@@ -66,6 +66,11 @@ ACTIONS: Mapping[str, str] = {
     "ec2:DetachNetworkInterface": "detach-interface",
     "ec2:DeleteNetworkInterface": "delete-interface",
     "ec2:DeleteSecurityGroup": "delete-security-group",
+    "ec2:DeleteLaunchTemplate": "delete-launch-template",
+    "ec2:DeleteKeyPair": "delete-key-pair",
+    "ec2:DeletePlacementGroup": "delete-placement-group",
+    "elasticloadbalancing:DeleteLoadBalancer": "delete-load-balancer",
+    "elasticloadbalancing:DeleteTargetGroup": "delete-target-group",
 }
 assert set(MUTATING.values()) <= set(ACTIONS), "a mutating EC2 call the suite cannot name"
 

@@ -124,7 +124,7 @@ def test_an_empty_aws_endpoint_variable_counts_as_unset(db, platform):
     moto = os.environ["AWS_ENDPOINT_URL"]
 
     proc = cli(db, "run", "--backend", BACKEND, "--json", AWS_ENDPOINT_URL="", AWS_ENDPOINT_URL_EC2=moto,
-               AWS_ENDPOINT_URL_STS=moto)
+               AWS_ENDPOINT_URL_STS=moto, AWS_ENDPOINT_URL_ELASTIC_LOAD_BALANCING_V2=moto)
 
     # then the run is a run (no "Invalid endpoint" traceback): boto3 finds moto through its own variables
     assert proc.returncode == 0 and "Traceback" not in proc.stderr and "Invalid endpoint" not in proc.stderr, (

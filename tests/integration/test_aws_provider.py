@@ -37,6 +37,11 @@ DESCRIBES = {
     "DescribeSecurityGroups": "GroupIds",
     "DescribeAddresses": "AllocationIds",
     "DescribeSpotInstanceRequests": "SpotInstanceRequestIds",
+    "DescribeLaunchTemplates": "LaunchTemplateIds",
+    "DescribeKeyPairs": "KeyPairIds",
+    "DescribePlacementGroups": "GroupIds",
+    "DescribeLoadBalancers": "LoadBalancerArns",
+    "DescribeTargetGroups": "TargetGroupArns",
     "DescribeSnapshots": "SnapshotIds",
 }
 ACTIONS = {
@@ -293,10 +298,13 @@ def test_listing_uses_only_each_services_describe_call(session, calls):
 
     assert fleet["instance"] in {g.primary_id for g in groups}
     assert elsewhere.calls == []
-    assert {svc for svc, _, _ in calls.calls} == {"ec2"}
+    assert {svc for svc, _, _ in calls.calls} == {"ec2", "elbv2"}
     assert set(calls.ops()) == set(DESCRIBES) - {"DescribeSnapshots"}  # listed only with retain_snapshots_days
-    for _, op, params in calls.calls:
-        assert {"Name": "tag-key", "Values": [TAG]} in params["Filters"], op
+    for svc, op, params in calls.calls:
+        if svc == "ec2":
+            assert {"Name": "tag-key", "Values": [TAG]} in params["Filters"], op
+        else:  # ELBv2's describes have no tag filter: their tags are read by ARN (none here)
+            assert op in ("DescribeLoadBalancers", "DescribeTargetGroups"), op
     assert "terminated" not in next(
         f["Values"] for _, op, p in calls.calls if op == "DescribeInstances"
         for f in p["Filters"] if f["Name"] == "instance-state-name"

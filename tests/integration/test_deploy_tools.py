@@ -209,7 +209,8 @@ def test_aws_cloudformation_deploy_of_the_target_account_roles_against_moto(tmp_
     allow = allows["DeleteOnlyRefTaggedResources"]
     assert not any(r.endswith(":snapshot/*") for r in allow["Resource"])
     assert allow["Condition"] == {"StringLike": {"aws:ResourceTag/provider_ref": "????????????"}}
-    assert all(r.startswith("arn:aws:ec2:*:123456789012:") for r in allow["Resource"])
+    assert all(r.startswith(("arn:aws:ec2:*:123456789012:", "arn:aws:elasticloadbalancing:*:123456789012:"))
+               for r in allow["Resource"])
     assert allows["TagSnapshotsAsTheyAreCreated"]["Condition"] == {
         "StringEquals": {"ec2:CreateAction": "CreateSnapshot"},
         "StringLike": {"aws:RequestTag/provider_ref": "????????????", "aws:RequestTag/orphan-cleanup-source": "vol-*"}}

@@ -11,7 +11,10 @@ Fixtures (a pytest plugin listed in ``tests/conftest.py``):
     credentials files at ``/dev/null`` and unsets ``AWS_PROFILE`` and session
     tokens, so no test can reach a real account. Any boto3 client created
     without an explicit endpoint talks to moto. ``MOTO_EC2_LOAD_DEFAULT_AMIS``
-    is ``false`` (cheap resets; ``run_instances`` accepts any AMI id).
+    is ``false`` (cheap resets; ``run_instances`` accepts any AMI id). For the
+    session moto's EC2 has what it lacks of EC2's API filled in
+    (``orphan_cleanup.demo.moto_gaps``: placement groups, key pairs by id), as the
+    demo's moto has.
 
 ``moto_reset`` (function)
     Depends on ``moto_server``, wipes moto's state before the test
@@ -29,6 +32,8 @@ from collections.abc import Iterator
 import boto3
 import pytest
 from moto.server import ThreadedMotoServer
+
+from orphan_cleanup.demo.moto_gaps import filled
 
 FAKE_ENV = {
     "AWS_ACCESS_KEY_ID": "testing",
@@ -75,7 +80,8 @@ def moto_server() -> Iterator[str]:
         env.delenv(key, raising=False)
     boto3.DEFAULT_SESSION = None  # a default session made earlier may hold other credentials
     try:
-        yield url
+        with filled():
+            yield url
     finally:
         env.undo()
         boto3.DEFAULT_SESSION = None

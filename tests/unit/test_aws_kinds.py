@@ -6,17 +6,23 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
+from orphan_cleanup.core.errors import ProviderError
 from orphan_cleanup.core.listing import ResourceKind, ResourceState
 from orphan_cleanup.providers.aws.kinds import (
     ADDRESS,
     BY_KIND,
     INSTANCE,
+    KEY_PAIR,
     KINDS,
+    LAUNCH_TEMPLATE,
+    LOAD_BALANCER,
     NETWORK_INTERFACE,
+    PLACEMENT_GROUP,
     SECURITY_GROUP,
+    TARGET_GROUP,
     VOLUME,
 )
-from orphan_cleanup.providers.aws.listing import link_resources, to_resource
+from orphan_cleanup.providers.aws.listing import describe_tagged_by_arn, link_resources, to_resource
 from orphan_cleanup.providers.base import group_resources
 from orphan_cleanup.providers.operations import delete_order
 
@@ -38,12 +44,15 @@ def instance(iid: str, *, state: str = "running", sgs: tuple[str, ...] = (), tag
 def test_every_kind_has_one_row_and_the_delete_order_respects_dependencies():
     assert set(BY_KIND) == {ResourceKind.INSTANCE, ResourceKind.VOLUME, ResourceKind.NETWORK_INTERFACE,
                             ResourceKind.SECURITY_GROUP, ResourceKind.ADDRESS, ResourceKind.SPOT_REQUEST,
-                            ResourceKind.SNAPSHOT}
+                            ResourceKind.SNAPSHOT, ResourceKind.LAUNCH_TEMPLATE, ResourceKind.KEY_PAIR,
+                            ResourceKind.PLACEMENT_GROUP, ResourceKind.LOAD_BALANCER, ResourceKind.TARGET_GROUP}
     order = list(delete_order(KINDS))
     for spec in KINDS:
         for dep in spec.depends_on:
             assert order.index(dep) < order.index(spec.kind), (spec.kind, dep)
-    assert order[0] is ResourceKind.INSTANCE and order[-1] is ResourceKind.SECURITY_GROUP
+    assert order[0] is ResourceKind.INSTANCE
+    assert order.index(ResourceKind.SECURITY_GROUP) > order.index(ResourceKind.NETWORK_INTERFACE)
+    assert order.index(ResourceKind.TARGET_GROUP) > order.index(ResourceKind.LOAD_BALANCER)
 
 
 def test_instances_are_listed_without_terminated_ones():
@@ -165,3 +174,117 @@ def test_linked_resources_fold_into_groups():
 
     assert {(g.primary_id, tuple(g.resource_ids())) for g in groups} == {("i-1", ("i-1", "sg-1")),
                                                                          (None, ("vol-9",))}
+
+
+def lt_tags(template_id: str) -> list[dict]:
+    return [*T, {"Key": "aws:ec2launchtemplate:id", "Value": template_id},
+            {"Key": "aws:ec2launchtemplate:version", "Value": "1"}]
+
+
+def test_launch_template_item_becomes_a_resource_with_its_creation_time_and_no_state():
+    item = {"LaunchTemplateId": "lt-1", "LaunchTemplateName": "job-1", "Tags": T,
+            "CreateTime": datetime(2024, 5, 1, 12, 0, tzinfo=UTC)}
+
+    res = to_resource(LAUNCH_TEMPLATE, item, "r")
+
+    assert (res.kind, res.id, res.state) == (ResourceKind.LAUNCH_TEMPLATE, "lt-1", ResourceState.ACTIVE)
+    assert res.created_at == datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
+    assert res.details["LaunchTemplateName"] == "job-1" and res.attached_to is None
+    assert LAUNCH_TEMPLATE.id_filter is None  # DescribeLaunchTemplates has no id filter: read one by one
+    assert LAUNCH_TEMPLATE.depends_on == (ResourceKind.INSTANCE,)
+
+
+def test_launch_template_joins_the_one_same_ref_instance_launched_from_it():
+    raw = {
+        ResourceKind.INSTANCE: [instance("i-1", tags=lt_tags("lt-1")), instance("i-2", tags=lt_tags("lt-shared")),
+                                instance("i-3", tags=lt_tags("lt-shared")),
+                                instance("i-4", tags=[{"Key": "provider_ref", "Value": "zzzzzzzzzzzz"},
+                                                      {"Key": "aws:ec2launchtemplate:id", "Value": "lt-other"}])],
+        ResourceKind.LAUNCH_TEMPLATE: [{"LaunchTemplateId": t, "Tags": T}
+                                       for t in ("lt-1", "lt-shared", "lt-other", "lt-unused")],
+    }
+
+    links = _linked(raw)
+
+    assert links["lt-1"] == "i-1"
+    assert links["lt-shared"] is None  # two instances launched from it: primary-less group
+    assert links["lt-other"] is None  # only an instance of another ref uses it
+    assert links["lt-unused"] is None
+
+
+def test_key_pair_joins_the_one_same_ref_instance_naming_it():
+    named = [instance("i-1"), instance("i-2"), instance("i-3")]
+    named[0]["KeyName"], named[1]["KeyName"], named[2]["KeyName"] = "job-1", "shared", "shared"
+    raw = {
+        ResourceKind.INSTANCE: named,
+        ResourceKind.KEY_PAIR: [{"KeyPairId": "key-1", "KeyName": "job-1", "Tags": T},
+                                {"KeyPairId": "key-2", "KeyName": "shared", "Tags": T},
+                                {"KeyPairId": "key-3", "KeyName": "unused", "Tags": T}],
+    }
+
+    links = _linked(raw)
+
+    assert (links["key-1"], links["key-2"], links["key-3"]) == ("i-1", None, None)
+    assert to_resource(KEY_PAIR, raw[ResourceKind.KEY_PAIR][0], "r").details["KeyName"] == "job-1"
+    assert KEY_PAIR.page_size is None and KEY_PAIR.delete_params("key-1") == {"KeyPairId": "key-1"}
+
+
+def test_placement_group_joins_the_one_same_ref_instance_in_it_and_is_deleted_by_its_name():
+    inside = [instance("i-1"), instance("i-2")]
+    inside[0]["Placement"]["GroupName"] = "job-1"
+    inside[1]["Placement"]["GroupName"] = ""
+    item = {"GroupId": "pg-1", "GroupName": "job-1", "State": "available", "Strategy": "cluster", "Tags": T}
+    raw = {ResourceKind.INSTANCE: inside, ResourceKind.PLACEMENT_GROUP: [item]}
+
+    assert _linked(raw)["pg-1"] == "i-1"
+    res = to_resource(PLACEMENT_GROUP, item, "r")
+    assert (res.state, res.created_at, res.details["GroupName"]) == (ResourceState.AVAILABLE, None, "job-1")
+    assert PLACEMENT_GROUP.delete_value(item) == "job-1"  # DeletePlacementGroup takes the name
+    assert PLACEMENT_GROUP.delete_params("job-1") == {"GroupName": "job-1"}
+    assert PLACEMENT_GROUP.state({**item, "State": "deleting"}) is ResourceState.TERMINATING
+
+
+class FakeElb:
+    """An ELBv2 client's two calls the listing makes (an SDK double), answering ``tags`` by ARN."""
+
+    def __init__(self, arns: list[str], tags: dict[str, list[dict]]) -> None:
+        self.arns, self.tags, self.asked = arns, tags, []
+
+    def can_paginate(self, _method: str) -> bool:
+        return False
+
+    def describe_target_groups(self) -> dict:
+        return {"TargetGroups": [{"TargetGroupArn": a} for a in self.arns]}
+
+    def describe_tags(self, ResourceArns: list[str]) -> dict:  # noqa: N803 (boto3's name)
+        self.asked.append(list(ResourceArns))
+        return {"TagDescriptions": [{"ResourceArn": a, "Tags": self.tags[a]} for a in ResourceArns if a in self.tags]}
+
+
+def test_elbv2_items_are_kept_by_their_tags_read_twenty_arns_a_call():
+    arns = [f"arn:tg/{i}" for i in range(45)]
+    elb = FakeElb(arns, {a: (T if i % 2 else []) for i, a in enumerate(arns)})
+
+    kept = list(describe_tagged_by_arn(elb, TARGET_GROUP, "provider_ref"))
+
+    assert [len(batch) for batch in elb.asked] == [20, 20, 5]
+    assert [i["TargetGroupArn"] for i in kept] == arns[1::2] and all(i["Tags"] == T for i in kept)
+
+
+def test_elbv2_tags_left_out_of_the_answer_fail_the_listing():
+    elb = FakeElb(["arn:tg/1", "arn:tg/2"], {"arn:tg/1": T})
+
+    with pytest.raises(ProviderError, match="did not answer for arn:tg/2"):
+        list(describe_tagged_by_arn(elb, TARGET_GROUP, "provider_ref"))
+
+
+def test_load_balancer_states_and_delete_order():
+    item = {"LoadBalancerArn": "arn:lb/1", "State": {"Code": "provisioning"}, "Tags": T,
+            "CreatedTime": datetime(2024, 5, 1, tzinfo=UTC)}
+    res = to_resource(LOAD_BALANCER, item, "r")
+
+    assert (res.state, res.created_at, res.attached_to) == (ResourceState.ACTIVE, datetime(2024, 5, 1, tzinfo=UTC),
+                                                            None)
+    assert LOAD_BALANCER.state({"State": {"Code": "failed"}}) is ResourceState.AVAILABLE
+    assert TARGET_GROUP.depends_on == (ResourceKind.INSTANCE, ResourceKind.LOAD_BALANCER)
+    assert LOAD_BALANCER.service == TARGET_GROUP.service == "elbv2"

@@ -79,6 +79,11 @@ class FakeEc2:
         return False
 
     def __getattr__(self, method: str) -> Any:
+        if method == "describe_tags":  # ELBv2: the tags of each ARN asked for, hostile too
+            items = [i for k in aws_kinds.KINDS if k.tags_by_arn for i in self.raw[k.kind]]
+            return lambda ResourceArns, **_kw: {"TagDescriptions": [
+                {"ResourceArn": arn, "Tags": next((i.get("Tags") for i in items if i.get(  # noqa: B023
+                    "LoadBalancerArn", i.get("TargetGroupArn")) == arn), [])} for arn in ResourceArns]}
         spec = next(k for k in aws_kinds.KINDS if k.describe == method)
         items = self.raw[spec.kind]
         if spec.items_path == ("Reservations", "Instances"):

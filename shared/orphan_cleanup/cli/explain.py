@@ -48,7 +48,8 @@ CYCLES = 5
 _SKIPPED = {"protected": "carries the protect tag now", "ref_changed": "carries another ref now",
             "ref_missing": "lost its ref tag", "owner_skipped": "left with its VM",
             "blast_protected": "would take a protected disk, volume or interface with it (or is one)",
-            "blast_foreign": "would take another ref's disk, volume or interface with it (or is one)",
+            "blast_foreign": "would take another ref's disk, volume or interface with it (or is one), or, a load"
+                             " balancer, a listener forwarding to a target group outside its group",
             "blast_unlisted": "would take a resource of its ref that the listing did not show with it (or is one)",
             "blast_unreadable": "would take a disk, volume or interface the re-read cannot answer for with it",
             "group_protected": "left with its group: a member carries the protect tag now",
@@ -58,7 +59,9 @@ _SKIPPED = {"protected": "carries the protect tag now", "ref_changed": "carries 
             "primary_gone": "its VM was gone before this delete, and no earlier one saw it attached: left",
             "not_our_snapshot": "is a snapshot the deleter did not take",
             "snapshot_retained": "is a snapshot its retention keeps (retain_snapshots_days unset, or not that old)",
-            "in_use": "something outside its group uses it (an instance, an image): left, the group not done",
+            "in_use": "something outside its group uses it (an instance, an image, a load balancer, a registered"
+                      " target): left, the group not done",
+            "deletion_protection": "a load balancer with deletion protection on: left alone",
             "replaced": "its name named another resource right before the delete call: not deleted",
             "changed_since_read": "changed between the deletion's reads and its call: left for the next cycle",
             "protection_unreadable": "its termination protection cannot be read and a spot request would have to be"

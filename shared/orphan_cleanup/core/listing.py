@@ -40,6 +40,11 @@ class ResourceKind(StrEnum):
     # A snapshot the deleter took of a data volume before deleting it:
     # listed only once older than ``retain_snapshots_days``.
     SNAPSHOT = "snapshot"
+    LAUNCH_TEMPLATE = "launch-template"
+    KEY_PAIR = "key-pair"
+    PLACEMENT_GROUP = "placement-group"
+    LOAD_BALANCER = "load-balancer"
+    TARGET_GROUP = "target-group"
 
 
 #: The kinds each provider's listing produces: a group naming another kind came from no
@@ -47,7 +52,9 @@ class ResourceKind(StrEnum):
 PROVIDER_KINDS: dict[str, frozenset[ResourceKind]] = {
     "aws": frozenset({ResourceKind.INSTANCE, ResourceKind.VOLUME, ResourceKind.NETWORK_INTERFACE,
                       ResourceKind.SECURITY_GROUP, ResourceKind.ADDRESS, ResourceKind.SPOT_REQUEST,
-                      ResourceKind.SNAPSHOT}),
+                      ResourceKind.SNAPSHOT, ResourceKind.LAUNCH_TEMPLATE,
+                      ResourceKind.KEY_PAIR, ResourceKind.PLACEMENT_GROUP,
+                      ResourceKind.LOAD_BALANCER, ResourceKind.TARGET_GROUP}),
     "gcp": frozenset({ResourceKind.INSTANCE, ResourceKind.DISK, ResourceKind.ADDRESS, ResourceKind.SNAPSHOT}),
 }
 

@@ -91,12 +91,15 @@ def moto_server() -> Iterator[str]:
         raise ConfigError("the demo needs moto, from the contributors' install (README, \"Setup and tests\"):"
                           " pip install --require-hashes -r requirements/dev.txt"
                           " && pip install --no-deps --no-build-isolation -e .") from e
+    from orphan_cleanup.demo.moto_gaps import filled
+
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     try:
-        host, port = server.get_host_and_port()
-        yield f"http://{host}:{port}"
+        with filled():  # placement groups, key pairs by id: what moto lacks of EC2 (moto_gaps)
+            host, port = server.get_host_and_port()
+            yield f"http://{host}:{port}"
     finally:
         server.stop()
 

@@ -1,4 +1,4 @@
-"""The EC2 calls of one region: every call's errors translated (an error code that means
+"""The EC2 (and ELBv2) calls of one region: every call's errors translated (an error code that means
 "already gone" answered as None), every mutating call journaled (SAFETY.md rule 19).
 ``operations`` decides what to call; this module only calls."""
 
@@ -15,13 +15,17 @@ from orphan_cleanup.providers.aws.errors import SDK_ERRORS, error_code, translat
 
 Item = Mapping[str, Any]
 
-#: The EC2 calls that change something, as the journal names them.
+#: The calls that change something, as the journal names them (their IAM action).
 MUTATING = {
     "terminate_instances": "ec2:TerminateInstances", "cancel_spot_instance_requests": "ec2:CancelSpotInstanceRequests",
     "delete_volume": "ec2:DeleteVolume", "detach_network_interface": "ec2:DetachNetworkInterface",
     "delete_network_interface": "ec2:DeleteNetworkInterface", "disassociate_address": "ec2:DisassociateAddress",
     "release_address": "ec2:ReleaseAddress", "delete_security_group": "ec2:DeleteSecurityGroup",
     "create_snapshot": "ec2:CreateSnapshot", "delete_snapshot": "ec2:DeleteSnapshot",
+    "delete_launch_template": "ec2:DeleteLaunchTemplate", "delete_key_pair": "ec2:DeleteKeyPair",
+    "delete_placement_group": "ec2:DeletePlacementGroup",
+    "delete_load_balancer": "elasticloadbalancing:DeleteLoadBalancer",
+    "delete_target_group": "elasticloadbalancing:DeleteTargetGroup",
 }
 
 
@@ -30,7 +34,7 @@ class Refused(Exception):
 
 
 class Ec2Calls:
-    """One region's EC2 client."""
+    """One region's client of one service: EC2's, or ELBv2's (the same calls' contract)."""
 
     def __init__(self, ec2: Any, *, region: str) -> None:
         self.ec2 = ec2

@@ -77,6 +77,8 @@ NOT_YET_CODES = frozenset({
     "InvalidNetworkInterface.InUse",
     "InvalidIPAddress.InUse",
     "InvalidGroup.InUse",
+    "InvalidPlacementGroup.InUse",
+    "ResourceInUse",  # ELBv2: a target group a listener or rule still uses
 })
 
 # "Something outside the group uses it": not going away by waiting for the group.

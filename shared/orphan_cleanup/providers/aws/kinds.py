@@ -1,4 +1,4 @@
-"""The EC2 resource kinds the AWS adapter handles: one declarative row each.
+"""The EC2 and ELBv2 resource kinds the AWS adapter handles: one declarative row each.
 
 A row says how to list the kind (describe call, where the items sit in the
 reply, which filters narrow it), how to read one item (id, created-at, state
@@ -27,7 +27,9 @@ class AwsKind:
     items_path: tuple[str, ...]  # where the items sit in one page of the reply
     id_field: str
     ids_param: str  # the describe parameter that re-reads items by id
-    id_filter: str  # the describe filter on ids (tolerates ids that are gone)
+    # The describe filter on ids (tolerates ids that are gone); None when the describe has
+    # none (``DescribeLaunchTemplates``): each id is then read with ``ids_param`` alone.
+    id_filter: str | None
     created_path: Path | None  # None: the API does not say when it was created
     state_path: Path | None  # None: the kind has no state of its own
     states: Mapping[str, ResourceState]  # raw state -> ours; unknown -> ACTIVE
@@ -44,6 +46,23 @@ class AwsKind:
     # the floor: docs/PERFORMANCE.md); ``None`` for a describe without paging (``DescribeAddresses``).
     page_size: int | None = None
     delete_as_list: bool = False  # terminate_instances takes a list of ids
+    # The item field the delete call takes when it is not the id (``DeletePlacementGroup``
+    # takes ``GroupName``), and the describe parameter that reads by that field: right before
+    # the call the operations read by it and delete only while it still names the same id
+    # (SAFETY.md rule 3: a name can be reused).
+    delete_field: str | None = None
+    names_param: str | None = None
+    # How an instance names a resource of this kind it uses (``NamedBy``): what links it to
+    # the instance's group in a listing and what the deleter's re-read of the owner shows used.
+    named_by: NamedBy | None = None
+    # The ``DescribeInstances`` filter that finds the instances inside a resource of this kind by
+    # ``delete_field``'s value (``placement-group-name``): it is never deleted while an instance
+    # outside the group is in it (SAFETY.md rule 15).
+    instances_filter: str | None = None
+    # The boto3 service of the calls (``ec2``, ``elbv2``). An ELBv2 describe has no tag filter and
+    # its items carry no tags: they are read with ``DescribeTags``, 20 ARNs a call (``tags_by_arn``).
+    service: str = "ec2"
+    tags_by_arn: bool = False
 
     def items(self, page: Mapping[str, Any]) -> Iterator[Mapping[str, Any]]:
         """The items of one describe page (reservations are flattened)."""
@@ -68,6 +87,36 @@ class AwsKind:
 
     def delete_params(self, resource_id: str) -> dict[str, Any]:
         return {self.delete_param: [resource_id] if self.delete_as_list else resource_id}
+
+    def delete_value(self, item: Mapping[str, Any]) -> str | None:
+        """What the delete call names, as ``item`` (a read by id) says: the id, or the
+        ``delete_field`` (a name); None when the read does not say it."""
+        value = item.get(self.delete_field or self.id_field)
+        return str(value) if value else None
+
+
+@dataclass(frozen=True)
+class NamedBy:
+    """An instance uses a resource of a kind when the value at ``instance_path`` in the
+    instance's item (a first step ``tag:KEY`` reads that tag) equals the resource item's
+    ``field``: a key pair's ``KeyName`` (an instance names its key pair by name), a placement
+    group's ``GroupName``, a launch template's id in the ``aws:ec2launchtemplate:id`` tag EC2
+    puts on an instance launched from it (an ``aws:`` tag no one else can write)."""
+
+    instance_path: Path
+    field: str
+
+    def instance_value(self, instance: Mapping[str, Any]) -> str | None:
+        first = self.instance_path[0]
+        if isinstance(first, str) and first.startswith("tag:"):
+            value = tags_of(instance, INSTANCE).get(first.removeprefix("tag:"))
+        else:
+            value = dig(instance, self.instance_path)
+        return str(value) if value else None
+
+    def item_value(self, item: Mapping[str, Any]) -> str | None:
+        value = item.get(self.field)
+        return str(value) if value else None
 
 
 def dig(item: Mapping[str, Any], path: Path | None) -> Any:
@@ -290,10 +339,141 @@ SNAPSHOT = AwsKind(
     page_size=1000,  # DescribeSnapshots: 5-1000
 )
 
+#: Deleting a launch template deletes its versions, which are part of it: nothing outside the
+#: group goes with it (SAFETY.md rule 15); instances launched from it keep running.
+LAUNCH_TEMPLATE = AwsKind(
+    kind=ResourceKind.LAUNCH_TEMPLATE,
+    describe="describe_launch_templates",
+    items_path=("LaunchTemplates",),
+    id_field="LaunchTemplateId",
+    ids_param="LaunchTemplateIds",
+    id_filter=None,  # DescribeLaunchTemplates filters on names, times and tags only
+    created_path=("CreateTime",),
+    state_path=None,
+    states=_literal({}),
+    delete="delete_launch_template",
+    delete_param="LaunchTemplateId",
+    not_found=frozenset({"InvalidLaunchTemplateId.NotFound", "InvalidLaunchTemplateName.NotFoundException"}),
+    malformed="InvalidLaunchTemplateId.Malformed",
+    depends_on=(ResourceKind.INSTANCE,),
+    named_by=NamedBy(("tag:aws:ec2launchtemplate:id",), "LaunchTemplateId"),
+    page_size=200,  # DescribeLaunchTemplates: 1-200
+)
+
+#: Deleting a key pair deletes EC2's copy of its public key only: an instance launched with it
+#: keeps the key it was given, so nothing outside the group goes with it (SAFETY.md rule 15).
+#: An instance names its key pair by name (``KeyName``); the delete acts on the id.
+KEY_PAIR = AwsKind(
+    kind=ResourceKind.KEY_PAIR,
+    describe="describe_key_pairs",
+    items_path=("KeyPairs",),
+    id_field="KeyPairId",
+    ids_param="KeyPairIds",
+    id_filter="key-pair-id",
+    created_path=("CreateTime",),
+    state_path=None,
+    states=_literal({}),
+    delete="delete_key_pair",
+    delete_param="KeyPairId",
+    not_found=frozenset({"InvalidKeyPair.NotFound"}),
+    malformed="InvalidKeyPair.Malformed",
+    depends_on=(ResourceKind.INSTANCE,),
+    named_by=NamedBy(("KeyName",), "KeyName"),
+    page_size=None,  # DescribeKeyPairs does not page: one call answers every key pair
+)
+
+#: ``deleting``/``deleted`` are on their way out; ``pending`` is being created.
+PLACEMENT_GROUP_STATES = _literal({
+    "pending": ResourceState.ACTIVE,
+    "available": ResourceState.AVAILABLE,
+    "deleting": ResourceState.TERMINATING,
+    "deleted": ResourceState.TERMINATED,
+})
+#: Deleting a placement group deletes nothing else, and EC2 refuses it while an instance is in
+#: it; the deleter does not ask while an instance outside the group is (``instances_filter``:
+#: ``in_use``), and waits for the group's own instance to be gone (SAFETY.md rule 15).
+#: ``DeletePlacementGroup`` takes the name: it is read by id, and right before the call the
+#: name must still name that id (SAFETY.md rule 3).
+PLACEMENT_GROUP = AwsKind(
+    kind=ResourceKind.PLACEMENT_GROUP,
+    describe="describe_placement_groups",
+    items_path=("PlacementGroups",),
+    id_field="GroupId",
+    ids_param="GroupIds",
+    id_filter=None,  # DescribePlacementGroups filters on names, ARNs, states and tags, not ids
+    created_path=None,  # the API does not say when a placement group was created
+    state_path=("State",),
+    states=PLACEMENT_GROUP_STATES,
+    delete="delete_placement_group",
+    delete_param="GroupName",
+    delete_field="GroupName",
+    names_param="GroupNames",
+    not_found=frozenset({"InvalidPlacementGroup.Unknown", "InvalidPlacementGroupId.NotFound"}),
+    malformed="InvalidPlacementGroupId.Malformed",
+    depends_on=(ResourceKind.INSTANCE,),
+    named_by=NamedBy(("Placement", "GroupName"), "GroupName"),
+    instances_filter="placement-group-name",
+    page_size=None,  # DescribePlacementGroups does not page
+)
+
+#: ELBv2: ``provisioning``/``active``/``active_impaired`` exist and serve; ``failed`` exists.
+LOAD_BALANCER_STATES = _literal({
+    "provisioning": ResourceState.ACTIVE,
+    "active": ResourceState.ACTIVE,
+    "active_impaired": ResourceState.ACTIVE,
+    "failed": ResourceState.AVAILABLE,
+})
+#: ELBv2 load balancers (ARN: immutable, the name is not). Deleting one deletes its listeners and
+#: their rules: a listener forwarding to a target group outside the group blocks it
+#: (``blast_foreign``, SAFETY.md rule 15); one with deletion protection is left
+#: (``deletion_protection``, rule 14). Deleted after instances.
+LOAD_BALANCER = AwsKind(
+    kind=ResourceKind.LOAD_BALANCER,
+    service="elbv2",
+    describe="describe_load_balancers",
+    items_path=("LoadBalancers",),
+    id_field="LoadBalancerArn",
+    ids_param="LoadBalancerArns",
+    id_filter=None,
+    created_path=("CreatedTime",),
+    state_path=("State", "Code"),
+    states=LOAD_BALANCER_STATES,
+    delete="delete_load_balancer",
+    delete_param="LoadBalancerArn",
+    not_found=frozenset({"LoadBalancerNotFound"}),
+    malformed="LoadBalancerNotFound",
+    depends_on=(ResourceKind.INSTANCE,),
+    tags_by_arn=True,
+    page_size=400,  # DescribeLoadBalancers: PageSize 1-400
+)
+#: ELBv2 target groups. Deleting one deletes nothing else; it is never deleted while a target
+#: outside the group is registered in it or a load balancer outside the group uses it
+#: (``in_use``). Deleted after the group's instances and load balancers.
+TARGET_GROUP = AwsKind(
+    kind=ResourceKind.TARGET_GROUP,
+    service="elbv2",
+    describe="describe_target_groups",
+    items_path=("TargetGroups",),
+    id_field="TargetGroupArn",
+    ids_param="TargetGroupArns",
+    id_filter=None,
+    created_path=None,  # DescribeTargetGroups does not say when it was created
+    state_path=None,
+    states=_literal({}),
+    delete="delete_target_group",
+    delete_param="TargetGroupArn",
+    not_found=frozenset({"TargetGroupNotFound"}),
+    malformed="TargetGroupNotFound",
+    depends_on=(ResourceKind.INSTANCE, ResourceKind.LOAD_BALANCER),
+    tags_by_arn=True,
+    page_size=400,  # DescribeTargetGroups: PageSize 1-400
+)
+
 # Listing order: instances first, so the link pass can see who uses what. Snapshots are
 # listed only with ``retain_snapshots_days`` set (``listed_kinds``). The deletion orders
 # them by ``depends_on`` (``deletion.delete_order``).
-KINDS: tuple[AwsKind, ...] = (INSTANCE, VOLUME, NETWORK_INTERFACE, SECURITY_GROUP, ADDRESS, SPOT_REQUEST, SNAPSHOT)
+KINDS: tuple[AwsKind, ...] = (INSTANCE, VOLUME, NETWORK_INTERFACE, SECURITY_GROUP, ADDRESS, SPOT_REQUEST,
+                              LAUNCH_TEMPLATE, KEY_PAIR, PLACEMENT_GROUP, LOAD_BALANCER, TARGET_GROUP, SNAPSHOT)
 BY_KIND: Mapping[ResourceKind, AwsKind] = _literal({k.kind: k for k in KINDS})
 
 

@@ -2,9 +2,12 @@
 server-side filtered on ``tag-key = settings.tag_key`` (never an unfiltered describe: it
 draws from EC2's smaller unfiltered bucket), paginated at each API's largest page, never
 the Resource Groups Tagging API (it shows deleted resources for an hour); instances in
-``terminated`` excluded by filter. Items become ``Resource``s (``to_resource``, an
-instance's controller from its tags), then get the attachments a single item cannot tell
-(``link_resources``), and are folded into groups (``base.group_resources``)."""
+``terminated`` excluded by filter. ELBv2's describes have no tag filter and no tags: every
+load balancer and target group is described (400 a page) and their tags are read with
+``DescribeTags``, 20 ARNs a call, the API's maximum (``describe_tagged_by_arn``). Items
+become ``Resource``s (``to_resource``, an instance's controller from its tags), then get
+the attachments a single item cannot tell (``link_resources``), and are folded into groups
+(``base.group_resources``)."""
 
 from __future__ import annotations
 
@@ -17,7 +20,16 @@ from orphan_cleanup.core.backends import DEFAULT_CONTROLLER_TAG_KEYS, BackendSet
 from orphan_cleanup.core.errors import ProviderError
 from orphan_cleanup.core.listing import Resource, ResourceGroup, ResourceKind, ResourceState
 from orphan_cleanup.providers.aws.errors import translated
-from orphan_cleanup.providers.aws.kinds import INSTANCE, SNAPSHOT, AwsKind, as_utc, dig, listed_kinds, tags_of
+from orphan_cleanup.providers.aws.kinds import (
+    INSTANCE,
+    KINDS,
+    SNAPSHOT,
+    AwsKind,
+    as_utc,
+    dig,
+    listed_kinds,
+    tags_of,
+)
 from orphan_cleanup.providers.aws.snapshots import facts_of, name_for
 from orphan_cleanup.providers.base import group_resources
 from orphan_cleanup.providers.snapshots import listable
@@ -55,7 +67,7 @@ def to_resource(spec: AwsKind, item: Mapping[str, Any], region: str,
     instance's ``controller`` from its ``controller_keys`` tags)."""
     details: dict[str, Any] = {"state": spec.raw_state(item)}
     for key in ("AvailabilityZone", "VpcId", "PublicIp", "GroupName", "Type", "InstanceLifecycle",
-                "SpotInstanceRequestId", *SIZE_KEYS):
+                "SpotInstanceRequestId", "LaunchTemplateName", "KeyName", "Strategy", *SIZE_KEYS):
         if item.get(key):
             details[key] = item[key]
     attached = dig(item, spec.attached_path)
@@ -83,7 +95,9 @@ def link_resources(
     A security group is attached to an instance only when exactly one listed
     instance with the same ref uses it (directly or through a listed
     interface); a group shared by several instances stays in the primary-less
-    group of its ref, so deleting one instance's group never targets it.
+    group of its ref, so deleting one instance's group never targets it. A kind an
+    instance names (``AwsKind.named_by``: its launch template, key pair, placement
+    group) is attached the same way: to the one listed instance of its ref that names it.
     """
     eni_instance = {
         str(e["NetworkInterfaceId"]): str(i)
@@ -108,14 +122,26 @@ def link_resources(
         for a in raw.get(ResourceKind.ADDRESS, [])
         if a.get("AllocationId")
     }
+    named_users: dict[tuple[ResourceKind, str], set[str]] = {}
+    for spec in KINDS:
+        named_by = spec.named_by
+        if named_by is None or spec.kind not in raw:
+            continue
+        named = {spec.item_id(item): named_by.item_value(item) for item in raw[spec.kind]}
+        for inst in raw.get(ResourceKind.INSTANCE, []):
+            value = named_by.instance_value(inst)
+            for rid in (r for r, v in named.items() if value is not None and v == value):
+                named_users.setdefault((spec.kind, rid), set()).add(str(inst["InstanceId"]))
     linked: list[Resource] = []
     for res in resources:
         target = res.attached_to
         if res.kind is ResourceKind.ADDRESS and target is None:
             target = eni_instance.get(addr_eni.get(res.id, ""))
-        elif res.kind is ResourceKind.SECURITY_GROUP:
+        elif res.kind is ResourceKind.SECURITY_GROUP or (res.kind, res.id) in named_users:
             ref = res.tags.get(tag_key)
-            users = [i for i in sg_users.get(res.id, ()) if instance_ref.get(i) == ref]
+            user_ids = sg_users.get(res.id, ()) if res.kind is ResourceKind.SECURITY_GROUP \
+                else named_users[(res.kind, res.id)]
+            users = [i for i in user_ids if instance_ref.get(i) == ref]
             target = users[0] if len(users) == 1 else None
         linked.append(res if target == res.attached_to else res.model_copy(update={"attached_to": target}))
     return linked
@@ -157,3 +183,46 @@ def describe_tagged(ec2: Any, spec: AwsKind, tag_key: str) -> Iterator[Mapping[s
             yield from spec.items(page)
     else:
         yield from spec.items(getattr(ec2, spec.describe)(Filters=filters, **spec.list_params))
+
+
+#: ``DescribeTags`` (ELBv2) takes at most 20 ARNs a call.
+TAGS_PER_CALL = 20
+
+
+def describe_tagged_by_arn(client: Any, spec: AwsKind, tag_key: str) -> Iterator[Mapping[str, Any]]:
+    """Every item of an ELBv2 kind carrying the ``tag_key`` tag: all items, page by page,
+    then their tags (``with_tags``), each kept item with its ``Tags``."""
+    if client.can_paginate(spec.describe):
+        pages = client.get_paginator(spec.describe).paginate(PaginationConfig={"PageSize": spec.page_size})
+    else:
+        pages = [getattr(client, spec.describe)()]
+    items = [item for page in pages for item in spec.items(page)]
+    for start in range(0, len(items), TAGS_PER_CALL):
+        for item in with_tags(client, spec, items[start:start + TAGS_PER_CALL]):
+            try:
+                ours = tag_key in tags_of(item, spec)
+            except (KeyError, TypeError, AttributeError) as exc:  # fail closed: the region fails
+                raise ProviderError(f"describe_tags returned unexpected tags: {exc!r}") from exc
+            if ours:
+                yield item
+
+
+def with_tags(client: Any, spec: AwsKind, items: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """``items`` (at most 20) with their ``Tags`` as one ``DescribeTags`` answers them; an item the
+    answer leaves out, or an item without its ARN, fails the call (``ProviderError``): what cannot
+    be read may carry the ref (fail closed)."""
+    try:
+        arns = [spec.item_id(item) for item in items]
+    except (KeyError, TypeError) as exc:
+        raise ProviderError(f"{spec.describe} returned an item without {spec.id_field}") from exc
+    if not arns:
+        return []
+    reply = client.describe_tags(ResourceArns=arns)
+    try:
+        tags = {str(d["ResourceArn"]): list(d.get("Tags") or []) for d in reply.get("TagDescriptions") or []}
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise ProviderError(f"describe_tags returned an unexpected reply: {exc!r}") from exc
+    missing = [arn for arn in arns if arn not in tags]
+    if missing:
+        raise ProviderError(f"describe_tags did not answer for {', '.join(missing)}")
+    return [{**item, spec.tags_field: tags[arn]} for item, arn in zip(items, arns, strict=True)]

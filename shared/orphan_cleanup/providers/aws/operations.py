@@ -28,7 +28,20 @@ EC2 specifics:
   owner, or by an instance not known gone, is "not yet"; one a live instance outside the
   group holds is ``in_use``;
 - EC2's delete calls of dependents are synchronous: a call that answered has deleted
-  (``InvalidSnapshot.InUse``: an AMI uses the snapshot, ``in_use``).
+  (``InvalidSnapshot.InUse``: an AMI uses the snapshot, ``in_use``);
+- a kind an instance names (``AwsKind.named_by``: its launch template, key pair, placement
+  group) goes with the owner that names it as re-read; a kind without an id filter
+  (``DescribeLaunchTemplates``, ``DescribePlacementGroups``) is read id by id;
+- ``DeletePlacementGroup`` takes the group's name: the name comes from the read by id and is
+  read once more right before the call, which is made only while it still names that id
+  (``Replaced`` otherwise); the group waits while its own instance is in it and is ``in_use``
+  while any other instance is (``DescribeInstances`` filtered on ``placement-group-name``);
+- ELBv2 (``elb``, the region's other client): a load balancer or target group is read by ARN
+  with its describe and ``DescribeTags`` (tags that cannot be read: ``UNREAD``); a load balancer
+  is deleted only when deletion protection is off and every target group its listeners' rules
+  forward to is a member of the group, as read now (``blast_foreign`` otherwise), its listeners
+  journaled as its blast; a target group only when no load balancer or target outside the group
+  uses it (``in_use``).
 """
 
 from __future__ import annotations
@@ -45,8 +58,10 @@ from orphan_cleanup.providers.aws.kinds import (
     ADDRESS,
     BY_KIND,
     INSTANCE,
+    LOAD_BALANCER,
     NETWORK_INTERFACE,
     SPOT_REQUEST,
+    TARGET_GROUP,
     VOLUME,
     AwsKind,
     as_utc,
@@ -66,6 +81,7 @@ from orphan_cleanup.providers.operations import (
     Operations,
     Read,
     Readiness,
+    Replaced,
     Target,
     attached_at_launch,
 )
@@ -82,13 +98,22 @@ class AwsOperations(Operations):
 
     kinds = BY_KIND
 
-    def __init__(self, calls: Ec2Calls, *, controller_keys: Iterable[str] = ()) -> None:
+    def __init__(self, calls: Ec2Calls, *, controller_keys: Iterable[str] = (), elb: Ec2Calls | None = None) -> None:
         self.calls = calls
+        self.elb = elb  # the region's ELBv2 client (load balancers, target groups)
         self.region = calls.region
         self.controller_keys = tuple(controller_keys)
         self.snapshots = AwsSnapshots(calls)
         self._gone_instances: set[str] = set()  # instances EC2 answered terminated by id
         self._protection_unread: set[str] = set()  # owners whose disableApiTermination could not be read
+        self._listeners: dict[str, tuple[str, ...]] = {}  # a load balancer's listeners, as ready() read them
+
+    def _calls(self, spec: AwsKind) -> Ec2Calls:
+        if spec.service == "ec2":
+            return self.calls
+        if self.elb is None:
+            raise ProviderError(f"no {spec.service} client to read or delete a {spec.kind}", region=self.region)
+        return self.elb
 
     # -- reads ---------------------------------------------------------------------------
 
@@ -97,8 +122,10 @@ class AwsOperations(Operations):
         for spec in {BY_KIND[t.kind]: None for t in targets}:
             ids = [t.id for t in targets if t.kind is spec.kind]
             found: dict[str, Item] = {}
-            if len(targets) > 1:  # one filtered describe per kind; what it leaves out is asked by id
-                reply = self.calls.call(spec.describe, frozenset(), Filters=[{"Name": spec.id_filter, "Values": ids}])
+            if len(targets) > 1 and spec.id_filter is not None:
+                # one filtered describe per kind; what it leaves out is asked by id
+                reply = self._calls(spec).call(spec.describe, frozenset(),
+                                               Filters=[{"Name": spec.id_filter, "Values": ids}])
                 try:
                     found = {spec.item_id(i): i for i in spec.items(reply or {}) if spec.item_id(i) in ids}
                 except KeyError as exc:  # an item without its id: fail closed, never "gone"
@@ -110,7 +137,7 @@ class AwsOperations(Operations):
 
     def _read_one(self, spec: AwsKind, target: Target) -> Read:
         params: dict[str, Any] = {spec.ids_param: [target.id]}
-        reply = self.calls.call(spec.describe, spec.not_found | {spec.malformed}, **params)
+        reply = self._calls(spec).call(spec.describe, spec.not_found | {spec.malformed}, **params)
         if reply is None:  # not found, or an id of no such shape: nothing of that id
             # EC2 describes a terminated instance for an hour: not found for a listed one is not
             # proof that it is gone (eventual consistency), so it cannot be read this time.
@@ -121,6 +148,12 @@ class AwsOperations(Operations):
             raise ProviderError(f"{spec.describe} returned an item without {exc}", region=self.region) from exc
         if len(items) > 1:
             raise ProviderError(f"{spec.describe} returned {target.id} twice", region=self.region)
+        if items and spec.tags_by_arn:  # ELBv2: the tags are another call's, by ARN
+            tagged = self._calls(spec).call("describe_tags", spec.not_found, ResourceArns=[target.id])
+            found = [d for d in (tagged or {}).get("TagDescriptions") or [] if d.get("ResourceArn") == target.id]
+            if len(found) != 1:
+                return UNREAD  # tags that cannot be read may hold a protect tag
+            items = [{**items[0], spec.tags_field: list(found[0].get("Tags") or [])}]
         return self._live(spec, target, items[0]) if items else UNREAD
 
     def _live(self, spec: AwsKind, target: Target, item: Item) -> Live | None:
@@ -177,7 +210,9 @@ class AwsOperations(Operations):
 
     def uses(self, owner: Live, members: Sequence[Live]) -> set[str]:
         """Its block device mappings' volumes, its interfaces, its and their security groups,
-        its spot request, and the addresses associated with it or its interfaces."""
+        its spot request, the addresses associated with it or its interfaces, and what it names
+        (``AwsKind.named_by``: the launch template it was launched from, its key pair, its
+        placement group)."""
         instance = owner.item
         enis = [n for n in instance.get("NetworkInterfaces") or [] if isinstance(n, Mapping)]
         used = {dig(b, ("Ebs", "VolumeId")) for b in instance.get("BlockDeviceMappings") or []}
@@ -189,6 +224,11 @@ class AwsOperations(Operations):
         used |= {m.id for m in members if m.target.kind is ResourceKind.ADDRESS
                  and (m.item.get("InstanceId") == owner.id
                       or (m.item.get("NetworkInterfaceId") and m.item.get("NetworkInterfaceId") in eni_ids))}
+        for member in members:  # its launch template, key pair, placement group: as both reads name them
+            named_by = BY_KIND[member.target.kind].named_by
+            if named_by is not None and (value := named_by.instance_value(instance)) is not None \
+                    and named_by.item_value(member.item) == value:
+                used.add(member.id)
         return {str(i) for i in used if i}
 
     def blast(self, owner: Live, members: Mapping[str, Live]) -> list[Doomed]:
@@ -264,10 +304,13 @@ class AwsOperations(Operations):
 
     def delete(self, live: Live, journal: Journal, blast: Sequence[str] = ()) -> Live | None:
         spec = BY_KIND[live.target.kind]
+        addressed = self._still_names(spec, live) if spec.delete_field else live.id
+        if spec is LOAD_BALANCER:  # its listeners (and their rules) go with it: journaled as its blast
+            blast = (*blast, *self._listeners.get(live.id, ()))
         try:
-            self.calls.call(spec.delete, spec.not_found, target=live.id, blast=blast, journal=journal,
-                            refused=_TERMINATION_REFUSED if spec is INSTANCE else frozenset(),
-                            **spec.delete_params(live.id))
+            self._calls(spec).call(spec.delete, spec.not_found, target=live.id, blast=blast, journal=journal,
+                                   refused=_TERMINATION_REFUSED if spec is INSTANCE else frozenset(),
+                                   **spec.delete_params(addressed))
         except Refused as refused:
             raise DeleteRefused("termination_protection",
                                 f"{live.id}: TerminateInstances answered {refused}") from refused
@@ -280,6 +323,22 @@ class AwsOperations(Operations):
         if isinstance(after, Live) or after is None:
             return after
         raise ProviderError(f"instance {live.id} cannot be read after terminate_instances", region=self.region)
+
+    def _still_names(self, spec: AwsKind, live: Live) -> str:
+        """The name the delete call takes (``delete_field``), from ``live`` (the read by id just
+        before), read once more by that name right before the call: it must name the same id
+        (SAFETY.md rule 3: a name can be reused), or nothing is deleted (``Replaced``)."""
+        name = spec.delete_value(live.item)
+        if name is None or spec.names_param is None:
+            raise Blocked(f"{spec.kind} {live.id}: its read names no {spec.delete_field}", reason="unreadable",
+                          region=self.region)
+        params: dict[str, Any] = {spec.names_param: [name]}
+        reply = self._calls(spec).call(spec.describe, spec.not_found, **params)
+        named = [spec.item_id(i) for i in spec.items(reply or {}) if spec.delete_value(i) == name]
+        if named != [live.id]:
+            raise Replaced(f"{spec.kind} {live.id}: {spec.delete_field} {name!r} now names {named or 'nothing'}",
+                           region=self.region)
+        return name
 
     def created_at(self, live: Live) -> datetime | None:
         return as_utc(dig(live.item, BY_KIND[live.target.kind].created_path))  # as the listing reads it
@@ -297,6 +356,92 @@ class AwsOperations(Operations):
             return self._disassociate_address(item, owner_id, ours, journal)
         if spec is SPOT_REQUEST:  # never cancel the request of a live instance outside the group
             return self._holder(item.get("InstanceId") or None, owner_id)
+        if spec.instances_filter is not None:
+            return self._instances_inside(spec, live, owner_id)
+        if spec is LOAD_BALANCER:
+            self._listeners_stay_in_the_group(live, ours)
+            return Readiness.READY
+        if spec is TARGET_GROUP:
+            return self._target_group_users(live, owner_id, ours)
+        return Readiness.READY
+
+    def _listeners_stay_in_the_group(self, balancer: Live, ours: Callable[[Live], bool]) -> None:
+        """Deleting a load balancer deletes its listeners and their rules (SAFETY.md rule 15):
+        every target group they forward to must be a member of the group, as read now
+        (``ours``), or one that is gone; otherwise ``Blocked`` (``blast_foreign``), nothing called.
+        A load balancer with deletion protection is left too (rule 14: ``deletion_protection``)."""
+        elb, arn = self._calls(LOAD_BALANCER), balancer.id
+        attributes = elb.call("describe_load_balancer_attributes", LOAD_BALANCER.not_found, LoadBalancerArn=arn)
+        protection = {a.get("Key"): a.get("Value") for a in (attributes or {}).get("Attributes") or []}
+        if attributes is not None and protection.get("deletion_protection.enabled", "false") != "false":
+            raise Blocked(f"load balancer {arn} has deletion protection", reason="deletion_protection",
+                          region=self.region)
+        forwarded: set[str] = set()
+        listeners = elb.call("describe_listeners", LOAD_BALANCER.not_found, LoadBalancerArn=arn, PageSize=400) or {}
+        listener_arns = [str(item.get("ListenerArn") or "") for item in listeners.get("Listeners") or []]
+        if listeners.get("NextMarker") or not all(listener_arns):  # what cannot be read may forward anywhere
+            raise Blocked(f"load balancer {arn}: its listeners cannot all be read", reason="blast_unreadable",
+                          region=self.region)
+        for listener, listener_arn in zip(listeners.get("Listeners") or [], listener_arns, strict=True):
+            rules = elb.call("describe_rules", frozenset({"ListenerNotFound"}), ListenerArn=listener_arn,
+                             PageSize=400) or {}
+            if rules.get("NextMarker"):
+                raise Blocked(f"load balancer {arn}: more rules than one page on {listener_arn}",
+                              reason="blast_unreadable", region=self.region)
+            actions = [*(listener.get("DefaultActions") or []),
+                       *(a for r in rules.get("Rules") or [] for a in r.get("Actions") or [])]
+            forwarded |= {str(a["TargetGroupArn"]) for a in actions if a.get("TargetGroupArn")}
+            forwarded |= {str(g["TargetGroupArn"]) for a in actions
+                          for g in dig(a, ("ForwardConfig", "TargetGroups")) or [] if g.get("TargetGroupArn")}
+        self._listeners[arn] = tuple(listener_arns)
+        groups = [Target(ResourceKind.TARGET_GROUP, g, self.region) for g in sorted(forwarded)]
+        read = self.read(groups) if groups else {}
+        outside = [g for g, live in read.items() if isinstance(live, Live) and not ours(live)
+                   or live is UNREAD]
+        if outside:
+            raise Blocked(f"load balancer {arn}: its listeners forward to {', '.join(outside)}, outside the group",
+                          reason="blast_foreign", region=self.region)
+
+    def _target_group_users(self, group: Live, owner_id: str | None, ours: Callable[[Live], bool]) -> Readiness:
+        """A target group, as read now: a load balancer that still uses it, or a registered target,
+        is the group's own instance or load balancer (not yet: they go first) or anything else
+        (``in_use``: a target outside the group, an IP, another load balancer); ready once nothing
+        but terminated instances is registered (SAFETY.md rule 15)."""
+        balancers = [Target(ResourceKind.LOAD_BALANCER, str(a), self.region)
+                     for a in group.item.get("LoadBalancerArns") or []]
+        if balancers:
+            read = self.read(balancers)
+            if any(isinstance(b, Live) and not ours(b) or b is UNREAD for b in read.values()):
+                return Readiness.IN_USE
+            if any(isinstance(b, Live) for b in read.values()):
+                return Readiness.NOT_YET
+        health = self._calls(TARGET_GROUP).call("describe_target_health", TARGET_GROUP.not_found,
+                                                TargetGroupArn=group.id)
+        readiness = Readiness.READY
+        for described in (health or {}).get("TargetHealthDescriptions") or []:
+            target_id = str(dig(described, ("Target", "Id")) or "")
+            holder = self._holder(target_id, owner_id) if target_id.startswith("i-") else Readiness.IN_USE
+            if holder is Readiness.IN_USE:
+                return holder
+            if holder is Readiness.NOT_YET:
+                readiness = holder
+        return readiness
+
+    def _instances_inside(self, spec: AwsKind, live: Live, owner_id: str | None) -> Readiness:
+        """A placement group, as read now, with no instance in it but terminated ones: ready; the
+        group's own owner still in it: not yet; any other instance (another ref's, someone's, a
+        second VM of this ref): ``in_use`` (SAFETY.md rule 15). A reply that cannot tell: not yet."""
+        name = spec.delete_value(live.item)
+        if name is None:
+            return Readiness.NOT_YET
+        states = [s for s, v in INSTANCE.states.items() if v is not ResourceState.TERMINATED]
+        reply = self.calls.call(INSTANCE.describe, frozenset(), Filters=[
+            {"Name": spec.instances_filter, "Values": [name]}, {"Name": "instance-state-name", "Values": states}])
+        inside = {INSTANCE.item_id(i) for i in INSTANCE.items(reply or {})} - self._gone_instances
+        if inside - {owner_id}:
+            return Readiness.IN_USE
+        if inside or (reply or {}).get("NextToken"):
+            return Readiness.NOT_YET
         return Readiness.READY
 
     def _detach_interface(self, eni: Item, owner_id: str | None, journal: Journal) -> Readiness:

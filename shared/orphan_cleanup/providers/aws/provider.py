@@ -1,5 +1,6 @@
 """The AWS adapter of the provider port: EC2 instances and their volumes, interfaces,
-security groups, Elastic IPs, spot requests and (past their retention) our snapshots.
+security groups, Elastic IPs, spot requests, launch templates, key pairs, placement groups,
+ELBv2 load balancers and target groups, and (past their retention) our snapshots.
 
 ``AwsProvider`` only receives a client factory (``clients``), so tests and other callers
 choose where clients point; ``build_aws_provider`` (the composition root's entry) builds
@@ -12,6 +13,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator, Mapping
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 import boto3
@@ -30,7 +32,7 @@ from orphan_cleanup.providers.aws.clients import (
 )
 from orphan_cleanup.providers.aws.errors import translated
 from orphan_cleanup.providers.aws.kinds import INSTANCE, AwsKind, as_utc, dig
-from orphan_cleanup.providers.aws.listing import describe_tagged, list_region
+from orphan_cleanup.providers.aws.listing import describe_tagged, describe_tagged_by_arn, list_region
 from orphan_cleanup.providers.aws.operations import AwsOperations
 from orphan_cleanup.providers.base import parallel_regions
 from orphan_cleanup.providers.deletion import OperationsProvider
@@ -82,10 +84,13 @@ class AwsProvider(OperationsProvider):
     def iter_listing(self) -> Iterator[RegionListing]:
         settings = self.backend.settings
         yield from parallel_regions(self.backend.regions, lambda region: list_region(
-            self.ec2(region), region, settings, self._describe_tagged), settings.max_concurrency)
+            self.ec2(region), region, settings, partial(self._describe_tagged, region)), settings.max_concurrency)
 
-    def _describe_tagged(self, ec2: Any, spec: AwsKind) -> Iterator[Mapping[str, Any]]:
-        """One kind's items carrying the backend's ref tag (``listing.describe_tagged``)."""
+    def _describe_tagged(self, region: str, ec2: Any, spec: AwsKind) -> Iterator[Mapping[str, Any]]:
+        """One kind's items carrying the backend's ref tag (``listing.describe_tagged``; an ELBv2
+        kind's with its tags read by ARN: ``listing.describe_tagged_by_arn``)."""
+        if spec.tags_by_arn:
+            return describe_tagged_by_arn(self._client(spec.service, region), spec, self.tag_key)
         return describe_tagged(ec2, spec, self.tag_key)
 
     def operations(self, region: str) -> AwsOperations:
@@ -93,7 +98,8 @@ class AwsProvider(OperationsProvider):
         if region not in self.backend.regions:
             raise ProviderError(f"{region} is not a region of backend {self.backend.id}", region=region)
         return AwsOperations(Ec2Calls(self.ec2(region), region=region),
-                             controller_keys=self.backend.settings.controller_tag_keys)
+                             controller_keys=self.backend.settings.controller_tag_keys,
+                             elb=Ec2Calls(self._client("elbv2", region), region=region))
 
     def group_operations(self, group: ResourceGroup) -> AwsOperations:
         """Every resource in the group's region, one of the backend's (a forged batch may name another)."""
