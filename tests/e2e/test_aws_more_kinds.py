@@ -676,3 +676,63 @@ def test_a_rule_forwarding_to_a_target_group_outside_the_group_blocks_the_load_b
     [recorded] = delete_results(db, cycle_id)
     assert skip_reasons(recorded)[lb] == "blast_foreign", recorded
     assert tg in recorded["result"]["pending"]
+
+
+# ---- gateway owners: the load balancer after the VM ----------------------------------------------------
+
+def gateway(platform: MotoPlatform, *, protect: bool = False) -> tuple[str, str]:
+    """A gateway owner (``owner_type`` ``gateway``: an instances row) whose termination gave up: the
+    owner is terminated, its VM still runs. Returns (ref, VM id)."""
+    issued = platform.ledger.issue_ref(owner_name="gateway", owner_type="gateway")
+    iid, _ = platform.launch(issued.provider_ref, protect=protect, data_volume=False)
+    platform.ledger.mark_provisioning(issued.owner_id, backend_id=BACKEND, primary_id=iid, region=platform.region,
+                                      status=OwnerStatus.BUSY)
+    platform.ledger.mark_terminated(issued.owner_id)
+    return issued.provider_ref, iid
+
+
+def test_a_gateways_load_balancer_is_deleted_only_after_its_vm(emptied_db, moto_reset):
+    """Given a gateway owner that ended with its VM still running, registered in the gateway's
+    target group behind its load balancer (all three carrying its ref); when delete cycles run until
+    one is clean; then the VM, the load balancer and the target group are gone, and the VM's
+    termination was called before the load balancer's delete (a load balancer goes only once the
+    targets it serves are gone or terminating)."""
+    db = emptied_db
+    platform = platform_of(db)
+    ref, iid = gateway(platform)
+    tg = target_group(platform, "gw-tg", ref, targets=(iid,))
+    lb = load_balancer(platform, "gw-lb", ref, forward_to=tg)
+    platform.age_ledger()
+
+    groups = report_groups(db, moto_reset)
+    assert group_of(groups, iid)["verdict"] == "orphan" and group_of(groups, lb)["verdict"] == "orphan"
+    for _ in range(3):
+        if outcome(db, delete_cycle(db, moto_reset)) == "clean":
+            break
+
+    assert platform.instance_state(iid) in ("shutting-down", "terminated")
+    assert lb not in balancers() and tg not in target_groups()
+    calls = intents(db)
+    assert calls.index(("ec2:TerminateInstances", iid)) < calls.index(("elasticloadbalancing:DeleteLoadBalancer", lb))
+
+
+def test_a_gateways_load_balancer_is_never_deleted_while_its_protected_vm_runs(emptied_db, moto_reset):
+    """Given an ended gateway owner whose VM carries the protect tag (kept by its operator) and is
+    registered behind the gateway's load balancer; when delete cycles run; then the VM runs, and the
+    load balancer and its target group are left (``in_use``: a target it serves still runs), the
+    cycles unsettled, never failed."""
+    db = emptied_db
+    platform = platform_of(db)
+    ref, iid = gateway(platform, protect=True)
+    tg = target_group(platform, "gw-tg", ref, targets=(iid,))
+    lb = load_balancer(platform, "gw-lb", ref, forward_to=tg)
+    platform.age_ledger()
+
+    cycles = [delete_cycle(db, moto_reset) for _ in range(2)]
+
+    assert platform.instance_state(iid) == "running"
+    assert lb in balancers() and tg in target_groups()
+    assert not [c for c in intents(db) if c[0].startswith("elasticloadbalancing:Delete")]
+    recorded = delete_results(db, cycles[-1])
+    assert any(skip_reasons(r).get(lb) == "in_use" for r in recorded), recorded
+    assert [outcome(db, c) for c in cycles] == ["unsettled", "unsettled"]

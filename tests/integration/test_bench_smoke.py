@@ -49,7 +49,7 @@ def test_v0_build_payload_agrees_with_the_shipped_one():
     for _ in range(50):
         groups = data.make_groups(1_000, 40, rng)
         records = {g.provider_ref: LedgerRecord(
-            provider_ref=g.provider_ref, owner_type=rng.choice(["instance", "instance", "gateway"]), owner_id="o",
+            provider_ref=g.provider_ref, owner_type=rng.choice(["instance", "instance", "bucket"]), owner_id="o",
             owner_name="n", issued_at=rng.choice([old, now]), instance_found=(status := rng.choice(
                 ["busy", "idle", "terminated", "pending", "terminating", "odd", None])) is not None,
             status=status, backend_id=rng.choice([data.BACKEND, None, "other"]),

@@ -70,11 +70,20 @@ def test_the_ref_generator_alone():
 
 
 def test_issue_ref_for_another_owner_type_creates_no_instance(db, client):
+    issued = client.issue_ref(owner_id="bucket-owner-1", owner_type="bucket")
+    with db.connection() as conn:
+        assert conn.run("SELECT owner_type FROM provider_refs WHERE provider_ref = :r",
+                        r=issued.provider_ref) == [["bucket"]]
+        assert conn.run("SELECT count(*) FROM instances") == [[0]]
+        assert conn.run("SELECT count(*) FROM volumes") == [[0]]
+
+
+def test_issue_ref_for_a_gateway_creates_its_pending_instances_row(db, client):
     issued = client.issue_ref(owner_id="gw-owner-1", owner_type="gateway")
     with db.connection() as conn:
         assert conn.run("SELECT owner_type FROM provider_refs WHERE provider_ref = :r",
                         r=issued.provider_ref) == [["gateway"]]
-        assert conn.run("SELECT count(*) FROM instances") == [[0]]
+        assert conn.run("SELECT id, status FROM instances") == [["gw-owner-1", "pending"]]
         assert conn.run("SELECT count(*) FROM volumes") == [[0]]
 
 

@@ -103,8 +103,8 @@ RULES = [
                    resources=(vol("vol-2"), resource("eni-1", kind="network-interface", created_at=OLD,
                                                      tags={"provider_ref": REF}))), gone(), S, "malformed_group"),
     # owner types other than instance and volume stay ignored, whatever row the join found
-    ("gateway owner: ignored", V1, owner(owner_type="gateway", status="idle"), I, "unsupported_owner_type"),
-    ("gateway owner gone: ignored", V1, gone(owner_type="gateway"), I, "unsupported_owner_type"),
+    ("another owner type: ignored", V1, owner(owner_type="bucket", status="idle"), I, "unsupported_owner_type"),
+    ("another owner type gone: ignored", V1, gone(owner_type="bucket"), I, "unsupported_owner_type"),
     ("another owner type: ignored", V1, gone(owner_type="bucket"), I, "unsupported_owner_type"),
 ]
 

@@ -28,9 +28,10 @@ _PENDING, _TERMINATING, _TERMINATED = (OwnerStatus.PENDING.value, OwnerStatus.TE
 #: A volume owner's statuses (README, C1): live ones, and the end of its life.
 VOLUME_LIVE = frozenset({VolumeStatus.PROVISIONING.value, VolumeStatus.ACTIVE.value})
 _DELETING, _DELETED = VolumeStatus.DELETING.value, VolumeStatus.DELETED.value
-#: The owner types cleanup classifies (README, C1); any other is ``ignored``. A ``gateway``
-#: (an instances row) is not handled yet: its groups may hold load balancers.
-CLASSIFIED_OWNER_TYPES = frozenset({"instance", "volume"})
+#: The owner types cleanup classifies (README, C1); any other is ``ignored``. A ``gateway`` is
+#: an instances row, judged as an instance; its load balancer goes only once the VMs it serves
+#: are gone or terminating (the deleter's read: SAFETY.md rule 15).
+CLASSIFIED_OWNER_TYPES = frozenset({"instance", "gateway", "volume"})
 
 
 @dataclass(frozen=True)

@@ -26,8 +26,8 @@ RULES: dict[str, str] = {
     "malformed_ref": "a resource carrying the ref tag key with an empty or invalid value is not ours: never touched",
     "no_record": "a ref that is not in this ledger belongs to someone else: never touched",
     "record_mismatch": "the ledger answered with a record of another ref: skipped, fail closed",
-    "unsupported_owner_type": "only instance and volume owners are cleaned up: any other owner type (a gateway"
-                              " included) is left alone",
+    "unsupported_owner_type": "only instance, gateway and volume owners are cleaned up: any other owner type"
+                              " is left alone",
     "owner_deleted": "the ref's owner row is gone (hard-deleted): its resources are orphans once old enough",
     "owner_soft_deleted": "the owner has deleted_at set: its resources are orphans once old enough",
     "owner_pending": "a pending owner's resources may be in flight: skipped",

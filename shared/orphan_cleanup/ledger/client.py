@@ -100,8 +100,9 @@ class LedgerClient:
 
     def issue_ref(self, *, owner_id: str | None = None, owner_name: str | None = None,
                   owner_type: str = "instance") -> IssuedRef:
-        """Commit a new ref and its owner (an instance row in ``pending``; for ``owner_type``
-        ``volume`` a volumes row, as ``issue_volume_ref``) in one transaction. Call it before
+        """Commit a new ref and its owner (an instance row in ``pending``, for ``owner_type``
+        ``instance`` or ``gateway``; for ``volume`` a volumes row, as ``issue_volume_ref``) in one
+        transaction. Call it before
         the provider call that creates resources."""
         for _ in range(5):
             ref = new_ref()
@@ -115,7 +116,7 @@ class LedgerClient:
                     )
                     if not rows:
                         raise _RefTaken
-                    if owner_type in ("instance", "volume"):
+                    if owner_type in ("instance", "gateway", "volume"):
                         table = "volumes" if owner_type == "volume" else "instances"
                         conn.run(f"INSERT INTO {table} (id, name, provider_ref, status) VALUES (:i, :n, :r, 'pending')",
                                  i=oid, n=owner_name, r=ref)

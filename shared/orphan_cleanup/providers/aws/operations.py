@@ -165,12 +165,13 @@ class AwsOperations(Operations):
         return Live(target, tags_of(item, spec), state, item, spec.raw_state(item))
         return None
 
-    def _holder(self, instance_id: str | None, owner_id: str | None) -> Readiness:
+    def _holder(self, instance_id: str | None, owner_id: str | None, *, terminating: bool = False) -> Readiness:
         """What an instance holding a dependent means, as EC2 answers now (a read only, SAFETY.md
         rule 3): none, or one EC2 answers ``terminated`` (or the group's primary found gone):
         ready, it may be detached; the group's own owner still there: not yet; a live instance
         outside the group: in use; one EC2 does not answer for (``InvalidInstanceID.NotFound``
-        is not proof: an instance launched moments ago): not yet."""
+        is not proof: an instance launched moments ago): not yet. ``terminating``: one EC2 answers
+        ``shutting-down`` is ready too (a load balancer's target on its way out)."""
         if not instance_id or instance_id in self._gone_instances:
             return Readiness.READY
         if instance_id == owner_id:
@@ -180,10 +181,11 @@ class AwsOperations(Operations):
         items = [i for i in INSTANCE.items(reply or {}) if INSTANCE.item_id(i) == instance_id]
         if len(items) != 1:
             return Readiness.NOT_YET
-        if INSTANCE.raw_state(items[0]) == "terminated":
+        state = INSTANCE.raw_state(items[0])
+        if state == "terminated":
             self._gone_instances.add(instance_id)
             return Readiness.READY
-        return Readiness.IN_USE
+        return Readiness.READY if terminating and state == "shutting-down" else Readiness.IN_USE
 
     # -- the owner -----------------------------------------------------------------------
 
@@ -359,17 +361,17 @@ class AwsOperations(Operations):
         if spec.instances_filter is not None:
             return self._instances_inside(spec, live, owner_id)
         if spec is LOAD_BALANCER:
-            self._listeners_stay_in_the_group(live, ours)
-            return Readiness.READY
+            return self._balancer_targets(self._listeners_stay_in_the_group(live, ours))
         if spec is TARGET_GROUP:
             return self._target_group_users(live, owner_id, ours)
         return Readiness.READY
 
-    def _listeners_stay_in_the_group(self, balancer: Live, ours: Callable[[Live], bool]) -> None:
+    def _listeners_stay_in_the_group(self, balancer: Live, ours: Callable[[Live], bool]) -> list[str]:
         """Deleting a load balancer deletes its listeners and their rules (SAFETY.md rule 15):
         every target group they forward to must be a member of the group, as read now
         (``ours``), or one that is gone; otherwise ``Blocked`` (``blast_foreign``), nothing called.
-        A load balancer with deletion protection is left too (rule 14: ``deletion_protection``)."""
+        A load balancer with deletion protection is left too (rule 14: ``deletion_protection``).
+        Returns the target groups its listeners forward to that still exist."""
         elb, arn = self._calls(LOAD_BALANCER), balancer.id
         attributes = elb.call("describe_load_balancer_attributes", LOAD_BALANCER.not_found, LoadBalancerArn=arn)
         protection = {a.get("Key"): a.get("Value") for a in (attributes or {}).get("Attributes") or []}
@@ -401,6 +403,27 @@ class AwsOperations(Operations):
         if outside:
             raise Blocked(f"load balancer {arn}: its listeners forward to {', '.join(outside)}, outside the group",
                           reason="blast_foreign", region=self.region)
+        return [g for g, live in read.items() if isinstance(live, Live)]
+
+    def _balancer_targets(self, groups: Sequence[str]) -> Readiness:
+        """A load balancer goes only once every target it serves is gone or terminating, as read
+        now: a gateway's VM first, whatever group the listing put it in (SAFETY.md rule 15). An
+        instance target still running (another ref's, someone's, or the ref's own VM, which no
+        listing ties to the load balancer) or a target that is no instance (an IP, a Lambda):
+        ``in_use``; an instance EC2 does not answer for: not yet."""
+        readiness = Readiness.READY
+        for arn in groups:
+            health = self._calls(TARGET_GROUP).call("describe_target_health", TARGET_GROUP.not_found,
+                                                    TargetGroupArn=arn)
+            for described in (health or {}).get("TargetHealthDescriptions") or []:
+                target_id = str(dig(described, ("Target", "Id")) or "")
+                holder = self._holder(target_id, None, terminating=True) if target_id.startswith("i-") \
+                    else Readiness.IN_USE
+                if holder is Readiness.IN_USE:
+                    return holder
+                if holder is Readiness.NOT_YET:
+                    readiness = holder
+        return readiness
 
     def _target_group_users(self, group: Live, owner_id: str | None, ours: Callable[[Live], bool]) -> Readiness:
         """A target group, as read now: a load balancer that still uses it, or a registered target,
