@@ -63,6 +63,8 @@ def run(quick: bool = False) -> list[Table]:
         setup_aws = time.perf_counter() - start
         variants = [("shipped: describe + tag-key filter, largest pages", aws.aws_shipped, reps),
                     ("before #17: EC2's default page size", aws.aws_old_page_size, reps),
+                    ("shipped, the first 6 kinds only (no launch templates, key pairs, placement groups,"
+                     " load balancers, target groups)", aws.aws_first_kinds, reps),
                     ("no server-side filter", aws.aws_unfiltered, reps),
                     ("Tagging API + describe per resource", aws.aws_tagging_api, 1)]
         try:
