@@ -7,8 +7,8 @@ STEP 3 (``ledger/queries.py: JOIN_SQL``) reads ``volumes`` only for ``owner_type
 and ``instances`` only for ``instance``/``gateway``: a ref whose owner row sits in the other
 table reads as a ref whose owner row is gone (``instance_found`` false) and goes through
 ``classify._orphan_unless_recent(..., "owner_deleted")``, although the same statement could
-see the live row naming this very volume. The reverse (``owner_type`` ``volume`` with a live
-``instances`` row) likewise makes that instance's detached data volumes ``owner_deleted``.
+see the live row naming this very volume. (The reverse, ``owner_type`` ``volume`` with a live
+``instances`` row, takes the same path by reading; it is not reproduced here.)
 
 Rule 1: "Never delete a tracked resource ... Fail closed: ... an unexpected shape ... a ledger
 query error all mean skip and stay unsettled, never orphan"."""
