@@ -17,10 +17,21 @@ at worst make the deleter look for an id where it is not, and find nothing to de
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
 import pytest
 
-from orphan_cleanup.core.listing import ResourceGroup, ResourceKind
+from orphan_cleanup.core.listing import RegionListing, ResourceGroup, ResourceKind
+from orphan_cleanup.core.settings import Settings
+from orphan_cleanup.cycle.pipeline import Pipeline
+from orphan_cleanup.cycle.runner import run_cycle
+from orphan_cleanup.providers.aws.provider import build_aws_provider
+from orphan_cleanup.queues.memory import InProcessQueue
 from tests.attack.helpers import EAST, REF, RecordingJournal, aws_provider, ec2, groups_of, spec
+from tests.support.ledger_helpers import add_backend, add_instance, db_now, make_ref
 
 pytestmark = pytest.mark.usefixtures("moto_reset")
 
@@ -58,3 +69,63 @@ def test_key_pair_the_tracked_vm_uses_is_not_deleted_with_the_leak(moto_reset: s
     assert kp["KeyPairId"] in keys, (
         f"key pair {kp['KeyPairId']} of the live owner, used by its tracked VM {tracked}, was deleted with the"
         f" leak {leak} (calls {journal.calls()})")
+
+
+class ForgingProvider:
+    """The real AWS provider, whose listing moves the shared key pair into the leak's group, as a
+    forged batch would (ids only: the kind and id of a resource the listing itself shows)."""
+
+    def __init__(self, real: Any, leak: str) -> None:
+        self._real, self._leak = real, leak
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+    def iter_listing(self) -> Iterator[RegionListing]:
+        for region in self._real.iter_listing():
+            groups = list(region.groups)
+            keys = [r for g in groups if g.primary_id is None for r in g.resources if r.kind is ResourceKind.KEY_PAIR]
+            out = []
+            for g in groups:
+                if g.primary_id == self._leak:
+                    g = g.model_copy(update={"resources": (*g.resources, *keys)})
+                elif g.primary_id is None:
+                    rest = tuple(r for r in g.resources if r.kind is not ResourceKind.KEY_PAIR)
+                    if not rest:
+                        continue
+                    g = g.model_copy(update={"resources": rest})
+                out.append(g)
+            yield region.model_copy(update={"groups": tuple(out)})
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="open (rules 1, 12): through a whole delete cycle, the"
+                   " classifier and the deleter accept the forged group and delete the tracked VM's key pair")
+def test_a_delete_cycle_with_the_forged_batch_keeps_the_tracked_vms_key_pair(moto_reset: str, emptied_db) -> None:
+    db = emptied_db
+    client = ec2(moto_reset)
+    ref = make_ref()
+    kp = client.create_key_pair(KeyName="platform-key", TagSpecifications=spec("key-pair", {"provider_ref": ref}))
+    run = {"ImageId": "ami-12345678", "MinCount": 1, "MaxCount": 1, "InstanceType": "t3.micro", "KeyName": "platform-key",
+           "Placement": {"AvailabilityZone": f"{EAST}a"}, "TagSpecifications": spec("instance", {"provider_ref": ref})}
+    leak = client.run_instances(**run)["Instances"][0]["InstanceId"]
+    tracked = client.run_instances(**run)["Instances"][0]["InstanceId"]
+    time.sleep(1.1)  # the owner's provisioning is recorded after the leak's launch (a lost attempt, rule 17)
+    add_backend(db, "aws-kp", regions=(EAST,), mode="delete")
+    add_instance(db, ref=ref, status="idle", backend_id="aws-kp", primary_id=tracked, region=EAST,
+                 provisioned_at=db_now(db))
+    time.sleep(1.1)
+    pipe = Pipeline(settings=Settings(ORPHAN_CLEANUP_MARGIN_SECONDS=0, ORPHAN_CLEANUP_MAX_MODE="delete"), db=db,
+                    provider_for=lambda b: ForgingProvider(build_aws_provider(
+                        b, connect_timeout=2, read_timeout=10, session=boto3.Session()), leak),
+                    listing_queue=InProcessQueue(), delete_queue=InProcessQueue())
+
+    reports = [run_cycle(pipe, "aws-kp")]
+    verdicts = {g["primary_id"]: (g["verdict"], g["reason"], g["action"]) for g in reports[0].c3()["groups"]}
+    assert verdicts[tracked][0] == "tracked" and verdicts[leak][:2] == ("orphan", "primary_mismatch")
+
+    keys = [k["KeyPairId"] for k in client.describe_key_pairs()["KeyPairs"]]
+    still = client.describe_instances(InstanceIds=[tracked])["Reservations"][0]["Instances"][0]
+    assert still["State"]["Name"] == "running" and still["KeyName"] == "platform-key"
+    assert kp["KeyPairId"] in keys, (
+        f"key pair {kp['KeyPairId']} of live owner {ref}, used by its tracked VM {tracked}, was deleted by a delete"
+        f" cycle with the leak {leak}: {verdicts}")
