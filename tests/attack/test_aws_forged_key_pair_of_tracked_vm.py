@@ -13,7 +13,11 @@ names it. For a security group in the same forged place EC2 itself refuses
 Rule 12: "Messages are hints ... What a listing message says about attachment is not trusted
 either" (the membership of a shared resource is such a claim); rule 1: never delete a tracked
 resource (the live owner's key pair, in use by the VM it records); rule 21: a forged field "can
-at worst make the deleter look for an id where it is not, and find nothing to delete"."""
+at worst make the deleter look for an id where it is not, and find nothing to delete".
+
+Fixed: the deleter asks EC2 who uses a key pair or launch template (``DescribeInstances`` filtered
+on ``key-name`` / the ``aws:ec2launchtemplate:id`` tag, as for a placement group) and leaves it
+``in_use`` while any instance outside the group does, whatever group a message put it in."""
 
 from __future__ import annotations
 
@@ -36,8 +40,6 @@ from tests.support.ledger_helpers import add_backend, add_instance, db_now, make
 pytestmark = pytest.mark.usefixtures("moto_reset")
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="open (rules 1, 12): a forged batch puts a live owner's"
-                   " shared key pair into its retry leak's group; the deleter deletes it though the tracked VM uses it")
 def test_key_pair_the_tracked_vm_uses_is_not_deleted_with_the_leak(moto_reset: str) -> None:
     client = ec2(moto_reset)
     kp = client.create_key_pair(KeyName="platform-key", TagSpecifications=spec("key-pair", {"provider_ref": REF}))
@@ -98,8 +100,6 @@ class ForgingProvider:
             yield region.model_copy(update={"groups": tuple(out)})
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="open (rules 1, 12): through a whole delete cycle, the"
-                   " classifier and the deleter accept the forged group and delete the tracked VM's key pair")
 def test_a_delete_cycle_with_the_forged_batch_keeps_the_tracked_vms_key_pair(moto_reset: str, emptied_db) -> None:
     db = emptied_db
     client = ec2(moto_reset)

@@ -160,9 +160,9 @@ def test_a_launch_template_is_listed_in_the_group_of_the_vm_launched_from_it(emp
 def test_an_orphan_vms_launch_template_is_deleted_after_the_vm(emptied_db, moto_reset):
     """Given an orphan VM launched from its ref's template, a tracked VM with its own, and an
     instance of someone else launched from the orphan's template; when a delete cycle runs; then
-    the orphan VM is terminated first, its template deleted after it (journaled, by id), the
-    tracked VM and its template untouched, and the other instance, launched from the deleted
-    template, still running (deleting a template takes only its versions)."""
+    the orphan VM is terminated, its template left ``in_use`` (an instance outside the group was
+    launched from it: SAFETY.md rule 21), the tracked VM and its template untouched; once that
+    instance is gone, the next delete cycle deletes the template (journaled, by id), after the VM."""
     db = emptied_db
     platform = platform_of(db)
     kept = platform.tracked(data_volume=False)
@@ -173,12 +173,17 @@ def test_an_orphan_vms_launch_template_is_deleted_after_the_vm(emptied_db, moto_
     bystander = vm(platform, None, LaunchTemplate={"LaunchTemplateId": lt})
     platform.age_ledger()
 
+    first = delete_cycle(db, moto_reset)
+
+    assert platform.instance_state(lost_vm) in GONE and platform.instance_state(bystander) == "running"
+    assert lt in templates(platform) and ("ec2:DeleteLaunchTemplate", lt) not in intents(db)
+    assert any(skip_reasons(r).get(lt) == "in_use" for r in delete_results(db, first))
+    assert outcome(db, first) == "unsettled"
+    platform.ec2.terminate_instances(InstanceIds=[bystander])
     delete_cycle(db, moto_reset)
 
-    assert platform.instance_state(lost_vm) in GONE
     assert lt not in templates(platform)
     assert kept_lt in templates(platform) and platform.instance_state(kept.instance_id or "") == "running"
-    assert platform.instance_state(bystander) == "running"
     calls = intents(db)
     assert calls.index(("ec2:TerminateInstances", lost_vm)) < calls.index(("ec2:DeleteLaunchTemplate", lt))
     assert {t for _, t in calls} <= {lost_vm, lt, *platform.volumes_of(ref)}
@@ -265,8 +270,9 @@ def test_a_key_pair_is_listed_in_the_group_of_the_one_vm_of_its_ref_using_it(emp
 def test_an_orphan_vms_key_pair_is_deleted_by_id_after_the_vm(emptied_db, moto_reset):
     """Given an orphan VM launched with its ref's key pair, a tracked VM with its own, and someone's
     untagged instance launched with the orphan's key pair; when a delete cycle runs; then the VM is
-    terminated first and its key pair deleted after it, by id (journaled); the tracked VM's key pair
-    stays, and so does the other instance (deleting a key pair takes only EC2's copy of the key)."""
+    terminated and its key pair left ``in_use`` (an instance outside the group names it: SAFETY.md
+    rule 21); once that instance is gone, the next cycle deletes the key pair, by id (journaled),
+    after the VM; the tracked VM's key pair stays."""
     db = emptied_db
     platform = platform_of(db)
     kept = platform.tracked(data_volume=False)
@@ -277,11 +283,15 @@ def test_an_orphan_vms_key_pair_is_deleted_by_id_after_the_vm(emptied_db, moto_r
     bystander = vm(platform, None, KeyName="lost")
     platform.age_ledger()
 
+    first = delete_cycle(db, moto_reset)
+
+    assert platform.instance_state(lost_vm) in GONE and platform.instance_state(bystander) == "running"
+    assert kp in key_pairs(platform) and ("ec2:DeleteKeyPair", kp) not in intents(db)
+    assert any(skip_reasons(r).get(kp) == "in_use" for r in delete_results(db, first))
+    platform.ec2.terminate_instances(InstanceIds=[bystander])
     delete_cycle(db, moto_reset)
 
-    assert platform.instance_state(lost_vm) in GONE
     assert kp not in key_pairs(platform) and kept_kp in key_pairs(platform)
-    assert platform.instance_state(bystander) == "running"
     calls = intents(db)
     assert calls.index(("ec2:TerminateInstances", lost_vm)) < calls.index(("ec2:DeleteKeyPair", kp))
     assert {t for _, t in calls} <= {lost_vm, kp, *platform.volumes_of(ref)}

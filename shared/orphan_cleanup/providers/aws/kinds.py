@@ -55,9 +55,10 @@ class AwsKind:
     # How an instance names a resource of this kind it uses (``NamedBy``): what links it to
     # the instance's group in a listing and what the deleter's re-read of the owner shows used.
     named_by: NamedBy | None = None
-    # The ``DescribeInstances`` filter that finds the instances inside a resource of this kind by
-    # ``delete_field``'s value (``placement-group-name``): it is never deleted while an instance
-    # outside the group is in it (SAFETY.md rule 15).
+    # The ``DescribeInstances`` filter that finds the instances using a resource of this kind by
+    # ``named_by``'s value (``placement-group-name``, ``key-name``, the launch template's id tag):
+    # it is never deleted while an instance outside the group uses it, whatever group a listing
+    # message put it in (SAFETY.md rules 15 and 21).
     instances_filter: str | None = None
     # The boto3 service of the calls (``ec2``, ``elbv2``). An ELBv2 describe has no tag filter and
     # its items carry no tags: they are read with ``DescribeTags``, 20 ARNs a call (``tags_by_arn``).
@@ -357,6 +358,7 @@ LAUNCH_TEMPLATE = AwsKind(
     malformed="InvalidLaunchTemplateId.Malformed",
     depends_on=(ResourceKind.INSTANCE,),
     named_by=NamedBy(("tag:aws:ec2launchtemplate:id",), "LaunchTemplateId"),
+    instances_filter="tag:aws:ec2launchtemplate:id",
     page_size=200,  # DescribeLaunchTemplates: 1-200
 )
 
@@ -379,6 +381,7 @@ KEY_PAIR = AwsKind(
     malformed="InvalidKeyPair.Malformed",
     depends_on=(ResourceKind.INSTANCE,),
     named_by=NamedBy(("KeyName",), "KeyName"),
+    instances_filter="key-name",
     page_size=None,  # DescribeKeyPairs does not page: one call answers every key pair
 )
 

@@ -451,10 +451,11 @@ class AwsOperations(Operations):
         return readiness
 
     def _instances_inside(self, spec: AwsKind, live: Live, owner_id: str | None) -> Readiness:
-        """A placement group, as read now, with no instance in it but terminated ones: ready; the
-        group's own owner still in it: not yet; any other instance (another ref's, someone's, a
-        second VM of this ref): ``in_use`` (SAFETY.md rule 15). A reply that cannot tell: not yet."""
-        name = spec.delete_value(live.item)
+        """A placement group, key pair or launch template, as read now, that no instance uses but
+        terminated ones: ready; the group's own owner still using it: not yet; any other instance
+        (another ref's, someone's, a second VM of this ref, whatever group a listing message put
+        the resource in): ``in_use`` (SAFETY.md rules 15 and 21). A reply that cannot tell: not yet."""
+        name = spec.named_by.item_value(live.item) if spec.named_by is not None else spec.delete_value(live.item)
         if name is None:
             return Readiness.NOT_YET
         states = [s for s, v in INSTANCE.states.items() if v is not ResourceState.TERMINATED]
