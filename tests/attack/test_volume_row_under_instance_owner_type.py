@@ -11,7 +11,11 @@ see the live row naming this very volume. (The reverse, ``owner_type`` ``volume`
 ``instances`` row, takes the same path by reading; it is not reproduced here.)
 
 Rule 1: "Never delete a tracked resource ... Fail closed: ... an unexpected shape ... a ledger
-query error all mean skip and stay unsettled, never orphan"."""
+query error all mean skip and stay unsettled, never orphan".
+
+Fixed: STEP 3 reads the other table's row when the one ``owner_type`` names has none
+(``queries._USE_VOLUME``): the live volume owner is judged live (its statuses are no instance's:
+skipped), never as a hard-deleted owner."""
 
 from __future__ import annotations
 
@@ -31,8 +35,6 @@ from tests.support.ledger_helpers import add_backend, db_now, make_ref
 pytestmark = pytest.mark.usefixtures("moto_reset")
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="open (rule 1): a live volumes row's volume is deleted"
-                   " as owner_deleted when its ref's owner_type is left at its default, instance")
 def test_live_volume_row_keeps_its_volume_whatever_owner_type_says(moto_reset: str, emptied_db) -> None:
     db = emptied_db
     client = ec2(moto_reset)

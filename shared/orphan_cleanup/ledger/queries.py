@@ -94,16 +94,26 @@ SCOPE_SQL = ("{t}.provider || ':' || CASE WHEN {t}.provider = 'gcp'"
 # - the result is one JSON document that pydantic parses and validates in
 #   Rust (timestamps included) instead of pg8000 decoding every column of
 #   every row in Python (``strptime`` per timestamp was half the time).
+# Which owner row STEP 3 reads (README, C1): the table ``owner_type`` names, ``volumes`` for
+# ``volume`` and ``instances`` otherwise; when that table has no row of the ref but the other has,
+# the other's (a platform that wrote a volumes row and left owner_type at its default): a live
+# owner then reads as one, never as a hard-deleted owner whose resources are orphans (SAFETY.md
+# rule 1: fail closed; a volume's statuses are no instance's, so it is skipped).
+_USE_VOLUME = "(v.id IS NOT NULL AND (r.owner_type = 'volume' OR i.id IS NULL))"
+
 JOIN_SQL = """
 SELECT coalesce(json_agg(json_build_object(
            'provider_ref', r.provider_ref, 'owner_type', r.owner_type, 'owner_id', r.owner_id,
            'owner_name', r.owner_name, 'issued_at', r.issued_at,
            'instance_found', i.id IS NOT NULL OR v.id IS NOT NULL,
-           'status', coalesce(i.status, v.status), 'backend_id', coalesce(i.backend_id, v.backend_id),
-           'primary_id', coalesce(i.primary_id, v.primary_id), 'region', coalesce(i.region, v.region),
-           'created_at', coalesce(i.created_at, v.created_at),
-           'provisioned_at', coalesce(i.provisioned_at, v.provisioned_at),
-           'terminated_at', i.terminated_at, 'deleted_at', coalesce(i.deleted_at, v.deleted_at),
+           'status', CASE WHEN {usev} THEN v.status ELSE i.status END,
+           'backend_id', CASE WHEN {usev} THEN v.backend_id ELSE i.backend_id END,
+           'primary_id', CASE WHEN {usev} THEN v.primary_id ELSE i.primary_id END,
+           'region', CASE WHEN {usev} THEN v.region ELSE i.region END,
+           'created_at', CASE WHEN {usev} THEN v.created_at ELSE i.created_at END,
+           'provisioned_at', CASE WHEN {usev} THEN v.provisioned_at ELSE i.provisioned_at END,
+           'terminated_at', CASE WHEN {usev} THEN NULL ELSE i.terminated_at END,
+           'deleted_at', CASE WHEN {usev} THEN v.deleted_at ELSE i.deleted_at END,
            'owner_backend_scope', {scope},
            'known_orphan_resource_ids',
            CASE WHEN r.provider_ref = ANY(string_to_array(:leftover, ',')) THEN
@@ -119,14 +129,12 @@ SELECT coalesce(json_agg(json_build_object(
   FROM provider_refs r
   LEFT JOIN instances i
          ON i.provider_ref = r.provider_ref AND i.provider_ref = ANY(string_to_array(:refs, ','))
-        AND r.owner_type IN ('instance', 'gateway')
   LEFT JOIN volumes v
          ON v.provider_ref = r.provider_ref AND v.provider_ref = ANY(string_to_array(:refs, ','))
-        AND r.owner_type = 'volume'
-  LEFT JOIN backends ob ON ob.id = coalesce(i.backend_id, v.backend_id)
+  LEFT JOIN backends ob ON ob.id = CASE WHEN {usev} THEN v.backend_id ELSE i.backend_id END
  WHERE r.provider_ref = ANY(string_to_array(:refs, ','))
-""".replace("{scope}", SCOPE_SQL.format(t="ob")).replace("{kscope}", SCOPE_SQL.format(t="kb")) \
-    .replace("{mescope}", SCOPE_SQL.format(t="me"))
+""".replace("{usev}", _USE_VOLUME).replace("{scope}", SCOPE_SQL.format(t="ob")) \
+    .replace("{kscope}", SCOPE_SQL.format(t="kb")).replace("{mescope}", SCOPE_SQL.format(t="me"))
 
 _RECORDS = TypeAdapter(list[LedgerRecord])
 
