@@ -72,6 +72,8 @@ locals {
     "elasticloadbalancing:DescribeListeners",
     "elasticloadbalancing:DescribeRules",
     "elasticloadbalancing:DescribeTargetHealth",
+    # who launches from a launch template or registers in a target group (SAFETY.md rule 21)
+    "autoscaling:DescribeAutoScalingGroups",
     "elasticloadbalancing:DescribeLoadBalancerAttributes",
   ]
   ec2_arn = "arn:${local.partition}:ec2:*:${local.account_id}"

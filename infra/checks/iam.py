@@ -39,10 +39,12 @@ DESCRIBE_ACTIONS = frozenset({
 SNAPSHOT_SOURCE_KEY = "orphan-cleanup-source"
 SNAPSHOT_SOURCE_VALUE = "vol-*"
 #: What the deleter reads besides: termination protection (SAFETY.md rule 14), and what an ELBv2
-#: delete would reach (listeners, their rules, registered targets, deletion protection: rule 15).
+#: delete would reach (listeners, their rules, registered targets, deletion protection: rule 15), and
+#: the Auto Scaling groups that launch from a launch template or register in a target group (rule 21).
 DELETER_READ_ACTIONS = frozenset({
     "ec2:DescribeInstanceAttribute", "elasticloadbalancing:DescribeListeners", "elasticloadbalancing:DescribeRules",
     "elasticloadbalancing:DescribeTargetHealth", "elasticloadbalancing:DescribeLoadBalancerAttributes",
+    "autoscaling:DescribeAutoScalingGroups",
 })
 #: The services whose writes the checks judge (the deleter's deletes are EC2's and ELBv2's).
 WRITE_SERVICES = ("ec2", "elasticloadbalancing")

@@ -58,6 +58,7 @@ from orphan_cleanup.providers.aws.kinds import (
     ADDRESS,
     BY_KIND,
     INSTANCE,
+    LAUNCH_TEMPLATE,
     LOAD_BALANCER,
     NETWORK_INTERFACE,
     SPOT_REQUEST,
@@ -98,9 +99,11 @@ class AwsOperations(Operations):
 
     kinds = BY_KIND
 
-    def __init__(self, calls: Ec2Calls, *, controller_keys: Iterable[str] = (), elb: Ec2Calls | None = None) -> None:
+    def __init__(self, calls: Ec2Calls, *, controller_keys: Iterable[str] = (), elb: Ec2Calls | None = None,
+                 autoscaling: Ec2Calls | None = None) -> None:
         self.calls = calls
         self.elb = elb  # the region's ELBv2 client (load balancers, target groups)
+        self.autoscaling = autoscaling  # the region's Auto Scaling client (who launches from a template)
         self.region = calls.region
         self.controller_keys = tuple(controller_keys)
         self.snapshots = AwsSnapshots(calls)
@@ -359,12 +362,46 @@ class AwsOperations(Operations):
         if spec is SPOT_REQUEST:  # never cancel the request of a live instance outside the group
             return self._holder(item.get("InstanceId") or None, owner_id)
         if spec.instances_filter is not None:
-            return self._instances_inside(spec, live, owner_id)
+            readiness = self._instances_inside(spec, live, owner_id)
+            if spec is LAUNCH_TEMPLATE and readiness is not Readiness.IN_USE and self._scaling_groups_use(live):
+                return Readiness.IN_USE
+            return readiness
         if spec is LOAD_BALANCER:
             return self._balancer_targets(self._listeners_stay_in_the_group(live, ours))
         if spec is TARGET_GROUP:
-            return self._target_group_users(live, owner_id, ours)
+            readiness = self._target_group_users(live, owner_id, ours)
+            if readiness is not Readiness.IN_USE and self._scaling_groups_use(live):
+                return Readiness.IN_USE
+            return readiness
         return Readiness.READY
+
+    def _scaling_groups_use(self, live: Live) -> bool:
+        """Whether an Auto Scaling group of the region launches from this launch template (by id
+        or name, also in a mixed instances policy and its overrides) or registers its instances in
+        this target group, as read now: such a group is outside any group of ours (no listing
+        lists it), so the resource is in use even with no instance running (SAFETY.md rules 14
+        and 21). Every group of the region is read (``DescribeAutoScalingGroups`` has no filter
+        on these), 100 a page; a reply that cannot be read fails the group (nothing deleted)."""
+        if self.autoscaling is None:
+            raise ProviderError(f"no autoscaling client to tell who uses {live.id}", region=self.region)
+        template_id, template_name = live.item.get("LaunchTemplateId"), live.item.get("LaunchTemplateName")
+        params: dict[str, Any] = {"MaxRecords": 100}
+        while True:
+            page = self.autoscaling.call("describe_auto_scaling_groups", frozenset(), **params) or {}
+            for group in page.get("AutoScalingGroups") or []:
+                if live.target.kind is ResourceKind.TARGET_GROUP:
+                    if live.id in (group.get("TargetGroupARNs") or []):
+                        return True
+                    continue
+                mixed = dig(group, ("MixedInstancesPolicy", "LaunchTemplate")) or {}
+                specs = [group.get("LaunchTemplate") or {}, mixed.get("LaunchTemplateSpecification") or {},
+                         *(o.get("LaunchTemplateSpecification") or {} for o in mixed.get("Overrides") or [])]
+                if any(s.get("LaunchTemplateId") == template_id and template_id
+                       or s.get("LaunchTemplateName") == template_name and template_name for s in specs):
+                    return True
+            if not page.get("NextToken"):
+                return False
+            params["NextToken"] = page["NextToken"]
 
     def _listeners_stay_in_the_group(self, balancer: Live, ours: Callable[[Live], bool]) -> list[str]:
         """Deleting a load balancer deletes its listeners and their rules (SAFETY.md rule 15):

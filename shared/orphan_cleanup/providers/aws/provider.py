@@ -99,7 +99,8 @@ class AwsProvider(OperationsProvider):
             raise ProviderError(f"{region} is not a region of backend {self.backend.id}", region=region)
         return AwsOperations(Ec2Calls(self.ec2(region), region=region),
                              controller_keys=self.backend.settings.controller_tag_keys,
-                             elb=Ec2Calls(self._client("elbv2", region), region=region))
+                             elb=Ec2Calls(self._client("elbv2", region), region=region),
+                             autoscaling=Ec2Calls(self._client("autoscaling", region), region=region))
 
     def group_operations(self, group: ResourceGroup) -> AwsOperations:
         """Every resource in the group's region, one of the backend's (a forged batch may name another)."""
