@@ -28,15 +28,25 @@ from orphan_cleanup.providers.gcp.kinds import (
 from orphan_cleanup.providers.gcp.listing import to_resource
 from orphan_cleanup.providers.gcp.provider import GcpProvider
 from orphan_cleanup.providers.gcp.snapshots import facts_of, snapshot_labels, snapshot_name
+from orphan_cleanup.providers.operations import delete_order
 from orphan_cleanup.providers.snapshots import expired
 
 LINK = "https://www.googleapis.com/compute/v1/projects/p/zones/us-central1-a/instances/vm"
 
 
-def test_kind_table_declares_instances_disks_addresses_snapshots_in_delete_order() -> None:
+def test_kind_table_declares_instances_disks_addresses_rules_images_snapshots() -> None:
     assert [(k.kind, k.scope, k.primary, k.retained) for k in KINDS] == [
         (ResourceKind.INSTANCE, "zone", True, False), (ResourceKind.DISK, "zone", False, False),
-        (ResourceKind.ADDRESS, "region", False, False), (ResourceKind.SNAPSHOT, "global", False, True)]
+        (ResourceKind.ADDRESS, "region", False, False), (ResourceKind.FORWARDING_RULE, "region", False, False),
+        (ResourceKind.IMAGE, "global", False, False), (ResourceKind.SNAPSHOT, "global", False, True)]
+
+
+def test_an_address_is_deleted_after_the_forwarding_rules_that_use_it() -> None:
+    order = delete_order(KINDS)
+    assert order.index(ResourceKind.FORWARDING_RULE) < order.index(ResourceKind.ADDRESS)
+    assert order.index(ResourceKind.INSTANCE) < order.index(ResourceKind.FORWARDING_RULE)
+    assert order.index(ResourceKind.INSTANCE) < order.index(ResourceKind.IMAGE)
+    assert KIND_BY_RESOURCE[ResourceKind.FORWARDING_RULE].collection == "forwardingRules"
 
 
 @pytest.mark.parametrize("status", sorted(INSTANCE_STATES))
@@ -130,7 +140,7 @@ def test_operation_not_found_means_already_gone() -> None:
 def test_endpoint_clients_all_target_the_endpoint_over_http() -> None:
     clients = build_gcp_clients(BackendSettings(), endpoint="http://127.0.0.1:8123")
     assert set(clients) == {"instances", "disks", "addresses", "zone_operations", "region_operations", "projects",
-                            "snapshots", "global_operations"}
+                            "snapshots", "global_operations", "forwarding_rules", "images"}
     assert {c.transport._host for c in clients.values()} == {"http://127.0.0.1:8123"}
 
 
