@@ -268,3 +268,37 @@ def test_a_key_file_path_gives_its_service_account_and_a_missing_file_is_one_lin
     with pytest.raises(ConfigError) as err:
         build_gcp_clients(BackendSettings(credentials_file=str(tmp_path / "missing.json")), endpoint=None)
     assert "cannot be read" in str(err.value) and "\n" not in str(err.value)
+
+
+# ---- forwarding rules and images ---------------------------------------------------------
+
+RULE, IMAGE = KIND_BY_RESOURCE[ResourceKind.FORWARDING_RULE], KIND_BY_RESOURCE[ResourceKind.IMAGE]
+
+
+def test_a_forwarding_rule_has_no_status_and_exists_while_listed() -> None:
+    item = compute.ForwardingRule(id=7, name="fr", I_p_address="203.0.113.9", target="t",
+                                  labels={"provider_ref": "r"},
+                                  self_link="https://x/projects/p/regions/us-central1/forwardingRules/fr",
+                                  creation_timestamp="2024-05-01T09:30:00.123-07:00")
+    assert RULE.state(item) is ResourceState.ACTIVE and not RULE.in_use(item)
+    res = to_resource(RULE, "us-central1", item, {})
+    assert (res.kind, res.id, res.region, res.attached_to) == (ResourceKind.FORWARDING_RULE, "7", "us-central1", None)
+    assert res.details["ip_address"] == "203.0.113.9" and res.details["status"] == ""
+    assert res.created_at is not None
+
+
+@pytest.mark.parametrize(("status", "state"), [
+    ("READY", ResourceState.AVAILABLE), ("FAILED", ResourceState.AVAILABLE), ("PENDING", ResourceState.ACTIVE),
+    ("DELETING", ResourceState.TERMINATING), ("SOMETHING_NEW", ResourceState.ACTIVE)])
+def test_image_statuses(status: str, state: ResourceState) -> None:
+    item = compute.Image(id=8, name="img", status=status)
+    assert IMAGE.state(item) is state and not IMAGE.in_use(item)
+
+
+def test_an_image_is_placed_by_its_source_disk_and_addressed_globally() -> None:
+    item = compute.Image(id=8, name="img", status="READY", source_disk=SOURCE_LINK, source_disk_id="5",
+                         self_link="https://x/projects/p/global/images/img", labels={"provider_ref": "r"})
+    assert source_zone(item) == "us-central1-a"
+    res = to_resource(IMAGE, "us-central1-a", item, {})
+    assert res.region == res.details["zone"] == "us-central1-a" and res.details["global"] == "global"
+    assert source_zone(compute.Image(id=9, name="raw", source_snapshot="projects/p/global/snapshots/s")) is None
