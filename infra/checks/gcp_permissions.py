@@ -20,7 +20,8 @@ from infra.checks.terraform import Module
 GCP = REPO / "shared" / "orphan_cleanup" / "providers" / "gcp"
 # kind constant (providers/gcp/kinds.py) -> (collection, operation scope)
 KINDS = {"INSTANCE": ("instances", "zone"), "DISK": ("disks", "zone"), "ADDRESS": ("addresses", "region"),
-         "SNAPSHOT": ("snapshots", "global")}
+         "SNAPSHOT": ("snapshots", "global"), "FORWARDING_RULE": ("forwardingRules", "region"),
+         "IMAGE": ("images", "global")}
 # SDK client method -> the permissions it needs, on the kind's collection ("{c}")
 SDK = {
     "aggregated_list": ("compute.{c}.list",),

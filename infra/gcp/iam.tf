@@ -49,10 +49,12 @@ resource "google_service_account" "jobs_push" {
 locals {
   # What the code calls, derived from it by infra/checks (gcp_permissions.py):
   # aggregatedList per kind; projects.get for the identity check (docs/SAFETY.md
-  # rule 11); snapshots.list for retain_snapshots_days.
+  # rule 11); snapshots.list for retain_snapshots_days; images.list (global).
   lister_permissions = [
     "compute.addresses.list",
     "compute.disks.list",
+    "compute.forwardingRules.list",
+    "compute.images.list",
     "compute.instances.list",
     "compute.projects.get",
     "compute.snapshots.list",
@@ -72,7 +74,13 @@ locals {
     "compute.disks.delete",
     "compute.disks.get",
     "compute.disks.list",
+    "compute.forwardingRules.delete",
+    "compute.forwardingRules.get",
+    "compute.forwardingRules.list",
     "compute.globalOperations.get",
+    "compute.images.delete",
+    "compute.images.get",
+    "compute.images.list",
     "compute.instances.delete",
     "compute.instances.get",
     "compute.instances.list",

@@ -76,3 +76,61 @@ def test_a_hook_acts_while_the_clients_delete_is_still_in_flight(gcp: FakeComput
     op = clients["disks"].delete_unary(request={"project": gcp.project, "zone": ZONE, "disk": "disk-a"})
 
     assert op.status == op.Status.RUNNING and gcp.names("disks") == set()
+
+
+def test_forwarding_rules_over_the_api_hold_their_address_until_deleted(gcp: FakeCompute,
+                                                                        clients: dict[str, Any]) -> None:
+    # Given: a static address, and a labelled forwarding rule inserted on it through the client
+    region = "us-central1"
+    ip = gcp.add_address("ip", region=region)
+    rules, ops = clients["forwarding_rules"], clients["region_operations"]
+    op = rules.insert_unary(request={"project": gcp.project, "region": region, "forwarding_rule_resource": {
+        "name": "fr", "I_p_address": ip["address"], "target": "projects/p/regions/us-central1/targetPools/tp",
+        "labels": {"provider_ref": "aaaaaaaaaaa1"}}})
+    assert ops.wait(request={"project": gcp.project, "region": region, "operation": op.name}).status == op.Status.DONE
+    gcp.add_forwarding_rule("unlabelled", region=region)
+
+    # When: listed by label (aggregated: every region's scope) and read by id
+    scopes = dict(rules.aggregated_list(request={"project": gcp.project, "filter": "labels.provider_ref:*"}))
+    [listed] = scopes[f"regions/{region}"].forwarding_rules
+    [by_id] = rules.list(request={"project": gcp.project, "region": region, "filter": f"id = {listed.id}"})
+
+    # Then: the wire fields are Compute's, the address is in use by it; empty scopes warn
+    assert (listed.name, listed.I_p_address, listed.target, dict(listed.labels)) == (
+        "fr", ip["address"], "projects/p/regions/us-central1/targetPools/tp", {"provider_ref": "aaaaaaaaaaa1"})
+    assert listed.id > 0 and listed.creation_timestamp and listed.self_link.endswith("/forwardingRules/fr")
+    assert by_id.id == listed.id
+    assert all(s.warning.code == "NO_RESULTS_ON_PAGE" for k, s in scopes.items() if k != f"regions/{region}")
+    address = clients["addresses"].get(request={"project": gcp.project, "region": region, "address": "ip"})
+    assert (address.status, list(address.users)) == ("IN_USE", [listed.self_link])
+    # the address cannot go while the rule holds it; once the rule is deleted, it is free
+    with pytest.raises(gexc.BadRequest):
+        clients["addresses"].delete_unary(request={"project": gcp.project, "region": region, "address": "ip"})
+    rules.delete_unary(request={"project": gcp.project, "region": region, "forwarding_rule": "fr"})
+    address = clients["addresses"].get(request={"project": gcp.project, "region": region, "address": "ip"})
+    assert (address.status, list(address.users)) == ("RESERVED", [])
+    with pytest.raises(gexc.NotFound):
+        rules.get(request={"project": gcp.project, "region": region, "forwarding_rule": "fr"})
+
+
+def test_images_over_the_api(gcp: FakeCompute, clients: dict[str, Any]) -> None:
+    # Given: a labelled image inserted from a disk through the client, and an unlabelled one
+    disk = gcp.add_disk("d", zone=ZONE)
+    images, ops = clients["images"], clients["global_operations"]
+    op = images.insert_unary(request={"project": gcp.project, "image_resource": {
+        "name": "img", "source_disk": disk["selfLink"], "labels": {"provider_ref": "aaaaaaaaaaa1"}}})
+    assert ops.wait(request={"project": gcp.project, "operation": op.name}).status == op.Status.DONE
+    gcp.add_image("unlabelled", disk=disk)
+
+    # When: listed by label and read by id
+    [listed] = images.list(request={"project": gcp.project, "filter": "labels.provider_ref:*"})
+    [by_id] = images.list(request={"project": gcp.project, "filter": f"id = {listed.id}"})
+
+    # Then: its source disk is named; a delete by name removes it
+    assert (listed.name, listed.status, listed.source_disk, str(listed.source_disk_id)) == (
+        "img", "READY", disk["selfLink"], disk["id"])
+    assert by_id.id == listed.id and listed.creation_timestamp
+    with pytest.raises(gexc.BadRequest):  # the label filter is required, as for every list
+        list(images.list(request={"project": gcp.project}))
+    images.delete_unary(request={"project": gcp.project, "image": "img"})
+    assert gcp.image_names() == {"unlabelled"}

@@ -27,7 +27,7 @@ AGGREGATED = "/aggregated/"
 
 
 def test_listing_600_instances_costs_two_aggregated_pages_of_500(gcp: FakeCompute) -> None:
-    # given 600 labelled instances, a disk and an address, in a project of this test alone: the
+    # given 600 labelled instances, a disk, an address, a forwarding rule and an image, in a project of this test alone: the
     # session's fake server is shared, and a listing an earlier test abandoned (a timed-out
     # region) may still be calling it
     project = "floor-project"
@@ -35,6 +35,9 @@ def test_listing_600_instances_costs_two_aggregated_pages_of_500(gcp: FakeComput
         gcp.add_instance(f"vm-{n}", zone="us-central1-a", labels={"provider_ref": REF}, project=project)
     gcp.add_disk("d", zone="us-central1-a", labels={"provider_ref": REF}, project=project)
     gcp.add_address("ip", region="us-central1", labels={"provider_ref": REF}, project=project)
+    gcp.add_forwarding_rule("fr", region="us-central1", labels={"provider_ref": REF}, address="ip", project=project)
+    disk = gcp.get("disks", "us-central1-a", "d", project=project)
+    gcp.add_image("img", disk=disk, labels={"provider_ref": REF}, project=project)
 
     # when the region is listed
     floor = Backend(id="gcp-floor", provider="gcp", account=project, regions=("us-central1",))
@@ -42,11 +45,15 @@ def test_listing_600_instances_costs_two_aggregated_pages_of_500(gcp: FakeComput
 
     # then every item is there, in ceil(600 / 500) instance pages and one page per other kind
     assert not listing.failures
-    assert sum(len(g.resources) for g in listing.groups) == 602
+    assert sum(len(g.resources) for g in listing.groups) == 604
     mine = f"/projects/{project}/aggregated/"
-    lists = [c for c in gcp.calls if mine in c.path]
+    lists = [c for c in gcp.calls if mine in c.path or c.path.endswith(f"/projects/{project}/global/images")]
     assert gcp.count("GET", mine + "instances") == 2
     assert gcp.count("GET", mine + "disks") == gcp.count("GET", mine + "addresses") == 1
+    # forwarding rules: one aggregated list; images: one global list (docs/PERFORMANCE.md)
+    assert gcp.count("GET", mine + "forwardingRules") == 1
+    assert gcp.count("GET", f"/projects/{project}/global/images") == 1
+    assert len(lists) == 6
     # each at the API's largest page, always label-filtered
     assert {c.query.get("maxResults") for c in lists} == {"500"}
     assert all(c.query.get("filter", "").startswith("labels.provider_ref") for c in lists)
@@ -71,7 +78,8 @@ def test_refused_reads_are_retried_within_the_budget_and_the_listing_completes(
     calls = [c for c in gcp.calls if f"/projects/{project}" in c.path]
     refused = [c for c in calls if c.status == status]
     assert len(refused) == 2
-    assert sum(1 for c in calls if c.method == "GET" and AGGREGATED in c.path) == 3 + len(refused)
+    # four aggregated lists (instances, disks, addresses, forwarding rules) and the retries
+    assert sum(1 for c in calls if c.method == "GET" and AGGREGATED in c.path) == 4 + len(refused)
     assert sum(b.throttles for b in limits.buckets().values()) == 2
     assert sum(b.acquired for b in limits.buckets().values()) == len(calls)  # every request took a token
 

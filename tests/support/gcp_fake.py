@@ -2,12 +2,14 @@
 
 It speaks the real JSON wire format, so the real ``google-cloud-compute`` client
 (REST transport, ``url_scheme="http"``, anonymous credentials) talks to it
-unchanged. Covered: instances and disks (zonal), addresses (regional):
+unchanged. Covered: instances and disks (zonal), addresses and forwarding rules
+(regional; ``forwardingRules.insert`` too, a rule on an address making it ``IN_USE``):
 aggregated list, zonal/regional list (``filter`` on labels, ``name``, ``status``
 and the numeric ``id``), get, delete; ``instances.attachDisk``/``detachDisk``
 (a boot disk only while the instance is stopped); zonal and regional
 operations (get and ``/wait``); snapshots (``disks.createSnapshot``, global
-list/get/delete and operations: ``gcp_fake_snapshots``); ``projects.get``
+list/get/delete and operations: ``gcp_fake_snapshots``); images (global list, get,
+delete, insert: ``gcp_fake_images``); ``projects.get``
 (``GET /compute/v1/projects/P``). Errors use Google's body format
 (``{"error": {"code", "message", "errors": [{"reason": ...}]}}``).
 
@@ -114,6 +116,7 @@ class FakeCompute(FakeApi):
     def __init__(self, project: str = "test-project", *, host: str = "127.0.0.1", port: int = 0) -> None:
         self._faults: list[_Fault] = []
         self._hooks: list[_Hook] = []
+        self._before: list[_Hook] = []
         self._calls: list[Call] = []
         super().__init__(project)
         self._host, self._port = host, port
@@ -159,6 +162,7 @@ class FakeCompute(FakeApi):
             super().reset()
             self._faults.clear()
             self._hooks.clear()
+            self._before.clear()
             self._calls.clear()
 
     # --- faults and observation ---------------------------------------------
@@ -192,9 +196,19 @@ class FakeCompute(FakeApi):
         with self._lock:
             self._hooks.append(_Hook(method, path_contains, action, times))
 
+    def before_request(self, method: str, path_endswith: str, action: Callable[[], None], *,
+                       times: int | None = 1) -> None:
+        """Run ``action()`` before the fake answers a ``method`` request whose path ends with
+        ``path_endswith`` (``times`` of them; ``None``: all): the world changes between the
+        client's earlier calls and this one (a name reused right before a ``get``). It runs
+        under the fake's lock; ``clear_faults`` forgets it."""
+        with self._lock:
+            self._before.append(_Hook(method, path_endswith, action, times))
+
     def clear_faults(self) -> None:
         with self._lock:
             self._faults.clear()
+            self._before.clear()
             self._unreachable.clear()
             self._failing.clear()
 
@@ -242,6 +256,11 @@ class FakeCompute(FakeApi):
             if status is not None:
                 raise WireError(status, f"Injected fault: {status}", reason)
             with self._lock:
+                for hook in list(self._before):
+                    if hook.method == method and path.endswith(hook.path_contains) and hook.times != 0:
+                        if hook.times is not None:
+                            hook.times -= 1
+                        hook.action()
                 code, answer = 200, self.dispatch(method, path, query, body)
                 if method in ("DELETE", "POST") and "/operations/" not in path \
                         and answer.get("kind") == "compute#operation":

@@ -14,7 +14,7 @@ import json
 import re
 from typing import Any
 
-from tests.support.gcp_fake_snapshots import FakeSnapshots
+from tests.support.gcp_fake_images import FakeImages
 from tests.support.gcp_fake_state import COLLECTIONS, DISK_SOURCE, SINGULAR, _copy, _poll, _Stored
 from tests.support.gcp_fake_wire import (
     GOOGLE_BASE,
@@ -31,7 +31,7 @@ from tests.support.gcp_fake_wire import (
 
 _PREFIX = r"^/compute/v1/projects/(?P<project>[^/]+)"
 _SCOPED = _PREFIX + r"/(?P<scope>zones|regions)/(?P<loc>[^/]+)"
-_COLL = r"(?P<coll>instances|disks|addresses)"
+_COLL = r"(?P<coll>instances|disks|addresses|forwardingRules)"
 _ROUTES = [
     ("project", re.compile(_PREFIX + "$")),
     ("aggregated", re.compile(_PREFIX + r"/aggregated/" + _COLL + "$")),
@@ -42,11 +42,13 @@ _ROUTES = [
 ]
 
 
-class FakeApi(FakeSnapshots):
+class FakeApi(FakeImages):
     """``dispatch(method, path, query)`` -> JSON body, or ``WireError``. Call with the lock held."""
 
     def dispatch(self, method: str, path: str, query: dict[str, str], body: bytes = b"") -> dict[str, Any]:
         if (answer := self.dispatch_snapshots(method, path, query, body)) is not None:
+            return answer
+        if (answer := self.dispatch_images(method, path, query, body)) is not None:
             return answer
         for kind, rx in _ROUTES:
             m = rx.match(path)
@@ -140,6 +142,8 @@ class FakeApi(FakeSnapshots):
 
     def _on_list(self, method: str, query: dict[str, str], body: bytes, project: str, scope: str, loc: str,
                  coll: str) -> dict[str, Any]:
+        if method == "POST" and coll == "forwardingRules":
+            return self._insert_rule(project, loc, body)
         if method != "GET":
             raise WireError(405, "Insert is not supported by this fake")
         flt = self._filter(query)
@@ -152,6 +156,33 @@ class FakeApi(FakeSnapshots):
         if token:
             answer["nextPageToken"] = token
         return answer
+
+    def _insert_rule(self, project: str, region: str, body: bytes) -> dict[str, Any]:
+        """``forwardingRules.insert`` (body: a ForwardingRule with ``name``, ``IPAddress`` (an
+        address of the region, by IP or by its link), ``target``, ``labels``): a regional
+        operation; the address it names becomes in use."""
+        try:
+            wanted = json.loads(body or b"{}")
+        except ValueError as e:
+            raise WireError(400, "Invalid JSON payload received.") from e
+        name = wanted.get("name")
+        if not isinstance(name, str) or not re.fullmatch(r"[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?", name):
+            raise WireError(400, f"Invalid value for field 'resource.name': '{name}'.")
+        if (project, region, name) in self._store["forwardingRules"]:
+            raise WireError(409, f"The resource 'projects/{project}/regions/{region}/forwardingRules/{name}' "
+                                 "already exists", "alreadyExists")
+        ip = str(wanted.get("IPAddress") or "")
+        address = next((n for (p, loc, n), a in self._store["addresses"].items() if (p, loc) == (project, region)
+                        and ip in (a.body.get("address"), a.body.get("selfLink"))), None)
+        if address is not None and self._store["addresses"][(project, region, address)].body.get("users"):
+            raise WireError(400, f"The address '{ip}' is already being used", "resourceInUseByAnotherResource")
+        rule = self.add_forwarding_rule(name, region=region, labels=wanted.get("labels") or {}, address=address,
+                                        ip=None if address else ip or None, target=wanted.get("target"),
+                                        project=project)
+        op_name = f"operation-{next(self._ids)}-{hashlib.sha1(name.encode()).hexdigest()[:8]}"
+        op = operation_body(project, "regions", region, op_name, str(self._new_id()), rule, "RUNNING", "insert")
+        self._ops[(project, "regions", region, op_name)] = [op, self.operation_polls]
+        return dict(op)
 
     def _on_item(self, method: str, query: dict[str, str], body: bytes, project: str, scope: str, loc: str,
                  coll: str, name: str) -> dict[str, Any]:

@@ -27,7 +27,10 @@ Engine, a boot disk is attached or detached only while its instance is ``TERMINA
 (stopped), an instance has at most one boot disk, and a disk attached read-write to one
 instance cannot be attached to another (400 ``resourceInUseByAnotherResource``).
 
-Creation times: ``add_instance``/``add_disk``/``add_address`` take ``created=`` (an
+Forwarding rules (regional, ``add_forwarding_rule``): a rule created on a static address
+is that address's user (``IN_USE``) until the rule is deleted.
+
+Creation times: ``add_instance``/``add_disk``/``add_address``/``add_forwarding_rule`` take ``created=`` (an
 aware ``datetime``, written as the API writes it, or a string stored as is); by default
 ``creationTimestamp`` is now, in the API's style (``2024-05-01T09:30:00.123-07:00``).
 
@@ -51,8 +54,8 @@ from typing import Any
 from tests.support.gcp_fake_wire import GOOGLE_BASE, WireError, project_number, region_of, self_link
 
 #: Collection -> the scope kind it lives in.
-COLLECTIONS = {"instances": "zones", "disks": "zones", "addresses": "regions"}
-SINGULAR = {"instances": "instance", "disks": "disk", "addresses": "address"}
+COLLECTIONS = {"instances": "zones", "disks": "zones", "addresses": "regions", "forwardingRules": "regions"}
+SINGULAR = {"instances": "instance", "disks": "disk", "addresses": "address", "forwardingRules": "forwardingRule"}
 DEFAULT_ZONES = {"us-central1": "abcf", "us-east1": "bcd", "europe-west1": "bcd", "asia-east1": "abc"}
 INSTANCE_STATUSES = frozenset(
     {"PROVISIONING", "STAGING", "RUNNING", "STOPPING", "SUSPENDING", "SUSPENDED", "REPAIRING", "TERMINATED"}
@@ -164,6 +167,32 @@ class FakeState:
                     raise ValueError(f"need exactly one instance {attached_to!r} in {region}, found {len(found)}")
                 body.update(status="IN_USE", users=[found[0].body["selfLink"]])
             return self._add("addresses", name, region, labels, body, project, created)
+
+    def add_forwarding_rule(
+        self, name: str, *, region: str = "us-central1", labels: dict[str, str] | None = None,
+        address: str | None = None, ip: str | None = None, target: str | None = None,
+        project: str | None = None, created: datetime | str | None = None,
+    ) -> dict[str, Any]:
+        """Create a regional forwarding rule. ``address`` names a static address of the region:
+        its ``IPAddress`` becomes the rule's, and the rule its user (status ``IN_USE``), as
+        Compute Engine does; otherwise ``ip`` (default: an ephemeral one). ``target``: the
+        ``target`` link as is (a target pool, target instance or backend service)."""
+        with self._lock:
+            project = project or self.project
+            stored = self._store["addresses"].get((project, region, address)) if address else None
+            if address is not None and stored is None:
+                raise WireError(404, f"The resource 'projects/{project}/regions/{region}/addresses/{address}' "
+                                     "was not found")
+            chosen = stored.body["address"] if stored else ip or f"198.51.100.{next(self._ids) % 250 + 1}"
+            body: dict[str, Any] = {
+                "kind": "compute#forwardingRule", "IPAddress": chosen, "IPProtocol": "TCP", "portRange": "80-80",
+                "loadBalancingScheme": "EXTERNAL", "networkTier": "PREMIUM", "fingerprint": _fingerprint({"n": name}),
+                "target": target or f"{GOOGLE_BASE}/projects/{project}/regions/{region}/targetPools/{name}-pool"}
+            rule = self._add("forwardingRules", name, region, labels, body, project, created)
+            if stored is not None:
+                stored.body.setdefault("users", []).append(rule["selfLink"])
+                stored.body["status"] = "IN_USE"
+            return rule
 
     def attach_disk(self, instance: str, disk: str, *, zone: str = "us-central1-a", boot: bool = False,
                     auto_delete: bool = False, device_name: str | None = None,
@@ -366,6 +395,8 @@ class FakeState:
 
     def _drop(self, coll: str, project: str, location: str, name: str) -> None:
         stored = self._store[coll].pop((project, location, name), None)
+        if stored is not None and coll == "forwardingRules":
+            self._release(stored.body["selfLink"])
         if stored is None or coll != "instances":
             return
         link = stored.body["selfLink"]
@@ -375,6 +406,10 @@ class FakeState:
                 disk.body["users"].remove(link)
                 if disk.body["selfLink"] in auto:
                     self._store["disks"].pop((p, loc, n))
+        self._release(link)
+
+    def _release(self, link: str) -> None:
+        """A user (instance, forwarding rule) is gone: the addresses it held no longer name it."""
         for addr in self._store["addresses"].values():
             if link in addr.body.get("users", []):
                 addr.body["users"].remove(link)

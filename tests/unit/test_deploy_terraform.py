@@ -295,7 +295,7 @@ def test_gcp_custom_roles_are_minimal(modules):
             for key in ("lister_permissions", "deleter_permissions"):
                 if key in block:
                     perms[key] = {checks.unquote(p) for p in block[key]}
-    kinds = ("instances", "disks", "addresses")
+    kinds = ("instances", "disks", "addresses", "forwardingRules", "images")
     identity = {"compute.projects.get"}  # SAFETY.md rule 11, before listing and before deleting
     # snapshots listed past retain_snapshots_days, taken with snapshot_before_delete
     snapshots = {f"compute.snapshots.{v}" for v in ("create", "get", "list", "delete", "setLabels")}

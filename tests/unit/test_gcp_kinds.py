@@ -28,15 +28,25 @@ from orphan_cleanup.providers.gcp.kinds import (
 from orphan_cleanup.providers.gcp.listing import to_resource
 from orphan_cleanup.providers.gcp.provider import GcpProvider
 from orphan_cleanup.providers.gcp.snapshots import facts_of, snapshot_labels, snapshot_name
+from orphan_cleanup.providers.operations import delete_order
 from orphan_cleanup.providers.snapshots import expired
 
 LINK = "https://www.googleapis.com/compute/v1/projects/p/zones/us-central1-a/instances/vm"
 
 
-def test_kind_table_declares_instances_disks_addresses_snapshots_in_delete_order() -> None:
+def test_kind_table_declares_instances_disks_addresses_rules_images_snapshots() -> None:
     assert [(k.kind, k.scope, k.primary, k.retained) for k in KINDS] == [
         (ResourceKind.INSTANCE, "zone", True, False), (ResourceKind.DISK, "zone", False, False),
-        (ResourceKind.ADDRESS, "region", False, False), (ResourceKind.SNAPSHOT, "global", False, True)]
+        (ResourceKind.ADDRESS, "region", False, False), (ResourceKind.FORWARDING_RULE, "region", False, False),
+        (ResourceKind.IMAGE, "global", False, False), (ResourceKind.SNAPSHOT, "global", False, True)]
+
+
+def test_an_address_is_deleted_after_the_forwarding_rules_that_use_it() -> None:
+    order = delete_order(KINDS)
+    assert order.index(ResourceKind.FORWARDING_RULE) < order.index(ResourceKind.ADDRESS)
+    assert order.index(ResourceKind.INSTANCE) < order.index(ResourceKind.FORWARDING_RULE)
+    assert order.index(ResourceKind.INSTANCE) < order.index(ResourceKind.IMAGE)
+    assert KIND_BY_RESOURCE[ResourceKind.FORWARDING_RULE].collection == "forwardingRules"
 
 
 @pytest.mark.parametrize("status", sorted(INSTANCE_STATES))
@@ -130,7 +140,7 @@ def test_operation_not_found_means_already_gone() -> None:
 def test_endpoint_clients_all_target_the_endpoint_over_http() -> None:
     clients = build_gcp_clients(BackendSettings(), endpoint="http://127.0.0.1:8123")
     assert set(clients) == {"instances", "disks", "addresses", "zone_operations", "region_operations", "projects",
-                            "snapshots", "global_operations"}
+                            "snapshots", "global_operations", "forwarding_rules", "images"}
     assert {c.transport._host for c in clients.values()} == {"http://127.0.0.1:8123"}
 
 
@@ -258,3 +268,37 @@ def test_a_key_file_path_gives_its_service_account_and_a_missing_file_is_one_lin
     with pytest.raises(ConfigError) as err:
         build_gcp_clients(BackendSettings(credentials_file=str(tmp_path / "missing.json")), endpoint=None)
     assert "cannot be read" in str(err.value) and "\n" not in str(err.value)
+
+
+# ---- forwarding rules and images ---------------------------------------------------------
+
+RULE, IMAGE = KIND_BY_RESOURCE[ResourceKind.FORWARDING_RULE], KIND_BY_RESOURCE[ResourceKind.IMAGE]
+
+
+def test_a_forwarding_rule_has_no_status_and_exists_while_listed() -> None:
+    item = compute.ForwardingRule(id=7, name="fr", I_p_address="203.0.113.9", target="t",
+                                  labels={"provider_ref": "r"},
+                                  self_link="https://x/projects/p/regions/us-central1/forwardingRules/fr",
+                                  creation_timestamp="2024-05-01T09:30:00.123-07:00")
+    assert RULE.state(item) is ResourceState.ACTIVE and not RULE.in_use(item)
+    res = to_resource(RULE, "us-central1", item, {})
+    assert (res.kind, res.id, res.region, res.attached_to) == (ResourceKind.FORWARDING_RULE, "7", "us-central1", None)
+    assert res.details["ip_address"] == "203.0.113.9" and res.details["status"] == ""
+    assert res.created_at is not None
+
+
+@pytest.mark.parametrize(("status", "state"), [
+    ("READY", ResourceState.AVAILABLE), ("FAILED", ResourceState.AVAILABLE), ("PENDING", ResourceState.ACTIVE),
+    ("DELETING", ResourceState.TERMINATING), ("SOMETHING_NEW", ResourceState.ACTIVE)])
+def test_image_statuses(status: str, state: ResourceState) -> None:
+    item = compute.Image(id=8, name="img", status=status)
+    assert IMAGE.state(item) is state and not IMAGE.in_use(item)
+
+
+def test_an_image_is_placed_by_its_source_disk_and_addressed_globally() -> None:
+    item = compute.Image(id=8, name="img", status="READY", source_disk=SOURCE_LINK, source_disk_id="5",
+                         self_link="https://x/projects/p/global/images/img", labels={"provider_ref": "r"})
+    assert source_zone(item) == "us-central1-a"
+    res = to_resource(IMAGE, "us-central1-a", item, {})
+    assert res.region == res.details["zone"] == "us-central1-a" and res.details["global"] == "global"
+    assert source_zone(compute.Image(id=9, name="raw", source_snapshot="projects/p/global/snapshots/s")) is None

@@ -45,6 +45,8 @@ class ResourceKind(StrEnum):
     PLACEMENT_GROUP = "placement-group"
     LOAD_BALANCER = "load-balancer"
     TARGET_GROUP = "target-group"
+    FORWARDING_RULE = "forwarding-rule"
+    IMAGE = "image"
 
 
 #: The kinds each provider's listing produces: a group naming another kind came from no
@@ -55,7 +57,8 @@ PROVIDER_KINDS: dict[str, frozenset[ResourceKind]] = {
                       ResourceKind.SNAPSHOT, ResourceKind.LAUNCH_TEMPLATE,
                       ResourceKind.KEY_PAIR, ResourceKind.PLACEMENT_GROUP,
                       ResourceKind.LOAD_BALANCER, ResourceKind.TARGET_GROUP}),
-    "gcp": frozenset({ResourceKind.INSTANCE, ResourceKind.DISK, ResourceKind.ADDRESS, ResourceKind.SNAPSHOT}),
+    "gcp": frozenset({ResourceKind.INSTANCE, ResourceKind.DISK, ResourceKind.ADDRESS, ResourceKind.SNAPSHOT,
+                      ResourceKind.FORWARDING_RULE, ResourceKind.IMAGE}),
 }
 
 

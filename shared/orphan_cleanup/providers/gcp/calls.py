@@ -53,8 +53,9 @@ class GcpCalls:
     """Get, find by id, delete (and wait), aggregated list, for the kinds of ``kinds``;
     and the project read of the identity check.
 
-    ``clients`` maps ``GcpKind.client`` (``instances``/``disks``/``addresses``/``snapshots``,
-    plus ``projects``) and ``operations`` maps ``GcpKind.scope`` (``zone``/``region``/``global``) to the SDK
+    ``clients`` maps ``GcpKind.client`` (``instances``/``disks``/``addresses``/``snapshots``/
+    ``forwarding_rules``/``images``, plus ``projects``; a kind whose client is missing fails
+    every call of it) and ``operations`` maps ``GcpKind.scope`` (``zone``/``region``/``global``) to the SDK
     clients. ``retry`` applies to reads (``None``: no retries).
 
     With ``limits``, every request (each page, each retry, each operation wait) takes
@@ -80,7 +81,7 @@ class GcpCalls:
     ) -> None:
         self.project = project
         self._limits = limits
-        self._clients = dict(clients)
+        self._clients = {name: _Missing(name) if client is None else client for name, client in clients.items()}
         self._operations = dict(operations)
         self.timeout = timeout
         self.operation_timeout = operation_timeout
@@ -110,7 +111,7 @@ class GcpCalls:
             bucket.acquire()
 
     def _request(self, spec: GcpKind, location: str, name: str) -> dict[str, str]:
-        if spec.scope == "global":  # snapshots: no zone or region in the request
+        if spec.scope == "global":  # snapshots, images: no zone or region in the request
             return {"project": self.project, spec.name_field: name}
         return {"project": self.project, spec.scope: location, spec.name_field: name}
 
@@ -215,7 +216,7 @@ class GcpCalls:
         Raises ``DependencyNotReady`` when the API says the resource is in use,
         another ``ProviderError`` when the call or the operation failed.
         """
-        with journaled(journal, f"compute.{spec.client}.delete", target, region=location, blast=blast) as entry:
+        with journaled(journal, f"compute.{spec.collection}.delete", target, region=location, blast=blast) as entry:
             try:
                 self._take(MUTATE)
                 with gcp_errors(location):
@@ -258,6 +259,16 @@ class GcpCalls:
         if op.http_error_status_code:
             raise translate(gexc.from_http_status(op.http_error_status_code, text), region=location)
         raise ProviderError(text, region=location)
+
+
+class _Missing:
+    """A client the provider was built without: any call of it fails (``ProviderError``)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __getattr__(self, method: str) -> Any:
+        raise ProviderError(f"no {self.name} client: this provider was built without it")
 
 
 def _one_line(exc: BaseException) -> str:

@@ -22,7 +22,7 @@ COMPUTE_SCOPE = "https://www.googleapis.com/auth/compute"
 
 
 def build_gcp_clients(settings: BackendSettings, *, endpoint: str | None = None) -> dict[str, Any]:
-    """The eight ``compute_v1`` clients ``GcpProvider`` takes, as keyword arguments (REST transport).
+    """The ten ``compute_v1`` clients ``GcpProvider`` takes, as keyword arguments (REST transport).
 
     ``endpoint`` (``http://host:port``, from ``ORPHAN_CLEANUP_GCP_ENDPOINT``) sends
     every call there with anonymous credentials, operation polling included (the
@@ -53,6 +53,8 @@ def build_gcp_clients(settings: BackendSettings, *, endpoint: str | None = None)
         "projects": make(compute_v1.ProjectsClient),
         "snapshots": make(compute_v1.SnapshotsClient),
         "global_operations": make(compute_v1.GlobalOperationsClient),
+        "forwarding_rules": make(compute_v1.ForwardingRulesClient),
+        "images": make(compute_v1.ImagesClient),
     }
 
 

@@ -65,6 +65,11 @@ SNAPSHOT_PROGRESS: Mapping[str, Literal["ready", "pending"]] = _literal({
     "READY": "ready", "CREATING": "pending", "UPLOADING": "pending",
 })
 
+#: Image ``status`` -> state: ``PENDING`` is still being created, ``READY`` and ``FAILED``
+#: exist and may be deleted (nothing holds an image: instances created from it keep running),
+#: ``DELETING`` is going; unknown statuses are ``active`` (fail closed).
+IMAGE_STATES = _literal({"PENDING": ACTIVE, "READY": AVAILABLE, "FAILED": AVAILABLE, "DELETING": TERMINATING})
+
 #: Aggregated-list scope warnings that are not a failure of that scope.
 BENIGN_WARNINGS = frozenset({"NO_RESULTS_ON_PAGE"})
 
@@ -75,7 +80,7 @@ class GcpKind:
     request field naming it, its state maps, and the kinds that must be gone first."""
 
     kind: ResourceKind
-    client: Literal["instances", "disks", "addresses", "snapshots"]
+    client: Literal["instances", "disks", "addresses", "snapshots", "forwarding_rules", "images"]
     scope: Literal["zone", "region", "global"]
     name_field: str  # request field naming the resource in get/delete
     items_field: str  # field of the aggregated scoped list holding the items
@@ -89,6 +94,11 @@ class GcpKind:
     primary: bool = False
     # Listed only with ``retain_snapshots_days`` set, by a global ``list`` (no aggregated list).
     retained: bool = False
+
+    @property
+    def collection(self) -> str:
+        """The REST collection (``forwardingRules``): what permissions and journaled calls name."""
+        return "forwardingRules" if self.client == "forwarding_rules" else self.client
 
     def state(self, item: Any, *, deleting: bool = False) -> ResourceState:
         status = str(getattr(item, "status", "") or "")
@@ -109,15 +119,30 @@ INSTANCE = GcpKind(ResourceKind.INSTANCE, "instances", "zone", "instance", "inst
                    deleting=INSTANCE_DELETING, primary=True)
 DISK = GcpKind(ResourceKind.DISK, "disks", "zone", "disk", "disks", DISK_STATES, default=AVAILABLE,
                held_by_users=True, deleting=DISK_DELETING, depends_on=(ResourceKind.INSTANCE,))
+# After the group's forwarding rules: an address one of them uses is ``IN_USE`` until it is gone.
 ADDRESS = GcpKind(ResourceKind.ADDRESS, "addresses", "region", "address", "addresses", ADDRESS_STATES,
-                  busy=frozenset({"IN_USE"}), depends_on=(ResourceKind.INSTANCE,))
+                  busy=frozenset({"IN_USE"}), depends_on=(ResourceKind.INSTANCE, ResourceKind.FORWARDING_RULE))
 # Never deleted while a disk of its group is still there.
 SNAPSHOT = GcpKind(ResourceKind.SNAPSHOT, "snapshots", "global", "snapshot", "snapshots", SNAPSHOT_STATES,
                    free=frozenset({"READY", "FAILED"}), depends_on=(ResourceKind.INSTANCE, ResourceKind.DISK),
                    retained=True)
 
+# A regional forwarding rule (``forwardingRules``; global ones are not listed). It has no
+# ``status``: it exists (``active``). Its delete takes nothing else, yet it holds the address
+# its ``IPAddress`` names (the address's ``users``), so an address is deleted after the
+# forwarding rules of its group (an address a forwarding rule outside the group uses is
+# ``in_use``). It never joins an instance's group, even with a target instance behind its
+# ``target``: a leftover group of its ref and region, like an unattached address.
+FORWARDING_RULE = GcpKind(ResourceKind.FORWARDING_RULE, "forwarding_rules", "region", "forwarding_rule",
+                          "forwarding_rules", _literal({}), depends_on=(ResourceKind.INSTANCE,))
+# An image (global), placed in the zone of its ``sourceDisk``: one made from anything else
+# (a snapshot, another image, a file) or from a disk outside the configured entries is not
+# listed (kept). Its delete takes nothing else; nothing holds an image.
+IMAGE = GcpKind(ResourceKind.IMAGE, "images", "global", "image", "images", IMAGE_STATES,
+                depends_on=(ResourceKind.INSTANCE,))
+
 #: Listing order: instances first, so dependents can follow their instance's entry.
-KINDS: tuple[GcpKind, ...] = (INSTANCE, DISK, ADDRESS, SNAPSHOT)
+KINDS: tuple[GcpKind, ...] = (INSTANCE, DISK, ADDRESS, FORWARDING_RULE, IMAGE, SNAPSHOT)
 KIND_BY_RESOURCE: Mapping[ResourceKind, GcpKind] = _literal({k.kind: k for k in KINDS})
 
 

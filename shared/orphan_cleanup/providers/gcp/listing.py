@@ -4,6 +4,10 @@ that match the configured regions and zones. A failed call fails every configure
 (it cannot be attributed); a scope reported with a warning (``UNREACHABLE``...) fails the
 entry it belongs to; a configured name the API does not list at all fails too (typo guard).
 
+Images (global, ``images.list`` with the same label filter) are placed in the zone of their
+``sourceDisk``; an image made from anything else is not listed (kept). Forwarding rules are
+regional (``forwardingRules`` aggregated list); global forwarding rules are not listed.
+
 With ``retain_snapshots_days`` set, our snapshots (``snapshots.list``, global, with the
 same label filter) older than that are listed too, each in the configured entry of its
 source disk's zone (``sourceDisk``); younger ones, and ones that name no disk of a
@@ -72,8 +76,10 @@ class GcpListing:
         yield from self._assemble(entries, fetched)
 
     def _fetch(self, spec: GcpKind) -> _Fetched:
-        if spec.scope == "global":
+        if spec.retained:
             return self._fetch_snapshots(spec)
+        if spec.scope == "global":
+            return self._fetch_global(spec)
         out = _Fetched()
         try:
             for page in self.calls.pages(spec, f"labels.{self.tag_key}:*"):
@@ -86,6 +92,18 @@ class GcpListing:
                     if code and code not in BENIGN_WARNINGS:
                         out.failed[loc] = f"{code}: {scoped.warning.message}".strip()
                     out.items.extend((loc, item) for item in getattr(scoped, spec.items_field))
+        except ProviderError as e:
+            out.error = f"{spec.client}: {describe_error(e)}"
+            out.throttled = isinstance(e, ProviderThrottled)
+        return out
+
+    def _fetch_global(self, spec: GcpKind) -> _Fetched:
+        """A global kind (images): one ``list`` with the label filter, each item placed in the
+        zone of its ``sourceDisk``; one that names no zonal disk is not listed (kept)."""
+        out = _Fetched()
+        try:
+            for page in self.calls.global_pages(spec, f"labels.{self.tag_key}:*"):
+                out.items.extend((zone, item) for item in page.items if (zone := source_zone(item)) is not None)
         except ProviderError as e:
             out.error = f"{spec.client}: {describe_error(e)}"
             out.throttled = isinstance(e, ProviderThrottled)
@@ -161,13 +179,17 @@ def to_resource(spec: GcpKind, location: str, item: Any, instance_ids: Mapping[s
     instance's ``controller`` and ``protection`` as its metadata and fields say."""
     users = list(getattr(item, "users", ()) or ())
     attached = next((instance_ids[k] for k in map(link_key, users) if k in instance_ids), None)
-    details: dict[str, Any] = {"name": item.name, spec.scope: location, "status": item.status,
+    details: dict[str, Any] = {"name": item.name, spec.scope: location,
+                               "status": getattr(item, "status", ""),  # a forwarding rule has none
                                "self_link": item.self_link}
     if spec.scope == "global":  # placed by its source disk's zone, addressed globally
         details.update({"global": "global", "zone": location,
                         "source_disk_id": str(getattr(item, "source_disk_id", ""))})
     if users:
         details["users"] = users
+    if spec.kind is ResourceKind.FORWARDING_RULE:  # informational: the address and target it names
+        details.update({"ip_address": str(getattr(item, "I_p_address", "") or ""),
+                        "target": str(getattr(item, "target", "") or "")})
     details.update(gcp_size_facts(item))
     return Resource(
         kind=spec.kind, id=str(item.id), region=location, state=spec.state(item),

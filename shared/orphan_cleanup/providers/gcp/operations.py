@@ -18,7 +18,11 @@ GCE specifics:
   (``creationTimestamp`` within ``AT_LAUNCH`` of the instance's: a boot disk swapped in on a
   stopped VM was created at another time); a local SSD (``SCRATCH``) has no disk resource;
 - a disk or address is held by the instances its ``users`` name: the group's own owner (or
-  an instance already shutting down) is "not yet", any other user is ``in_use``.
+  an instance already shutting down) is "not yet", any other user is ``in_use``; an address a
+  forwarding rule names in ``users`` is ``in_use`` (the group's own rules are deleted before
+  its addresses, ``depends_on``: one still named belongs to another group);
+- forwarding rules (regional) and images (global) are read, re-read by name and deleted like
+  any kind: nothing holds them and their delete takes nothing else (no blast).
 """
 
 from __future__ import annotations
@@ -203,7 +207,9 @@ class GcpOperations(Operations):
         for user in users:
             where = INSTANCE_LINK.search(user)
             if where is None or where.group(1) != self.project:
-                return Readiness.IN_USE  # a forwarding rule, a router, another project's VM: outside the group
+                # a forwarding rule (the group's own are gone first: depends_on), a router, another
+                # project's VM: outside the group (SAFETY.md rule 21)
+                return Readiness.IN_USE
             instance = self.calls.get(INSTANCE, where.group(2), where.group(3))  # by the name the user link gives
             if instance is not None and str(instance.id) != owner_id and str(instance.status) != "STOPPING":
                 return Readiness.IN_USE

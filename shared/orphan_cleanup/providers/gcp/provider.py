@@ -1,5 +1,6 @@
-"""The GCP adapter of the provider port: the Compute Engine instances, disks and static
-addresses (and, past their retention, our snapshots) of one project.
+"""The GCP adapter of the provider port: the Compute Engine instances, disks, static
+addresses, regional forwarding rules and images (and, past their retention, our snapshots)
+of one project.
 
 ``backend.account`` is the project id (``settings.project`` overrides it);
 ``backend.regions`` holds regions (``us-central1``: all its zones, and its regional
@@ -57,6 +58,8 @@ class GcpProvider(OperationsProvider):
         projects: Any,
         snapshots: Any = None,
         global_operations: Any = None,
+        forwarding_rules: Any = None,
+        images: Any = None,
         timeout: float = 30.0,
         operation_timeout: float = 120.0,
         page_size: int = 500,
@@ -79,7 +82,7 @@ class GcpProvider(OperationsProvider):
         self.calls = GcpCalls(
             self.project,
             {"instances": instances, "disks": disks, "addresses": addresses, "projects": projects,
-             "snapshots": snapshots},
+             "snapshots": snapshots, "forwarding_rules": forwarding_rules, "images": images},
             {"zone": zone_operations, "region": region_operations, "global": global_operations},
             timeout=timeout, operation_timeout=operation_timeout, page_size=page_size,
             retry=None, poll_interval=poll_interval, limits=limits,
