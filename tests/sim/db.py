@@ -59,8 +59,8 @@ ALTER TABLE ledger_activity ALTER COLUMN at SET DEFAULT oc_clock();
 #: Every table a run writes, emptied between seeds (DELETE: much faster than
 #: TRUNCATE on a few hundred rows). ledger_activity last: deleting instances logs activity.
 TABLES = ("provider_journal", "region_listings", "events", "delete_requests", "delete_gates", "orphan_resources",
-          "orphans", "cycle_groups", "cycle_batches", "cycles", "cleanup", "instances", "provider_refs", "backends",
-          "ledger_activity")
+          "orphans", "cycle_groups", "cycle_batches", "cycles", "cleanup", "instances", "volumes", "provider_refs",
+          "backends", "ledger_activity")
 
 
 def prepare(db: Database) -> None:

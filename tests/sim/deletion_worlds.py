@@ -30,7 +30,11 @@ other streams draw as before and a seed without a world runs as it did:
   tags (a group too large for a message until reduced), or so many that even reduced the
   group is too large (its region fails, alone);
 - ``forge2`` (rule 21): a forged copy of a listing batch alters every field but the ids
-  (details, attachments, creation times, states, sizes, tags, controllers, protections).
+  (details, attachments, creation times, states, sizes, tags, controllers, protections);
+- ``volumes`` (C1 volume owners, rules 1/17/21; ``volume_owners.py``): the platform also
+  provisions standalone volume owners (a ``volumes`` row each), with lost attempts, crashes
+  before recording, hard-deleted placeholders, volumes left behind, and people attaching a
+  volume owner's volume to an instance of theirs.
 """
 
 from __future__ import annotations
@@ -56,7 +60,7 @@ if TYPE_CHECKING:
 
 #: world -> share of the seeds it is on in.
 SHARES = {"names": 0.35, "swap": 0.35, "inuse": 0.35, "ages": 0.35, "spot": 0.35, "settings": 0.3,
-          "moves": 0.3, "bulk": 0.35, "forge2": 0.35, "modes": 0.35}
+          "moves": 0.3, "bulk": 0.35, "forge2": 0.35, "modes": 0.35, "volumes": 0.35}
 BACKEND_D = "sim-d"
 #: Values of ``backends.settings`` that are no JSON object (as jsonb literals), a JSON string
 #: whose text is no JSON (``'"oops"'``, the product bug in README findings, fixed) included.
@@ -104,6 +108,13 @@ class Worlds:
                 self.rates[kind] = w.rng.choice(choices)
         if self.worlds["ages"].on:
             self.rates["user_deregister_image"] = 0.05
+        if self.worlds["volumes"].on:  # volume owners (volume_owners.py)
+            w = self.worlds["volumes"]
+            self.rates["volume_owner_action"] = w.rng.choice((0.3, 0.5))
+            self.rates["volume_create_timeout"] = w.rng.choice((0.15, 0.3))
+            self.rates["volume_crash_after_create"] = w.rng.choice((0.05, 0.15))
+            self.rates["volume_left_behind"] = w.rng.choice((0.1, 0.3))
+            self.rates["user_attach_owner_volume"] = w.rng.choice((0.01, 0.03))
         self.retain_days = self.worlds["ages"].rng.choice((7, 30)) if self.worlds["ages"].on else None
         self.forged_group_cycles: set[str] = set()  # cycles a forged batch with another group count was sent to
         # backend -> the young snapshot its forger claims old: the same one on every forged batch
@@ -158,6 +169,8 @@ class Worlds:
                 self.fix_settings(bid)
         if self.on("settings") and self.worlds["settings"].dice.roll("settings_broken"):
             self.break_settings()
+        if self.on("volumes"):
+            self.platform.volume_step()
         if self.on("moves"):
             spec = self.backends[BACKEND_D]
             if spec.account != spec.configured_account and self.moved_until <= step:

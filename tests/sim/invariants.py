@@ -567,6 +567,8 @@ class Checker:
                    if r.state in TOUCHED and rid in before and before[rid][0] not in TOUCHED]
         primaries = {o.vm_of(o.tracked): o for o in sim.platform.owners
                      if o.committed in ("provisioning", "idle", "busy") and not o.soft_deleted}
+        primaries.update({o.vm_of(o.tracked): o for o in sim.platform.vol_owners  # volume owners' volumes
+                          if o.committed in ("provisioning", "active") and not o.soft_deleted})
         for rid in (rid for rid in touched if rid not in self.people_removed):
             self.checks["X1"] += 1
             if rid in primaries:

@@ -369,6 +369,22 @@ def _primary_unchecked(env: SimEnv, stack: ExitStack) -> None:
     _patch(stack, MemoryProvider, "holds_instance", lambda self, region, instance_id, ref: True)
 
 
+def _volume_owner_untracked(env: SimEnv, stack: ExitStack) -> None:
+    """A live volume owner's recorded volume is judged an orphan, as if the classifier took a
+    volume owner's group for a leftover of its ref (the volumes world: README, C1)."""
+    real = classify.classify
+
+    def mutated(group, record, ctx):  # type: ignore[no-untyped-def]
+        if (record is not None and record.owner_type == "volume" and record.instance_found
+                and record.deleted_at is None and str(getattr(record.status, "value", record.status))
+                in ("provisioning", "active") and group.primary_id is not None
+                and group.primary_id == record.primary_id):
+            return Verdict(kind=VerdictKind.ORPHAN, reason="mutant_volume_untracked")
+        return real(group, record, ctx)
+
+    _patch(stack, classify, "classify", mutated)
+
+
 def _foreign_snapshots(env: SimEnv, stack: ExitStack) -> None:
     """Snapshots are listed and deleted by their ref tag alone, whoever took them."""
     _patch(stack, snapshots, "taken_by_us", lambda facts, *, tag_key, ref, name_for: bool(
@@ -596,4 +612,6 @@ MUTATIONS: dict[str, Mutation] = {m.name: m for m in (
     Mutation("unreadable_row_refused", "16/20: a row whose settings cannot be read adds the default keys",
              frozenset({"X2"}), _unreadable_row_refused),
     Mutation("sweep_unconfirmed", "23: mark, then sweep", frozenset({"W1"}), _sweep_unconfirmed),
+    Mutation("volume_owner_untracked", "1/17: a live volume owner's recorded volume is tracked",
+             frozenset({"S1", "X1"}), _volume_owner_untracked),
 )}

@@ -7,7 +7,7 @@ from datetime import timedelta
 from typing import Any
 
 from orphan_cleanup.core.listing import ResourceKind, ResourceState, is_valid_ref
-from tests.sim.owners import LIVE, PROTECT_KEYS, TAG
+from tests.sim.owners import LIVE, PROTECT_KEYS, TAG, VOLUME_LIVE
 from tests.sim.world import UNKNOWN_BACKEND
 
 
@@ -27,6 +27,14 @@ class Oracle:
             return "S3", f"{rid} carries a protect tag of its account ({sorted(PROTECT_KEYS & set(tags))})"
         meta = self.sim.world.meta.get(rid)
         st = owner.committed
+        if owner.kind == "volume":  # a volume owner (volumes world): its recorded volume is its primary
+            if st in ("pending", "deleting"):
+                return "S1", f"{rid} belongs to volume owner {owner.id}, which is {st}"
+            if (st in VOLUME_LIVE and not owner.soft_deleted and meta is not None and meta.origin == "platform"
+                    and meta.attempt == owner.tracked):
+                return "S1", (f"{rid} is the recorded volume of live volume owner {owner.id} (status {st},"
+                              f" primary {owner.vm_of(owner.tracked)})")
+            return None
         if st in LIVE and not owner.soft_deleted and owner.backend == UNKNOWN_BACKEND:
             return "S1", f"{rid} belongs to live owner {owner.id}, whose backend_id names no backend"
         if meta is not None and meta.origin == "copy" and st in LIVE and not owner.soft_deleted \
@@ -105,8 +113,17 @@ class Oracle:
             # In use by an instance: deletable only with it (a re-tagged instance keeps it forever).
             return vm.tags.get(TAG) == ref and self.is_orphan(vm.id, known=known)
         st = owner.committed
-        if st in ("gone", "terminated") or owner.soft_deleted:
+        if st in ("gone", "terminated", "deleted") or owner.soft_deleted:
             return True
+        if owner.kind == "volume":
+            # A live volume owner's other volume is a lost attempt (created before its
+            # provisioning), deleted only beside its recorded volume, listed live with the ref
+            # in the same region (rule 17); pending and deleting owners' volumes are skipped.
+            if st not in VOLUME_LIVE or meta.attempt == owner.tracked or meta.origin != "platform":
+                return False
+            primary = cloud.resources.get(owner.vm_of(owner.tracked) or "")
+            return (primary is not None and primary.state is not ResourceState.TERMINATED
+                    and primary.region == r.region and primary.tags.get(TAG) == ref)
         if st not in LIVE or meta.attempt == owner.tracked:
             return False
         if meta.origin == "copy" and not self._copy_predates(rid, owner):

@@ -11,6 +11,8 @@ from orphan_cleanup.core.backends import DEFAULT_PROTECT_KEY, DEFAULT_TAG_KEY
 from tests.sim.db import PooledConnection
 
 LIVE = ("provisioning", "idle", "busy")
+#: A volume owner's live statuses (README, C1; the volumes world, volume_owners.py).
+VOLUME_LIVE = ("provisioning", "active")
 TAG, PROTECT = DEFAULT_TAG_KEY, DEFAULT_PROTECT_KEY
 #: The protect key ``sim-b`` sometimes has instead (rule 16: a key of one backend of an
 #: account protects the resource from every backend of it).
@@ -58,6 +60,7 @@ class Owner:
     home: str = "sim"  # the backend the platform provisions it into
     backend: str | None = None  # the committed backend_id (None until provisioned)
     mangled: bool = False  # its recorded primary_id names no instance (rule 17's world)
+    kind: str = "instance"  # or "volume": a volumes row, its attempts' ``vm`` a volume (volume_owners.py)
 
     def vm_of(self, attempt: int | None) -> str | None:
         return self.attempts[attempt].vm if attempt is not None else None

@@ -45,12 +45,13 @@ from tests.sim.owners import (
 )
 from tests.sim.people import People
 from tests.sim.protections import Protections
+from tests.sim.volume_owners import VolumePeople
 from tests.sim.world import BACKEND_FO, UNKNOWN_BACKEND
 
 if TYPE_CHECKING:
     from tests.sim.engine import Simulation
 
-class Platform(History, People, Protections, WorldPeople, Oracle):
+class Platform(History, People, Protections, WorldPeople, VolumePeople, Oracle):
     def __init__(self, sim: Simulation, pool: ConnectionPool, backend_id: str, regions: tuple[str, ...]) -> None:
         self.sim = sim
         self.pool = pool
@@ -58,6 +59,7 @@ class Platform(History, People, Protections, WorldPeople, Oracle):
         self.regions = regions
         self.rng = sim.rng_platform
         self.owners: list[Owner] = []
+        self.vol_owners: list[Owner] = []  # the volumes world's volume owners (volume_owners.py)
         self.by_ref: dict[str, Owner] = {}
         self.foreign_refs: set[str] = set()
         self.commit_times: list[tuple[datetime, frozenset[str] | None]] = []
@@ -156,11 +158,14 @@ class Platform(History, People, Protections, WorldPeople, Oracle):
         return acts
 
     def in_flight(self) -> bool:
-        return any(o.tx is not None or o.phase in ("issuing", "issued", "created", "terminating",
-                                                    "crashed_pending", "crashed_terminating", "failed")
-                   for o in self.owners)
+        return self.volume_in_flight() or any(
+            o.tx is not None or o.phase in ("issuing", "issued", "created", "terminating", "crashed_pending",
+                                            "crashed_terminating", "failed")
+            for o in self.owners)
 
     def step(self) -> bool:
+        if self.quiescing and self.volume_in_flight() and self.volume_step(settling=True):
+            return True  # the settle phase: a volume owner in flight moves on (volumes world only)
         acts = self.actions()
         if not acts:
             return False

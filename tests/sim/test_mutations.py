@@ -35,7 +35,7 @@ BUDGET: dict[str, int | range] = {                       # first seed that catch
     "no_blast_cap": range(15, 30),          # 15
     "mode_uncapped": range(25, 40),          # 31 (a report seed: a row flipped to delete under its report ceiling)
     "no_delete_activity": 8,     # 0
-    "no_backend_activity": 8,    # 7 (see README: a quiet spell after an edit)
+    "no_backend_activity": range(49, 65),  # 52 (see README: a quiet spell after an edit; 7 before volumes)
     "ownership_by_backend_id": 8,  # 0
     "listing_key_ignores_account": range(5, 20),  # 8 (the tick: a failover backend due with sim, in its regions)
     "no_identity_check": range(6, 25),       # 9
@@ -50,7 +50,7 @@ BUDGET: dict[str, int | range] = {                       # first seed that catch
     "foreign_snapshots": 8,      # 0 (the ages world: a backup's ref-tagged snapshot, past the retention)
     "no_blast_check": range(4, 15),         # 6 (a foreign DeleteOnTermination volume on an instance being deleted)
     "primary_unchecked": range(100, 115),    # 104 (a live owner whose recorded primary_id names no VM)
-    "keys_per_backend": 8,       # 2 (sim-b with its own protect key, a user's tag of either)
+    "keys_per_backend": range(19, 35),       # 22 (sim-b with its own protect key, a tag of either; 2 before volumes)
     "stack_key_dropped": range(20, 40),      # 27 (a user's tag of the stack's key, which no row names)
     # the one deletion algorithm (deletion_worlds.py)
     "own_device_unchecked": range(60, 75),   # 67 (swap: a stopped VM's root swapped for someone's)
@@ -64,6 +64,7 @@ BUDGET: dict[str, int | range] = {                       # first seed that catch
     "spot_unchecked": range(1, 15),         # 3 (spot: a persistent request relaunches the orphan's instance)
     "unreadable_row_refused": range(6, 20),  # 9 (settings: a row's settings no JSON object)
     "sweep_unconfirmed": 8,      # ? (a delete cycle's first listing of an orphan deletes it)
+    "volume_owner_untracked": 8,  # 0 (volumes: a live volume owner's recorded volume deleted; S1/X1)
 }
 
 

@@ -562,6 +562,18 @@ class MemoryProvider(OperationsProvider):
         return (item is not None and item.resource.kind is ResourceKind.INSTANCE and item.resource.region == region
                 and item.resource.tags.get(self.tag_key) == ref)
 
+    def holds_volume(self, region: str, volume_id: str, ref: str) -> bool:
+        """Rule 17 for a volume owner: ``volume_id`` is now a volume (or disk) of this account in
+        ``region`` carrying ``ref`` and not being deleted (read-only, no ``progress``)."""
+        try:
+            self.cloud.request("describe", region)
+        except ProviderError:
+            return False  # cannot confirm, so no
+        item = self.cloud.describe(volume_id, progress=False)
+        return (item is not None and item.resource.kind in (ResourceKind.VOLUME, ResourceKind.DISK)
+                and item.resource.region == region and item.resource.tags.get(self.tag_key) == ref
+                and item.resource.state not in (ResourceState.TERMINATING, ResourceState.TERMINATED))
+
     def created_times(self, group: ResourceGroup) -> dict[str, datetime | None]:
         """Read-only, as the adapters' (a shutting-down instance does not move on: no
         ``progress``), each resource by its id where the group says it is."""
