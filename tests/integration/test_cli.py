@@ -169,14 +169,17 @@ def test_status_json_matches_c3(cli, db, monkeypatch):
     rows = json.loads(out)
     # then one object per backend, with exactly the C3 keys and `running` (no cycle runs: null)
     assert isinstance(rows, list) and len(rows) == 2
-    assert all(set(r) == STATUS_KEYS | {"running", "stuck_pending", "stale_seconds"} and r["running"] is None
-               for r in rows)
+    assert all(set(r) == STATUS_KEYS | {"running", "stuck_pending", "stale_seconds", "retired", "coverage",
+                                        "account", "regions", "failing_since"}
+               and r["running"] is None and r["retired"] is False and r["coverage"] is None for r in rows)
     dev, prod = sorted(rows, key=lambda r: r["backend"])
     # (aws-dev's row says delete; under the stack's default ceiling, report, it runs report: rule 8)
     assert dev == {"backend": "aws-dev", "provider": "aws", "mode": "report", "clean_at": None,
                    "last_outcome": None, "last_processed_at": None, "next_due_at": None, "open_orphans": 0,
                    "last_error": None, "last_failed_at": None, "running": None, "stuck_pending": [],
-                   "stale_seconds": None}  # not enrolled: no staleness
+                   "stale_seconds": None,  # not enrolled: no staleness
+                   "retired": False, "coverage": None, "account": "210987654321", "regions": ["us-west-2"],
+                   "failing_since": None}
     assert (prod["provider"], prod["mode"], prod["last_outcome"], prod["open_orphans"]) == (
         "aws", "report", "clean", 1)
     assert isinstance(prod["stale_seconds"], int) and prod["stale_seconds"] >= 0  # since its clean_at

@@ -403,7 +403,9 @@ def test_remove_force_fences_the_running_cycle_and_keeps_the_history(db):
         assert conn.run("SELECT count(*) FROM ledger_activity WHERE backend_id = 'aws-prod'"
                         " AND kind = 'backend_delete'") == [[1]]
     assert fence is not None
-    assert json.loads(ok(db, "status", "--json")) == []
+    # what it covered stays listed, report-only, as a retired coverage (docs/SAFETY.md rule 24)
+    [retired] = json.loads(ok(db, "status", "--json"))
+    assert (retired["backend"], retired["retired"], retired["mode"]) == ("aws-prod", True, "report")
     # and the id may be registered again
     add(db)
     assert json.loads(ok(db, "backend", "show", "aws-prod", "--json"))["running"] is None

@@ -47,7 +47,8 @@ CLASSIFIER: Grants = {
     # oc_apply_batch's progress, the blast-radius cap, the delete requests dispatched, STEP 7
     "cycles": {"UPDATE": frozenset({"applied_batches", "groups_listed", "unsettled", "expected_batches", "failures",
                                     "dispatched", "blocked_reason", "open_deletes", "planned_deletes", "outcome",
-                                    "finished_at"})},
+                                    # a retired coverage's cycle found its backend's owners (rule 24)
+                                    "finished_at", "origin_seen"})},
     "cycle_batches": {"INSERT": ALL},
     # the action; a marked group's time to go (rule 23)
     "cycle_groups": {"INSERT": ALL, "UPDATE": frozenset({"action", "delete_after"})},

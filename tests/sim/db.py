@@ -60,7 +60,7 @@ ALTER TABLE ledger_activity ALTER COLUMN at SET DEFAULT oc_clock();
 #: TRUNCATE on a few hundred rows). ledger_activity last: deleting instances logs activity.
 TABLES = ("provider_journal", "region_listings", "events", "delete_requests", "delete_gates", "orphan_resources",
           "orphans", "cycle_groups", "cycle_batches", "cycles", "cleanup", "instances", "volumes", "provider_refs",
-          "backends", "ledger_activity")
+          "backends", "retired_coverages", "events", "ledger_activity")
 
 
 def prepare(db: Database) -> None:

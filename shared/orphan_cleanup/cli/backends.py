@@ -1,4 +1,4 @@
-"""``backend add|list|show|update|remove``: the bodies; ``cli.py`` parses, ``commands.dispatch``
+"""``backend add|list|show|update|remove|forget-coverage``: the bodies; ``cli.py`` parses, ``commands.dispatch``
 opens the database (read-only for list and show) and calls them."""
 
 from __future__ import annotations
@@ -247,6 +247,27 @@ def remove(db: Database, args: argparse.Namespace) -> int:
     if removal.owners_naming_it:
         print(f"note: {removal.owners_naming_it} live owner(s) in instances or volumes still name {args.id}:"
               " other backends skip their resources (never delete them) until they name a known backend")
+    return EXIT_OK
+
+
+def forget_coverage(db: Database, args: argparse.Namespace) -> int:
+    """Drop a retired coverage (SAFETY.md rule 24) with the operator's consent: typed on a
+    terminal, else ``--yes`` (exit 2 without either, before anything changes)."""
+    store = LedgerStore(db)
+    cov = store.retired_coverage(args.id)  # unknown: ConfigError, exit 2
+    what = (f"retired coverage {cov.id} of backend {cov.backend_id} ({cov.provider} {cov.account},"
+            f" regions {','.join(cov.regions)})")
+    if not args.yes:
+        if not sys.stdin.isatty():
+            raise ConfigError(f"backend forget-coverage {args.id} would stop listing {what} and stdin is not a"
+                              " terminal to ask on: nothing changed; add --yes to drop it without a prompt")
+        print(f"{what}: nothing will list it for that backend any more. Type {cov.id} to drop it: ",
+              end="", file=sys.stderr, flush=True)
+        if sys.stdin.readline().strip() != cov.id:
+            print("not dropped: nothing changed", file=sys.stderr)
+            return EXIT_OK
+    store.forget_coverage(cov.id)
+    print(f"dropped {what}: no longer listed (its history stays; an event records it)")
     return EXIT_OK
 
 

@@ -18,8 +18,8 @@ from orphan_cleanup.ledger.store import LedgerStore
 
 # Commands that write: on the embedded database (no DATABASE_URL) they migrate it first,
 # the quick start; on a DATABASE_URL only `migrate` runs DDL, they check the version.
-WRITES = {("backend", "add"), ("backend", "update"), ("backend", "remove"), ("run", None), ("orphans", "keep"),
-          ("orphans", "release")}
+WRITES = {("backend", "add"), ("backend", "update"), ("backend", "remove"), ("backend", "forget-coverage"),
+          ("run", None), ("orphans", "keep"), ("orphans", "release")}
 
 
 def dispatch(args: argparse.Namespace) -> int:
@@ -62,6 +62,8 @@ def dispatch(args: argparse.Namespace) -> int:
             return bc.update(db, args)
         if action == "remove":
             return bc.remove(db, args)
+        if action == "forget-coverage":
+            return bc.forget_coverage(db, args)
         return bc.show(db, args, settings) if action == "show" else bc.list_(db, args)
     if args.command == "status":
         return status(db, args)
@@ -137,7 +139,9 @@ def status_rows(db: Database, global_mode: str, stuck_after: int = 3600,
         m = row_mode or global_mode
         return "report" if m == "delete" and ceiling == "report" else m
 
-    return [{"backend": r.backend, "provider": r.provider, "mode": mode(r.mode),
+    return [{"backend": r.retired_from or r.backend, "retired": r.retired_from is not None,
+             "coverage": r.backend if r.retired_from else None, "account": r.account, "regions": list(r.regions),
+             "failing_since": _iso(r.failing_since), "provider": r.provider, "mode": mode(r.mode),
              "clean_at": _iso(r.clean_at), "last_outcome": r.last_outcome,
              "last_processed_at": _iso(r.last_processed_at), "next_due_at": _iso(r.next_due_at),
              "open_orphans": r.open_orphans, "last_error": r.last_error, "last_failed_at": _iso(r.last_failed_at),
@@ -159,6 +163,24 @@ def status(db: Database, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _row_name(row: dict[str, Any]) -> str:
+    """A status row's name: the backend's id, or a retired coverage's own (SAFETY.md rule 24)."""
+    return row["coverage"] if row.get("retired") else row["backend"]
+
+
+def retired_line(row: dict[str, Any]) -> str:
+    """Why a retired coverage (SAFETY.md rule 24) is still listed, in one line."""
+    head = (f"{row['coverage']}: retired from {row['backend']} ({row['provider']} {row['account']},"
+            f" {','.join(row['regions'])}): {row['open_orphans']} open orphan{'s' if row['open_orphans'] != 1 else ''}")
+    if row["last_outcome"] == "failed":
+        return (f"{head}, cycles failing since {human_time(row['failing_since'], never='?')}"
+                f" ({row.get('last_error') or 'no reason recorded'}); fix its credentials, or drop it:"
+                f" orphan-cleanup backend forget-coverage {row['coverage']}")
+    if row["last_outcome"] is None:
+        return f"{head}, not listed yet; it stays until a clean cycle there finds nothing of {row['backend']}"
+    return f"{head}; it stays until a clean cycle there finds nothing of {row['backend']}"
+
+
 def print_status(rows: list[dict[str, Any]]) -> None:
     """The status table, then why each backend whose latest cycle failed failed (C3), the
     open orphans and the stalest backend, one line per running cycle (holder, start, lease
@@ -166,12 +188,15 @@ def print_status(rows: list[dict[str, Any]]) -> None:
     from orphan_cleanup.cli.backends import running_line
 
     print_table(["backend", "provider", "mode", "last outcome", "clean_at", "next due", "open orphans"],
-                [[r["backend"], r["provider"], r["mode"], verdict_style(r["last_outcome"] or "-"),
+                [[_row_name(r), r["provider"], r["mode"], verdict_style(r["last_outcome"] or "-"),
                   human_time(r["clean_at"]), human_time(r["next_due_at"], never="-"), str(r["open_orphans"])]
                  for r in rows])
     for r in rows:
         if r["last_outcome"] == "failed" and r.get("last_error"):
-            print(f"{r['backend']} failed {human_time(r['last_failed_at'], never='?')}: {r['last_error']}")
+            print(f"{_row_name(r)} failed {human_time(r['last_failed_at'], never='?')}: {r['last_error']}")
+    for r in rows:
+        if r["retired"]:
+            print(retired_line(r))
     # The stalest: a backend never clean (failed, unsettled) before any that was clean once,
     # then the longest without a clean cycle (README, "When one fires").
     stale = [r for r in rows if r.get("stale_seconds") is not None]
@@ -179,16 +204,16 @@ def print_status(rows: list[dict[str, Any]]) -> None:
     total = sum(r["open_orphans"] for r in rows)
     if total or stalest:  # nothing to say before any backend is enrolled
         print(f"open orphans: {total} (orphan-cleanup orphans)" + ("" if stalest is None else (
-            f"; stalest backend: {stalest['backend']}, "
+            f"; stalest backend: {_row_name(stalest)}, "
             + (f"no clean cycle for {span(stalest['stale_seconds'])}" if stalest["clean_at"] else
                f"never clean ({stalest['last_outcome'] or 'no cycle yet'}, enrolled"
                f" {span(stalest['stale_seconds'])} ago)"))))
-    running = [running_line(r["backend"], r["running"]) for r in rows if r.get("running")]
+    running = [running_line(_row_name(r), r["running"]) for r in rows if r.get("running")]
     if running:
         print("running now:")
         for line in running:
             print(f"  {line}")
-    stuck = [(r["backend"], p) for r in rows for p in r.get("stuck_pending", [])]
+    stuck = [(_row_name(r), p) for r in rows for p in r.get("stuck_pending", [])]
     if stuck:
         print("stuck pending owners (their resources are skipped every cycle, so clean_at cannot advance;"
               " reap them: README, \"Stale pending owners\"):")

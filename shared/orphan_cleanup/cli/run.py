@@ -37,6 +37,12 @@ def command(settings: Settings, db: Database, args: argparse.Namespace) -> int:
     from orphan_cleanup.cycle.runner import run_cycle
     from orphan_cleanup.queues.memory import InProcessQueue
 
+    # A removed backend's id runs its retired coverage (SAFETY.md rule 24); unknown: exit 2.
+    args.backend, own_mode, retired = LedgerStore(db).run_target(args.backend)
+    if retired and args.mode == "delete" and not (own_mode == "delete" and settings.mode_ceiling == "delete"):
+        raise ConfigError(f"run --backend {args.backend} --mode delete: a retired coverage is report-only unless its"
+                          " backend's last mode and the stack's ceiling (ORPHAN_CLEANUP_MAX_MODE) both said delete"
+                          " (docs/SAFETY.md rule 24): nothing listed")
     confirm = consent(settings, db, args)  # exit 2 here, before anything is listed, without consent
     # A manual run's deadline is a short lease that its heartbeat renews (runner.py): a
     # killed run frees its backend within ORPHAN_CLEANUP_LEASE_SECONDS.
@@ -101,15 +107,15 @@ def consent(settings: Settings, db: Database, args: argparse.Namespace) -> _Conf
 def _deletes_because(settings: Settings, db: Database, args: argparse.Namespace) -> str | None:
     """Why the run's effective mode is ``delete`` (the flag, the row, the environment),
     or None when it is not (an ``off`` backend is refused by the cycle itself)."""
-    row = LedgerStore(db).backend_row(args.backend)  # an unknown backend: ConfigError, exit 2
-    base = row.mode or settings.mode
+    own_mode = LedgerStore(db).run_target(args.backend)[1]  # an unknown backend: ConfigError, exit 2
+    base = own_mode or settings.mode
     if base == "off":
         return None
     if args.mode is not None:
         return "--mode delete" if args.mode == "delete" else None
     if base != "delete" or settings.mode_ceiling != "delete":
         return None  # a row's (or the stack's) delete under a report ceiling runs report (SAFETY.md rule 8)
-    return f"backend {args.backend}'s mode is delete" if row.mode else "ORPHAN_CLEANUP_MODE=delete"
+    return f"backend {args.backend}'s mode is delete" if own_mode else "ORPHAN_CLEANUP_MODE=delete"
 
 
 class _SaidByTheRun(logging.Filter):

@@ -189,6 +189,14 @@ class Backend(BaseModel):
     regions: tuple[str, ...]
     settings: BackendSettings = Field(default_factory=BackendSettings)
     mode: Mode | None = None
+    #: A retired coverage (SAFETY.md rule 24): the id of the backend it came from. Its own
+    #: ``id`` is the coverage's ('<backend id>~<n>').
+    retired_from: str | None = None
+
+    @property
+    def origin(self) -> str:
+        """The backend id owners name for what this covers: its own, or the retired one's."""
+        return self.retired_from or self.id
 
     @field_validator("regions", mode="before")
     @classmethod

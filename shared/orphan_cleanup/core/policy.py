@@ -99,7 +99,13 @@ def effective_mode(settings: Settings, backend: Backend, override: Mode | None =
     """The backend's own mode, else the global one, capped by the stack's ceiling
     (``ORPHAN_CLEANUP_MAX_MODE``, SAFETY.md rule 8: a row never loosens what the operator
     deployed); ``off`` is final (no override runs an off backend), otherwise an override is
-    an operator's one-off request, which is not a row and is not capped."""
+    an operator's one-off request, which is not a row and is not capped. A retired coverage
+    deletes only under its own rule (SAFETY.md rule 24)."""
+    if backend.retired_from is not None:
+        # A retired coverage (SAFETY.md rule 24) is report-only unless its backend's last mode
+        # and the stack's ceiling both say delete; no override loosens that.
+        allowed: Mode = "delete" if backend.mode == "delete" and settings.mode_ceiling == "delete" else "report"
+        return "report" if override == "report" else allowed
     base = backend.mode or settings.mode
     if base == "off":
         return "off"

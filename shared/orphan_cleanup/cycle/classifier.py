@@ -44,6 +44,10 @@ class Classifier:
             assert cycle.listed_at is not None  # checked by _refuse_if_tampered
             # The operator's keeps in force at the listing time come with the records (rule 23).
             records, keeps = session.load_ledger(backend.id, batch.groups, cycle.listed_at)
+            if backend.retired_from is not None \
+                    and any(r.backend_id == backend.retired_from for r in records.values()):
+                # A retired coverage found something its backend's owners name: it stays (rule 24).
+                session.origin_seen(batch.cycle_id)
             limits = self.ctx.limits(backend)
             # The batch holds every group of a ref in a region (``cycle.lister``'s batches never
             # split one): what a live owner's other VM is judged beside (SAFETY.md rule 17). A

@@ -64,7 +64,7 @@ SELECT format('GRANT %s ON TABLE %I.%I TO %I', g.privileges, :'schema', g.tbl, g
     (:'classifier_role', 'cleanup', 'UPDATE (lease_owner, lease_expires_at, clean_at, clean_mode, last_processed_at,'
                                     ' next_due_at, retry_delay_seconds, last_outcome, last_error)'),
     (:'classifier_role', 'cycles', 'UPDATE (applied_batches, groups_listed, unsettled, expected_batches, failures,'
-                                   ' dispatched, blocked_reason, open_deletes, planned_deletes, outcome, finished_at)'),
+                                   ' dispatched, blocked_reason, open_deletes, planned_deletes, outcome, finished_at, origin_seen)'),
     (:'classifier_role', 'cycle_batches', 'INSERT'),
     (:'classifier_role', 'cycle_groups', 'INSERT'),
     (:'classifier_role', 'cycle_groups', 'UPDATE (action, delete_after)'),

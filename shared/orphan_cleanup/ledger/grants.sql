@@ -59,7 +59,7 @@ SELECT format('GRANT UPDATE (%s) ON TABLE %I.%I TO %I', g.cols, n.nspname, c.rel
                 ' retry_delay_seconds, last_outcome, last_error'),
     ('cycles', 'listed_at, deadline, expected_batches, applied_batches, groups_listed, open_deletes,'
                ' planned_deletes, failures, unsettled, failed, error, tripped_regions, outcome, finished_at,'
-               ' dispatched, blocked_reason, region_groups'),
+               ' dispatched, blocked_reason, region_groups, origin_seen'),
     ('cycle_groups', 'action, error, updated_at, evidence, verdict, reason, delete_after'),
     ('orphans', 'last_seen, resources, verdict, reason, times_reported, last_cycle_id, state, last_error,'
                 ' orphan_since, size, deleted_at'),

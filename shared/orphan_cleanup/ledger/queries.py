@@ -18,6 +18,9 @@ from orphan_cleanup.core.listing import ResourceGroup, is_valid_ref
 from orphan_cleanup.core.owners import Keep, LedgerRecord, LedgerRow, Record
 
 BACKEND_COLUMNS = "id, provider, account, regions, settings, mode"
+#: A row of the ``coverages`` view (migration 0020): a backend, or a retired coverage with the
+#: id of the backend it came from (SAFETY.md rule 24).
+COVERAGE_COLUMNS = BACKEND_COLUMNS + ", retired_from"
 
 
 def json_value(value: Any) -> Any:
@@ -42,7 +45,8 @@ def backend_from_row(row: list) -> Backend:
                           " --settings-replace '{...}'`)")
     try:
         return Backend.model_validate({"id": row[0], "provider": row[1], "account": row[2],
-                                       "regions": row[3] or (), "settings": settings, "mode": row[5]})
+                                       "regions": row[3] or (), "settings": settings, "mode": row[5],
+                                       "retired_from": row[6] if len(row) > 6 else None})
     except ValidationError as e:
         raise ConfigError(f"backend {row[0]!r} is misconfigured: {describe_validation(e)}"
                           f" (fix it with `orphan-cleanup backend update {row[0]}`)") from e
@@ -50,21 +54,24 @@ def backend_from_row(row: list) -> Backend:
 
 def account_settings(conn: pg8000.native.Connection, backend_id: str) -> list[Any]:
     """The raw ``settings`` of every backend of ``backend_id``'s provider account now: whose
-    protect and controller keys apply to what it lists (SAFETY.md rule 16)."""
-    sql = "SELECT s.settings FROM backends me JOIN backends s ON " + SCOPE_SQL.format(t="s") + " = " \
+    protect and controller keys apply to what it lists (SAFETY.md rule 16), its retired
+    coverages' included (rule 24: their keys still protect)."""
+    sql = "SELECT s.settings FROM coverages me JOIN coverages s ON " + SCOPE_SQL.format(t="s") + " = " \
         + SCOPE_SQL.format(t="me") + " WHERE me.id = :b"
     return [json_value(r[0]) for r in conn.run(sql, b=backend_id)]
 
 
 def get_backend(conn: pg8000.native.Connection, backend_id: str) -> Backend:
-    rows = conn.run(f"SELECT {BACKEND_COLUMNS} FROM backends WHERE id = :i", i=backend_id)
+    """A backend, or a retired coverage by its own id (SAFETY.md rule 24)."""
+    rows = conn.run(f"SELECT {COVERAGE_COLUMNS} FROM coverages WHERE id = :i", i=backend_id)
     if not rows:
         raise ConfigError(f"unknown backend {backend_id!r} (see `orphan-cleanup backend list`)")
     return backend_from_row(rows[0])
 
 
 def list_backends(conn: pg8000.native.Connection) -> list[Backend]:
-    return [backend_from_row(r) for r in conn.run(f"SELECT {BACKEND_COLUMNS} FROM backends ORDER BY id")]
+    """Every backend and retired coverage (SAFETY.md rule 24): what the tick runs."""
+    return [backend_from_row(r) for r in conn.run(f"SELECT {COVERAGE_COLUMNS} FROM coverages ORDER BY id")]
 
 
 # ``provider:account`` of a backends row ``{t}``, as ``Backend.scope`` computes it:
@@ -114,12 +121,12 @@ SELECT coalesce(json_agg(json_build_object(
            'provisioned_at', CASE WHEN {usev} THEN v.provisioned_at ELSE i.provisioned_at END,
            'terminated_at', CASE WHEN {usev} THEN NULL ELSE i.terminated_at END,
            'deleted_at', CASE WHEN {usev} THEN v.deleted_at ELSE i.deleted_at END,
-           'owner_backend_scope', {scope},
+           'owner_backend_scope', ob.scope,
            'known_orphan_resource_ids',
            CASE WHEN r.provider_ref = ANY(string_to_array(:leftover, ',')) THEN
                (SELECT coalesce(json_agg(DISTINCT o.resource_id), '[]') FROM orphan_resources o
                  WHERE o.provider_ref = r.provider_ref AND o.backend_id IN (
-                       SELECT kb.id FROM backends kb, backends me WHERE me.id = :backend
+                       SELECT kb.id FROM coverages kb, coverages me WHERE me.id = :backend
                           AND {kscope} = {mescope}))
            ELSE '[]' END,
            'protected_primaries',
@@ -131,7 +138,11 @@ SELECT coalesce(json_agg(json_build_object(
          ON i.provider_ref = r.provider_ref AND i.provider_ref = ANY(string_to_array(:refs, ','))
   LEFT JOIN volumes v
          ON v.provider_ref = r.provider_ref AND v.provider_ref = ANY(string_to_array(:refs, ','))
-  LEFT JOIN backends ob ON ob.id = CASE WHEN {usev} THEN v.backend_id ELSE i.backend_id END
+  LEFT JOIN LATERAL (
+       SELECT {scope} AS scope FROM coverages ob
+        WHERE ob.origin = CASE WHEN {usev} THEN v.backend_id ELSE i.backend_id END
+        ORDER BY {scope} = (SELECT {mescope} FROM coverages me WHERE me.id = :backend) DESC,
+                 ob.retired_from IS NOT NULL LIMIT 1) ob ON true
  WHERE r.provider_ref = ANY(string_to_array(:refs, ','))
 """.replace("{usev}", _USE_VOLUME).replace("{scope}", SCOPE_SQL.format(t="ob")) \
     .replace("{kscope}", SCOPE_SQL.format(t="kb")).replace("{mescope}", SCOPE_SQL.format(t="me"))
@@ -192,7 +203,7 @@ def _ref_lists(groups: Iterable[ResourceGroup]) -> tuple[str, str] | None:
 # ``{refs}``: the refs asked about. Read from orphan_keeps itself, so a ref without a
 # provider_refs row (an unknown ref a cycle recorded) is kept too.
 KEEPS_SQL = ("SELECT DISTINCT ON (k.provider_ref) k.provider_ref, k.reason, k.kept_at, k.until"
-             " FROM orphan_keeps k LEFT JOIN backends kb ON kb.id = {backend}"
+             " FROM orphan_keeps k LEFT JOIN coverages kb ON kb.id = {backend}"
              " WHERE k.provider_ref = ANY({refs}) AND (k.until IS NULL OR k.until > {t})"
              " AND (k.backend_id = {backend} OR k.scope = " + SCOPE_SQL.format(t="kb") + ")"
              " ORDER BY k.provider_ref, k.until DESC NULLS FIRST")
@@ -228,7 +239,7 @@ def load_ledger(conn: pg8000.native.Connection, backend_id: str, groups: Iterabl
 # branches read the (backend_id, at) index.
 ACTIVITY_EXISTS = (
     "(EXISTS (SELECT 1 FROM ledger_activity WHERE at > {since} AND backend_id = ANY(ARRAY("
-    "    SELECT s.id FROM backends me JOIN backends s ON " + SCOPE_SQL.format(t="s") + " = "
+    "    SELECT s.origin FROM coverages me JOIN coverages s ON " + SCOPE_SQL.format(t="s") + " = "
     + SCOPE_SQL.format(t="me") + " WHERE me.id = {backend})))"
     " OR EXISTS (SELECT 1 FROM ledger_activity WHERE backend_id IS NULL AND at > {since}))")
 
@@ -269,17 +280,18 @@ def activity_since(conn: pg8000.native.Connection, backend_id: str, since: datet
 TICK_HORIZON_SECONDS = 60  # the largest tolerance classify.due_tolerance gives (tests/integration/test_tick_horizon.py)
 
 TICK_SQL = (
-    "WITH enrolled AS (INSERT INTO cleanup (backend_id) SELECT b.id FROM backends b"
+    "WITH enrolled AS (INSERT INTO cleanup (backend_id) SELECT b.id FROM coverages b"
     "  WHERE EXISTS (SELECT 1 FROM provider_refs)"
     "  AND NOT EXISTS (SELECT 1 FROM cleanup k WHERE k.backend_id = b.id)"  # an anti-join: no conflict per row
     "  ON CONFLICT DO NOTHING RETURNING backend_id),"
     " scoped AS (SELECT s.id, " + SCOPE_SQL.format(t="s") + " AS scope,"
-    "  (SELECT max(a.at) FROM ledger_activity a WHERE a.backend_id = s.id) AS last_at FROM backends s),"
+    "  (SELECT max(a.at) FROM ledger_activity a WHERE a.backend_id = s.origin) AS last_at"
+    "  FROM coverages s),"
     " by_scope AS (SELECT scope, max(last_at) AS last_at FROM scoped GROUP BY scope),"
     " unknown AS (SELECT max(at) AS last_at FROM ledger_activity WHERE backend_id IS NULL),"
     " clk AS (SELECT oc_clock() AS now)"  # once per statement: one clock reading for every backend
     " SELECT json_build_array((SELECT now FROM clk), coalesce(json_agg(json_build_array(json_build_array("
-    + ", ".join(f"b.{c.strip()}" for c in BACKEND_COLUMNS.split(",")) + "),"
+    + ", ".join(f"b.{c.strip()}" for c in COVERAGE_COLUMNS.split(",")) + "),"
     "  CASE WHEN NOT coalesce(c.lease_owner IS NULL"
     "   AND c.next_due_at > clk.now + make_interval(secs => CAST(:horizon AS integer)), false)"
     "  THEN json_build_array(c.backend_id IS NOT NULL OR e.backend_id IS NOT NULL, c.clean_at, c.clean_mode,"
@@ -292,7 +304,7 @@ TICK_SQL = (
     " (SELECT coalesce(json_object_agg(k.backend_id, CAST(greatest(0, extract(epoch FROM"
     "   kc.now - coalesce(k.clean_at, k.created_at))) AS bigint)), '{}')::text FROM cleanup k CROSS JOIN clk kc"
     "   WHERE isfinite(coalesce(k.clean_at, k.created_at)))"
-    " FROM backends b LEFT JOIN cleanup c ON c.backend_id = b.id"
+    " FROM coverages b LEFT JOIN cleanup c ON c.backend_id = b.id"
     " LEFT JOIN enrolled e ON e.backend_id = b.id"
     # LEFT: a backend whose scope is NULL (no account) keeps its row, with no account activity (as before)
     " LEFT JOIN scoped sc ON sc.id = b.id LEFT JOIN by_scope bs ON bs.scope = sc.scope"

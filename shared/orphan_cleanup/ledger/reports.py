@@ -54,6 +54,12 @@ class BackendStatus(StatusRow):
     last_error: str | None = None
     last_failed_at: datetime | None = None
     failures: tuple[RegionFailure, ...] = ()
+    # A retired coverage (SAFETY.md rule 24): the backend it came from, what it covers, and
+    # since when its cycles fail (the first failure after its last clean cycle).
+    retired_from: str | None = None
+    account: str | None = None
+    regions: tuple[str, ...] = ()
+    failing_since: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -91,6 +97,70 @@ def backend_row(conn: pg8000.native.Connection, backend_id: str, *, lock: bool =
     if not rows:
         raise ConfigError(f"unknown backend {backend_id!r} (see `orphan-cleanup backend list`)")
     return _backend_row(rows[0])
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """A retired coverage (SAFETY.md rule 24): what a removed or moved backend covered."""
+
+    id: str
+    backend_id: str
+    provider: str
+    account: str
+    regions: tuple[str, ...]
+    mode: str
+    why: str
+
+
+def run_target(conn: pg8000.native.Connection, name: str) -> tuple[str, str | None, bool]:
+    """What ``run --backend NAME`` runs, and its own mode: the backend ``name``; else the
+    retired coverage of that id; else the one retired coverage of the removed backend ``name``
+    (SAFETY.md rule 24), and whether it is a retired coverage. ``ConfigError`` when there is
+    none, or several to choose from."""
+    rows = conn.run("SELECT id, mode, retired_from IS NOT NULL FROM coverages WHERE id = :n UNION ALL"
+                    " (SELECT id, mode, true FROM retired_coverages WHERE backend_id = :n"
+                    "  AND NOT EXISTS (SELECT 1 FROM coverages WHERE id = :n) ORDER BY id)", n=name)
+    if not rows:
+        raise ConfigError(f"unknown backend {name!r} (see `orphan-cleanup backend list`)")
+    if len(rows) > 1:
+        raise ConfigError(f"backend {name!r} left {len(rows)} retired coverages: name one of"
+                          f" {', '.join(r[0] for r in rows)} (see `orphan-cleanup status`)")
+    return rows[0][0], rows[0][1], bool(rows[0][2])
+
+
+def retired_coverage(conn: pg8000.native.Connection, name: str) -> Coverage:
+    """The retired coverage ``name`` names (its id, or a removed backend's id with one
+    coverage: ``run_target``); ``ConfigError`` when it names none."""
+    rows = conn.run("SELECT id, backend_id, provider, account, regions, mode, why FROM retired_coverages"
+                    " WHERE id = :n OR (backend_id = :n AND NOT EXISTS (SELECT 1 FROM backends WHERE id = :n))"
+                    " ORDER BY id", n=name)
+    if not rows:
+        raise ConfigError(f"no retired coverage {name!r} (see `orphan-cleanup status`)")
+    if len(rows) > 1 and not any(r[0] == name for r in rows):
+        raise ConfigError(f"backend {name!r} left {len(rows)} retired coverages: name one of"
+                          f" {', '.join(r[0] for r in rows)}")
+    r = next((r for r in rows if r[0] == name), rows[0])
+    return Coverage(id=r[0], backend_id=r[1], provider=r[2], account=r[3], regions=tuple(r[4] or ()), mode=r[5],
+                    why=r[6])
+
+
+def forget_coverage(conn: pg8000.native.Connection, name: str) -> Coverage:
+    """Drop a retired coverage (an operator's decision, SAFETY.md rule 24), with its
+    ``coverage_forgotten`` event, in the caller's transaction; ``BackendBusy`` while a cycle of
+    it holds a live lease. Its schedule and marks go with it (migration 0020's trigger); its
+    cycles, orphans and events stay."""
+    cov = retired_coverage(conn, name)
+    running = lock_running_cycle(conn, cov.id)
+    if running is not None:
+        raise BackendBusy(f"retired coverage {cov.id}: cycle {running.cycle_id} is running (lease until"
+                          f" {running.lease_expires_at}): wait for it to end")
+    conn.run("DELETE FROM retired_coverages WHERE id = :c", c=cov.id)
+    conn.run("INSERT INTO events (backend_id, kind, message, details) VALUES (:c, 'coverage_forgotten', :m,"
+             " CAST(:d AS jsonb))", c=cov.id,
+             m=f"an operator dropped retired coverage {cov.id} of backend {cov.backend_id} ({cov.provider}"
+               f" {cov.account}, regions {','.join(cov.regions)}): no longer listed",
+             d=json.dumps({"from": cov.backend_id, "account": cov.account, "regions": list(cov.regions)}))
+    return cov
 
 
 _LIVE_LEASE = "c.lease_owner IS NOT NULL AND (c.lease_expires_at IS NULL OR c.lease_expires_at > oc_clock())"
@@ -168,14 +238,18 @@ def add_backend(conn: pg8000.native.Connection, *, backend_id: str, provider: st
 
 
 def status_rows(conn: pg8000.native.Connection, backend_id: str | None = None) -> list[BackendStatus]:
-    """Every backend's status (or one's), with the cycle holding its live lease."""
+    """Every backend's status (or one's), with the cycle holding its live lease; every retired
+    coverage's too, under its own id (SAFETY.md rule 24)."""
     rows = conn.run(
         "SELECT b.id, b.provider, b.mode, c.clean_at, c.last_outcome, c.last_processed_at, c.next_due_at,"
         " (SELECT count(*) FROM orphans o WHERE o.backend_id = b.id AND o.verdict = 'orphan'"
         "   AND o.state IN ('open', 'deleting', 'delete_failed')),"
         f" CASE WHEN {_LIVE_LEASE} THEN c.lease_owner END, cy.started_at, c.lease_expires_at,"
-        " lf.reason, lf.finished_at, lc.failures"
-        " FROM backends b LEFT JOIN cleanup c ON c.backend_id = b.id LEFT JOIN cycles cy ON cy.id = c.lease_owner"
+        " lf.reason, lf.finished_at, lc.failures, b.retired_from, b.account, b.regions,"
+        " CASE WHEN c.last_outcome = 'failed' THEN (SELECT min(f.finished_at) FROM cycles f"
+        "   WHERE f.backend_id = b.id AND f.outcome = 'failed'"
+        "   AND f.started_at > coalesce(c.clean_at, '-infinity'::timestamptz)) END"
+        " FROM coverages b LEFT JOIN cleanup c ON c.backend_id = b.id LEFT JOIN cycles cy ON cy.id = c.lease_owner"
         " LEFT JOIN LATERAL (SELECT coalesce(f.error, :no_reason) AS reason, f.finished_at FROM cycles f"
         "   WHERE f.backend_id = b.id AND f.outcome = 'failed' ORDER BY f.started_at DESC LIMIT 1) lf ON true"
         " LEFT JOIN LATERAL (SELECT l.failures FROM cycles l WHERE l.backend_id = b.id AND l.outcome IS NOT NULL"
@@ -187,7 +261,9 @@ def status_rows(conn: pg8000.native.Connection, backend_id: str | None = None) -
                           running=RunningCycle(cycle_id=r[8], started_at=r[9], lease_expires_at=r[10])
                           if r[8] else None, last_error=r[11], last_failed_at=r[12],
                           failures=tuple(RegionFailure(region=f["region"], error=f["error"])
-                                         for f in json_value(r[13]) or ())) for r in rows]
+                                         for f in json_value(r[13]) or ()),
+                          retired_from=r[14], account=r[15], regions=tuple(r[16] or ()), failing_since=r[17])
+            for r in rows]
 
 
 @dataclass(frozen=True)
@@ -214,7 +290,7 @@ def stuck_pending(conn: pg8000.native.Connection, older_than_seconds: int,
     rows = conn.run(
         "SELECT b.id, g.provider_ref, i.id, coalesce(i.name, r.owner_name), i.created_at,"
         " CAST(extract(epoch FROM oc_clock() - i.created_at) AS bigint), g.region, g.primary_id, cy.id"
-        " FROM backends b"
+        " FROM coverages b"
         " JOIN LATERAL (SELECT c.id FROM cycles c WHERE c.backend_id = b.id AND c.outcome IS NOT NULL"
         "   ORDER BY c.started_at DESC LIMIT 1) cy ON true"
         " JOIN cycle_groups g ON g.cycle_id = cy.id AND g.reason = 'owner_pending'"

@@ -77,10 +77,10 @@ class LedgerSession:
         backend row is gone). The backend is the cycle's snapshot (SAFETY.md rule 18),
         with the row's own mode beside it (``off`` still stops what is left of a cycle);
         a cycle without a snapshot (older than migration 0011) reads the row."""
-        columns = ", ".join(f"b.{c.strip()}" for c in queries.BACKEND_COLUMNS.split(","))
+        columns = ", ".join(f"b.{c.strip()}" for c in queries.COVERAGE_COLUMNS.split(","))
         rows = self.conn.run(f"SELECT c.id, c.backend_id, c.mode, c.listed_at, c.record_all,"
                              f" c.backend_snapshot::text, {columns}"
-                             " FROM cycles c JOIN backends b ON b.id = c.backend_id WHERE c.id = :c", c=cycle_id)
+                             " FROM cycles c JOIN coverages b ON b.id = c.backend_id WHERE c.id = :c", c=cycle_id)
         if not rows:
             return None
         cid, backend_id, mode, listed_at, record_all, snapshot, *row = rows[0]
@@ -98,6 +98,11 @@ class LedgerSession:
         assert backend is not None
         return CycleContext(id=cid, backend_id=backend_id, mode=mode, listed_at=listed_at, record_all=record_all,
                             backend=backend, row_mode=row[5], row=current)
+
+    def origin_seen(self, cycle_id: str) -> None:
+        """A retired coverage's cycle found a group whose owner names the backend it came
+        from: the coverage does not retire after it (SAFETY.md rule 24)."""
+        self.conn.run("UPDATE cycles SET origin_seen = true WHERE id = :c AND NOT origin_seen", c=cycle_id)
 
     def account_settings(self, backend_id: str) -> list[Any]:
         """The raw ``settings`` of every backend of ``backend_id``'s provider account now."""

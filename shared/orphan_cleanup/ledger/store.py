@@ -86,7 +86,7 @@ class LedgerStore:
         (a periodic call, so backends added by any writer are picked up)."""
         with self.db.transaction() as conn:
             return len(conn.run(
-                "INSERT INTO cleanup (backend_id) SELECT b.id FROM backends b"
+                "INSERT INTO cleanup (backend_id) SELECT b.id FROM coverages b"
                 " WHERE EXISTS (SELECT 1 FROM provider_refs) ON CONFLICT DO NOTHING RETURNING backend_id"))
 
     def load_records(self, backend_id: str, groups: Iterable[ResourceGroup]) -> dict[str, Record]:
@@ -147,6 +147,22 @@ class LedgerStore:
         transaction (see ``reports.remove_backend``)."""
         with self.db.transaction() as conn:
             return reports.remove_backend(conn, backend_id, force=force)
+
+    def run_target(self, name: str) -> tuple[str, str | None, bool]:
+        """What ``run --backend NAME`` runs, its own mode, whether it is a retired coverage
+        (``reports.run_target``)."""
+        with self.db.connection() as conn:
+            return reports.run_target(conn, name)
+
+    def retired_coverage(self, name: str) -> reports.Coverage:
+        """The retired coverage ``name`` names (``reports.retired_coverage``)."""
+        with self.db.connection() as conn:
+            return reports.retired_coverage(conn, name)
+
+    def forget_coverage(self, name: str) -> reports.Coverage:
+        """Drop a retired coverage, with its event, in one transaction (``reports.forget_coverage``)."""
+        with self.db.transaction() as conn:
+            return reports.forget_coverage(conn, name)
 
     def add_backend(self, *, backend_id: str, provider: str, account: str, regions: Sequence[str],
                     settings: BackendSettings, mode: str | None = None) -> None:

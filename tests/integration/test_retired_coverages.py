@@ -1,0 +1,145 @@
+"""Migration 0020's triggers (docs/SAFETY.md rule 24) on the real Postgres: which changes of a
+backends row leave a retired coverage and what it holds; that the tick, STEP 1 and STEP 3 see
+it as they saw the backend; that it goes, with its schedule, when it is dropped."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pg8000.exceptions
+import pytest
+
+from orphan_cleanup.core.errors import BackendBusy, ConfigError
+from orphan_cleanup.ledger import queries
+from orphan_cleanup.ledger.db import Database
+from orphan_cleanup.ledger.store import LedgerStore
+from tests.support.ledger_helpers import T0, add_backend, add_instance, db_now, group
+
+
+@pytest.fixture
+def db(emptied_db: Database) -> Database:
+    return emptied_db
+
+
+def sql(db: Database, statement: str, **params: Any) -> list[list[Any]]:
+    with db.connection() as conn:
+        return conn.run(statement, **params)
+
+
+def coverages(db: Database) -> list[tuple[Any, ...]]:
+    return [tuple(r) for r in sql(db, "SELECT backend_id, account, regions, mode, why FROM retired_coverages"
+                                      " ORDER BY id")]
+
+
+@pytest.mark.parametrize(("last_mode", "mode"), [(None, "report"), ("report", "report"), ("delete", "delete")])
+def test_a_deleted_backend_leaves_its_coverage_with_its_last_settings(db, last_mode, mode):
+    add_backend(db, "aws-a", regions=("us-east-1", "eu-west-1"), settings={"max_deletes": 3}, mode=last_mode)
+    LedgerStore(db).enroll()  # no ref yet: nothing enrolled; a cleanup row by hand
+    sql(db, "INSERT INTO cleanup (backend_id) VALUES ('aws-a')")
+
+    sql(db, "DELETE FROM backends WHERE id = 'aws-a'")
+
+    assert coverages(db) == [("aws-a", "123456789012", ["us-east-1", "eu-west-1"], mode, "removed")]
+    [[settings]] = sql(db, "SELECT settings FROM retired_coverages")
+    assert queries.json_value(settings) == {"max_deletes": 3}
+    assert sql(db, "SELECT backend_id FROM cleanup") == []  # the backend's schedule went with it
+
+
+def test_an_off_backend_covered_nothing_and_leaves_nothing(db):
+    add_backend(db, "aws-a", mode="off")
+    sql(db, "DELETE FROM backends WHERE id = 'aws-a'")
+    assert coverages(db) == []
+
+
+@pytest.mark.parametrize(("change", "expected"), [
+    ("regions = '{us-east-1}'", [("aws-a", "123456789012", ["eu-west-1"], "report", "moved")]),
+    ("regions = '{us-east-1,eu-west-1,us-west-2}'", []),
+    ("account = '210987654321'", [("aws-a", "123456789012", ["eu-west-1", "us-east-1"], "report", "moved")]),
+    ("settings = '{\"role_arn\": \"arn:aws:iam::123456789012:role/y\"}'", []),  # the same account
+    ("mode = 'delete'", []),
+])
+def test_a_moved_backend_leaves_what_it_no_longer_covers(db, change, expected):
+    add_backend(db, "aws-a", regions=("eu-west-1", "us-east-1"))
+    sql(db, f"UPDATE backends SET {change} WHERE id = 'aws-a'")
+    assert coverages(db) == expected
+
+
+def test_a_gcp_backends_project_is_its_scope(db):
+    add_backend(db, "gcp-a", provider="gcp", account="acct", regions=("us-central1",),
+                settings={"project": "p-one"})
+    sql(db, """UPDATE backends SET settings = '{"project": "p-two"}' WHERE id = 'gcp-a'""")
+    sql(db, """UPDATE backends SET account = 'other' WHERE id = 'gcp-a'""")  # the project still decides
+    [[account, settings]] = sql(db, "SELECT account, settings FROM retired_coverages")
+    assert (account, queries.json_value(settings)) == ("acct", {"project": "p-one"})
+
+
+def test_truncating_backends_is_refused(db):
+    add_backend(db, "aws-a")
+    with pytest.raises(pg8000.exceptions.DatabaseError, match="rule 24"):
+        sql(db, "TRUNCATE backends CASCADE")
+    assert sql(db, "SELECT id FROM backends") == [["aws-a"]]
+
+
+def test_the_tick_and_step_3_see_a_coverage_as_they_saw_its_backend(db):
+    # Given: a live owner of aws-a (tracked there), whose backend row then goes
+    add_backend(db, "aws-a")
+    add_backend(db, "gcp-b", provider="gcp", account="proj", regions=("us-central1",))
+    ref, _ = add_instance(db, backend_id="aws-a", primary_id="i-live", region="us-east-1",
+                          issued_at=T0, created_at=T0, provisioned_at=T0)
+    sql(db, "DELETE FROM backends WHERE id = 'aws-a'")
+    [[cov]] = sql(db, "SELECT id FROM retired_coverages")
+    store = LedgerStore(db)
+
+    # The tick runs it (under its own id, knowing where it came from) and enrolls it
+    runs = {b.id: b.retired_from for b in store.backends()}
+    assert runs == {cov: "aws-a", "gcp-b": None}
+    assert store.enroll() == 2
+    # STEP 3: the owner naming the removed backend is of the coverage's account (rule 10)
+    [record] = store.load_records(cov, [group(ref, "i-live", created_at=T0)]).values()
+    assert record.owner_backend_scope == "aws:123456789012"
+    # STEP 1: that owner's activity is the coverage's
+    since = db_now(db)
+    sql(db, "UPDATE instances SET status = 'busy' WHERE provider_ref = :r", r=ref)
+    with store.session() as s:
+        assert s.conn.run("SELECT " + queries.ACTIVITY_EXISTS.format(since=":t", backend=":b"), b=cov,
+                          t=since)[0][0]
+
+    # Dropped, it is no known backend any more: the owner is of no known backend (skipped)
+    store.forget_coverage(cov)
+    [record] = store.load_records("gcp-b", [group(ref, "i-live", created_at=T0)]).values()
+    assert record.owner_backend_scope is None
+    assert sql(db, "SELECT count(*) FROM cleanup WHERE backend_id = :c", c=cov) == [[0]]
+    [[kind, details]] = sql(db, "SELECT kind, details FROM events WHERE backend_id = :c ORDER BY id DESC LIMIT 1",
+                            c=cov)
+    assert kind == "coverage_forgotten" and queries.json_value(details)["from"] == "aws-a"
+
+
+def test_a_moved_backends_owner_is_judged_in_either_account(db):
+    # An owner of aws-a, which moved to another account: the old account's coverage and the
+    # backend itself both count its VMs as their account's (never a failover leftover)
+    add_backend(db, "aws-a")
+    ref, _ = add_instance(db, backend_id="aws-a", primary_id="i-live", region="us-east-1",
+                          issued_at=T0, created_at=T0, provisioned_at=T0)
+    sql(db, "UPDATE backends SET account = '210987654321' WHERE id = 'aws-a'")
+    [[cov]] = sql(db, "SELECT id FROM retired_coverages")
+    store = LedgerStore(db)
+    [old] = store.load_records(cov, [group(ref, "i-live", created_at=T0)]).values()
+    [new] = store.load_records("aws-a", [group(ref, "i-live", created_at=T0)]).values()
+    assert (old.owner_backend_scope, new.owner_backend_scope) == ("aws:123456789012", "aws:210987654321")
+
+
+def test_a_coverage_is_dropped_only_by_name_and_never_under_a_running_cycle(db):
+    add_backend(db, "aws-a")
+    sql(db, "DELETE FROM backends WHERE id = 'aws-a'")
+    add_backend(db, "aws-a", account="210987654321")  # re-created elsewhere: the name is a backend again
+    [[cov]] = sql(db, "SELECT id FROM retired_coverages")
+    store = LedgerStore(db)
+    with pytest.raises(ConfigError, match="no retired coverage 'aws-a'"):
+        store.forget_coverage("aws-a")
+    assert store.run_target("aws-a") == ("aws-a", None, False)
+    assert store.run_target(cov) == (cov, "report", True)
+    sql(db, "INSERT INTO cleanup (backend_id, lease_owner, lease_expires_at) VALUES (:c, 'x', now() + interval '1h')",
+        c=cov)
+    with pytest.raises(BackendBusy):
+        store.forget_coverage(cov)
+    assert [r[0] for r in sql(db, "SELECT id FROM retired_coverages")] == [cov]
