@@ -143,3 +143,45 @@ def test_a_coverage_is_dropped_only_by_name_and_never_under_a_running_cycle(db):
     with pytest.raises(BackendBusy):
         store.forget_coverage(cov)
     assert [r[0] for r in sql(db, "SELECT id FROM retired_coverages")] == [cov]
+
+
+def test_a_backend_never_takes_a_retired_coverages_id(db):
+    add_backend(db, "aws-a")
+    sql(db, "DELETE FROM backends WHERE id = 'aws-a'")
+    [[cov]] = sql(db, "SELECT id FROM retired_coverages")
+    with pytest.raises(pg8000.exceptions.DatabaseError, match="is the id of a retired coverage"):
+        add_backend(db, cov)
+    add_backend(db, "aws-b")
+    with pytest.raises(pg8000.exceptions.DatabaseError, match="is the id of a retired coverage"):
+        sql(db, "UPDATE backends SET id = :c WHERE id = 'aws-b'", c=cov)
+    # and a coverage's id is none a backend holds: plain SQL wrote one with a '~'
+    [[n]] = sql(db, "SELECT last_value FROM retired_coverages_seq")
+    add_backend(db, f"aws-b~{n + 1}")
+    sql(db, "DELETE FROM backends WHERE id = 'aws-b'")
+    assert sql(db, "SELECT id FROM retired_coverages WHERE backend_id = 'aws-b'") == [[f"aws-b~{n + 2}"]]
+
+
+def test_an_operator_keeps_what_a_coverage_found_and_its_end_wakes_the_coverage(db):
+    # Given: a removed backend's coverage that recorded a ref
+    add_backend(db, "aws-a", mode="delete")
+    sql(db, "DELETE FROM backends WHERE id = 'aws-a'")
+    [[cov]] = sql(db, "SELECT id FROM retired_coverages")
+    ref, _ = add_instance(db, backend_id="aws-a", primary_id="i-x", region="us-east-1", issued_at=T0,
+                          created_at=T0, provisioned_at=T0)
+    sql(db, "INSERT INTO cycles (id, backend_id, fence, mode, deadline) VALUES ('c1', :c, 1, 'delete', now())", c=cov)
+    sql(db, "INSERT INTO cycle_groups (cycle_id, group_key, provider_ref, region, resources, verdict, reason)"
+            " VALUES ('c1', 'k', :r, 'us-east-1', '[]', 'orphan', 'owner_terminated')", r=ref)
+    store = LedgerStore(db)
+    since = db_now(db)
+
+    # When: the operator keeps it under the coverage's id
+    store.keep_ref(cov, ref, "post-mortem", 1)
+
+    # Then: the keep holds (the deleter's re-check reads it), and its end is the coverage's activity
+    [[scope]] = sql(db, "SELECT scope FROM orphan_keeps WHERE backend_id = :c", c=cov)
+    assert scope == "aws:123456789012"
+    with store.session() as s:
+        [[woken]] = s.conn.run("SELECT " + queries.ACTIVITY_EXISTS.format(since=":t", backend=":b"), b=cov,
+                               t=since)
+    assert woken
+    store.release_ref(cov, ref)

@@ -236,10 +236,11 @@ def load_ledger(conn: pg8000.native.Connection, backend_id: str, groups: Iterabl
 # activity of every backend of the same provider and account counts; rows with a
 # NULL backend (a new ref, or an owner whose ``backend_id`` names no backend row:
 # the trigger logs those as NULL, migration 0007) may concern any backend. Both
-# branches read the (backend_id, at) index.
+# branches read the (backend_id, at) index. A retired coverage of the account (SAFETY.md
+# rule 24) counts with its own id and that of the backend its owners name.
 ACTIVITY_EXISTS = (
     "(EXISTS (SELECT 1 FROM ledger_activity WHERE at > {since} AND backend_id = ANY(ARRAY("
-    "    SELECT s.origin FROM coverages me JOIN coverages s ON " + SCOPE_SQL.format(t="s") + " = "
+    "    SELECT unnest(ARRAY[s.origin, s.id]) FROM coverages me JOIN coverages s ON " + SCOPE_SQL.format(t="s") + " = "
     + SCOPE_SQL.format(t="me") + " WHERE me.id = {backend})))"
     " OR EXISTS (SELECT 1 FROM ledger_activity WHERE backend_id IS NULL AND at > {since}))")
 
@@ -285,7 +286,11 @@ TICK_SQL = (
     "  AND NOT EXISTS (SELECT 1 FROM cleanup k WHERE k.backend_id = b.id)"  # an anti-join: no conflict per row
     "  ON CONFLICT DO NOTHING RETURNING backend_id),"
     " scoped AS (SELECT s.id, " + SCOPE_SQL.format(t="s") + " AS scope,"
-    "  (SELECT max(a.at) FROM ledger_activity a WHERE a.backend_id = s.origin) AS last_at"
+    "  CASE WHEN s.retired_from IS NULL"
+    "   THEN (SELECT max(a.at) FROM ledger_activity a WHERE a.backend_id = s.id)"
+    # a retired coverage: the activity of owners naming its backend, and its own (a keep's end)
+    "   ELSE greatest((SELECT max(a.at) FROM ledger_activity a WHERE a.backend_id = s.origin),"
+    "                 (SELECT max(a.at) FROM ledger_activity a WHERE a.backend_id = s.id)) END AS last_at"
     "  FROM coverages s),"
     " by_scope AS (SELECT scope, max(last_at) AS last_at FROM scoped GROUP BY scope),"
     " unknown AS (SELECT max(at) AS last_at FROM ledger_activity WHERE backend_id IS NULL),"

@@ -83,7 +83,10 @@ BEGIN
     IF OLD.mode IS NOT DISTINCT FROM 'off' OR coalesce(cardinality(gone), 0) = 0 THEN
         RETURN NULL;
     END IF;
-    cov := OLD.id || '~' || nextval('retired_coverages_seq');
+    LOOP  -- an id no backends row holds (plain SQL may have written one with a '~')
+        cov := OLD.id || '~' || nextval('retired_coverages_seq');
+        EXIT WHEN NOT EXISTS (SELECT 1 FROM backends WHERE id = cov);
+    END LOOP;
     INSERT INTO retired_coverages (id, backend_id, provider, account, regions, settings, last_mode, mode, why)
     VALUES (cov, OLD.id, OLD.provider, OLD.account, gone, OLD.settings, OLD.mode,
             CASE WHEN OLD.mode = 'delete' THEN 'delete' ELSE 'report' END,
@@ -101,6 +104,21 @@ END $$;
 DROP TRIGGER IF EXISTS backends_retire_coverage ON backends;
 CREATE TRIGGER backends_retire_coverage AFTER DELETE OR UPDATE OF provider, account, regions, settings
     ON backends FOR EACH ROW EXECUTE FUNCTION orphan_cleanup_retire_coverage();
+
+-- A backends row may not take a retired coverage's id: the two would share one schedule, one
+-- lease and one id in every cycle (the coverages view would hold the id twice).
+CREATE OR REPLACE FUNCTION orphan_cleanup_refuse_coverage_id() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM retired_coverages WHERE id = NEW.id) THEN
+        RAISE EXCEPTION 'backend id % is the id of a retired coverage (orphan-cleanup, docs/SAFETY.md rule 24):'
+                        ' choose another id', NEW.id;
+    END IF;
+    RETURN NEW;
+END $$;
+DROP TRIGGER IF EXISTS backends_refuse_coverage_id ON backends;
+CREATE TRIGGER backends_refuse_coverage_id BEFORE INSERT OR UPDATE OF id ON backends
+    FOR EACH ROW EXECUTE FUNCTION orphan_cleanup_refuse_coverage_id();
 
 -- TRUNCATE bypasses row triggers and would drop every coverage at once: refused.
 CREATE OR REPLACE FUNCTION orphan_cleanup_refuse_backends_truncate() RETURNS trigger
@@ -164,11 +182,12 @@ DECLARE
     fn text;
 BEGIN
     FOREACH fn IN ARRAY ARRAY['orphan_cleanup_retire_coverage', 'orphan_cleanup_coverage_gone',
-                              'orphan_cleanup_coverage_retired'] LOOP
+                              'orphan_cleanup_coverage_retired', 'orphan_cleanup_refuse_coverage_id'] LOOP
         EXECUTE format('ALTER FUNCTION %I() SECURITY DEFINER SET search_path = %I, pg_temp', fn, current_schema());
     END LOOP;
 END $$;
 REVOKE EXECUTE ON FUNCTION orphan_cleanup_retire_coverage() FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION orphan_cleanup_refuse_backends_truncate() FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION orphan_cleanup_refuse_coverage_id() FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION orphan_cleanup_coverage_gone() FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION orphan_cleanup_coverage_retired() FROM PUBLIC;
