@@ -112,11 +112,15 @@ examples:
   orphan-cleanup backend update aws-prod --settings '{"max_deletes": 20, "external_id": null}'
   orphan-cleanup backend update gcp-main --settings "$(jq -n --rawfile key sa-key.json '{credentials_json: $key}')"
       # a service-account key file, stored as JSON text (checked: a key, with client_email and private_key)"""
-REMOVE_EPILOG = """Deletes the backend's row: no cycle of it runs any more. Its history (cycles, orphans, events)
-stays in the database for audit, and an event records the removal. Refused while a cycle of it
+REMOVE_EPILOG = """Deletes the backend's row: no cycle of it runs any more. What it covered stays listed as a
+retired coverage (report-only unless its mode was delete and the stack's ceiling is delete)
+until a clean cycle there finds nothing of it, or until `backend forget-coverage` (unless the
+backend was off). Its history (cycles, orphans, events) stays in the database for audit, and
+an event records the removal. Refused while a cycle of it
 runs (exit 3) unless --force, which stops that cycle: nothing of it applies afterwards (a
 deletion already sent to the provider may still complete). Owners that still name the backend
-are skipped by every other backend (never deleted) until they name a known one.
+are judged against its retired coverage's account; with no coverage left, every other backend
+skips them (never deletes them) until they name a known one.
 
 examples:
   orphan-cleanup backend remove aws-old           # deletes the row only: no cloud resource is touched

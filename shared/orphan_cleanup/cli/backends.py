@@ -243,10 +243,19 @@ def remove(db: Database, args: argparse.Namespace) -> int:
     print(f"removed backend {args.id}: no cycle of it runs any more"
           + (f"; its running cycle {removal.fenced_cycle} was stopped (nothing of it applies now)"
              if removal.fenced_cycle else ""))
+    cov = removal.coverage
+    if cov is not None:
+        print(f"still listed: retired coverage {cov.id} ({cov.provider} {cov.account}, {','.join(cov.regions)},"
+              f" {'report-only' if cov.mode == 'report' else 'deleting under a delete ceiling'}) until a clean"
+              f" cycle there finds nothing of {args.id} (docs/SAFETY.md rule 24); to stop it now:"
+              f" orphan-cleanup backend forget-coverage {cov.id}")
     print(f"kept for audit: {removal.cycles_kept} cycle(s), {removal.orphans_kept} orphan record(s), its events")
     if removal.owners_naming_it:
         print(f"note: {removal.owners_naming_it} live owner(s) in instances or volumes still name {args.id}:"
-              " other backends skip their resources (never delete them) until they name a known backend")
+              + (f" they are judged in {removal.coverage.account} as before while {removal.coverage.id} lasts;"
+                 if removal.coverage else "")
+              + " with no coverage of it left, other backends skip their resources (never delete them) until"
+              " they name a known backend")
     return EXIT_OK
 
 

@@ -28,7 +28,8 @@ def why_not_recorded(db: Database, backend_id: str, query: str, *, removed_at: d
 
 def removed_line(backend_id: str, removed_at: datetime) -> str:
     return (f"backend {backend_id} was removed at {human_time(removed_at)} (backend remove): no cycle of it runs"
-            " any more; what its cycles recorded stays")
+            " any more (a retired coverage may still list what it covered: see status); what its cycles recorded"
+            " stays")
 
 
 def reasons(backend_id: str, query: str, facts: UnrecordedFacts, *, removed_at: datetime | None = None) -> list[str]:

@@ -72,6 +72,7 @@ class Removal:
     cycles_kept: int
     orphans_kept: int
     owners_naming_it: int
+    coverage: Coverage | None = None  # what stays listed (SAFETY.md rule 24); None: the backend was off
 
 
 def _backend_row(row: list[Any]) -> BackendRow:
@@ -186,7 +187,8 @@ def write_backend(conn: pg8000.native.Connection, row: BackendRow) -> None:
 
 
 def remove_backend(conn: pg8000.native.Connection, backend_id: str, *, force: bool) -> Removal:
-    """Delete the backend row in one transaction: no future cycle. A live cycle refuses
+    """Delete the backend row in one transaction: no future cycle of it; what it covered stays
+    listed as a retired coverage (SAFETY.md rule 24, the trigger of migration 0020). A live cycle refuses
     (``BackendBusy``) unless ``force``: then its fence is bumped and its lease cleared
     first, so nothing of it applies afterwards (SAFETY.md rule 6), and every unfinished
     cycle of the backend is marked failed, with its ``cycle_failed`` event. The cleanup row
@@ -217,9 +219,15 @@ def remove_backend(conn: pg8000.native.Connection, backend_id: str, *, force: bo
              m=f"backend {backend_id} removed" + (f", its running cycle {fenced} fenced" if fenced else ""),
              d=json.dumps({"provider": row.provider, "account": row.account, "regions": list(row.regions),
                            "mode": row.mode, "settings_keys": sorted(row.settings), "forced": force}))
+    before = {r[0] for r in conn.run("SELECT id FROM retired_coverages WHERE backend_id = :b", b=backend_id)}
     conn.run("DELETE FROM backends WHERE id = :b", b=backend_id)
+    # what it covered stays listed (SAFETY.md rule 24): the coverage the trigger just wrote
+    coverage = next((Coverage(id=r[0], backend_id=backend_id, provider=r[1], account=r[2], regions=tuple(r[3]),
+                              mode=r[4], why="removed")
+                     for r in conn.run("SELECT id, provider, account, regions, mode FROM retired_coverages"
+                                       " WHERE backend_id = :b", b=backend_id) if r[0] not in before), None)
     return Removal(backend_id=backend_id, fenced_cycle=fenced, cycles_kept=int(cycles), orphans_kept=int(orphans),
-                   owners_naming_it=int(owners))
+                   owners_naming_it=int(owners), coverage=coverage)
 
 
 def add_backend(conn: pg8000.native.Connection, *, backend_id: str, provider: str, account: str, regions: Sequence[str],
