@@ -98,7 +98,7 @@ def test_a_backend_row_deleted_with_plain_sql_still_reports_its_leak(emptied_db,
 
     # Then: what it covered is a retired coverage, report-only, with its event
     [[cov, origin, account, regions, mode, why]] = coverages(db)
-    assert (origin, account, regions, mode, why) == (BACKEND, ACCOUNT, ["us-east-1"], "report", "removed")
+    assert (origin, account, regions, mode, why) == (BACKEND, ACCOUNT, ["us-east-1"], None, "removed")
     assert cov.startswith(f"{BACKEND}~")
     [[kind, message]] = sql(db, "SELECT kind, message FROM events WHERE backend_id = :c", c=cov)
     assert kind == "coverage_retained" and "stays listed" in message
@@ -117,8 +117,8 @@ def test_a_backend_row_deleted_with_plain_sql_still_reports_its_leak(emptied_db,
     [row] = status(db)
     assert (row["backend"], row["retired"], row["coverage"], row["open_orphans"]) == (BACKEND, True, cov, 1)
     human = cli(db, "status").stdout
-    assert (f"{cov}: retired from {BACKEND} (aws {ACCOUNT}, us-east-1): 1 open orphan; it stays until a clean"
-            f" cycle there finds nothing of {BACKEND}") in human
+    assert (f"{cov}: retired from {BACKEND} (aws {ACCOUNT}, us-east-1): 1 open orphan; it stays until two clean"
+            f" cycles in a row there find nothing of {BACKEND}") in human
     # and a delete run of it is refused in one line, before anything is listed
     proc = cli(db, "run", "--backend", BACKEND, "--mode", "delete", "--yes")
     assert proc.returncode == 2 and "report-only" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
@@ -159,7 +159,7 @@ def test_an_account_changed_by_update_is_still_listed_under_its_old_settings(emp
     sql(db, "UPDATE backends SET account = :a, settings = CAST(:s AS jsonb) WHERE id = :b",
         a=OTHER_ACCOUNT, s=json.dumps({"role_arn": OTHER_ROLE}), b=BACKEND)
     [[cov, origin, account, regions, mode, why]] = coverages(db)
-    assert (origin, account, regions, mode, why) == (BACKEND, ACCOUNT, ["us-east-1"], "report", "moved")
+    assert (origin, account, regions, mode, why) == (BACKEND, ACCOUNT, ["us-east-1"], None, "moved")
 
     # When: the backend (now the other account) and its retired coverage (the old one) run
     code, live = run_json(db, BACKEND)
@@ -185,14 +185,18 @@ def test_a_clean_cycle_that_finds_nothing_of_it_retires_the_coverage(emptied_db,
     assert by_instance(doc)[tracked.instance_id][0] == "tracked"
     assert [c[0] for c in coverages(db)] == [cov]
 
-    # The platform ends that VM and records it; the next clean cycle finds nothing of it
+    # The platform ends that VM and records it; the next clean cycle finds nothing of it, and
+    # the one after confirms it
     platform.ec2.terminate_instances(InstanceIds=[tracked.instance_id])
     platform.ledger.mark_terminated(tracked.owner_id)
     code, doc = run_json(db, cov, "--yes")
     assert code == 0 and doc["outcome"] == "clean", json.dumps(doc)
+    assert [c[0] for c in coverages(db)] == [cov]
+    code, doc = run_json(db, cov, "--yes")
+    assert code == 0 and doc["outcome"] == "clean", json.dumps(doc)
     assert coverages(db) == []
     [[message]] = sql(db, "SELECT message FROM events WHERE backend_id = :c AND kind = 'coverage_retired'", c=cov)
-    assert f"retired coverage {cov} of backend {BACKEND}" in message
+    assert f"retired coverage {cov} of backend {BACKEND}" in message and "two clean cycles in a row" in message
     assert status(db) == []
     assert sql(db, "SELECT count(*) FROM cleanup WHERE backend_id = :c", c=cov) == [[0]]
     proc = cli(db, "run", "--backend", BACKEND)

@@ -417,8 +417,8 @@ def test_remove_of_an_idle_backend(db):
     out = ok(db, "backend", "remove", "aws-old")
     assert out.startswith("removed backend aws-old: no cycle of it runs any more\n")
     cov = scalar(db, "SELECT id FROM retired_coverages")
-    assert (f"still listed: retired coverage {cov} (aws {ACCOUNT}, us-east-1, report-only) until a"
-            f" clean cycle there finds nothing of aws-old (docs/SAFETY.md rule 24); to stop it now:"
+    assert (f"still listed: retired coverage {cov} (aws {ACCOUNT}, us-east-1, mode of the stack, never loosened)"
+            f" until clean cycles there find nothing of aws-old (docs/SAFETY.md rule 24); to stop it now:"
             f" orphan-cleanup backend forget-coverage {cov}\n") in out
     assert [b["id"] for b in json.loads(ok(db, "backend", "list", "--json"))] == ["aws-new"]
 

@@ -313,7 +313,7 @@ def documented_grants() -> dict[str, dict[str, set[str]]]:
     return out
 
 
-FUNCTIONS = ("oc_clock", "oc_apply_batch", "oc_record_orphan_resources")
+FUNCTIONS = ("oc_clock", "coverages", "oc_apply_batch", "oc_record_orphan_resources")
 
 
 def test_the_grants_table_of_database_md_is_what_pg_catalog_says(ledger):

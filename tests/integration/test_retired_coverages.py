@@ -31,9 +31,9 @@ def coverages(db: Database) -> list[tuple[Any, ...]]:
                                       " ORDER BY id")]
 
 
-@pytest.mark.parametrize(("last_mode", "mode"), [(None, "report"), ("report", "report"), ("delete", "delete")])
-def test_a_deleted_backend_leaves_its_coverage_with_its_last_settings(db, last_mode, mode):
-    add_backend(db, "aws-a", regions=("us-east-1", "eu-west-1"), settings={"max_deletes": 3}, mode=last_mode)
+@pytest.mark.parametrize("mode", [None, "report", "delete", "off"])
+def test_a_deleted_backend_leaves_its_coverage_with_its_last_settings_and_mode(db, mode):
+    add_backend(db, "aws-a", regions=("us-east-1", "eu-west-1"), settings={"max_deletes": 3}, mode=mode)
     LedgerStore(db).enroll()  # no ref yet: nothing enrolled; a cleanup row by hand
     sql(db, "INSERT INTO cleanup (backend_id) VALUES ('aws-a')")
 
@@ -45,16 +45,20 @@ def test_a_deleted_backend_leaves_its_coverage_with_its_last_settings(db, last_m
     assert sql(db, "SELECT backend_id FROM cleanup") == []  # the backend's schedule went with it
 
 
-def test_an_off_backend_covered_nothing_and_leaves_nothing(db):
-    add_backend(db, "aws-a", mode="off")
-    sql(db, "DELETE FROM backends WHERE id = 'aws-a'")
-    assert coverages(db) == []
+@pytest.mark.parametrize(("row_mode", "shown"), [(None, "delete"), ("report", "report"), ("off", "off")])
+def test_a_coverages_mode_follows_its_backends_row_down_never_up(db, row_mode, shown):
+    # a moved backend's coverage kept its last mode, delete; the row's mode now lowers it
+    add_backend(db, "aws-a", mode="delete")
+    sql(db, "UPDATE backends SET account = '210987654321' WHERE id = 'aws-a'")
+    sql(db, "UPDATE backends SET mode = :m WHERE id = 'aws-a'", m=row_mode)
+    [[mode]] = sql(db, "SELECT mode FROM coverages() WHERE retired_from = 'aws-a'")
+    assert mode == shown
 
 
 @pytest.mark.parametrize(("change", "expected"), [
-    ("regions = '{us-east-1}'", [("aws-a", "123456789012", ["eu-west-1"], "report", "moved")]),
+    ("regions = '{us-east-1}'", [("aws-a", "123456789012", ["eu-west-1"], None, "moved")]),
     ("regions = '{us-east-1,eu-west-1,us-west-2}'", []),
-    ("account = '210987654321'", [("aws-a", "123456789012", ["eu-west-1", "us-east-1"], "report", "moved")]),
+    ("account = '210987654321'", [("aws-a", "123456789012", ["eu-west-1", "us-east-1"], None, "moved")]),
     ("settings = '{\"role_arn\": \"arn:aws:iam::123456789012:role/y\"}'", []),  # the same account
     ("mode = 'delete'", []),
 ])
@@ -137,7 +141,7 @@ def test_a_coverage_is_dropped_only_by_name_and_never_under_a_running_cycle(db):
     with pytest.raises(ConfigError, match="no retired coverage 'aws-a'"):
         store.forget_coverage("aws-a")
     assert store.run_target("aws-a") == ("aws-a", None, False)
-    assert store.run_target(cov) == (cov, "report", True)
+    assert store.run_target(cov) == (cov, None, True)
     sql(db, "INSERT INTO cleanup (backend_id, lease_owner, lease_expires_at) VALUES (:c, 'x', now() + interval '1h')",
         c=cov)
     with pytest.raises(BackendBusy):
@@ -185,3 +189,42 @@ def test_an_operator_keeps_what_a_coverage_found_and_its_end_wakes_the_coverage(
                                t=since)
     assert woken
     store.release_ref(cov, ref)
+
+
+def test_a_backend_that_lists_its_coverage_again_takes_it_over(db):
+    # a region dropped then added back, and a row deleted and inserted again (an upsert)
+    add_backend(db, "aws-a", regions=("eu-west-1", "us-east-1"), mode="delete")
+    sql(db, "UPDATE backends SET regions = '{us-east-1}' WHERE id = 'aws-a'")
+    assert coverages(db) == [("aws-a", "123456789012", ["eu-west-1"], "delete", "moved")]
+    sql(db, "UPDATE backends SET regions = '{us-east-1,eu-west-1}' WHERE id = 'aws-a'")
+    assert coverages(db) == []
+    with db.transaction() as conn:
+        conn.run("DELETE FROM backends WHERE id = 'aws-a'")
+        conn.run("INSERT INTO backends (id, provider, account, regions, mode)"
+                 " VALUES ('aws-a', 'aws', '123456789012', '{us-east-1}', 'off')")
+    assert coverages(db) == [("aws-a", "123456789012", ["eu-west-1"], "delete", "removed")]
+    [[mode]] = sql(db, "SELECT mode FROM coverages() WHERE retired_from = 'aws-a'")
+    assert mode == "off"  # and the row now says off: so does what is left of its coverage
+    kinds = [r[0] for r in sql(db, "SELECT kind FROM events WHERE kind LIKE 'coverage_%' ORDER BY id")]
+    assert kinds == ["coverage_retained", "coverage_retired", "coverage_retained"]
+    # another backend of the account listing those regions takes nothing over
+    add_backend(db, "aws-b", regions=("eu-west-1",))
+    assert coverages(db) == [("aws-a", "123456789012", ["eu-west-1"], "delete", "removed")]
+
+
+def test_an_enrolled_backend_cannot_change_its_id(db):
+    add_backend(db, "aws-a")
+    sql(db, "UPDATE backends SET id = 'aws-z' WHERE id = 'aws-a'")  # not enrolled: as before
+    sql(db, "INSERT INTO cleanup (backend_id) VALUES ('aws-z')")
+    with pytest.raises(pg8000.exceptions.DatabaseError, match="cannot change its id"):
+        sql(db, "UPDATE backends SET id = 'aws-y' WHERE id = 'aws-z'")
+
+
+def test_a_coverage_inherits_its_regions_baselines(db):
+    add_backend(db, "aws-a", regions=("eu-west-1", "us-east-1"))
+    sql(db, "INSERT INTO region_listings (backend_id, region, clean_groups, clean_at) VALUES"
+            " ('aws-a', 'eu-west-1', 26, now()), ('aws-a', 'us-east-1', 3, now())")
+    sql(db, "UPDATE backends SET regions = '{us-east-1}' WHERE id = 'aws-a'")
+    [[cov]] = sql(db, "SELECT id FROM retired_coverages")
+    assert sql(db, "SELECT region, clean_groups FROM region_listings WHERE backend_id = :c", c=cov) == \
+        [["eu-west-1", 26]]

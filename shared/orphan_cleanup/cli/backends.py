@@ -246,9 +246,8 @@ def remove(db: Database, args: argparse.Namespace) -> int:
     cov = removal.coverage
     if cov is not None:
         print(f"still listed: retired coverage {cov.id} ({cov.provider} {cov.account}, {','.join(cov.regions)},"
-              f" {'report-only' if cov.mode == 'report' else 'deleting under a delete ceiling'}) until a clean"
-              f" cycle there finds nothing of {args.id} (docs/SAFETY.md rule 24); to stop it now:"
-              f" orphan-cleanup backend forget-coverage {cov.id}")
+              f" mode {cov.mode or 'of the stack'}, never loosened) until clean cycles there find nothing of"
+              f" {args.id} (docs/SAFETY.md rule 24); to stop it now: orphan-cleanup backend forget-coverage {cov.id}")
     print(f"kept for audit: {removal.cycles_kept} cycle(s), {removal.orphans_kept} orphan record(s), its events")
     if removal.owners_naming_it:
         print(f"note: {removal.owners_naming_it} live owner(s) in instances or volumes still name {args.id}:"

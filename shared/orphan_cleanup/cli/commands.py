@@ -172,13 +172,16 @@ def retired_line(row: dict[str, Any]) -> str:
     """Why a retired coverage (SAFETY.md rule 24) is still listed, in one line."""
     head = (f"{row['coverage']}: retired from {row['backend']} ({row['provider']} {row['account']},"
             f" {','.join(row['regions'])}): {row['open_orphans']} open orphan{'s' if row['open_orphans'] != 1 else ''}")
+    if row["mode"] == "off":
+        return (f"{head}; off (its backend's mode): not listed; drop it once nothing of {row['backend']} is left"
+                f" there: orphan-cleanup backend forget-coverage {row['coverage']}")
     if row["last_outcome"] == "failed":
         return (f"{head}, cycles failing since {human_time(row['failing_since'], never='?')}"
                 f" ({row.get('last_error') or 'no reason recorded'}); fix its credentials, or drop it:"
                 f" orphan-cleanup backend forget-coverage {row['coverage']}")
     if row["last_outcome"] is None:
-        return f"{head}, not listed yet; it stays until a clean cycle there finds nothing of {row['backend']}"
-    return f"{head}; it stays until a clean cycle there finds nothing of {row['backend']}"
+        return f"{head}, not listed yet; it stays until two clean cycles there find nothing of {row['backend']}"
+    return f"{head}; it stays until two clean cycles in a row there find nothing of {row['backend']}"
 
 
 def print_status(rows: list[dict[str, Any]]) -> None:

@@ -39,7 +39,8 @@ def command(settings: Settings, db: Database, args: argparse.Namespace) -> int:
 
     # A removed backend's id runs its retired coverage (SAFETY.md rule 24); unknown: exit 2.
     args.backend, own_mode, retired = LedgerStore(db).run_target(args.backend)
-    if retired and args.mode == "delete" and not (own_mode == "delete" and settings.mode_ceiling == "delete"):
+    if retired and args.mode == "delete" and not ((own_mode or settings.mode) == "delete"
+                                                    and settings.mode_ceiling == "delete"):
         raise ConfigError(f"run --backend {args.backend} --mode delete: a retired coverage is report-only unless its"
                           " backend's last mode and the stack's ceiling (ORPHAN_CLEANUP_MAX_MODE) both said delete"
                           " (docs/SAFETY.md rule 24): nothing listed")

@@ -101,12 +101,13 @@ def effective_mode(settings: Settings, backend: Backend, override: Mode | None =
     deployed); ``off`` is final (no override runs an off backend), otherwise an override is
     an operator's one-off request, which is not a row and is not capped. A retired coverage
     deletes only under its own rule (SAFETY.md rule 24)."""
-    if backend.retired_from is not None:
-        # A retired coverage (SAFETY.md rule 24) is report-only unless its backend's last mode
-        # and the stack's ceiling both say delete; no override loosens that.
-        allowed: Mode = "delete" if backend.mode == "delete" and settings.mode_ceiling == "delete" else "report"
-        return "report" if override == "report" else allowed
     base = backend.mode or settings.mode
+    if backend.retired_from is not None:
+        # A retired coverage (SAFETY.md rule 24) runs as its backend last ran, capped by the
+        # ceiling; no override loosens that (one may only ask for report).
+        allowed: Mode = "off" if base == "off" else \
+            "delete" if base == "delete" and settings.mode_ceiling == "delete" else "report"
+        return "report" if override == "report" and allowed != "off" else allowed
     if base == "off":
         return "off"
     if override is not None:

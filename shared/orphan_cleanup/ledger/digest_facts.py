@@ -67,7 +67,8 @@ def digest_facts(conn: pg8000.native.Connection, cycle_id: str) -> DigestFacts |
         "   AND e.id > coalesce((SELECT max(s.id) FROM events s WHERE s.backend_id = c.backend_id"
         "   AND s.kind = 'digest_sent'), 0)),"
         " b.settings->'prices'"
-        " FROM cycles c LEFT JOIN coverages b ON b.id = c.backend_id LEFT JOIN cleanup k ON k.backend_id = c.backend_id"
+        " FROM cycles c LEFT JOIN coverages() b ON b.id = c.backend_id"
+        " LEFT JOIN cleanup k ON k.backend_id = c.backend_id"
         " WHERE c.id = :c AND c.outcome IS NOT NULL",
         c=cycle_id)
     if not rows:

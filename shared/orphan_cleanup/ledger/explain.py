@@ -99,7 +99,7 @@ def explained_groups(db: Database, backend_id: str, query: str, *, cycles: int =
 
 def _read(conn: pg8000.native.Connection, backend_id: str, query: str, cycles: int) -> list[ExplainedGroup]:
     # A removed backend's cycles stay for audit (migration 0009): they are explained too.
-    if not conn.run("SELECT 1 WHERE EXISTS (SELECT 1 FROM backends WHERE id = :b)"
+    if not conn.run("SELECT 1 WHERE EXISTS (SELECT 1 FROM coverages() WHERE id = :b)"
                     " OR EXISTS (SELECT 1 FROM cycles WHERE backend_id = :b)", b=backend_id):
         raise ConfigError(f"unknown backend {backend_id!r} (see `orphan-cleanup backend list`)")
     found: list[list[Any]] = []
@@ -172,7 +172,7 @@ def keep_of(db: Database, backend_id: str, refs: Sequence[str]) -> dict[str, Any
             # its own keeps and those of the backends of its account (a keep holds account-wide)
             rows = conn.run("SELECT k.provider_ref, k.reason, k.kept_at, k.until,"
                             " k.until IS NOT NULL AND k.until <= oc_clock()"
-                            " FROM orphan_keeps k LEFT JOIN backends kb ON kb.id = :b"
+                            " FROM orphan_keeps k LEFT JOIN coverages() kb ON kb.id = :b"
                             " WHERE k.provider_ref = ANY(CAST(:r AS text[]))"
                             f" AND (k.backend_id = :b OR k.scope = {SCOPE_SQL.format(t='kb')})"
                             " ORDER BY array_position(CAST(:r AS text[]), k.provider_ref),"

@@ -103,6 +103,7 @@ SELECT format('GRANT USAGE ON SEQUENCE %s TO %I', pg_get_serial_sequence(format(
 SELECT format('GRANT EXECUTE ON FUNCTION %s TO %I', p.oid::regprocedure, g.grantee)
   FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
   JOIN (VALUES (:'lister_role', 'oc_clock'), (:'classifier_role', 'oc_clock'), (:'deleter_role', 'oc_clock'),
+               (:'lister_role', 'coverages'), (:'classifier_role', 'coverages'), (:'deleter_role', 'coverages'),
                (:'classifier_role', 'oc_apply_batch'), (:'deleter_role', 'oc_record_orphan_resources'))
        AS g(grantee, fn) ON g.fn = p.proname
  WHERE n.nspname = :'schema'

@@ -43,7 +43,7 @@ def keep(conn: pg8000.native.Connection, backend_id: str, ref: str, reason: str 
         "SELECT EXISTS (SELECT 1 FROM cycle_groups g JOIN cycles c ON c.id = g.cycle_id"
         "   WHERE g.provider_ref = :r AND c.backend_id = :b)"
         " OR EXISTS (SELECT 1 FROM orphans o WHERE o.backend_id = :b AND o.provider_ref = :r),"
-        " (SELECT max(d.expires_at) FROM delete_gates d, coverages b WHERE b.id = :b AND d.provider_ref = :r"
+        " (SELECT max(d.expires_at) FROM delete_gates d, coverages() b WHERE b.id = :b AND d.provider_ref = :r"
         f"   AND d.backend_id = {SCOPE_SQL.format(t='b')} AND d.expires_at > now())", b=backend_id, r=ref)
     if not recorded:
         raise ConfigError(f"no cycle of {backend_id} recorded ref {ref}: keep a ref that `orphan-cleanup orphans`"
@@ -51,7 +51,7 @@ def keep(conn: pg8000.native.Connection, backend_id: str, ref: str, reason: str 
     [[kept_at, until]] = conn.run(
         "INSERT INTO orphan_keeps AS k (scope, backend_id, provider_ref, reason, kept_at, until)"
         f" SELECT {SCOPE_SQL.format(t='b')}, :b, :r, :why, oc_clock(),"
-        " oc_clock() + make_interval(secs => CAST(:s AS integer)) FROM coverages b WHERE b.id = :b"
+        " oc_clock() + make_interval(secs => CAST(:s AS integer)) FROM coverages() b WHERE b.id = :b"
         " ON CONFLICT (backend_id, provider_ref) DO UPDATE SET scope = excluded.scope, reason = excluded.reason,"
         " kept_at = excluded.kept_at, until = excluded.until RETURNING kept_at, until",
         b=backend_id, r=ref, why=reason, s=seconds)
@@ -65,7 +65,7 @@ def keep(conn: pg8000.native.Connection, backend_id: str, ref: str, reason: str 
 def _known(conn: pg8000.native.Connection, backend_id: str) -> None:
     """``ConfigError`` unless ``backend_id`` is a backend or a retired coverage (SAFETY.md
     rule 24: an operator keeps what a coverage would delete as what a backend would)."""
-    if not conn.run("SELECT 1 FROM coverages WHERE id = :b", b=backend_id):
+    if not conn.run("SELECT 1 FROM coverages() WHERE id = :b", b=backend_id):
         raise ConfigError(f"unknown backend {backend_id!r} (see `orphan-cleanup backend list`)")
 
 

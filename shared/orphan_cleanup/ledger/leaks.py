@@ -68,7 +68,7 @@ groups AS (
 SELECT json_build_object(
   'totals', (SELECT row_to_json(t) FROM totals t),
   'groups', (SELECT coalesce(json_agg(g ORDER BY g.backend_id, g.reason, g.itype), '[]') FROM groups g),
-  'prices', (SELECT coalesce(json_object_agg(b.id, b.settings->'prices'), '{{}}') FROM coverages b
+  'prices', (SELECT coalesce(json_object_agg(b.id, b.settings->'prices'), '{{}}') FROM coverages() b
               WHERE b.settings->'prices' IS NOT NULL
                 AND b.id IN (SELECT DISTINCT backend_id FROM groups)))::text"""
 

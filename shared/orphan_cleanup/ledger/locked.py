@@ -193,7 +193,7 @@ class LeaseUnit:
         ``settings`` of every backend of its provider account, its own included: what the
         cycle's snapshot is made of (SAFETY.md rules 16 and 18). ``ConfigError`` if gone
         or misconfigured."""
-        rows = self.conn.run(f"SELECT {queries.COVERAGE_COLUMNS} FROM coverages WHERE id = :b", b=self.backend_id)
+        rows = self.conn.run(f"SELECT {queries.COVERAGE_COLUMNS} FROM coverages() WHERE id = :b", b=self.backend_id)
         if not rows:
             raise ConfigError(f"unknown backend {self.backend_id!r} (see `orphan-cleanup backend list`)")
         return queries.backend_from_row(rows[0]), queries.account_settings(self.conn, self.backend_id)

@@ -56,14 +56,14 @@ def account_settings(conn: pg8000.native.Connection, backend_id: str) -> list[An
     """The raw ``settings`` of every backend of ``backend_id``'s provider account now: whose
     protect and controller keys apply to what it lists (SAFETY.md rule 16), its retired
     coverages' included (rule 24: their keys still protect)."""
-    sql = "SELECT s.settings FROM coverages me JOIN coverages s ON " + SCOPE_SQL.format(t="s") + " = " \
+    sql = "SELECT s.settings FROM coverages() me JOIN coverages() s ON " + SCOPE_SQL.format(t="s") + " = " \
         + SCOPE_SQL.format(t="me") + " WHERE me.id = :b"
     return [json_value(r[0]) for r in conn.run(sql, b=backend_id)]
 
 
 def get_backend(conn: pg8000.native.Connection, backend_id: str) -> Backend:
     """A backend, or a retired coverage by its own id (SAFETY.md rule 24)."""
-    rows = conn.run(f"SELECT {COVERAGE_COLUMNS} FROM coverages WHERE id = :i", i=backend_id)
+    rows = conn.run(f"SELECT {COVERAGE_COLUMNS} FROM coverages() WHERE id = :i", i=backend_id)
     if not rows:
         raise ConfigError(f"unknown backend {backend_id!r} (see `orphan-cleanup backend list`)")
     return backend_from_row(rows[0])
@@ -71,7 +71,7 @@ def get_backend(conn: pg8000.native.Connection, backend_id: str) -> Backend:
 
 def list_backends(conn: pg8000.native.Connection) -> list[Backend]:
     """Every backend and retired coverage (SAFETY.md rule 24): what the tick runs."""
-    return [backend_from_row(r) for r in conn.run(f"SELECT {COVERAGE_COLUMNS} FROM coverages ORDER BY id")]
+    return [backend_from_row(r) for r in conn.run(f"SELECT {COVERAGE_COLUMNS} FROM coverages() ORDER BY id")]
 
 
 # ``provider:account`` of a backends row ``{t}``, as ``Backend.scope`` computes it:
@@ -126,7 +126,7 @@ SELECT coalesce(json_agg(json_build_object(
            CASE WHEN r.provider_ref = ANY(string_to_array(:leftover, ',')) THEN
                (SELECT coalesce(json_agg(DISTINCT o.resource_id), '[]') FROM orphan_resources o
                  WHERE o.provider_ref = r.provider_ref AND o.backend_id IN (
-                       SELECT kb.id FROM coverages kb, coverages me WHERE me.id = :backend
+                       SELECT kb.id FROM coverages() kb, coverages() me WHERE me.id = :backend
                           AND {kscope} = {mescope}))
            ELSE '[]' END,
            'protected_primaries',
@@ -139,9 +139,9 @@ SELECT coalesce(json_agg(json_build_object(
   LEFT JOIN volumes v
          ON v.provider_ref = r.provider_ref AND v.provider_ref = ANY(string_to_array(:refs, ','))
   LEFT JOIN LATERAL (
-       SELECT {scope} AS scope FROM coverages ob
+       SELECT {scope} AS scope FROM coverages() ob
         WHERE ob.origin = CASE WHEN {usev} THEN v.backend_id ELSE i.backend_id END
-        ORDER BY {scope} = (SELECT {mescope} FROM coverages me WHERE me.id = :backend) DESC,
+        ORDER BY {scope} = (SELECT {mescope} FROM coverages() me WHERE me.id = :backend) DESC,
                  ob.retired_from IS NOT NULL LIMIT 1) ob ON true
  WHERE r.provider_ref = ANY(string_to_array(:refs, ','))
 """.replace("{usev}", _USE_VOLUME).replace("{scope}", SCOPE_SQL.format(t="ob")) \
@@ -203,7 +203,7 @@ def _ref_lists(groups: Iterable[ResourceGroup]) -> tuple[str, str] | None:
 # ``{refs}``: the refs asked about. Read from orphan_keeps itself, so a ref without a
 # provider_refs row (an unknown ref a cycle recorded) is kept too.
 KEEPS_SQL = ("SELECT DISTINCT ON (k.provider_ref) k.provider_ref, k.reason, k.kept_at, k.until"
-             " FROM orphan_keeps k LEFT JOIN coverages kb ON kb.id = {backend}"
+             " FROM orphan_keeps k LEFT JOIN coverages() kb ON kb.id = {backend}"
              " WHERE k.provider_ref = ANY({refs}) AND (k.until IS NULL OR k.until > {t})"
              " AND (k.backend_id = {backend} OR k.scope = " + SCOPE_SQL.format(t="kb") + ")"
              " ORDER BY k.provider_ref, k.until DESC NULLS FIRST")
@@ -240,8 +240,8 @@ def load_ledger(conn: pg8000.native.Connection, backend_id: str, groups: Iterabl
 # rule 24) counts with its own id and that of the backend its owners name.
 ACTIVITY_EXISTS = (
     "(EXISTS (SELECT 1 FROM ledger_activity WHERE at > {since} AND backend_id = ANY(ARRAY("
-    "    SELECT unnest(ARRAY[s.origin, s.id]) FROM coverages me JOIN coverages s ON " + SCOPE_SQL.format(t="s") + " = "
-    + SCOPE_SQL.format(t="me") + " WHERE me.id = {backend})))"
+    "    SELECT unnest(ARRAY[s.origin, s.id]) FROM coverages() me JOIN coverages() s"
+    " ON " + SCOPE_SQL.format(t="s") + " = " + SCOPE_SQL.format(t="me") + " WHERE me.id = {backend})))"
     " OR EXISTS (SELECT 1 FROM ledger_activity WHERE backend_id IS NULL AND at > {since}))")
 
 
@@ -281,7 +281,7 @@ def activity_since(conn: pg8000.native.Connection, backend_id: str, since: datet
 TICK_HORIZON_SECONDS = 60  # the largest tolerance classify.due_tolerance gives (tests/integration/test_tick_horizon.py)
 
 TICK_SQL = (
-    "WITH enrolled AS (INSERT INTO cleanup (backend_id) SELECT b.id FROM coverages b"
+    "WITH enrolled AS (INSERT INTO cleanup (backend_id) SELECT b.id FROM coverages() b"
     "  WHERE EXISTS (SELECT 1 FROM provider_refs)"
     "  AND NOT EXISTS (SELECT 1 FROM cleanup k WHERE k.backend_id = b.id)"  # an anti-join: no conflict per row
     "  ON CONFLICT DO NOTHING RETURNING backend_id),"
@@ -291,7 +291,7 @@ TICK_SQL = (
     # a retired coverage: the activity of owners naming its backend, and its own (a keep's end)
     "   ELSE greatest((SELECT max(a.at) FROM ledger_activity a WHERE a.backend_id = s.origin),"
     "                 (SELECT max(a.at) FROM ledger_activity a WHERE a.backend_id = s.id)) END AS last_at"
-    "  FROM coverages s),"
+    "  FROM coverages() s),"
     " by_scope AS (SELECT scope, max(last_at) AS last_at FROM scoped GROUP BY scope),"
     " unknown AS (SELECT max(at) AS last_at FROM ledger_activity WHERE backend_id IS NULL),"
     " clk AS (SELECT oc_clock() AS now)"  # once per statement: one clock reading for every backend
@@ -309,7 +309,7 @@ TICK_SQL = (
     " (SELECT coalesce(json_object_agg(k.backend_id, CAST(greatest(0, extract(epoch FROM"
     "   kc.now - coalesce(k.clean_at, k.created_at))) AS bigint)), '{}')::text FROM cleanup k CROSS JOIN clk kc"
     "   WHERE isfinite(coalesce(k.clean_at, k.created_at)))"
-    " FROM coverages b LEFT JOIN cleanup c ON c.backend_id = b.id"
+    " FROM coverages() b LEFT JOIN cleanup c ON c.backend_id = b.id"
     " LEFT JOIN enrolled e ON e.backend_id = b.id"
     # LEFT: a backend whose scope is NULL (no account) keeps its row, with no account activity (as before)
     " LEFT JOIN scoped sc ON sc.id = b.id LEFT JOIN by_scope bs ON bs.scope = sc.scope"

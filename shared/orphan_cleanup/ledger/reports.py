@@ -109,7 +109,7 @@ class Coverage:
     provider: str
     account: str
     regions: tuple[str, ...]
-    mode: str
+    mode: str | None  # its backend's last (None: the stack's)
     why: str
 
 
@@ -118,9 +118,9 @@ def run_target(conn: pg8000.native.Connection, name: str) -> tuple[str, str | No
     retired coverage of that id; else the one retired coverage of the removed backend ``name``
     (SAFETY.md rule 24), and whether it is a retired coverage. ``ConfigError`` when there is
     none, or several to choose from."""
-    rows = conn.run("SELECT id, mode, retired_from IS NOT NULL FROM coverages WHERE id = :n UNION ALL"
+    rows = conn.run("SELECT id, mode, retired_from IS NOT NULL FROM coverages() WHERE id = :n UNION ALL"
                     " (SELECT id, mode, true FROM retired_coverages WHERE backend_id = :n"
-                    "  AND NOT EXISTS (SELECT 1 FROM coverages WHERE id = :n) ORDER BY id)", n=name)
+                    "  AND NOT EXISTS (SELECT 1 FROM coverages() WHERE id = :n) ORDER BY id)", n=name)
     if not rows:
         raise ConfigError(f"unknown backend {name!r} (see `orphan-cleanup backend list`)")
     if len(rows) > 1:
@@ -257,7 +257,7 @@ def status_rows(conn: pg8000.native.Connection, backend_id: str | None = None) -
         " CASE WHEN c.last_outcome = 'failed' THEN (SELECT min(f.finished_at) FROM cycles f"
         "   WHERE f.backend_id = b.id AND f.outcome = 'failed'"
         "   AND f.started_at > coalesce(c.clean_at, '-infinity'::timestamptz)) END"
-        " FROM coverages b LEFT JOIN cleanup c ON c.backend_id = b.id LEFT JOIN cycles cy ON cy.id = c.lease_owner"
+        " FROM coverages() b LEFT JOIN cleanup c ON c.backend_id = b.id LEFT JOIN cycles cy ON cy.id = c.lease_owner"
         " LEFT JOIN LATERAL (SELECT coalesce(f.error, :no_reason) AS reason, f.finished_at FROM cycles f"
         "   WHERE f.backend_id = b.id AND f.outcome = 'failed' ORDER BY f.started_at DESC LIMIT 1) lf ON true"
         " LEFT JOIN LATERAL (SELECT l.failures FROM cycles l WHERE l.backend_id = b.id AND l.outcome IS NOT NULL"
@@ -298,7 +298,7 @@ def stuck_pending(conn: pg8000.native.Connection, older_than_seconds: int,
     rows = conn.run(
         "SELECT b.id, g.provider_ref, i.id, coalesce(i.name, r.owner_name), i.created_at,"
         " CAST(extract(epoch FROM oc_clock() - i.created_at) AS bigint), g.region, g.primary_id, cy.id"
-        " FROM coverages b"
+        " FROM coverages() b"
         " JOIN LATERAL (SELECT c.id FROM cycles c WHERE c.backend_id = b.id AND c.outcome IS NOT NULL"
         "   ORDER BY c.started_at DESC LIMIT 1) cy ON true"
         " JOIN cycle_groups g ON g.cycle_id = cy.id AND g.reason = 'owner_pending'"

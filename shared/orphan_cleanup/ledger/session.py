@@ -80,7 +80,7 @@ class LedgerSession:
         columns = ", ".join(f"b.{c.strip()}" for c in queries.COVERAGE_COLUMNS.split(","))
         rows = self.conn.run(f"SELECT c.id, c.backend_id, c.mode, c.listed_at, c.record_all,"
                              f" c.backend_snapshot::text, {columns}"
-                             " FROM cycles c JOIN coverages b ON b.id = c.backend_id WHERE c.id = :c", c=cycle_id)
+                             " FROM cycles c JOIN coverages() b ON b.id = c.backend_id WHERE c.id = :c", c=cycle_id)
         if not rows:
             return None
         cid, backend_id, mode, listed_at, record_all, snapshot, *row = rows[0]

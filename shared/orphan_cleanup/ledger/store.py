@@ -86,7 +86,7 @@ class LedgerStore:
         (a periodic call, so backends added by any writer are picked up)."""
         with self.db.transaction() as conn:
             return len(conn.run(
-                "INSERT INTO cleanup (backend_id) SELECT b.id FROM coverages b"
+                "INSERT INTO cleanup (backend_id) SELECT b.id FROM coverages() b"
                 " WHERE EXISTS (SELECT 1 FROM provider_refs) ON CONFLICT DO NOTHING RETURNING backend_id"))
 
     def load_records(self, backend_id: str, groups: Iterable[ResourceGroup]) -> dict[str, Record]:

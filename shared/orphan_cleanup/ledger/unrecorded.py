@@ -84,7 +84,7 @@ def unrecorded_facts(db: Database, backend_id: str, query: str) -> UnrecordedFac
     try:
         with db.connection() as conn:
             conn.run("START TRANSACTION READ ONLY")
-            keys = conn.run("SELECT settings->>'tag_key' FROM backends WHERE id = :b", b=backend_id)
+            keys = conn.run("SELECT settings->>'tag_key' FROM coverages() WHERE id = :b", b=backend_id)
             manual_rows = conn.run(_MANUAL, b=backend_id)
             manual = _listed(manual_rows[0]) if manual_rows else None
             count, latest = conn.run(_SCHEDULED, b=backend_id, since=manual.listed_at if manual else None)[0]

@@ -45,7 +45,7 @@ _OPEN_SQL = (
     " 'last_action', coalesce(g.action, o.state),"
     " 'open_seconds', extract(epoch FROM clk.now - o.first_seen), 'prices', b.settings->'prices')"
     " ORDER BY o.backend_id, o.first_seen, o.group_key), '[]')::text"
-    " FROM orphans o JOIN coverages b ON b.id = o.backend_id"
+    " FROM orphans o JOIN coverages() b ON b.id = o.backend_id"
     " LEFT JOIN cycle_groups g ON g.cycle_id = o.last_cycle_id AND g.group_key = o.group_key"
     " CROSS JOIN (SELECT oc_clock() AS now) clk"
     " WHERE o.verdict = 'orphan' AND o.state IN ('open', 'deleting', 'delete_failed')")
@@ -107,7 +107,7 @@ def staleness(conn: pg8000.native.Connection, global_mode: str) -> list[Stalenes
     cycle (README, "When one fires")."""
     rows = conn.run(
         "SELECT b.id, c.clean_at, CAST(greatest(0, extract(epoch FROM oc_clock() - coalesce(c.clean_at,"
-        " c.created_at))) AS bigint) FROM coverages b JOIN cleanup c ON c.backend_id = b.id"
+        " c.created_at))) AS bigint) FROM coverages() b JOIN cleanup c ON c.backend_id = b.id"
         " WHERE coalesce(b.mode, :g) <> 'off' AND isfinite(coalesce(c.clean_at, c.created_at))"
         " ORDER BY c.clean_at IS NOT NULL, 3 DESC, b.id", g=global_mode)
     return [Staleness(backend=r[0], clean_at=r[1], stale_seconds=int(r[2])) for r in rows]

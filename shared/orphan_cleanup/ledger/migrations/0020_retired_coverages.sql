@@ -1,15 +1,17 @@
 -- Coverage never shrinks silently (docs/SAFETY.md rule 24). When a backends row is deleted, or
 -- its provider account (a GCP backend's project included) or regions change, what it covered
 -- stays listed as a retired coverage: the provider, account, the regions no longer covered and
--- the last settings. A trigger captures it, so the platform's plain SQL is caught as well as
--- `backend remove`. A backend whose mode was 'off' covered nothing: it leaves none.
+-- the last settings and mode. A trigger captures it, so the platform's plain SQL is caught as
+-- well as `backend remove`.
 --
 -- A retired coverage runs on the tick like a backend, under its own id ('<backend id>~<n>': no
--- backend id the CLI accepts holds a '~'), report-only unless the backend's last mode said
--- delete (the stack's ceiling applies as to any backend). It retires itself, with an event,
--- after a clean cycle that recorded no group needing a decision and found no group whose owner
--- names the backend it came from (cycles.origin_seen); an operator may drop it
--- (`backend forget-coverage`, an event).
+-- backend id the CLI accepts holds a '~'), with the backend's last mode (lowered, never raised,
+-- by the backend's row while it exists), never loosened: it
+-- deletes only when that mode (else the stack's) and the stack's ceiling say delete; an 'off'
+-- one is shown, never run. It retires itself, with an event, after two clean cycles in a row
+-- that recorded no group needing a decision and found no group whose owner names the backend it
+-- came from (cycles.origin_seen); when its backend lists its account and regions again; or when
+-- an operator drops it (`backend forget-coverage`, an event).
 CREATE TABLE IF NOT EXISTS retired_coverages (
     id          text PRIMARY KEY,
     backend_id  text NOT NULL,            -- the backend it came from
@@ -17,23 +19,36 @@ CREATE TABLE IF NOT EXISTS retired_coverages (
     account     text NOT NULL,
     regions     text[] NOT NULL,
     settings    jsonb NOT NULL,
-    last_mode   text NULL,                -- the backend's mode when it was retired
-    mode        text NOT NULL CHECK (mode IN ('report', 'delete')),
+    mode        text NULL CHECK (mode IS NULL OR mode IN ('report', 'delete', 'off')),  -- the backend's last
     why         text NOT NULL CHECK (why IN ('removed', 'moved')),
-    retired_at  timestamptz NOT NULL DEFAULT oc_clock()
+    retired_at  timestamptz NOT NULL DEFAULT oc_clock(),
+    quiet_cycles integer NOT NULL DEFAULT 0  -- clean cycles in a row that found nothing of it
 );
 CREATE INDEX IF NOT EXISTS retired_coverages_backend_idx ON retired_coverages (backend_id);
 CREATE SEQUENCE IF NOT EXISTS retired_coverages_seq;
 
 -- What the tick runs: every backend, and every retired coverage under its own id, with the
 -- backend it came from (retired_from: NULL for a backend) and the backend id owners name for
--- what it covers (origin).
-CREATE OR REPLACE VIEW coverages AS
-    SELECT id, provider, account, regions, settings, mode, NULL::text AS retired_from, id AS origin
-      FROM backends
+-- what it covers (origin). A SQL function, not a view: the planner inlines it as a view, and no
+-- column of the platform's backends table depends on it (a view would refuse the platform's
+-- own ALTER COLUMN ... TYPE, and DROP ... CASCADE would drop it).
+CREATE OR REPLACE FUNCTION coverages()
+RETURNS TABLE (id text, provider text, account text, regions text[], settings jsonb, mode text,
+               retired_from text, origin text)
+LANGUAGE sql STABLE AS $$
+    SELECT b.id::text, b.provider::text, b.account::text, b.regions::text[], b.settings::jsonb, b.mode::text,
+           NULL::text, b.id::text
+      FROM backends b
     UNION ALL
-    SELECT id, provider, account, regions, settings, mode, backend_id, backend_id
-      FROM retired_coverages;
+    -- a coverage's mode is its backend's last, lowered (never raised) by the backend's row
+    -- while it exists: an operator who turns the backend off or to report turns its coverages too
+    SELECT c.id, c.provider, c.account, c.regions, c.settings,
+           CASE WHEN o.mode::text = 'off' THEN 'off'
+                WHEN o.mode::text = 'report' AND c.mode IS DISTINCT FROM 'off' THEN 'report'
+                ELSE c.mode END,
+           c.backend_id, c.backend_id
+      FROM retired_coverages c LEFT JOIN backends o ON o.id = c.backend_id
+$$;
 
 -- A cycle found a group whose owner names the backend a retired coverage came from (the
 -- classifier sets it; it never goes back to false).
@@ -57,62 +72,96 @@ BEGIN
     END LOOP;
 END $$;
 
+-- ``provider:account`` of a backends or retired_coverages row, as queries.SCOPE_SQL says it.
+CREATE OR REPLACE FUNCTION orphan_cleanup_scope(provider text, account text, settings jsonb) RETURNS text
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT provider || ':' || CASE WHEN provider = 'gcp'
+        THEN coalesce(nullif(settings->>'project', ''), account) ELSE account END
+$$;
+
 CREATE OR REPLACE FUNCTION orphan_cleanup_retire_coverage() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
-    old_scope text := OLD.provider || ':' || CASE WHEN OLD.provider = 'gcp'
-        THEN coalesce(nullif(OLD.settings->>'project', ''), OLD.account) ELSE OLD.account END;
-    new_scope text;
     gone text[];
     cov text;
+    absorbed retired_coverages%ROWTYPE;
 BEGIN
-    IF TG_OP = 'DELETE' THEN
+    IF TG_OP IN ('INSERT', 'UPDATE') THEN
+        -- A backend that lists its own coverage's account and regions again (a row deleted and
+        -- inserted again, a region dropped and added back) takes them over: they leave the
+        -- coverage, and a coverage left with none retires, with an event.
+        UPDATE retired_coverages c
+           SET regions = ARRAY(SELECT r FROM unnest(c.regions) AS r WHERE NOT r = ANY(NEW.regions) ORDER BY r)
+         WHERE c.backend_id = NEW.id AND orphan_cleanup_scope(c.provider, c.account, c.settings)
+               = orphan_cleanup_scope(NEW.provider, NEW.account, NEW.settings)
+           AND c.regions && NEW.regions;
+        FOR absorbed IN DELETE FROM retired_coverages c WHERE cardinality(c.regions) = 0 RETURNING * LOOP
+            INSERT INTO events (backend_id, kind, message, details)
+            VALUES (absorbed.id, 'coverage_retired',
+                    format('retired coverage %s of backend %s (%s %s): backend %s lists its regions again:'
+                           ' no longer listed as a retired coverage', absorbed.id, absorbed.backend_id,
+                           absorbed.provider, absorbed.account, NEW.id),
+                    jsonb_build_object('from', absorbed.backend_id, 'account', absorbed.account,
+                                       'listed_by', NEW.id));
+        END LOOP;
+    END IF;
+    IF TG_OP = 'INSERT' THEN
+        RETURN NULL;
+    ELSIF TG_OP = 'DELETE' THEN
         DELETE FROM cleanup WHERE backend_id = OLD.id;
         DELETE FROM orphan_marks WHERE backend_id = OLD.id;
         gone := OLD.regions;
+    ELSIF orphan_cleanup_scope(NEW.provider, NEW.account, NEW.settings)
+          IS DISTINCT FROM orphan_cleanup_scope(OLD.provider, OLD.account, OLD.settings) THEN
+        gone := OLD.regions;
     ELSE
-        new_scope := NEW.provider || ':' || CASE WHEN NEW.provider = 'gcp'
-            THEN coalesce(nullif(NEW.settings->>'project', ''), NEW.account) ELSE NEW.account END;
-        IF new_scope IS DISTINCT FROM old_scope THEN
-            gone := OLD.regions;
-        ELSE
-            gone := ARRAY(SELECT r FROM unnest(OLD.regions) AS r
-                           WHERE NOT r = ANY(coalesce(NEW.regions, '{}')) ORDER BY r);
-        END IF;
+        gone := ARRAY(SELECT r FROM unnest(OLD.regions) AS r WHERE NOT r = ANY(coalesce(NEW.regions, '{}'))
+                      ORDER BY r);
     END IF;
-    IF OLD.mode IS NOT DISTINCT FROM 'off' OR coalesce(cardinality(gone), 0) = 0 THEN
+    IF coalesce(cardinality(gone), 0) = 0 THEN
         RETURN NULL;
     END IF;
     LOOP  -- an id no backends row holds (plain SQL may have written one with a '~')
         cov := OLD.id || '~' || nextval('retired_coverages_seq');
         EXIT WHEN NOT EXISTS (SELECT 1 FROM backends WHERE id = cov);
     END LOOP;
-    INSERT INTO retired_coverages (id, backend_id, provider, account, regions, settings, last_mode, mode, why)
+    INSERT INTO retired_coverages (id, backend_id, provider, account, regions, settings, mode, why)
     VALUES (cov, OLD.id, OLD.provider, OLD.account, gone, OLD.settings, OLD.mode,
-            CASE WHEN OLD.mode = 'delete' THEN 'delete' ELSE 'report' END,
             CASE WHEN TG_OP = 'DELETE' THEN 'removed' ELSE 'moved' END);
+    -- Its regions' baselines (a listing that suddenly finds nothing is not believed: the
+    -- lister's region anomaly check) are the backend's.
+    INSERT INTO region_listings (backend_id, region, clean_groups, clean_cycle_id, clean_at)
+    SELECT cov, l.region, l.clean_groups, l.clean_cycle_id, l.clean_at FROM region_listings l
+     WHERE l.backend_id = OLD.id AND l.region = ANY(gone);
     INSERT INTO events (backend_id, kind, message, details)
     VALUES (cov, 'coverage_retained',
             format('backend %s %s: %s %s, regions %s, stays listed as %s', OLD.id,
                    CASE WHEN TG_OP = 'DELETE' THEN 'was removed' ELSE 'moved' END,
                    OLD.provider, OLD.account, array_to_string(gone, ','), cov),
             jsonb_build_object('from', OLD.id, 'account', OLD.account, 'regions', to_jsonb(gone),
-                               'mode', CASE WHEN OLD.mode = 'delete' THEN 'delete' ELSE 'report' END));
+                               'mode', OLD.mode));
     RETURN NULL;
 END $$;
 
 DROP TRIGGER IF EXISTS backends_retire_coverage ON backends;
-CREATE TRIGGER backends_retire_coverage AFTER DELETE OR UPDATE OF provider, account, regions, settings
+CREATE TRIGGER backends_retire_coverage AFTER INSERT OR DELETE OR UPDATE OF provider, account, regions, settings
     ON backends FOR EACH ROW EXECUTE FUNCTION orphan_cleanup_retire_coverage();
 
 -- A backends row may not take a retired coverage's id: the two would share one schedule, one
--- lease and one id in every cycle (the coverages view would hold the id twice).
+-- lease and one id in every cycle. Nor may an enrolled backend change its id: its schedule,
+-- marks and cycles name it (the foreign key migration 0020 drops refused that too).
 CREATE OR REPLACE FUNCTION orphan_cleanup_refuse_coverage_id() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
     IF EXISTS (SELECT 1 FROM retired_coverages WHERE id = NEW.id) THEN
         RAISE EXCEPTION 'backend id % is the id of a retired coverage (orphan-cleanup, docs/SAFETY.md rule 24):'
                         ' choose another id', NEW.id;
+    END IF;
+    IF TG_OP = 'UPDATE' AND NEW.id IS DISTINCT FROM OLD.id
+       AND EXISTS (SELECT 1 FROM cleanup WHERE backend_id = OLD.id) THEN
+        RAISE EXCEPTION 'backend % cannot change its id: orphan-cleanup''s schedule and cycles name it'
+                        ' (delete the row and insert one: what it covered stays listed, docs/SAFETY.md rule 24)',
+                        OLD.id;
     END IF;
     RETURN NEW;
 END $$;
@@ -144,24 +193,34 @@ CREATE TRIGGER retired_coverages_gone AFTER DELETE ON retired_coverages
     FOR EACH ROW EXECUTE FUNCTION orphan_cleanup_coverage_gone();
 
 -- A clean cycle of a retired coverage that recorded no group needing a decision (orphan,
--- skipped, protected) and found no group whose owner names the backend it came from: nothing
--- of that backend is left there. The coverage retires itself, with an event.
+-- skipped, protected) and found no group whose owner names the backend it came from is quiet;
+-- any other clean cycle is not. After two quiet cycles in a row nothing of that backend is left
+-- there: the coverage retires itself, with an event. After the first, the coverage is due again
+-- (activity: STEP 1 lists it at its next turn) for the second to confirm it.
 CREATE OR REPLACE FUNCTION orphan_cleanup_coverage_retired() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
     cov retired_coverages%ROWTYPE;
 BEGIN
-    SELECT * INTO cov FROM retired_coverages WHERE id = NEW.backend_id;
-    IF NOT FOUND OR NEW.origin_seen OR EXISTS (
-            SELECT 1 FROM cycle_groups g
-             WHERE g.cycle_id = NEW.id AND g.verdict NOT IN ('tracked', 'ignored')) THEN
+    SELECT * INTO cov FROM retired_coverages WHERE id = NEW.backend_id FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    IF NEW.origin_seen OR EXISTS (SELECT 1 FROM cycle_groups g
+                                   WHERE g.cycle_id = NEW.id AND g.verdict NOT IN ('tracked', 'ignored')) THEN
+        UPDATE retired_coverages SET quiet_cycles = 0 WHERE id = cov.id;
+        RETURN NULL;
+    END IF;
+    IF cov.quiet_cycles < 1 THEN
+        UPDATE retired_coverages SET quiet_cycles = quiet_cycles + 1 WHERE id = cov.id;
+        INSERT INTO ledger_activity (backend_id, kind) VALUES (cov.id, 'coverage_quiet');
         RETURN NULL;
     END IF;
     DELETE FROM retired_coverages WHERE id = cov.id;
     INSERT INTO events (backend_id, cycle_id, kind, message, details)
     VALUES (cov.id, NEW.id, 'coverage_retired',
-            format('retired coverage %s of backend %s (%s %s, regions %s) found nothing of it in a clean'
-                   ' cycle: no longer listed', cov.id, cov.backend_id, cov.provider, cov.account,
+            format('retired coverage %s of backend %s (%s %s, regions %s) found nothing of it in two clean'
+                   ' cycles in a row: no longer listed', cov.id, cov.backend_id, cov.provider, cov.account,
                    array_to_string(cov.regions, ',')),
             jsonb_build_object('from', cov.backend_id, 'account', cov.account, 'regions', to_jsonb(cov.regions)));
     RETURN NULL;
@@ -191,3 +250,5 @@ REVOKE EXECUTE ON FUNCTION orphan_cleanup_refuse_backends_truncate() FROM PUBLIC
 REVOKE EXECUTE ON FUNCTION orphan_cleanup_refuse_coverage_id() FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION orphan_cleanup_coverage_gone() FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION orphan_cleanup_coverage_retired() FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION orphan_cleanup_scope(text, text, jsonb) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION coverages() FROM PUBLIC;
