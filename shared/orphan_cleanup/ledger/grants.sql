@@ -96,8 +96,9 @@ SELECT format('GRANT USAGE, SELECT ON SEQUENCE %s TO %I', pg_get_serial_sequence
  WHERE to_regclass(format('%I.%I', :'schema', t)) IS NOT NULL
    AND pg_get_serial_sequence(format('%I.%I', :'schema', t), 'id') IS NOT NULL
 \gexec
--- PUBLIC executes none of them but the database clock (oc_clock: any reader reads its time).
-SELECT format(CASE WHEN p.proname = 'oc_clock' THEN 'GRANT EXECUTE ON FUNCTION %s TO PUBLIC'
+-- PUBLIC executes none of them but the database clock (oc_clock: any reader reads its time)
+-- and coverages() (what backends and retired_coverages hold, read with the caller's rights).
+SELECT format(CASE WHEN p.proname IN ('oc_clock', 'coverages') THEN 'GRANT EXECUTE ON FUNCTION %s TO PUBLIC'
                    ELSE 'REVOKE EXECUTE ON FUNCTION %s FROM PUBLIC' END, p.oid::regprocedure),
        format('GRANT EXECUTE ON FUNCTION %s TO %I', p.oid::regprocedure, :'runtime_role')
   FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace

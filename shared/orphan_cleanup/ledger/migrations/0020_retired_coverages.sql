@@ -31,14 +31,19 @@ CREATE SEQUENCE IF NOT EXISTS retired_coverages_seq;
 -- backend it came from (retired_from: NULL for a backend) and the backend id owners name for
 -- what it covers (origin). A SQL function, not a view: the planner inlines it as a view, and no
 -- column of the platform's backends table depends on it (a view would refuse the platform's
--- own ALTER COLUMN ... TYPE, and DROP ... CASCADE would drop it).
-CREATE OR REPLACE FUNCTION coverages()
+-- own ALTER COLUMN ... TYPE, and DROP ... CASCADE would drop it). It names its tables with this
+-- schema rather than pinning its search_path (migrate pins the others), which would stop the
+-- planner from inlining it; it reads with its caller's rights, so anyone may call it.
+DO $do$
+BEGIN
+    EXECUTE format($fn$
+CREATE OR REPLACE FUNCTION %1$I.coverages()
 RETURNS TABLE (id text, provider text, account text, regions text[], settings jsonb, mode text,
                retired_from text, origin text)
-LANGUAGE sql STABLE AS $$
+LANGUAGE sql STABLE AS $body$
     SELECT b.id::text, b.provider::text, b.account::text, b.regions::text[], b.settings::jsonb, b.mode::text,
            NULL::text, b.id::text
-      FROM backends b
+      FROM %1$I.backends b
     UNION ALL
     -- a coverage's mode is its backend's last, lowered (never raised) by the backend's row
     -- while it exists: an operator who turns the backend off or to report turns its coverages too
@@ -47,8 +52,11 @@ LANGUAGE sql STABLE AS $$
                 WHEN o.mode::text = 'report' AND c.mode IS DISTINCT FROM 'off' THEN 'report'
                 ELSE c.mode END,
            c.backend_id, c.backend_id
-      FROM retired_coverages c LEFT JOIN backends o ON o.id = c.backend_id
-$$;
+      FROM %1$I.retired_coverages c LEFT JOIN %1$I.backends o ON o.id = c.backend_id
+$body$
+$fn$, current_schema());
+END $do$;
+GRANT EXECUTE ON FUNCTION coverages() TO PUBLIC;
 
 -- A cycle found a group whose owner names the backend a retired coverage came from (the
 -- classifier sets it; it never goes back to false).
@@ -251,4 +259,3 @@ REVOKE EXECUTE ON FUNCTION orphan_cleanup_refuse_coverage_id() FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION orphan_cleanup_coverage_gone() FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION orphan_cleanup_coverage_retired() FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION orphan_cleanup_scope(text, text, jsonb) FROM PUBLIC;
-REVOKE EXECUTE ON FUNCTION coverages() FROM PUBLIC;
