@@ -55,8 +55,8 @@ class Config:
     backends: int = 8
     groups_per_backend: int = 500
     history: int = 50_000  # terminated owners already in the ledger (table and index size)
-    rounds: int = 6  # per case: this many rounds of each side (ABBA)
-    round_seconds: float = 8.0
+    rounds: int = 8  # per case: this many rounds of each side (ABBA)
+    round_seconds: float = 10.0
     sample_ms: float = 20.0
 
     @classmethod
@@ -182,6 +182,7 @@ class _Load:
         self.generation = 0
         self.samples: dict[str, list[tuple[str, float]]] = {}
         self.seconds: dict[str, float] = {}
+        self.wal: dict[str, Counter] = {}  # per label: WAL bytes and syncs of the whole server (pg_stat_wal)
         self.errors: list[str] = []
         self._stop = threading.Event()
         self._threads = [threading.Thread(target=self._worker, args=(i,), daemon=True, name=f"platform-{i}")
@@ -204,10 +205,12 @@ class _Load:
         time.sleep(0.2)  # the previous round's transactions finish, uncounted
         self.generation += 1
         self.label = label
+        wal = _wal(self.clients[key].db)
         start = time.perf_counter()
         time.sleep(seconds)
         if label is not None:
             self.seconds[label] = self.seconds.get(label, 0.0) + time.perf_counter() - start
+            self.wal.setdefault(label, Counter()).update(_wal(self.clients[key].db) - wal)
         self.generation += 1
         self.label = None
 
@@ -253,6 +256,20 @@ class _Load:
             return KINDS[4]
         owners.live.append((owner, stage + 1))
         return KINDS[stage + 1]
+
+
+WAL_SQL = ("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0'),"
+           " (SELECT sum(fsyncs) FROM pg_stat_io WHERE object = 'wal')")  # PostgreSQL 18; NULL before
+
+
+def _wal(db: Database) -> Counter:
+    """The server's WAL bytes and WAL fsyncs so far (fsyncs: -1 where pg_stat_io does not count them)."""
+    with db.connection() as conn:
+        try:
+            written, syncs = conn.run(WAL_SQL)[0]
+        except Exception:  # noqa: BLE001 - PostgreSQL 14/15: no pg_stat_io
+            written, syncs = conn.run("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')")[0][0], None
+    return Counter(bytes=int(written), syncs=int(syncs) if syncs is not None else -1)
 
 
 def _alternate(load: _Load, cfg: Config, first: tuple[str, str, Any], second: tuple[str, str, Any],
@@ -491,15 +508,19 @@ def _row(load: _Load, label: str, base: str) -> dict[str, Any]:
     lat = [s for _, s in load.samples.get(label, [])]
     base_lat = [s for _, s in load.samples.get(base, [])]
     secs = load.seconds.get(label, 0.0)
+    wal = load.wal.get(label, Counter())
     return {"case": label, "transactions": len(lat), "tx/s": len(lat) / secs if secs else 0.0,
             "p50 ms": _pct(lat, 0.50), "p95 ms": _pct(lat, 0.95), "p99 ms": _pct(lat, 0.99),
             "max ms": max(lat) * 1000 if lat else float("nan"),
-            "p99 x baseline": _pct(lat, 0.99) / _pct(base_lat, 0.99) if base_lat else float("nan")}
+            "p99 x baseline": _pct(lat, 0.99) / _pct(base_lat, 0.99) if base_lat else float("nan"),
+            "WAL MB/s": wal["bytes"] / 2**20 / secs if secs else 0.0,
+            "WAL syncs/s": wal["syncs"] / secs if secs and wal["syncs"] >= 0 else None}
 
 
 def _tables(cfg: Config, load: _Load, sampler: _LockSampler, fleet: _Fleet, work: dict[str, float],
             a: tuple[str, str], b: tuple[str, str], dropped: list[str], activity: int) -> list[Table]:
-    cols = ["case", "transactions", "tx/s", "p50 ms", "p95 ms", "p99 ms", "max ms", "p99 x baseline"]
+    cols = ["case", "transactions", "tx/s", "p50 ms", "p95 ms", "p99 ms", "max ms", "p99 x baseline", "WAL MB/s",
+            "WAL syncs/s"]
     head = (f"{cfg.threads} threads, target {cfg.rate:.0f} tx/s (Poisson), {cfg.rounds} rounds of "
             f"{cfg.round_seconds:g} s per case, alternated ABBA")
     ta = Table(f"The platform's writes, case A: while the cleanup's fleet cycles run ({head})",
@@ -523,6 +544,8 @@ def _tables(cfg: Config, load: _Load, sampler: _LockSampler, fleet: _Fleet, work
         f"goal: p99 x baseline <= {GOAL_P99}; latency = the LedgerClient call (BEGIN to COMMIT, the client's "
         "Python included) on a kept connection",
         f"the ledger holds {cfg.history:,} older terminated owners besides the fleet's",
+        "WAL MB/s: the server's WAL position over the case's rounds; syncs/s: WAL fsyncs of pg_stat_io (PostgreSQL "
+        "18; backends report them within about a second)",
     ]
     tb = Table(f"The platform's writes, case B: the product's triggers on the C1 tables ({head})", cols)
     for label in b:
