@@ -166,3 +166,28 @@ def test_throttling_bench_counts_refusals_and_keeps_every_region(pg_server, moto
         # each refusal cost one extra call at most twice over, and the proxy's share held
         assert row["refused"] == int(row["calls"] * 0.3) >= 1
         assert 0 < row["extra calls"] <= 2 * row["refused"]
+
+
+@pytest.mark.slow  # a bench run (~25 s): kept out of the default run for its time
+def test_platform_bench_measures_every_case_and_drops_only_the_product_triggers(pg_server):
+    from bench import platform
+
+    # given a tiny fleet (2 backends, 60 groups), a short history and short rounds
+    cfg = platform.Config(rate=80, backends=2, groups_per_backend=30, history=200, rounds=2, round_seconds=1.0)
+    # when the platform bench runs both cases
+    a, b, kinds, doing = platform.run(PgServer(pg_server), cfg=cfg)
+    # then every case counted transactions, none failed, and the baselines are their own ratio
+    assert all(r["transactions"] > 0 for r in a.rows + b.rows)
+    assert not any("platform errors" in n for n in a.notes)
+    assert a.rows[0]["p99 x baseline"] == b.rows[0]["p99 x baseline"] == 1.0
+    # the fleet ran cycles in its rounds only
+    assert a.rows[0]["fleet cycles"] == 0 and a.rows[1]["fleet cycles"] >= 1
+    # the copy without triggers lost the product's activity triggers, not the foreign key's internal ones
+    dropped = next(n for n in b.notes if n.startswith("dropped"))
+    for trigger in ("provider_refs.provider_refs_activity", "instances.instances_activity",
+                    "volumes.volumes_activity", "backends.backends_activity"):
+        assert trigger in dropped
+    assert "RI_ConstraintTrigger" not in dropped
+    # and every transaction of the protocol was measured on both copies
+    assert [r["transaction"] for r in kinds.rows] == list(platform.KINDS)
+    assert len(doing.rows) == 4
