@@ -1,7 +1,7 @@
 """``python -m bench``: run the benchmarks, print their tables, write JSON.
 
-    python -m bench                      # everything (~10 min on 2 cores)
-    python -m bench --quick              # smaller sizes, fewer repetitions (~3 min on 2 cores)
+    python -m bench                      # everything (~16 min on 2 cores; platform alone ~6)
+    python -m bench --quick              # smaller sizes, fewer repetitions (~5 min on 2 cores)
     python -m bench --only classifier,idle --json out.json
 
 Each figure is measured in the same run as its baseline; compare ratios, not
