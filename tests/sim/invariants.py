@@ -59,9 +59,17 @@ Safety (any step):
       delete cycle re-reads a remembered protection, read-only, to see it lifted)
       and every report cycle of that backend whose listing started afterwards
       classifies the group protected up front.
+  E1  (rule 24, an oracle check) the retired coverage a statement of the simulation on a
+      backends row leaves is the one it predicted (old account, dropped or all old regions,
+      old settings, mode, why), or none; a coverage goes only after a clean cycle of it retired it;
+  E2  (rule 24) a retired coverage whose backend's last mode or the stack's ceiling was not
+      delete starts no delete-mode cycle and deletes nothing.
 Liveness (end of run):
   L1  once faults stop and the platform is quiet, every orphan is deleted within
       5 scheduled runs (delete mode) or reported by the last clean cycle (report mode).
+  L2  (rule 24, the retire world) every leak a removed or moved backend left in its old
+      coverage is deleted (a coverage that may delete) or reported by the last complete cycle
+      of a report-only one; no coverage retires while one is left.
 
 "Touched" means moved to shutting-down or terminated (from a state that was neither) by a
 provider delete call; a shutting-down instance that finishes was touched when it started.

@@ -71,9 +71,7 @@ class Settle:
             skipped = tick.skipped if tick is not None else {}
             return {bid: skipped.get(bid, self.job_reasons.get(bid)) for bid in self.run_ids()}
         reasons = {}
-        for bid in self.run_ids():
-            if self.gone(bid):  # a retired coverage that retired itself in this round
-                continue
+        for bid in sorted(self.backends):  # a retired coverage has no schedule of its own: the tick runs it
             summary = self.lister(bid)
             reasons[bid] = summary.reason if summary is not None else None
             self.drain()

@@ -1,4 +1,4 @@
-"""Disabling any one safety rule of docs/SAFETY.md (rules 1 to 21 and 23) makes the simulation
+"""Disabling any one safety rule of docs/SAFETY.md (rules 1 to 21, 23 and 24) makes the simulation
 report a violation, within a fixed seed budget (the first seed that catches each mutant
 is noted; the budget leaves room for changes in the simulation).
 
@@ -65,6 +65,10 @@ BUDGET: dict[str, int | range] = {                       # first seed that catch
     "unreadable_row_refused": range(6, 20),  # 9 (settings: a row's settings no JSON object)
     "sweep_unconfirmed": 8,      # ? (a delete cycle's first listing of an orphan deletes it)
     "volume_owner_untracked": 8,  # 0 (volumes: a live volume owner's recorded volume deleted; S1/X1)
+    # rule 24 (retired coverages; the retire world, retire.py)
+    "coverage_dropped": 8,       # 0 (E1: the first move or region drop leaves no coverage)
+    "coverage_not_run": range(1, 15),        # 3 (retire: sim-r's leaks never deleted, L2)
+    "coverage_deletes_unasked": range(4, 20),  # 7 (a report row's dropped region: its coverage runs delete, E2)
 }
 
 
