@@ -323,14 +323,14 @@ class Backends:
         if len(rows) != 1 or not found:
             self.checker.fail("E1", f"the {'deletion' if new is None else 'edit'} of {bid} should leave one retired"
                                     f" coverage {want}, yet left {rows or 'none'}")
-        if not rows:
-            return
-        cid = (found or rows)[0][0]
+        # The coverage is registered under the id the product gave it; a missing one (E1 failed)
+        # under a placeholder id, gone at once: L2 still judges what it should have covered.
+        cid = (found or rows)[0][0] if rows else f"{bid}~missing-{len(self.coverages) + 1}"
         spec = BackendSpec(cid, account, regions, mode, old.settings if isinstance(old.settings, dict) else {},
                            row_regions=regions,
                            row_settings=dict(old.settings) if isinstance(old.settings, dict) else {},
                            broken=None if isinstance(old.settings, dict) else json.dumps(old.settings),
-                           configured_account=account, retired_from=bid, why=why)
+                           configured_account=account, retired_from=bid, why=why, gone=not rows)
         self.coverages[cid] = spec
         self.trace(f"rule 24: {bid} leaves retired coverage {cid} ({why}: {account} {list(regions)}, {mode})")
 

@@ -185,7 +185,8 @@ class Retire:
                     return False
             elif ever:
                 self.checker.fail("L2", f"leak {rid} of {BACKEND_R} in {RETIRE_ACCOUNT} {region} still exists, but"
-                                        f" the retired coverage(s) {[c.id for c in ever]} left for it retired:\n"
+                                        f" the retired coverage(s) {[c.id for c in ever]} that should cover it"
+                                        " retired (or never were):\n"
                                         + self._explain(rid))
                 return False
         return True

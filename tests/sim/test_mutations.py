@@ -27,8 +27,8 @@ BUDGET: dict[str, int | range] = {                       # first seed that catch
     "margin_zero": 8,            # 0
     "no_reread": range(45, 60),              # 49 (a protect tag added while a request waits)
     "protect_ignored": 8,        # 1
-    "no_gate": 8,                # 0
-    "global_gate": 8,            # 0
+    "no_gate": range(38, 50),                # 42 (0 before rule 24's coverages: seed 0 has the moves world)
+    "global_gate": range(10, 25),            # 13 (0 before rule 24's coverages)
     "no_region_trip": range(1, 15),         # 4
     "no_fence": range(6, 20),               # 8
     "clean_always": 8,           # 0
