@@ -60,7 +60,7 @@ BUDGET: dict[str, int | range] = {                       # first seed that catch
     "snapshot_age_unchecked": range(15, 30),  # 18 (ages: a persistent forger claims a young snapshot of ours old)
     "listing_facts_trusted": range(15, 30),  # 18 (the same forged claim, on every listing: its age from the listing)
     "backend_row_trusted": range(18, 30),    # 22 (moves: sim-d's row moved to the stranger's account mid-cycle)
-    "oversized_fails_region": 8,  # 0 (bulk: a group too large even reduced takes its region along)
+    "oversized_fails_region": range(50, 60),  # 53 (bulk: a group too large even reduced; 0 before rule 24)
     "spot_unchecked": range(1, 15),         # 3 (spot: a persistent request relaunches the orphan's instance)
     "unreadable_row_refused": range(6, 20),  # 9 (settings: a row's settings no JSON object)
     "sweep_unconfirmed": 8,      # ? (a delete cycle's first listing of an orphan deletes it)
