@@ -83,6 +83,26 @@ class BackendSpec:
     row_settings: dict[str, Any] = field(default_factory=dict)
     broken: str | None = None  # settings that are no JSON object, while the row holds them (the settings world)
     configured_account: str = ""  # the account it was set up with (the moves world moves the row)
+    # A retired coverage (rule 24): the backend it came from and why ('removed' | 'moved'); gone:
+    # a coverage that retired itself, or a backend whose row was deleted.
+    retired_from: str | None = None
+    why: str | None = None
+    gone: bool = False
+
+    @property
+    def origin(self) -> str:
+        """The backend id owners name for what this covers (its own, or the one it came from)."""
+        return self.retired_from or self.id
+
+    def row(self) -> RowState:
+        """Its row as the simulation last wrote it (what a trigger sees as OLD next time)."""
+        settings = json.loads(self.broken) if self.broken is not None else dict(self.row_settings)
+        return RowState(self.account, tuple(self.row_regions), self.mode, settings)
+
+    def may_delete(self, ceiling: str) -> bool:
+        """A retired coverage deletes only when its backend's last mode and the stack's ceiling
+        both said delete (rule 24)."""
+        return self.mode == "delete" and ceiling == "delete"
 
     @property
     def credentials(self) -> tuple[str, str | None]:
@@ -93,6 +113,30 @@ class BackendSpec:
         """What a listing feeding this backend's cycle must cover, as its row is now (I2)."""
         return listing_scope(self.account, self.row_regions, TAG, self.row_settings.get("protect_tag_key", PROTECT),
                              self.row_settings.get("role_arn"))
+
+
+@dataclass(frozen=True)
+class RowState:
+    """A ``backends`` row: what rule 24's trigger reads as OLD and NEW."""
+
+    account: str
+    regions: tuple[str, ...]
+    mode: str
+    settings: Any
+
+
+def predict_coverage(old: RowState, new: RowState | None) -> tuple[str, tuple[str, ...], str, str] | None:
+    """The retired coverage a statement taking ``old`` to ``new`` (None: a DELETE) leaves, as
+    rule 24 says (account, regions, mode, why), or None. Every row here is AWS: its scope is its
+    account. A row whose mode was off leaves none; so do added regions and changes of mode or of
+    settings within the account."""
+    if new is None or new.account != old.account:
+        gone = tuple(sorted(old.regions))
+    else:
+        gone = tuple(sorted(set(old.regions) - set(new.regions)))
+    if old.mode == "off" or not gone:
+        return None
+    return old.account, gone, "delete" if old.mode == "delete" else "report", "removed" if new is None else "moved"
 
 
 class AllClouds:
@@ -166,11 +210,14 @@ class Backends:
         # sometimes well past the margin, either way.
         self.skew = topo.choice((0, 5, -5, 30, -90, MARGIN + 60, MARGIN * 3, -(MARGIN * 3)))
         self.world_backends(regions)
+        self.coverages: dict[str, BackendSpec] = {}  # every retired coverage of the run, by id (rule 24)
+        self.removed: dict[str, BackendSpec] = {}  # backends whose rows were deleted
         for b in self.backends.values():
             b.row_regions, b.row_settings = b.regions, dict(b.settings)
             self.admin.run("INSERT INTO backends (id, provider, account, regions, settings, mode)"
                            " VALUES (:i, 'aws', :a, CAST(:r AS text[]), CAST(:s AS jsonb), :m)",
                            i=b.id, a=b.account, r=list(b.regions), s=json.dumps(b.settings), m=b.mode)
+        self.rows: dict[str, RowState] = {b.id: b.row() for b in self.backends.values()}
         self.checker.set_off({b.id for b in self.backends.values() if b.mode == "off"})
 
     def _sharing(self: Simulation, rng: random.Random, regions: tuple[str, ...]) -> None:
@@ -183,6 +230,23 @@ class Backends:
         if rng.random() < 0.35:
             settings = {"role_arn": OTHER_ROLE} if rng.random() < 0.35 else {}
             self.backends[BACKEND_C] = BackendSpec(BACKEND_C, ACCOUNT, regions, self.mode, settings)
+
+    def spec_of(self: Simulation, bid: str) -> BackendSpec | None:
+        """A backend's spec, a retired coverage's (rule 24), or a removed backend's."""
+        return self.backends.get(bid) or self.coverages.get(bid) or self.removed.get(bid)
+
+    def gone(self: Simulation, bid: str) -> bool:
+        """A removed backend, or a retired coverage that retired itself (or an unknown id)."""
+        spec = self.spec_of(bid)
+        return spec is None or spec.gone
+
+    def live_coverages(self: Simulation) -> list[str]:
+        """The retired coverages whose rows are there now (the tick runs them)."""
+        return sorted(c for c, spec in self.coverages.items() if not spec.gone)
+
+    def run_ids(self: Simulation) -> list[str]:
+        """Everything the tick runs: the backends and the live retired coverages."""
+        return sorted([*self.backends, *self.live_coverages()])
 
     @property
     def home_backends(self: Simulation) -> list[str]:
@@ -200,7 +264,10 @@ class Backends:
         return right
 
     def credentials_spell(self: Simulation, bid: str) -> None:
-        creds = self.backends[bid].credentials
+        spec = self.spec_of(bid)
+        if spec is None:
+            return
+        creds = spec.credentials
         if self.wrong_until.get(creds, 0) <= self.trace.step and self.dice.roll("wrong_credentials"):
             self.wrong_until[creds] = self.trace.step + self.rng_sched.randint(2, 12)
             self.trace(f"operator: {bid}'s credentials reach another account until step {self.wrong_until[creds]}")
@@ -208,12 +275,83 @@ class Backends:
     # ---- the operator: plain SQL on backends rows ------------------------------------
 
     def edit_backend_row(self: Simulation, bid: str, label: str, assignment: str, **params: Any) -> None:
+        """Plain SQL on a row (the caller already updated its spec, but for the mode); a retired
+        coverage it leaves is predicted and checked (rule 24, E1)."""
+        spec = self.backends[bid]
+        old = self.rows[bid]
         self.admin.run(f"UPDATE backends SET {assignment} WHERE id = :b", b=bid, **params)
         self.platform.commit_times.append((self.clock(), frozenset({bid})))
         if "m" in params:
-            self.backends[bid].mode = params["m"]
+            spec.mode = params["m"]
             self.checker.mode_set(bid, params["m"])
+        self.rows[bid] = spec.row()
         self.trace(f"operator: backend {bid} {label}")
+        self.coverage_left(bid, old, self.rows[bid])
+
+    def remove_backend_row(self: Simulation, bid: str, label: str) -> None:
+        """The platform deletes a backend's row with plain SQL (rule 24: what it covered stays
+        listed as a retired coverage, unless it was off)."""
+        spec = self.backends.pop(bid)
+        old = self.rows.pop(bid)
+        self.admin.run("DELETE FROM backends WHERE id = :b", b=bid)
+        self.platform.commit_times.append((self.clock(), frozenset({bid})))
+        spec.gone = True
+        self.removed[bid] = spec
+        self.checker.off.discard(bid)
+        self.trace(f"platform: backend {bid} {label} (DELETE FROM backends)")
+        self.coverage_left(bid, old, None)
+
+    def coverage_left(self: Simulation, bid: str, old: RowState, new: RowState | None) -> None:
+        """E1 (rule 24): right after its own statement on ``bid``'s row, the simulation reads the
+        retired coverages it did not know and holds them to its prediction: one row with the old
+        account, the regions no longer covered, the old settings, the mode the old one implies
+        and why, or none. A coverage found is registered under the id the product gave it."""
+        expected = predict_coverage(old, new)
+        rows = self.admin.run("SELECT id, backend_id, provider, account, regions, settings::text, mode, why"
+                              " FROM retired_coverages WHERE NOT (id = ANY(CAST(:k AS text[]))) ORDER BY id",
+                              k=sorted(self.coverages))
+        self.checker.checks["E1"] += 1
+        if expected is None:
+            if rows:
+                self.checker.fail("E1", f"the edit of {bid} ({old} -> {new}) should leave no retired coverage,"
+                                        f" yet left {rows}")
+            return
+        account, regions, mode, why = expected
+        want = [bid, "aws", account, regions, old.settings, mode, why]
+        found = [r for r in rows if [r[1], r[2], r[3], tuple(sorted(r[4] or ())),
+                                     json.loads(r[5]), r[6], r[7]] == want]
+        if len(rows) != 1 or not found:
+            self.checker.fail("E1", f"the {'deletion' if new is None else 'edit'} of {bid} should leave one retired"
+                                    f" coverage {want}, yet left {rows or 'none'}")
+        # The coverage is registered under the id the product gave it; a missing one (E1 failed)
+        # under a placeholder id, gone at once: L2 still judges what it should have covered.
+        cid = (found or rows)[0][0] if rows else f"{bid}~missing-{len(self.coverages) + 1}"
+        spec = BackendSpec(cid, account, regions, mode, old.settings if isinstance(old.settings, dict) else {},
+                           row_regions=regions,
+                           row_settings=dict(old.settings) if isinstance(old.settings, dict) else {},
+                           broken=None if isinstance(old.settings, dict) else json.dumps(old.settings),
+                           configured_account=account, retired_from=bid, why=why, gone=not rows)
+        self.coverages[cid] = spec
+        self.trace(f"rule 24: {bid} leaves retired coverage {cid} ({why}: {account} {list(regions)}, {mode})")
+
+    def coverages_now(self: Simulation, ids: set[str]) -> None:
+        """The retired coverages the database holds after a step of the cleanup: one that is
+        gone retired itself, which only a clean cycle of it may do (E1)."""
+        for cid in self.live_coverages():
+            if cid in ids:
+                continue
+            spec = self.coverages[cid]
+            spec.gone = True
+            rows = self.admin.run("SELECT c.outcome, c.backend_id FROM events e JOIN cycles c ON c.id = e.cycle_id"
+                                  " WHERE e.kind = 'coverage_retired' AND e.backend_id = :b", b=cid)
+            self.checker.checks["E1"] += 1
+            if not any(outcome == "clean" and backend == cid for outcome, backend in rows):
+                self.checker.fail("E1", f"retired coverage {cid} of {spec.retired_from} is gone without a clean cycle"
+                                        f" of it retiring it (events {rows})")
+            self.trace(f"rule 24: retired coverage {cid} retired itself")
+        if unknown := sorted(ids - set(self.coverages)):
+            self.checker.checks["E1"] += 1
+            self.checker.fail("E1", f"retired coverages {unknown} appeared without a statement of the simulation")
 
     def operator_edit(self: Simulation) -> None:
         """An operator edits a backend row mid-run (regions, mode incl. off, margin)."""
@@ -259,7 +397,8 @@ class Backends:
     # ---- forged messages --------------------------------------------------------------
 
     def _other_backend(self: Simulation, bid: str) -> str | None:
-        same = [b for b, s in self.backends.items() if b != bid and s.account == self.backends[bid].account]
+        spec = self.spec_of(bid)
+        same = [b for b, s in self.backends.items() if b != bid and spec is not None and s.account == spec.account]
         other = same or [b for b in self.backends if b != bid]
         return self.rng_cloud.choice(sorted(other)) if other else None
 
@@ -293,7 +432,8 @@ class Backends:
             named = [*waiting, *named] if rng.random() < 0.5 else [*named, *waiting]
             kind, what = "merged", f"+ {waiting}"
         elif others and (len(named) == 1 or rng.random() < 0.7):
-            account = self.backends[named[0]].account
+            first = self.spec_of(named[0])
+            account = first.account if first is not None else None
             pool = [b for b in others if self.backends[b].account != account] or others
             extra = rng.choice(pool)
             named.insert(rng.randint(0, len(named)), extra)
@@ -326,7 +466,8 @@ class Backends:
     def _extra_resource(self: Simulation, req: DeleteRequest) -> Any:
         """A resource of another group of the same ref, else the VM of a live owner."""
         ids = set(req.group.resource_ids())
-        cloud = self.clouds[self.backends[req.backend].account] if req.backend in self.backends else self.cloud
+        spec = self.spec_of(req.backend)
+        cloud = self.clouds[spec.account] if spec is not None else self.cloud
         alive = [r for r in cloud.resources.values() if r.state is not ResourceState.TERMINATED and r.id not in ids]
         primaries = {o.vm_of(o.tracked) for o in self.platform.owners if o.committed in LIVE}
         same = [r for r in alive if r.tags.get(TAG) == req.group.provider_ref]

@@ -60,7 +60,7 @@ if TYPE_CHECKING:
 
 #: world -> share of the seeds it is on in.
 SHARES = {"names": 0.35, "swap": 0.35, "inuse": 0.35, "ages": 0.35, "spot": 0.35, "settings": 0.3,
-          "moves": 0.3, "bulk": 0.35, "forge2": 0.35, "modes": 0.35, "volumes": 0.35}
+          "moves": 0.3, "bulk": 0.35, "forge2": 0.35, "modes": 0.35, "volumes": 0.35, "retire": 0.35}
 BACKEND_D = "sim-d"
 #: Values of ``backends.settings`` that are no JSON object (as jsonb literals), a JSON string
 #: whose text is no JSON (``'"oops"'``, the product bug in README findings, fixed) included.
@@ -133,6 +133,7 @@ class Worlds:
 
         if self.on("moves"):
             self.backends[BACKEND_D] = BackendSpec(BACKEND_D, ACCOUNT, regions, self.mode)
+        self.retire_backends()  # the retire world (retire.py)
         if self.retain_days is not None:
             for b in self.backends.values():
                 if b.account == ACCOUNT:
@@ -171,6 +172,7 @@ class Worlds:
             self.break_settings()
         if self.on("volumes"):
             self.platform.volume_step()
+        self.retire_step()
         if self.on("moves"):
             spec = self.backends[BACKEND_D]
             if spec.account != spec.configured_account and self.moved_until <= step:
@@ -210,6 +212,7 @@ class Worlds:
         """The settle phase: broken rows fixed, ``sim-d`` back home."""
         for bid in sorted(self.broken_until):
             self.fix_settings(bid)
+        self.retire_step(settling=True)
         if self.on("moves") and self.backends[BACKEND_D].account != self.backends[BACKEND_D].configured_account:
             self.move_backend(self.backends[BACKEND_D].configured_account)
 

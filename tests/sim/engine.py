@@ -42,6 +42,7 @@ from tests.sim.invariants import Checker, Violation
 from tests.sim.owners import PROTECT_STACK
 from tests.sim.platform import Platform
 from tests.sim.queues import JOBS_MAX_RECEIVES, JOBS_VISIBILITY_TIMEOUT, SimQueue
+from tests.sim.retire import Retire
 from tests.sim.settle import Settle
 from tests.sim.world import (
     ACCOUNT,
@@ -126,7 +127,7 @@ class SimReporter(Reporter):
         super().orphan(backend_id, cycle_id, row)
 
 
-class Simulation(Functions, Settle, Backends, Worlds):
+class Simulation(Functions, Settle, Backends, Worlds, Retire):
     def __init__(self, env: SimEnv, seed: int, steps: int,
                  provider_cls: Callable[..., SimProvider] = SimProvider, ignore: frozenset[str] = frozenset(),
                  function_clock: bool = False) -> None:
@@ -259,6 +260,7 @@ class Simulation(Functions, Settle, Backends, Worlds):
         if backups.random() < 0.4:
             self.platform.backup_history(backups)
         self.platform.world_history()
+        self.retire_history()
 
     # ---- the run -------------------------------------------------------------
 
@@ -364,7 +366,7 @@ class Simulation(Functions, Settle, Backends, Worlds):
         try:
             result = self.pipeline.run_tick()
         except Exception as exc:  # noqa: BLE001 - the function crashed; the schedule ticks again later
-            self._crash("tick", exc, self.backends)
+            self._crash("tick", exc, self.run_ids())
             return None
         self.work["ticks"] += 1
         for bid, reason in sorted(result.skipped.items()):

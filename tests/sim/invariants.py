@@ -59,9 +59,17 @@ Safety (any step):
       delete cycle re-reads a remembered protection, read-only, to see it lifted)
       and every report cycle of that backend whose listing started afterwards
       classifies the group protected up front.
+  E1  (rule 24, an oracle check) the retired coverage a statement of the simulation on a
+      backends row leaves is the one it predicted (old account, dropped or all old regions,
+      old settings, mode, why), or none; a coverage goes only after a clean cycle of it retired it;
+  E2  (rule 24) a retired coverage whose backend's last mode or the stack's ceiling was not
+      delete starts no delete-mode cycle and deletes nothing.
 Liveness (end of run):
   L1  once faults stop and the platform is quiet, every orphan is deleted within
       5 scheduled runs (delete mode) or reported by the last clean cycle (report mode).
+  L2  (rule 24, the retire world) every leak a removed or moved backend left in its old
+      coverage is deleted (a coverage that may delete) or reported by the last complete cycle
+      of a report-only one; no coverage retires while one is left.
 
 "Touched" means moved to shutting-down or terminated (from a state that was neither) by a
 provider delete call; a shutting-down instance that finishes was touched when it started.
@@ -121,7 +129,8 @@ SELECT c.backend_id, c.listed_at, g.reason, g.verdict,
 STATE_SQL = f"""
 SELECT (SELECT coalesce(json_object_agg(backend_id, clean_at), '{{}}') FROM cleanup),
        (SELECT count(*) FROM delete_gates),
-       (SELECT coalesce(json_agg(x), '[]') FROM ({CYCLES_SQL}) AS x)
+       (SELECT coalesce(json_agg(x), '[]') FROM ({CYCLES_SQL}) AS x),
+       (SELECT coalesce(json_agg(id), '[]') FROM retired_coverages)
 """
 
 
@@ -214,6 +223,7 @@ class Checker:
         self.in_use_answers: dict[tuple[str, str], list[str]] = {}  # (cycle, group key) -> ids in use (U2)
         self.snapshot_accounts: dict[str, str | None] = {}  # cycle -> the account its lease snapshotted (D1)
         self.people_removed: set[str] = set()  # resources people deleted themselves (not the product)
+        self.coverage_ids: set[str] = set()  # the retired coverages the database held at the last read (rule 24)
 
     def fail(self, invariant: str, message: str) -> None:
         if invariant in self.sim.ignore:
@@ -226,7 +236,9 @@ class Checker:
 
     def read_state(self) -> tuple[dict[str, CycleRow], dict[str, datetime | None]]:
         """The cycles, clean_at per backend and whether delete gates are held, in one round trip."""
-        clean_raw, gates, rows = self.sim.admin.run(STATE_SQL)[0]
+        clean_raw, gates, rows, coverages = self.sim.admin.run(STATE_SQL)[0]
+        coverages = coverages if isinstance(coverages, list) else json.loads(coverages)
+        self.coverage_ids = set(coverages)
         self.gates_held = gates > 0
         clean_raw = clean_raw if isinstance(clean_raw, dict) else json.loads(clean_raw)
         clean_at = {b: datetime.fromisoformat(t) if t else None for b, t in clean_raw.items()}
@@ -266,7 +278,7 @@ class Checker:
         while the listing ``record`` ran (I2; R2 for every backend a shared listing feeds)."""
         self.checks["I2"] += 1
         first = self.listings.setdefault(cycle_id, record)
-        spec = self.sim.backends.get(backend_id)
+        spec = self.sim.spec_of(backend_id)
         if record is None:
             self.fail("I2", f"cycle {cycle_id[:8]} of {backend_id} published a batch with no listing running")
         elif first is not record:
@@ -399,7 +411,7 @@ class Checker:
         """W1: a backend's confirmation window (rule 23) as the seed configured it: the stack's,
         lengthened by its row's ``confirm_seconds`` (a shorter one is ignored: rule 8)."""
         stack = self.sim.confirm_seconds
-        spec = self.sim.backends.get(backend_id)
+        spec = self.sim.spec_of(backend_id)
         own = spec.row_settings.get("confirm_seconds") if spec is not None and spec.broken is None else None
         return stack if own is None else max(stack, own)
 
@@ -428,6 +440,13 @@ class Checker:
         W1: it was confirmed (``_confirmed``)."""
         if cycle_id is not None:
             self._confirmed(cycle_id, group)
+        spec = self.sim.spec_of(backend_id)
+        if spec is not None and spec.retired_from is not None:
+            self.checks["E2"] += 1
+            if not spec.may_delete(self.ceiling):
+                self.fail("E2", f"retired coverage {backend_id} of {spec.retired_from} (last mode {spec.mode},"
+                                f" ceiling {self.ceiling}) deleted {group.key}: a coverage is report-only unless both"
+                                " say delete")
         self.checks["M1"] += 1
         if self.ceiling == "report" and backend_id not in self.asked_delete:
             self.fail("M1", f"cycle {str(cycle_id)[:8]} of {backend_id} deleted {group.key} under a report ceiling"
@@ -511,7 +530,8 @@ class Checker:
         """X2 (rules 16, 20): a backend row whose settings cannot be read fails only its own
         backend's work: while one is broken, no function run for another backend raises
         (but for the faults the simulation injects: the database, the queues, forgeries)."""
-        broken = {b for b, spec in self.sim.backends.items() if spec.broken is not None}
+        specs = {b: self.sim.spec_of(b) for b in self.sim.run_ids()}
+        broken = {b for b, spec in specs.items() if spec is not None and spec.broken is not None}
         if not broken or type(exc).__name__ in BENIGN_CRASHES:
             return
         self.checks["X2"] += 1
@@ -528,7 +548,7 @@ class Checker:
         # request's own backend field may be forged): find that scope first.
         rows = self.sim.admin.run(
             "SELECT holder FROM delete_gates g JOIN cycles c ON c.id = :c"
-            " JOIN backends b ON b.id = c.backend_id AND g.backend_id = b.provider || ':' || b.account"
+            " JOIN coverages b ON b.id = c.backend_id AND g.backend_id = b.provider || ':' || b.account"
             " WHERE g.provider_ref = :r", c=cycle_id, r=ref)
         if not rows:
             self.fail("G2", f"a delete of ref {ref} was refused as gate-busy, but no gate of {ref} is held")
@@ -539,8 +559,11 @@ class Checker:
         listed = self.clean_listed_at.get(backend_id)
         if listed is None:
             return
+        # A retired coverage counts the activity of owners naming the backend it came from (rule 24).
+        spec = self.sim.spec_of(backend_id)
+        origin = spec.origin if spec is not None else backend_id
         late = [t for t, concerns in self.sim.platform.commit_times
-                if t > listed and (concerns is None or backend_id in concerns)]
+                if t > listed and (concerns is None or backend_id in concerns or origin in concerns)]
         if late:
             self.fail("A1", f"STEP 1 skipped {backend_id}, but {len(late)} ledger write(s) concerning it committed"
                             f" after the listing behind clean_at (listed at {listed:%H:%M:%S}, first write"
@@ -569,6 +592,8 @@ class Checker:
                      if o.committed in ("provisioning", "idle", "busy") and not o.soft_deleted}
         primaries.update({o.vm_of(o.tracked): o for o in sim.platform.vol_owners  # volume owners' volumes
                           if o.committed in ("provisioning", "active") and not o.soft_deleted})
+        primaries.update({o.vm_of(o.tracked): o for o in sim.platform.world_owners  # the retire world's
+                          if o.committed in ("provisioning", "idle", "busy") and not o.soft_deleted})
         for rid in (rid for rid in touched if rid not in self.people_removed):
             self.checks["X1"] += 1
             if rid in primaries:
@@ -586,6 +611,7 @@ class Checker:
             if rid not in self.attributed and rid not in self.people_removed:
                 self.fail("S2", f"{rid} changed state outside any provider delete call")
         after, clean_at = self.read_state()
+        sim.coverages_now(self.coverage_ids)
         if any(r.outcome is not None and (cid not in self.cycles or self.cycles[cid].outcome is None)
                for cid, r in after.items()):
             self._forgotten_protections()  # a finishing cycle closes the orphan rows it did not list
@@ -605,6 +631,12 @@ class Checker:
         for cid, r in after.items():
             if cid in self.cycles:
                 continue
+            spec = self.sim.spec_of(r.backend)
+            if spec is not None and spec.retired_from is not None:
+                self.checks["E2"] += 1
+                if r.mode == "delete" and not spec.may_delete(self.ceiling):
+                    self.fail("E2", f"cycle {cid[:8]} of retired coverage {r.backend} runs in delete mode (its"
+                                    f" backend's last mode {spec.mode}, ceiling {self.ceiling}): rule 24 says report")
             self.checks["M1"] += 1
             if r.mode == "delete" and self.ceiling == "report" and r.backend not in self.asked_delete:
                 self.fail("M1", f"cycle {cid[:8]} of {r.backend} runs in delete mode under a report ceiling"
@@ -681,6 +713,11 @@ class Checker:
         sim = self.sim
         before = self.clean_at.get(backend)
         if clean_at == before:
+            return
+        spec = sim.spec_of(backend)
+        if clean_at is None and spec is not None and spec.gone:
+            # Its cleanup row went with it: a removed backend, a retired coverage that retired (rule 24).
+            self.clean_at.pop(backend, None)
             return
         self.checks["C1"] += 1
         if clean_at is None or (before is not None and clean_at <= before):

@@ -536,6 +536,37 @@ def _unreadable_row_refused(env: SimEnv, stack: ExitStack) -> None:
 
 # ---- rule 23: mark, then sweep ------------------------------------------------------
 
+# ---- rule 24: coverage never shrinks silently ---------------------------------------------------
+
+def _coverage_dropped(env: SimEnv, stack: ExitStack) -> None:
+    """A deleted or moved backend leaves no retired coverage: what it covered is no longer listed."""
+    _replace_sql_function(env, stack, "orphan_cleanup_retire_coverage", lambda src: src.replace(
+        "IF OLD.mode IS NOT DISTINCT FROM 'off' OR", "IF true OR", 1))
+
+
+def _coverage_not_run(env: SimEnv, stack: ExitStack) -> None:
+    """The tick runs the backends only (it reads ``backends``, not ``coverages``): a retired coverage
+    is recorded and never listed."""
+    from orphan_cleanup.ledger import queries
+
+    _patch(stack, queries, "TICK_SQL", queries.TICK_SQL.replace(" FROM coverages b", " FROM backends b")
+           .replace(" FROM coverages s)", " FROM backends s)").replace("b.retired_from", "NULL")
+           .replace("s.origin", "s.id"))
+
+
+def _coverage_deletes_unasked(env: SimEnv, stack: ExitStack) -> None:
+    """A retired coverage deletes whenever the stack's ceiling says delete, whatever its backend's
+    last mode was."""
+    real = policy.effective_mode
+
+    def mutated(settings, backend, override=None):  # type: ignore[no-untyped-def]
+        if backend.retired_from is not None:
+            return "report" if override == "report" else settings.mode_ceiling
+        return real(settings, backend, override)
+
+    _patch(stack, policy, "effective_mode", mutated)
+
+
 def _sweep_unconfirmed(env: SimEnv, stack: ExitStack) -> None:
     """A delete cycle deletes every orphan group its own listing found: the confirmation
     window is 0 whatever the stack and the row say."""
@@ -614,4 +645,9 @@ MUTATIONS: dict[str, Mutation] = {m.name: m for m in (
     Mutation("sweep_unconfirmed", "23: mark, then sweep", frozenset({"W1"}), _sweep_unconfirmed),
     Mutation("volume_owner_untracked", "1/17: a live volume owner's recorded volume is tracked",
              frozenset({"S1", "X1"}), _volume_owner_untracked),
+    Mutation("coverage_dropped", "24: a removed or moved backend's coverage stays listed",
+             frozenset({"E1", "L2"}), _coverage_dropped),
+    Mutation("coverage_not_run", "24: the tick runs retired coverages", frozenset({"L2"}), _coverage_not_run),
+    Mutation("coverage_deletes_unasked", "24: a retired coverage is report-only unless its last mode said delete",
+             frozenset({"E2"}), _coverage_deletes_unasked),
 )}

@@ -60,6 +60,7 @@ class Platform(History, People, Protections, WorldPeople, VolumePeople, Oracle):
         self.rng = sim.rng_platform
         self.owners: list[Owner] = []
         self.vol_owners: list[Owner] = []  # the volumes world's volume owners (volume_owners.py)
+        self.world_owners: list[Owner] = []  # the retire world's owners (deletion_worlds.py): no actions
         self.by_ref: dict[str, Owner] = {}
         self.foreign_refs: set[str] = set()
         self.commit_times: list[tuple[datetime, frozenset[str] | None]] = []

@@ -20,8 +20,10 @@ class Settle:
         self.restore_backends()  # rows back to their configuration, every backend in the final mode
         quiet_at: datetime | None = None
         settled_at: datetime | None = None
-        runs_after = {b: 0 for b in self.backends}
-        needed = {b: self.settle_runs(b) for b in self.backends}
+        # every backend, and every retired coverage while it is there (rule 24: one that retires
+        # itself is no longer waited for)
+        runs_after = {b: 0 for b in self.run_ids()}
+        needed = {b: self.settle_runs(b) for b in runs_after}
         for _ in range(400):
             self.trace.step += 1
             self.platform.flush()
@@ -40,9 +42,11 @@ class Settle:
             if self.checker.violations:
                 return "violation"
             for bid, reason in reasons.items():
+                if bid not in runs_after:  # a retired coverage left by the settle phase's own edits
+                    runs_after[bid], needed[bid] = 0, self.settle_runs(bid)
                 if settled_at is not None and self.clock() >= settled_at and reason not in ("not_due", "busy"):
                     runs_after[bid] += 1  # a run that listed, or that STEP 1 decided not to list
-            if all(n >= needed[b] for b, n in runs_after.items()):
+            if all(n >= needed[b] for b, n in runs_after.items() if not self.gone(b)):
                 return self._liveness()
             if all(r == "not_due" for r in reasons.values()):
                 self._wait_until_due()
@@ -65,9 +69,9 @@ class Settle:
             tick = self.tick()
             self.drain()
             skipped = tick.skipped if tick is not None else {}
-            return {bid: skipped.get(bid, self.job_reasons.get(bid)) for bid in sorted(self.backends)}
+            return {bid: skipped.get(bid, self.job_reasons.get(bid)) for bid in self.run_ids()}
         reasons = {}
-        for bid in sorted(self.backends):
+        for bid in sorted(self.backends):  # a retired coverage has no schedule of its own: the tick runs it
             summary = self.lister(bid)
             reasons[bid] = summary.reason if summary is not None else None
             self.drain()
@@ -115,10 +119,28 @@ class Settle:
                 f" last product verdict: {verdicts[0] if verdicts else 'never recorded'};"
                 f" an orphan's leftover to {recorded or 'no backend'}")
 
+    def last_complete_orphans(self, bid: str) -> set[str] | None:
+        """The resources of the orphan groups of ``bid``'s last cycle that listed everything
+        (clean, or unsettled by a group it skipped: a leaked attempt in another region than its
+        recorded primary stays skipped; or by a group too large for any message, which fails its
+        region for good: rule 20, O1), or None if it has none."""
+        rows = self.admin.run("SELECT listed_at, id FROM cycles WHERE outcome IN ('clean', 'unsettled')"
+                              " AND backend_id = :b AND tripped_regions = '{}' AND NOT EXISTS (SELECT 1 FROM"
+                              " jsonb_array_elements(failures) f WHERE f->>'error' NOT LIKE 'group % is too"
+                              " large for one message%') ORDER BY listed_at DESC LIMIT 1", b=bid)
+        if not rows:
+            return None
+        return {r["id"] for (res,) in self.admin.run(
+            "SELECT resources FROM cycle_groups WHERE cycle_id = :c AND verdict = 'orphan'", c=rows[0][1])
+            for r in (res if isinstance(res, list) else [])}
+
     def _liveness(self) -> str:
         self.checker.checks["L1"] += 1
         known = frozenset(r[0] for r in self.admin.run("SELECT resource_id FROM orphan_resources"))
-        orphans = [rid for rid in self.world.resources if self.platform.is_orphan(rid, known=known)]
+        if not self.retire_liveness():  # L2: what a removed or moved backend left (retire.py)
+            return "violation"
+        orphans = [rid for rid in self.world.resources if self.platform.is_orphan(rid, known=known)
+                   and not self.retire_l1_exempt(rid)]
         if self.final_mode == "delete":
             if not orphans:
                 return "converged"
@@ -135,27 +157,19 @@ class Settle:
             # A detached leftover of a live owner is an orphan to a backend once the deletion of
             # a backend of its account recorded it (``orphan_resources``, read by account: rule 10).
             known_here = frozenset(r[0] for r in self.admin.run(
-                "SELECT o.resource_id FROM orphan_resources o JOIN backends b ON b.id = o.backend_id"
+                "SELECT o.resource_id FROM orphan_resources o JOIN coverages b ON b.id = o.backend_id"
                 " WHERE b.account = :a", a=spec.account))
             mine = [rid for rid in orphans if self.world.of(rid).account == spec.account
                     and self.world.resources[rid].region in spec.regions
                     and self.platform.is_orphan(rid, known=known_here)]
-            # The last cycle that listed everything (clean, or unsettled by a group it skipped:
-            # a leaked attempt in another region than its recorded primary stays skipped; or
-            # by a group too large for any message, which fails its region for good: rule 20, O1).
-            rows = self.admin.run("SELECT listed_at, id FROM cycles WHERE outcome IN ('clean', 'unsettled')"
-                                  " AND backend_id = :b AND tripped_regions = '{}' AND NOT EXISTS (SELECT 1 FROM"
-                                  " jsonb_array_elements(failures) f WHERE f->>'error' NOT LIKE 'group % is too"
-                                  " large for one message%') ORDER BY listed_at DESC LIMIT 1", b=bid)
-            if not rows:
+            # The last cycle that listed everything (``last_complete_orphans``).
+            seen = self.last_complete_orphans(bid)
+            if seen is None:
                 if mine:
                     self.checker.fail("L1", f"report mode: no cycle of {bid} listed everything after the platform"
                                             " went quiet")
                     return "violation"
                 continue
-            seen = {r["id"] for (res,) in self.admin.run(
-                "SELECT resources FROM cycle_groups WHERE cycle_id = :c AND verdict = 'orphan'", c=rows[0][1])
-                for r in (res if isinstance(res, list) else [])}
             missing = [rid for rid in mine if rid not in seen]
             if missing:
                 self.checker.fail("L1", f"report mode: orphans not reported by the last complete cycle of {bid}:"

@@ -1,4 +1,4 @@
-"""Disabling any one safety rule of docs/SAFETY.md (rules 1 to 21 and 23) makes the simulation
+"""Disabling any one safety rule of docs/SAFETY.md (rules 1 to 21, 23 and 24) makes the simulation
 report a violation, within a fixed seed budget (the first seed that catches each mutant
 is noted; the budget leaves room for changes in the simulation).
 
@@ -27,8 +27,8 @@ BUDGET: dict[str, int | range] = {                       # first seed that catch
     "margin_zero": 8,            # 0
     "no_reread": range(45, 60),              # 49 (a protect tag added while a request waits)
     "protect_ignored": 8,        # 1
-    "no_gate": 8,                # 0
-    "global_gate": 8,            # 0
+    "no_gate": range(38, 50),                # 42 (0 before rule 24's coverages: seed 0 has the moves world)
+    "global_gate": range(10, 25),            # 13 (0 before rule 24's coverages)
     "no_region_trip": range(1, 15),         # 4
     "no_fence": range(6, 20),               # 8
     "clean_always": 8,           # 0
@@ -60,11 +60,15 @@ BUDGET: dict[str, int | range] = {                       # first seed that catch
     "snapshot_age_unchecked": range(15, 30),  # 18 (ages: a persistent forger claims a young snapshot of ours old)
     "listing_facts_trusted": range(15, 30),  # 18 (the same forged claim, on every listing: its age from the listing)
     "backend_row_trusted": range(18, 30),    # 22 (moves: sim-d's row moved to the stranger's account mid-cycle)
-    "oversized_fails_region": 8,  # 0 (bulk: a group too large even reduced takes its region along)
+    "oversized_fails_region": range(50, 60),  # 53 (bulk: a group too large even reduced; 0 before rule 24)
     "spot_unchecked": range(1, 15),         # 3 (spot: a persistent request relaunches the orphan's instance)
     "unreadable_row_refused": range(6, 20),  # 9 (settings: a row's settings no JSON object)
     "sweep_unconfirmed": 8,      # ? (a delete cycle's first listing of an orphan deletes it)
     "volume_owner_untracked": 8,  # 0 (volumes: a live volume owner's recorded volume deleted; S1/X1)
+    # rule 24 (retired coverages; the retire world, retire.py)
+    "coverage_dropped": 8,       # 0 (E1: the first move or region drop leaves no coverage)
+    "coverage_not_run": range(1, 15),        # 3 (retire: sim-r's leaks never deleted, L2)
+    "coverage_deletes_unasked": range(4, 20),  # 7 (a report row's dropped region: its coverage runs delete, E2)
 }
 
 
