@@ -228,3 +228,11 @@ def test_a_coverage_inherits_its_regions_baselines(db):
     [[cov]] = sql(db, "SELECT id FROM retired_coverages")
     assert sql(db, "SELECT region, clean_groups FROM region_listings WHERE backend_id = :c", c=cov) == \
         [["eu-west-1", 26]]
+
+
+def test_a_removed_backends_last_mode_keeps_lowering_its_earlier_coverages(db):
+    add_backend(db, "aws-a", mode="delete")
+    sql(db, "UPDATE backends SET account = '210987654321' WHERE id = 'aws-a'")  # aws-a~n: delete
+    sql(db, "UPDATE backends SET mode = 'off' WHERE id = 'aws-a'")
+    sql(db, "DELETE FROM backends WHERE id = 'aws-a'")
+    assert [r[0] for r in sql(db, "SELECT mode FROM coverages() ORDER BY id")] == ["off", "off"]

@@ -99,11 +99,6 @@ class BackendSpec:
         settings = json.loads(self.broken) if self.broken is not None else dict(self.row_settings)
         return RowState(self.account, tuple(self.row_regions), self.mode, settings)
 
-    def may_delete(self, ceiling: str) -> bool:
-        """A retired coverage deletes only when its backend's last mode and the stack's ceiling
-        both said delete (rule 24)."""
-        return self.mode == "delete" and ceiling == "delete"
-
     @property
     def credentials(self) -> tuple[str, str | None]:
         """The account and role its row lists with (what a wrong-credentials spell hits)."""
@@ -127,16 +122,25 @@ class RowState:
 
 def predict_coverage(old: RowState, new: RowState | None) -> tuple[str, tuple[str, ...], str, str] | None:
     """The retired coverage a statement taking ``old`` to ``new`` (None: a DELETE) leaves, as
-    rule 24 says (account, regions, mode, why), or None. Every row here is AWS: its scope is its
-    account. A row whose mode was off leaves none; so do added regions and changes of mode or of
-    settings within the account."""
+    rule 24 says (account, regions, the row's last mode, why), or None. Every row here is AWS:
+    its scope is its account. Added regions and changes of mode or of settings within the
+    account leave none."""
     if new is None or new.account != old.account:
         gone = tuple(sorted(old.regions))
     else:
         gone = tuple(sorted(set(old.regions) - set(new.regions)))
-    if old.mode == "off" or not gone:
+    if not gone:
         return None
-    return old.account, gone, "delete" if old.mode == "delete" else "report", "removed" if new is None else "moved"
+    return old.account, gone, old.mode, "removed" if new is None else "moved"
+
+
+def lowered(mode: str | None, row_mode: str | None) -> str | None:
+    """A retired coverage's mode as its backend's row lowers it (rule 24: never raises it)."""
+    if row_mode == "off":
+        return "off"
+    if row_mode == "report" and mode != "off":
+        return "report"
+    return mode
 
 
 class AllClouds:
@@ -240,6 +244,21 @@ class Backends:
         spec = self.spec_of(bid)
         return spec is None or spec.gone
 
+    def coverage_mode(self: Simulation, spec: BackendSpec) -> str | None:
+        """A retired coverage's mode now: its own, lowered by its backend's row while it exists."""
+        live = self.backends.get(spec.retired_from or "")
+        return lowered(spec.mode, live.mode) if live is not None else spec.mode
+
+    def coverage_may_delete(self: Simulation, spec: BackendSpec, ceiling: str) -> bool:
+        """A retired coverage deletes only when its mode and the stack's ceiling say delete (rule 24)."""
+        return self.coverage_mode(spec) == "delete" and ceiling == "delete"
+
+    def coverages_off(self: Simulation, bid: str) -> None:
+        """R2: the live retired coverages of ``bid`` whose mode is off now are never listed."""
+        for c in self.coverages.values():
+            if c.retired_from == bid and not c.gone:
+                (self.checker.off.add if self.coverage_mode(c) == "off" else self.checker.off.discard)(c.id)
+
     def live_coverages(self: Simulation) -> list[str]:
         """The retired coverages whose rows are there now (the tick runs them)."""
         return sorted(c for c, spec in self.coverages.items() if not spec.gone)
@@ -286,12 +305,18 @@ class Backends:
             self.checker.mode_set(bid, params["m"])
         self.rows[bid] = spec.row()
         self.trace(f"operator: backend {bid} {label}")
+        self.coverage_taken_over(bid, self.rows[bid])
         self.coverage_left(bid, old, self.rows[bid])
+        self.coverages_off(bid)
 
     def remove_backend_row(self: Simulation, bid: str, label: str) -> None:
         """The platform deletes a backend's row with plain SQL (rule 24: what it covered stays
         listed as a retired coverage, unless it was off)."""
-        spec = self.backends.pop(bid)
+        spec = self.backends[bid]
+        for c in self.coverages.values():  # the row's last mode keeps lowering them (rule 24)
+            if c.retired_from == bid and not c.gone:
+                c.mode = lowered(c.mode, spec.mode)
+        self.backends.pop(bid)
         old = self.rows.pop(bid)
         self.admin.run("DELETE FROM backends WHERE id = :b", b=bid)
         self.platform.commit_times.append((self.clock(), frozenset({bid})))
@@ -300,6 +325,25 @@ class Backends:
         self.checker.off.discard(bid)
         self.trace(f"platform: backend {bid} {label} (DELETE FROM backends)")
         self.coverage_left(bid, old, None)
+
+    def coverage_taken_over(self: Simulation, bid: str, new: RowState) -> None:
+        """E1 (rule 24): a backend that lists its own retired coverage's account and regions again
+        takes them over; a coverage left with none retires at once. The database must agree."""
+        for c in self.coverages.values():
+            if c.retired_from != bid or c.gone or c.account != new.account or not set(c.regions) & set(new.regions):
+                continue
+            c.regions = c.row_regions = tuple(r for r in c.regions if r not in new.regions)
+            self.checker.checks["E1"] += 1
+            rows = self.admin.run("SELECT regions FROM retired_coverages WHERE id = :c", c=c.id)
+            if not c.regions:
+                c.gone = True
+                self.checker.off.discard(c.id)
+                self.trace(f"rule 24: {bid} lists retired coverage {c.id}'s regions again: it retired")
+                if rows:
+                    self.checker.fail("E1", f"{bid} lists all of retired coverage {c.id}'s regions again, yet it stays")
+            elif [tuple(sorted(r[0] or ())) for r in rows] != [tuple(sorted(c.regions))]:
+                self.checker.fail("E1", f"{bid} lists some of retired coverage {c.id}'s regions again: it should"
+                                        f" keep {list(c.regions)}, yet the database has {rows}")
 
     def coverage_left(self: Simulation, bid: str, old: RowState, new: RowState | None) -> None:
         """E1 (rule 24): right after its own statement on ``bid``'s row, the simulation reads the
@@ -332,6 +376,8 @@ class Backends:
                            broken=None if isinstance(old.settings, dict) else json.dumps(old.settings),
                            configured_account=account, retired_from=bid, why=why, gone=not rows)
         self.coverages[cid] = spec
+        if self.coverage_mode(spec) == "off" and not spec.gone:
+            self.checker.off.add(cid)
         self.trace(f"rule 24: {bid} leaves retired coverage {cid} ({why}: {account} {list(regions)}, {mode})")
 
     def coverages_now(self: Simulation, ids: set[str]) -> None:

@@ -201,6 +201,7 @@ class Checker:
         self.clean_at: dict[str, datetime | None] = {}
         self.clean_listed_at: dict[str, datetime] = {}
         self.off: set[str] = set()  # backends whose mode is off (R2)
+        self.coverage_cycles: dict[str, bool] = {}  # a retired coverage's cycle: might it delete (E2)
         self.ceiling = "delete"  # the stack's ORPHAN_CLEANUP_MAX_MODE (M1)
         self.asked_delete: set[str] = set()  # backends an operator ran once with mode delete (M1)
         self.cycles: dict[str, CycleRow] = {}
@@ -443,7 +444,9 @@ class Checker:
         spec = self.sim.spec_of(backend_id)
         if spec is not None and spec.retired_from is not None:
             self.checks["E2"] += 1
-            if not spec.may_delete(self.ceiling):
+            # as its cycle's lease found it (rule 18): the row may have lowered it since
+            allowed = self.coverage_cycles.get(str(cycle_id), self.sim.coverage_may_delete(spec, self.ceiling))
+            if not allowed:
                 self.fail("E2", f"retired coverage {backend_id} of {spec.retired_from} (last mode {spec.mode},"
                                 f" ceiling {self.ceiling}) deleted {group.key}: a coverage is report-only unless both"
                                 " say delete")
@@ -548,7 +551,7 @@ class Checker:
         # request's own backend field may be forged): find that scope first.
         rows = self.sim.admin.run(
             "SELECT holder FROM delete_gates g JOIN cycles c ON c.id = :c"
-            " JOIN coverages b ON b.id = c.backend_id AND g.backend_id = b.provider || ':' || b.account"
+            " JOIN coverages() b ON b.id = c.backend_id AND g.backend_id = b.provider || ':' || b.account"
             " WHERE g.provider_ref = :r", c=cycle_id, r=ref)
         if not rows:
             self.fail("G2", f"a delete of ref {ref} was refused as gate-busy, but no gate of {ref} is held")
@@ -634,7 +637,8 @@ class Checker:
             spec = self.sim.spec_of(r.backend)
             if spec is not None and spec.retired_from is not None:
                 self.checks["E2"] += 1
-                if r.mode == "delete" and not spec.may_delete(self.ceiling):
+                self.coverage_cycles[cid] = allowed = self.sim.coverage_may_delete(spec, self.ceiling)
+                if r.mode == "delete" and not allowed:
                     self.fail("E2", f"cycle {cid[:8]} of retired coverage {r.backend} runs in delete mode (its"
                                     f" backend's last mode {spec.mode}, ceiling {self.ceiling}): rule 24 says report")
             self.checks["M1"] += 1

@@ -541,7 +541,7 @@ def _unreadable_row_refused(env: SimEnv, stack: ExitStack) -> None:
 def _coverage_dropped(env: SimEnv, stack: ExitStack) -> None:
     """A deleted or moved backend leaves no retired coverage: what it covered is no longer listed."""
     _replace_sql_function(env, stack, "orphan_cleanup_retire_coverage", lambda src: src.replace(
-        "IF OLD.mode IS NOT DISTINCT FROM 'off' OR", "IF true OR", 1))
+        "IF coalesce(cardinality(gone), 0) = 0 THEN", "IF true THEN", 1))
 
 
 def _coverage_not_run(env: SimEnv, stack: ExitStack) -> None:
@@ -549,9 +549,9 @@ def _coverage_not_run(env: SimEnv, stack: ExitStack) -> None:
     is recorded and never listed."""
     from orphan_cleanup.ledger import queries
 
-    _patch(stack, queries, "TICK_SQL", queries.TICK_SQL.replace(" FROM coverages b", " FROM backends b")
-           .replace(" FROM coverages s)", " FROM backends s)").replace("b.retired_from", "NULL")
-           .replace("s.origin", "s.id"))
+    _patch(stack, queries, "TICK_SQL", queries.TICK_SQL.replace(" FROM coverages() b", " FROM backends b")
+           .replace(" FROM coverages() s)", " FROM backends s)").replace("b.retired_from", "NULL")
+           .replace("s.retired_from", "NULL").replace("s.origin", "s.id"))
 
 
 def _coverage_deletes_unasked(env: SimEnv, stack: ExitStack) -> None:

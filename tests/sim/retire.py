@@ -162,7 +162,7 @@ class Retire:
             return True
         self.checker.checks["L2"] += 1
         known = frozenset(r[0] for r in self.admin.run(
-            "SELECT o.resource_id FROM orphan_resources o JOIN coverages b ON b.id = o.backend_id"
+            "SELECT o.resource_id FROM orphan_resources o JOIN coverages() b ON b.id = o.backend_id"
             " WHERE b.account = :a", a=RETIRE_ACCOUNT))
         for rid in self.retire_leaks:
             if not self.platform.is_orphan(rid, known=known):
@@ -171,8 +171,10 @@ class Retire:
             if any(b.account == RETIRE_ACCOUNT and region in b.row_regions for b in self.backends.values()):
                 continue  # a backend row covers it: L1's
             ever = [c for c in self.coverages.values() if c.account == RETIRE_ACCOUNT and region in c.regions]
-            live = [c for c in ever if not c.gone]
-            if deleting := [c.id for c in live if c.may_delete(self.checker.ceiling)]:
+            live = [c for c in ever if not c.gone and self.coverage_mode(c) != "off"]
+            if not live and any(not c.gone for c in ever):
+                continue  # only coverages its backend's mode turned off cover it: shown, not listed
+            if deleting := [c.id for c in live if self.coverage_may_delete(c, self.checker.ceiling)]:
                 self.checker.fail("L2", f"leak {rid} of {BACKEND_R} in {RETIRE_ACCOUNT} {region} still exists, though"
                                         f" retired coverage(s) {deleting} may delete (last mode delete, ceiling"
                                         " delete):\n" + self._explain(rid))

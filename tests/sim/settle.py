@@ -157,7 +157,7 @@ class Settle:
             # A detached leftover of a live owner is an orphan to a backend once the deletion of
             # a backend of its account recorded it (``orphan_resources``, read by account: rule 10).
             known_here = frozenset(r[0] for r in self.admin.run(
-                "SELECT o.resource_id FROM orphan_resources o JOIN coverages b ON b.id = o.backend_id"
+                "SELECT o.resource_id FROM orphan_resources o JOIN coverages() b ON b.id = o.backend_id"
                 " WHERE b.account = :a", a=spec.account))
             mine = [rid for rid in orphans if self.world.of(rid).account == spec.account
                     and self.world.resources[rid].region in spec.regions

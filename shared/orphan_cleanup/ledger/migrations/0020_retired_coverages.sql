@@ -118,6 +118,13 @@ BEGIN
     ELSIF TG_OP = 'DELETE' THEN
         DELETE FROM cleanup WHERE backend_id = OLD.id;
         DELETE FROM orphan_marks WHERE backend_id = OLD.id;
+        -- the row's last mode keeps lowering its earlier coverages (coverages() lowers them by
+        -- the row only while it exists)
+        UPDATE retired_coverages c
+           SET mode = CASE WHEN OLD.mode = 'off' THEN 'off'
+                           WHEN OLD.mode = 'report' AND c.mode IS DISTINCT FROM 'off' THEN 'report'
+                           ELSE c.mode END
+         WHERE c.backend_id = OLD.id;
         gone := OLD.regions;
     ELSIF orphan_cleanup_scope(NEW.provider, NEW.account, NEW.settings)
           IS DISTINCT FROM orphan_cleanup_scope(OLD.provider, OLD.account, OLD.settings) THEN
