@@ -177,9 +177,16 @@ class Worlds:
             spec = self.backends[BACKEND_D]
             if spec.account != spec.configured_account and self.moved_until <= step:
                 self.move_backend(spec.configured_account)
-            elif self.worlds["moves"].dice.roll("backend_moved") and spec.account == spec.configured_account:
+            elif spec.account == spec.configured_account and self._deleting(BACKEND_D) \
+                    and (self.worlds["moves"].dice.roll("backend_moved") or self.worlds["moves"].rng.random() < 0.5):
+                # moved while a delete cycle of it has deletes under way: what rule 18 is about
                 self.moved_until = step + self.worlds["moves"].rng.randint(3, 15)
                 self.move_backend(STRANGER_ACCOUNT)
+
+    def _deleting(self: Simulation, bid: str) -> bool:
+        """A delete cycle of ``bid`` that has not finished sent delete requests."""
+        return bool(self.admin.run("SELECT 1 FROM cycles WHERE backend_id = :b AND outcome IS NULL"
+                                   " AND mode = 'delete' AND dispatched LIMIT 1", b=bid))
 
     def break_settings(self: Simulation) -> None:
         """A platform bug writes a settings value that is no JSON object into a row of the
