@@ -163,8 +163,11 @@ class Worlds:
     # ---- operators (a platform action) -----------------------------------------------
 
     def world_operators(self: Simulation) -> None:
-        """A broken settings value fixed when due, or a new one; ``sim-d`` moved or back."""
+        """A broken settings value fixed when due, or a new one; ``sim-d`` moved or back; ``sim``
+        switched to report once a delete of it met a termination protection (rule 14)."""
         step = self.trace.step
+        if self.rule14:
+            self.platform.rule14_operator()
         for bid, until in sorted(self.broken_until.items()):
             if until <= step:
                 self.fix_settings(bid)

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 from orphan_cleanup.core.listing import ResourceKind, ResourceState
 from tests.sim.cloud import ResMeta
 from tests.sim.owners import LIVE, PROTECT, TAG
+from tests.sim.world import BACKEND
 
 if TYPE_CHECKING:
     from tests.sim.platform import Platform
@@ -134,3 +135,13 @@ class Protections:
         return sorted(rid for rid, r in cloud.resources.items()
                       if r.kind is ResourceKind.INSTANCE and r.controller is None and r.protection is None
                       and not r.termination_protected and self.is_orphan(rid, known=frozenset()))
+
+
+    def rule14_operator(self: Platform) -> None:
+        """An operator looks at a termination protection a delete of ``sim`` met and switches
+        ``sim`` to report (rule 14: its report cycles must still say protected, P2)."""
+        sim = self.sim
+        if sim.mode == "delete" and not self.quiescing and any(
+                b == BACKEND for b, _pid in sim.checker.protection_found) and sim.rng_rule14.random() < 0.3:
+            sim.trace("operator: a delete met a termination protection: sim to report")
+            sim.set_mode("report")

@@ -47,11 +47,30 @@ class Settle:
                 if settled_at is not None and self.clock() >= settled_at and reason not in ("not_due", "busy"):
                     runs_after[bid] += 1  # a run that listed, or that STEP 1 decided not to list
             if all(n >= needed[b] for b, n in runs_after.items() if not self.gone(b)):
-                return self._liveness()
+                outcome = self._liveness()
+                self.look_at_protections()
+                return "violation" if self.checker.violations else outcome
             if all(r == "not_due" for r in reasons.values()):
                 self._wait_until_due()
         self.checker.fail("L1", "the platform never became quiet")
         return "violation"
+
+    def look_at_protections(self) -> None:
+        """After the run (L1 judged): an operator runs one manual report cycle of each backend a
+        delete of which met a termination protection, to look at it. Rule 14: it still says
+        protected (P2 judges every report cycle listed after such a find)."""
+        for bid in sorted({b for b, _pid in self.checker.protection_found if b in self.backends}):
+            def work(bid: str = bid) -> None:
+                self.listing_record = None
+                try:
+                    summary = self.pipeline.run_lister(bid, manual=True, mode="report")
+                    self.trace(f"operator: a manual report run of {bid} to look at its protections:"
+                               f" {summary.reason} cycle={str(summary.cycle_id)[:8]}")
+                except Exception as exc:  # noqa: BLE001 - as a scheduled run's crash
+                    self._crash("lister", exc, (bid,))
+
+            self._checked(work)
+            self.drain()
 
     def settle_runs(self, backend_id: str) -> int:
         """The scheduled runs of a backend L1 waits for once the platform is quiet: SETTLE_RUNS,

@@ -27,7 +27,7 @@ BUDGET: dict[str, int | range] = {                       # first seed that catch
     "margin_zero": 8,            # 0
     "no_reread": range(45, 60),              # 49 (a protect tag added while a request waits)
     "protect_ignored": 8,        # 1
-    "no_gate": range(38, 50),                # 42 (0 before rule 24's coverages: seed 0 has the moves world)
+    "no_gate": range(50, 65),                # 54 (0 before rule 24: seed 0 had the moves world, 42 with it)
     "global_gate": range(10, 25),            # 13 (0 before rule 24's coverages)
     "no_region_trip": range(1, 15),         # 4
     "no_fence": range(6, 20),               # 8
@@ -44,12 +44,12 @@ BUDGET: dict[str, int | range] = {                       # first seed that catch
     "off_overridable": range(7, 25),         # 10
     "function_clock": 8,         # 1
     "controller_ignored": 8,     # 0 (an Auto Scaling group's instance with a finished owner's ref)
-    "protection_forgotten": range(8, 25),    # 11 (a report cycle after a delete found the protection)
+    "protection_forgotten": 8,   # 0 (an operator's report run after the run, looking at its protections)
     "protection_fails_cycle": 8,  # 0 (the first delete that finds a termination protection)
     "no_journal": 8,             # 0 (the first deletion)
     "foreign_snapshots": 8,      # 0 (the ages world: a backup's ref-tagged snapshot, past the retention)
     "no_blast_check": range(4, 15),         # 6 (a foreign DeleteOnTermination volume on an instance being deleted)
-    "primary_unchecked": range(100, 115),    # 104 (a live owner whose recorded primary_id names no VM)
+    "primary_unchecked": range(110, 125),    # 116 (a live owner whose recorded primary_id names no VM)
     "keys_per_backend": range(19, 35),       # 22 (sim-b with its own protect key, a tag of either; 2 before volumes)
     "stack_key_dropped": range(20, 40),      # 27 (a user's tag of the stack's key, which no row names)
     # the one deletion algorithm (deletion_worlds.py)
@@ -59,7 +59,7 @@ BUDGET: dict[str, int | range] = {                       # first seed that catch
     "in_use_ignored": 8,         # 0 (inuse: an orphan's volume on someone's instance)
     "snapshot_age_unchecked": range(15, 30),  # 18 (ages: a persistent forger claims a young snapshot of ours old)
     "listing_facts_trusted": range(15, 30),  # 18 (the same forged claim, on every listing: its age from the listing)
-    "backend_row_trusted": range(18, 30),    # 22 (moves: sim-d's row moved to the stranger's account mid-cycle)
+    "backend_row_trusted": 8,    # 0 (moves: sim-d moved while a delete cycle of it has deletes under way)
     "oversized_fails_region": range(50, 60),  # 53 (bulk: a group too large even reduced; 0 before rule 24)
     "spot_unchecked": range(1, 15),         # 3 (spot: a persistent request relaunches the orphan's instance)
     "unreadable_row_refused": range(6, 20),  # 9 (settings: a row's settings no JSON object)
