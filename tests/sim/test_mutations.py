@@ -35,7 +35,7 @@ BUDGET: dict[str, int | range] = {                       # first seed that catch
     "no_blast_cap": range(15, 30),          # 15
     "mode_uncapped": range(25, 40),          # 31 (a report seed: a row flipped to delete under its report ceiling)
     "no_delete_activity": 8,     # 0
-    "no_backend_activity": range(49, 65),  # 52 (see README: a quiet spell after an edit; 7 before volumes)
+    "no_backend_activity": range(20, 35),  # 24 (a write naming sim-r after its row moved; 52 before rule 24)
     "ownership_by_backend_id": 8,  # 0
     "listing_key_ignores_account": range(5, 20),  # 8 (the tick: a failover backend due with sim, in its regions)
     "no_identity_check": range(6, 25),       # 9
