@@ -1,4 +1,4 @@
-"""Benchmark: the platform's writes (issue #37 item 2).
+"""Benchmark: the platform's writes (what the product's load and triggers cost the platform's transactions).
 
 The latency of the platform's own transactions on the database the product shares
 with it: the ledger protocol's calls (``LedgerClient``: ``issue_ref``,
