@@ -48,6 +48,7 @@ import time
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -90,8 +91,8 @@ def run(server: PgServer, quick: bool = False) -> list[Table]:
     table = Table(f"Lambda memory and time per invocation at the deployed MemorySize ({memory_mb} MiB)", COLUMNS)
     with tempfile.TemporaryDirectory(prefix="oc-bench-memory-") as tmp:
         work = Path(tmp)
-        floor = _measure(work, reps, lambda rep: ({"kind": "interpreter"}, {}))
-        baselines = {name: _measure(work, reps, lambda rep, m=module: ({"kind": "import", "module": m}, {}))
+        floor = _measure(work, reps, partial(_fixed, {"kind": "interpreter"}))
+        baselines = {name: _measure(work, reps, partial(_fixed, {"kind": "import", "module": module}))
                      for name, module in HANDLERS.items()}
         _row(table, "interpreter and the bench's child harness (stdlib)", "-", floor, None, memory_mb)
         for name in HANDLERS:
@@ -106,15 +107,15 @@ def run(server: PgServer, quick: bool = False) -> list[Table]:
                     ("one listing message at the lister's cut", 1, ("lister", lister_cut)),
                     (f"a full SQS batch (template BatchSize {batch_size}) of messages at the SQS limit", batch_size,
                      ("message", SQS_BODY_LIMIT))):
-                got = _measure(work, reps, lambda rep, n=records, c=cut: classifier.child(n, c))
+                got = _measure(work, reps, partial(classifier.child, records, cut))
                 verdicts = verdicts or got[0]["verdicts"]
                 _row(table, title, "classifier", got, baselines["classifier"], memory_mb)
         finally:
             classifier.close()
         deleter = _Deleter(server, work)
         try:
-            got = _measure(work, reps, lambda rep: deleter.child())
-            clients = _measure(work, reps, lambda rep: deleter.child(aws_clients=True))
+            got = _measure(work, reps, deleter.child)
+            clients = _measure(work, reps, partial(deleter.child, aws_clients=True))
         finally:
             deleter.close()
         kinds = ", ".join(k.value for k in deleter.kinds)
@@ -148,10 +149,14 @@ def run(server: PgServer, quick: bool = False) -> list[Table]:
     return [table]
 
 
-def _measure(work: Path, reps: int, spec_for: Callable[[int], tuple[dict[str, Any], dict[str, str]]]
+def _measure(work: Path, reps: int, spec_for: Callable[[], tuple[dict[str, Any], dict[str, str]]]
              ) -> list[dict[str, Any]]:
-    """``reps`` fresh children, each given the spec and environment ``spec_for(rep)`` makes."""
-    return [_child(work, *spec_for(rep)) for rep in range(reps)]
+    """``reps`` fresh children, each given the spec and environment ``spec_for()`` makes anew."""
+    return [_child(work, *spec_for()) for _ in range(reps)]
+
+
+def _fixed(spec: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    return spec, {}
 
 
 def _row(table: Table, title: str, handler: str, runs: list[dict[str, Any]], baseline: list[dict[str, Any]] | None,
