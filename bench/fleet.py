@@ -1,0 +1,648 @@
+"""Benchmark: a modelled full cycle of a fleet (tick, listings, classifier, deleter).
+
+What it models. ``accounts`` provider accounts, each a ``MemoryCloud`` (the synthetic
+provider behind the real operations port, ``tests/support/memory_cloud.py``) with
+``regions`` regions and ``vms_per_account`` VMs (an instance and its root volume, one
+ref each), spread evenly over the regions; ``backends_per_account`` backends per account,
+backend ``k`` listing region ``k`` alone, so no two backends share a listing key
+(``Backend.listing_key``) and every backend is one listing of its own. Every VM is in
+the real Postgres ledger (a ref row and an owner row, written in bulk by SQL, two hours
+old: outside the margin); 2 % of them leaked, and must be found as orphans: every 100th
+VM's owner is terminated while the VM still runs, every 100th (offset 50) ref lost its
+owner row (a hard-deleted placeholder). The run asserts that the orphans recorded are
+exactly the leaked VMs.
+
+The parts are the product's: the real ``Pipeline`` (one per worker thread, as each
+deployed function instance builds its own, all on one ``Database`` that keeps an idle
+connection per thread as the deployed functions do), the real ledger, in-process
+queues, and the deployed concurrency caps (template.yaml: ListerMaxConcurrency 5,
+ClassifierMaxConcurrency 5, DeleterMaxConcurrency 2). One cycle: every backend is made
+due, the tick runs once, then 5 lister threads run the listing jobs while 5 classifier
+threads classify the batches as they are published and 2 deleter threads handle the
+delete requests as they come (the phases overlap, as deployed). Report mode by default
+(no delete request is made); ``delete=True`` runs two delete-mode cycles with
+``ORPHAN_CLEANUP_CONFIRM_SECONDS=0`` (the first marks the orphans, the second deletes them).
+
+What it measures, per size: wall time of the cycle and of each phase (a phase's span:
+its first start to its last end; the phases overlap), DB time per phase (time inside the
+statements, summed over the phase's threads), statements per backend in all and per
+phase, peak connections open at once (opened minus closed, highest seen; goal <= the
+caps + 2), the database server's CPU time for the whole cycle (utime + stime of the
+postmaster and all its children, reaped ones included, from /proc) against a same-run
+baseline: the classifier's ledger join (``queries.JOIN_SQL``) alone, run on the same
+batches' groups by as many threads as classifiers (ratio goal <= 1.5x), and the orphans
+found. Two sizes are run to show how each figure grows with the fleet (goal: linear or
+better, i.e. x10 or less for 10 times the backends).
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from bench.classifier import quiet_reporter
+from bench.common import PgServer, Table
+from orphan_cleanup.core.backends import DEFAULT_TAG_KEY, Backend
+from orphan_cleanup.core.listing import ResourceGroup, ResourceKind
+from orphan_cleanup.core.messages import DeleteRequest, ListingBatch, ListingJob
+from orphan_cleanup.core.settings import Settings
+from orphan_cleanup.cycle.pipeline import Pipeline
+from orphan_cleanup.cycle.runner import delete_all
+from orphan_cleanup.ledger import queries
+from orphan_cleanup.ledger.db import Database, connect
+from orphan_cleanup.queues.memory import InProcessQueue
+
+PHASES = ("tick", "listing", "classify", "delete")
+LEAK_EVERY = 100  # per 100 VMs one terminated, one without its owner row: 2 % leaked
+GOAL_CONNECTIONS_OVER_CAPS = 2
+GOAL_CPU_RATIO = 1.5
+
+
+@dataclass(frozen=True)
+class Size:
+    accounts: int
+    backends_per_account: int = 10
+    regions: int = 10  # per account; backend k lists region k (backends_per_account <= regions)
+    vms_per_account: int = 1_000
+
+    @property
+    def backends(self) -> int:
+        return self.accounts * self.backends_per_account
+
+    @property
+    def vms(self) -> int:
+        return self.accounts * self.vms_per_account
+
+    @property
+    def leaked(self) -> int:
+        return sum(1 for i in range(self.vms_per_account) if _role(i) != "busy") * self.accounts
+
+
+@dataclass
+class Config:
+    sizes: tuple[Size, ...] = (Size(accounts=10), Size(accounts=100))
+    listers: int = 5  # template.yaml ListerMaxConcurrency
+    classifiers: int = 5  # ClassifierMaxConcurrency
+    deleters: int = 2  # DeleterMaxConcurrency
+    delete: bool = False  # report mode (one cycle); True: two delete-mode cycles, confirm window 0
+
+    @classmethod
+    def quick(cls) -> Config:
+        return cls(sizes=(Size(accounts=1), Size(accounts=10)))
+
+    @property
+    def caps(self) -> int:
+        return self.listers + self.classifiers + self.deleters
+
+
+def run(server: PgServer, quick: bool = False, cfg: Config | None = None) -> list[Table]:
+    cfg = cfg or (Config.quick() if quick else Config())
+    results = [_measure_size(server, size, cfg) for size in cfg.sizes]
+    return _tables(cfg, results)
+
+
+# ---- counting: statements, DB time and connections per phase ---------------------------------
+
+
+@dataclass
+class PhaseStats:
+    statements: int = 0
+    db_seconds: float = 0.0
+    connections: int = 0
+    started: float | None = None
+    ended: float | None = None
+
+    def span(self) -> float:
+        return (self.ended - self.started) if self.started is not None and self.ended is not None else 0.0
+
+
+class Meter:
+    """Per phase (the calling thread's ``phase``): statements, time inside them, connections
+    opened; over all: connections open now and the most open at once."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.local = threading.local()
+        self.phases: dict[str, PhaseStats] = {p: PhaseStats() for p in PHASES}
+        self.open = self.peak = 0
+
+    @property
+    def phase(self) -> str:
+        return getattr(self.local, "phase", "tick")
+
+    @contextmanager
+    def in_phase(self, phase: str) -> Iterator[None]:
+        self.local.phase = phase
+        now = time.perf_counter()
+        with self.lock:
+            p = self.phases[phase]
+            p.started = now if p.started is None else min(p.started, now)
+        try:
+            yield
+        finally:
+            now = time.perf_counter()
+            with self.lock:
+                p.ended = now if p.ended is None else max(p.ended, now)
+
+    def statement(self, seconds: float) -> None:
+        with self.lock:
+            p = self.phases[self.phase]
+            p.statements += 1
+            p.db_seconds += seconds
+
+    def opened(self) -> None:
+        with self.lock:
+            self.phases[self.phase].connections += 1
+            self.open += 1
+            self.peak = max(self.peak, self.open)
+
+    def closed(self) -> None:
+        with self.lock:
+            self.open -= 1
+
+
+class MeteredConnection:
+    """A pg8000 connection whose statements are timed and whose close is counted."""
+
+    def __init__(self, conn: Any, meter: Meter) -> None:
+        self._conn, self._meter, self._closed = conn, meter, False
+
+    def run(self, sql: str, *args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return self._conn.run(sql, *args, **kwargs)
+        finally:
+            self._meter.statement(time.perf_counter() - start)
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._meter.closed()
+        self._conn.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+
+class MeteredDatabase(Database):
+    """The deployed functions' ``Database`` (an idle connection kept per thread), metered."""
+
+    def __init__(self, db: Database, meter: Meter) -> None:
+        super().__init__(db.info, keep_idle=True)
+        self.meter = meter
+
+    def connect(self) -> Any:
+        conn = super().connect()
+        self.meter.opened()
+        return MeteredConnection(conn, self.meter)
+
+
+# ---- the database server's CPU time -------------------------------------------------------------
+
+
+def _stat(pid: int) -> list[str]:
+    with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+        text = f.read()
+    return text[text.rindex(")") + 2:].split()  # fields from the state on (field 3)
+
+
+def server_pid(db: Database) -> int:
+    """The postmaster: the parent of this connection's backend process."""
+    with db.connection() as conn:
+        backend = int(conn.run("SELECT pg_backend_pid()")[0][0])
+    return int(_stat(backend)[1])  # ppid (field 4)
+
+
+def server_cpu(postmaster: int) -> float:
+    """CPU seconds of the server so far: the postmaster's own and its reaped children's
+    (utime, stime, cutime, cstime), and each live child's (utime, stime, cutime, cstime)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+
+    def cpu(fields: list[str]) -> int:
+        return sum(int(v) for v in fields[11:15])  # fields 14-17
+
+    total = cpu(_stat(postmaster))
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            fields = _stat(int(entry))
+        except (OSError, ValueError):
+            continue  # gone meanwhile: the postmaster's cutime/cstime now holds it
+        if int(fields[1]) == postmaster:
+            total += cpu(fields)
+    return total / ticks
+
+
+# ---- the fleet's world: backends, clouds, ledger -------------------------------------------------
+
+
+def _role(i: int) -> str:
+    return "terminated" if i % LEAK_EVERY == 0 else "gone" if i % LEAK_EVERY == LEAK_EVERY // 2 else "busy"
+
+
+def _account(a: int) -> str:
+    return f"{200000000000 + a}"
+
+
+def _backend_id(a: int, k: int) -> str:
+    return f"fleet-{a:03}-{k:02}"
+
+
+def _seed(db: Database, size: Size) -> dict[str, Any]:
+    """Backends, clouds and the ledger; returns the clouds by account."""
+    from tests.support.memory_cloud import MemoryCloud
+
+    assert size.backends_per_account <= size.regions
+    regions = [f"r{r:02}" for r in range(size.regions)]
+    when = datetime.now(UTC) - timedelta(hours=2)
+    clouds: dict[str, Any] = {}
+    refs: list[str] = []
+    owners: list[str] = []
+    statuses: list[str] = []
+    primaries: list[str] = []
+    where: list[str] = []
+    backends: list[str] = []
+    for a in range(size.accounts):
+        cloud = clouds[_account(a)] = MemoryCloud()
+        for i in range(size.vms_per_account):
+            r = i % size.regions
+            if r >= size.backends_per_account:
+                r %= size.backends_per_account  # regions no backend lists hold no VM
+            ref = f"f{a:03}{i:08}"
+            iid = cloud.create(ResourceKind.INSTANCE, regions[r], {DEFAULT_TAG_KEY: ref}, created_at=when)
+            cloud.create(ResourceKind.VOLUME, regions[r], {DEFAULT_TAG_KEY: ref}, attached_to=iid, created_at=when)
+            refs.append(ref)
+            owners.append(f"vm-{a}-{i}")
+            statuses.append(_role(i))
+            primaries.append(iid)
+            where.append(regions[r])
+            backends.append(_backend_id(a, r))
+    with db.transaction() as conn:
+        conn.run("INSERT INTO backends (id, provider, account, regions)"
+                 " SELECT 'fleet-' || lpad(a::text, 3, '0') || '-' || lpad(k::text, 2, '0'), 'aws',"
+                 "        (200000000000 + a)::text, ARRAY['r' || lpad(k::text, 2, '0')]"
+                 " FROM generate_series(0, :na - 1) AS a, generate_series(0, :nk - 1) AS k",
+                 na=size.accounts, nk=size.backends_per_account)
+        conn.run("INSERT INTO provider_refs (provider_ref, owner_id, owner_name, issued_at)"
+                 " SELECT r, o, 'fleet', now() - interval '2 hours'"
+                 " FROM unnest(CAST(:r AS text[]), CAST(:o AS text[])) AS u(r, o)", r=refs, o=owners)
+        conn.run("INSERT INTO instances (id, name, provider_ref, status, backend_id, primary_id, region,"
+                 " created_at, provisioned_at, terminated_at)"
+                 " SELECT o, 'fleet', r, s, b, p, g, now() - interval '2 hours', now() - interval '2 hours',"
+                 "        CASE WHEN s = 'terminated' THEN now() - interval '90 minutes' END"
+                 " FROM unnest(CAST(:r AS text[]), CAST(:o AS text[]), CAST(:s AS text[]), CAST(:p AS text[]),"
+                 "             CAST(:g AS text[]), CAST(:b AS text[])) AS u(r, o, s, p, g, b) WHERE s <> 'gone'",
+                 r=refs, o=owners, s=statuses, p=primaries, g=where, b=backends)
+        conn.run("UPDATE ledger_activity SET at = at - interval '2 hours'")
+        conn.run("INSERT INTO cleanup (backend_id) SELECT id FROM backends ON CONFLICT DO NOTHING")
+    with db.connection() as conn:
+        conn.run("VACUUM ANALYZE")
+    return clouds
+
+
+def _make_due(db: Database) -> None:
+    """An interval went by: every backend is due."""
+    with db.transaction() as conn:
+        conn.run("UPDATE cleanup SET next_due_at = oc_clock() - interval '1 second'")
+        conn.run("UPDATE cleanup SET clean_at = clean_at - interval '2 hours' WHERE clean_at IS NOT NULL")
+
+
+# ---- one cycle of the fleet ----------------------------------------------------------------------
+
+
+@dataclass
+class Cycle:
+    size: Size
+    cfg: Config
+    meter: Meter
+    wall: float = 0.0
+    server_cpu: float = 0.0
+    batches: list[tuple[str, list[ResourceGroup]]] = field(default_factory=list)
+    groups: int = 0
+    orphan_verdicts: int = 0
+    jobs: int = 0
+    deletes: dict[str, int] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+
+
+def _run_cycle(db: Database, clouds: dict[str, Any], size: Size, cfg: Config, settings: Settings,
+               postmaster: int) -> Cycle:
+    from tests.support.memory_cloud import MemoryProvider
+
+    meter = Meter()
+    metered = MeteredDatabase(db, meter)
+    cycle = Cycle(size, cfg, meter)
+    jobs = InProcessQueue()
+    listing, deletes = InProcessQueue(), InProcessQueue()
+    batches: queue.Queue[str | None] = queue.Queue()
+    requests: queue.Queue[str | None] = queue.Queue()
+    listing.consumer = batches.put  # published batches go to the classifier threads at once
+    deletes.consumer = requests.put
+    lock = threading.Lock()
+
+    def provider_for(backend: Backend) -> Any:
+        return MemoryProvider(backend, clouds[backend.account])
+
+    def pipeline() -> Pipeline:  # one per thread: each function instance builds its own
+        return Pipeline(settings=settings, db=metered, provider_for=provider_for, listing_queue=listing,
+                        delete_queue=deletes, jobs_queue=jobs, reporter=quiet_reporter())
+
+    def worker(phase: str, body: Callable[[Pipeline], None]) -> Callable[[], None]:
+        def target() -> None:
+            try:
+                with meter.in_phase(phase):
+                    body(pipeline())
+            except Exception as exc:  # noqa: BLE001 - reported, and the run's checks then fail
+                with lock:
+                    cycle.errors.append(f"{phase}: {type(exc).__name__}: {exc}")
+            finally:
+                metered.close()  # the thread's idle connection
+        return target
+
+    def lister(p: Pipeline) -> None:
+        while (body := jobs.pop()) is not None:
+            p.run_job(ListingJob.model_validate_json(body))
+
+    def classifier(p: Pipeline) -> None:
+        while (body := batches.get()) is not None:
+            batch = ListingBatch.model_validate_json(body)
+            result = p.handle_batch(batch)
+            with lock:
+                if batch.groups:  # an empty last batch sends no join
+                    cycle.batches.append((batch.backend, list(batch.groups)))
+                cycle.groups += len(batch.groups)
+                cycle.orphan_verdicts += result.verdicts.get("orphan", 0)
+
+    def deleter(p: Pipeline) -> None:
+        while (body := requests.get()) is not None:
+            request = DeleteRequest.model_validate_json(body)
+            for outcome in delete_all(p, [request]):
+                with lock:
+                    cycle.deletes[outcome.value] = cycle.deletes.get(outcome.value, 0) + 1
+
+    cpu0 = server_cpu(postmaster)
+    start = time.perf_counter()
+    try:
+        with meter.in_phase("tick"):
+            tick = pipeline().run_tick()
+        cycle.jobs = len(tick.jobs)
+    finally:
+        metered.close()
+    listers = [threading.Thread(target=worker("listing", lister), name=f"lister-{i}") for i in range(cfg.listers)]
+    classifiers = [threading.Thread(target=worker("classify", classifier), name=f"classifier-{i}")
+                   for i in range(cfg.classifiers)]
+    deleters = [threading.Thread(target=worker("delete", deleter), name=f"deleter-{i}") for i in range(cfg.deleters)]
+    for t in (*deleters, *classifiers, *listers):
+        t.start()
+    for t in listers:
+        t.join()
+    for _ in classifiers:
+        batches.put(None)
+    for t in classifiers:
+        t.join()
+    for _ in deleters:
+        requests.put(None)
+    for t in deleters:
+        t.join()
+    cycle.wall = time.perf_counter() - start
+    cycle.server_cpu = server_cpu(postmaster) - cpu0
+    if not cfg.delete:  # a deleter thread that saw no request has no span
+        meter.phases["delete"].started = meter.phases["delete"].ended = None
+    return cycle
+
+
+# ---- the baseline: the classifier's ledger join alone, on the same batches ------------------------
+
+
+@dataclass
+class Floor:
+    wall: float
+    db_seconds: float
+    server_cpu: float
+    statements: int
+
+
+def _floor(db: Database, batches: list[tuple[str, list[ResourceGroup]]], threads: int, postmaster: int) -> Floor:
+    """``queries.JOIN_SQL`` for each batch's groups, ``threads`` threads on open connections."""
+    work: queue.Queue[tuple[str, list[ResourceGroup]] | None] = queue.Queue()
+    for b in batches:
+        work.put(b)
+    conns = [connect(db.info) for _ in range(threads)]
+    seconds = [0.0] * threads
+
+    def target(i: int) -> None:
+        while True:
+            try:
+                item = work.get_nowait()
+            except queue.Empty:
+                return
+            assert item is not None
+            backend, groups = item
+            refs = {g.provider_ref for g in groups}
+            left = {g.provider_ref for g in groups if g.primary_id is None}
+            start = time.perf_counter()
+            conns[i].run(queries.JOIN_SQL, refs=",".join(refs), leftover=",".join(left), backend=backend)
+            seconds[i] += time.perf_counter() - start
+
+    try:
+        cpu0 = server_cpu(postmaster)
+        start = time.perf_counter()
+        workers = [threading.Thread(target=target, args=(i,)) for i in range(threads)]
+        for t in workers:
+            t.start()
+        for t in workers:
+            t.join()
+        wall = time.perf_counter() - start
+        cpu = server_cpu(postmaster) - cpu0
+    finally:
+        for c in conns:
+            c.close()
+    return Floor(wall, sum(seconds), cpu, len(batches))
+
+
+# ---- one size ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class SizeResult:
+    size: Size
+    cycles: list[Cycle]
+    floor: Floor
+    orphans: int
+    deleted: int
+    setup_seconds: float
+
+
+def _measure_size(server: PgServer, size: Size, cfg: Config) -> SizeResult:
+    db = server.fresh_database("oc_bench_fleet")
+    try:
+        t0 = time.perf_counter()
+        clouds = _seed(db, size)
+        setup = time.perf_counter() - t0
+        postmaster = server_pid(db)
+        settings = Settings.model_validate({"ORPHAN_CLEANUP_MODE": "delete", "ORPHAN_CLEANUP_CONFIRM_SECONDS": 0}
+                                           if cfg.delete else {"ORPHAN_CLEANUP_MODE": "report"})
+        cycles = []
+        for _ in range(2 if cfg.delete else 1):
+            _make_due(db)
+            cycles.append(_run_cycle(db, clouds, size, cfg, settings, postmaster))
+        errors = [e for c in cycles for e in c.errors]
+        if errors:
+            raise RuntimeError(f"fleet cycle failed at {size.backends} backends: {errors[:3]}")
+        floor = _floor(db, cycles[0].batches, cfg.classifiers, postmaster)
+        with db.connection() as conn:
+            orphans = int(conn.run("SELECT count(*) FROM orphans")[0][0])
+        deleted = sum(len(c.deleted) for c in clouds.values())
+        result = SizeResult(size, cycles, floor, orphans, deleted, setup)
+        _check(result, cfg)
+        return result
+    finally:
+        server.drop(db)
+
+
+def _check(r: SizeResult, cfg: Config) -> None:
+    """A broken model must not pass: every leaked VM found, nothing else."""
+    size, first = r.size, r.cycles[0]
+    assert first.groups == size.vms, f"listed {first.groups} groups of {size.vms} VMs"
+    assert r.orphans == size.leaked, f"{r.orphans} orphans recorded, {size.leaked} VMs leaked"
+    assert first.orphan_verdicts == size.leaked, f"{first.orphan_verdicts} orphan verdicts, {size.leaked} leaked"
+    if cfg.delete:  # each leaked VM's instance and root volume
+        assert r.deleted == 2 * size.leaked, f"{r.deleted} resources deleted, {size.leaked} VMs leaked"
+    else:
+        assert r.deleted == 0, f"report mode deleted {r.deleted} resources"
+
+
+# ---- the tables -------------------------------------------------------------------------------------
+
+
+def figures(r: SizeResult) -> dict[str, Any]:
+    """The figures of one size (every cycle of it summed), keyed by column."""
+    n = r.size.backends
+    phases = {p: PhaseStats() for p in PHASES}
+    wall = cpu = 0.0
+    peak = 0
+    for c in r.cycles:
+        wall += c.wall
+        cpu += c.server_cpu
+        peak = max(peak, c.meter.peak)
+        for p, s in c.meter.phases.items():
+            phases[p].statements += s.statements
+            phases[p].db_seconds += s.db_seconds
+            phases[p].connections += s.connections
+            phases[p].started = 0.0
+            phases[p].ended = (phases[p].ended or 0.0) + s.span()
+    statements = sum(s.statements for s in phases.values())
+    out: dict[str, Any] = {"backends": n, "accounts": r.size.accounts, "VMs": r.size.vms,
+                           "cycles": len(r.cycles), "wall s": wall}
+    for p in PHASES:
+        out[f"{p} wall s"] = phases[p].span()
+        out[f"{p} DB s"] = phases[p].db_seconds
+        out[f"{p} stmts/backend"] = phases[p].statements / n
+    out |= {"stmts/backend": statements / n, "statements": statements,
+            "connections opened": sum(s.connections for s in phases.values()), "peak connections": peak,
+            "server CPU s": cpu, "floor CPU s": r.floor.server_cpu,
+            "CPU x floor": cpu / r.floor.server_cpu if r.floor.server_cpu > 0 else None,
+            "floor wall s": r.floor.wall, "floor DB s": r.floor.db_seconds,
+            "orphans": r.orphans, "leaked": r.size.leaked, "deleted": r.deleted, "setup s": r.setup_seconds}
+    return out
+
+
+def _tables(cfg: Config, results: list[SizeResult]) -> list[Table]:
+    mode = ("delete mode, two cycles (confirm window 0: the first marks, the second deletes)" if cfg.delete
+            else "report mode, one cycle")
+    caps = f"{cfg.listers} listers, {cfg.classifiers} classifiers, {cfg.deleters} deleters"
+    rows = [figures(r) for r in results]
+    time_t = Table(f"Fleet cycle: wall and DB time per phase ({mode}; {caps})",
+                   ["backends", "accounts", "VMs", "wall s"] + [f"{p} {k}" for p in PHASES for k in ("wall s", "DB s")])
+    stmt_t = Table(f"Fleet cycle: statements and connections ({mode})",
+                   ["backends", "statements", "stmts/backend"] + [f"{p} stmts/backend" for p in PHASES]
+                   + ["connections opened", "peak connections", "orphans", "leaked", "deleted"])
+    cpu_t = Table(f"Fleet cycle: the database server's CPU against the classifier's join alone ({mode})",
+                  ["backends", "server CPU s", "floor CPU s", "CPU x floor", "floor wall s", "floor DB s"])
+    for row in rows:
+        time_t.add(**row)
+        stmt_t.add(**row)
+        cpu_t.add(**row)
+    sizes = ", ".join(f"{r.size.backends} backends ({r.size.accounts} accounts, {r.size.vms:,} VMs)" for r in results)
+    s0 = results[0].size
+    time_t.notes += [
+        f"sizes: {sizes}; per account {s0.regions} regions, {s0.backends_per_account} backends (each lists one "
+        f"region: one listing per backend), {s0.vms_per_account:,} VMs (instance + root volume), "
+        f"{200 / LEAK_EVERY:g}% leaked (terminated owner, or owner row gone)",
+        "the phases overlap as deployed (classifiers take batches as listers publish them): a phase's wall is its "
+        "span; DB s = time inside its statements, summed over its threads",
+        f"setup (clouds, ledger by SQL, VACUUM ANALYZE), not counted: "
+        + ", ".join(f"{r.setup_seconds:.1f} s" for r in results),
+    ]
+    stmt_t.notes += [
+        f"peak connections: opened minus closed, highest at any time; goal <= caps + "
+        f"{GOAL_CONNECTIONS_OVER_CAPS} = {cfg.caps + GOAL_CONNECTIONS_OVER_CAPS} (one idle connection kept per "
+        "thread, as the deployed functions keep theirs; each thread closes its own at its end)",
+        "orphans: rows of the orphans table after the run, asserted equal to the leaked VMs",
+    ]
+    cpu_t.notes += [
+        "server CPU: utime+stime of the postmaster and all its children (reaped ones included) over the cycle(s), "
+        "/proc; background processes (checkpointer, autovacuum) included",
+        f"floor: queries.JOIN_SQL alone on the first cycle's batches (same groups), {cfg.classifiers} threads on "
+        f"open connections, after the cycle (warm cache); goal: CPU x floor <= {GOAL_CPU_RATIO}",
+    ]
+    tables = [time_t, stmt_t, cpu_t]
+    if len(rows) >= 2:
+        tables.append(_growth(rows[0], rows[-1]))
+    return tables
+
+
+GROWN = ("wall s", "tick wall s", "listing wall s", "classify wall s", "tick DB s", "listing DB s", "classify DB s",
+         "delete DB s", "statements", "stmts/backend", "connections opened", "peak connections", "server CPU s",
+         "floor CPU s", "CPU x floor", "orphans")
+
+
+def _growth(small: dict[str, Any], large: dict[str, Any]) -> Table:
+    k = large["backends"] / small["backends"]
+    t = Table(f"Fleet cycle: growth from {small['backends']:,} to {large['backends']:,} backends (x{k:g} backends)",
+              ["figure", f"at {small['backends']:,}", f"at {large['backends']:,}", "growth", "verdict"])
+    for name in GROWN:
+        a, b = small.get(name), large.get(name)
+        if not a or b is None:
+            t.add(figure=name, **{f"at {small['backends']:,}": a, f"at {large['backends']:,}": b})
+            continue
+        g = b / a
+        per_backend = name in ("stmts/backend", "CPU x floor")
+        verdict = ("flat or better" if g <= 1.1 else "grows") if per_backend or name == "peak connections" \
+            else ("linear or better" if g <= k * 1.1 else "worse than linear")
+        t.add(**{"figure": name, f"at {small['backends']:,}": a, f"at {large['backends']:,}": b, "growth": g,
+                 "verdict": verdict})
+    t.notes.append(f"growth = figure at the larger size / at the smaller; linear = x{k:g} (per-backend figures, "
+                   "ratios and peak connections: flat); 10% of slack for noise")
+    return t
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m bench.fleet", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="10 and 100 backends (default: 100 and 1,000)")
+    p.add_argument("--delete", action="store_true", help="two delete-mode cycles instead of one report cycle")
+    args = p.parse_args(argv)
+    cfg = Config.quick() if args.quick else Config()
+    cfg = replace(cfg, delete=args.delete)
+    started = time.perf_counter()
+    for table in run(PgServer(), cfg=cfg):
+        print(table.render(), flush=True)
+        print(flush=True)
+    print(f"total {time.perf_counter() - started:.0f} s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
