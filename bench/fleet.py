@@ -218,7 +218,7 @@ def server_pid(db: Database) -> int:
     """The postmaster: the parent of this connection's backend process."""
     with db.connection() as conn:
         backend = int(conn.run("SELECT pg_backend_pid()")[0][0])
-    return int(_stat(backend)[1])  # ppid (field 4)
+        return int(_stat(backend)[1])  # ppid (field 4), while the backend lives
 
 
 def server_cpu(postmaster: int) -> float:
@@ -580,7 +580,7 @@ def _tables(cfg: Config, results: list[SizeResult]) -> list[Table]:
         f"{200 / LEAK_EVERY:g}% leaked (terminated owner, or owner row gone)",
         "the phases overlap as deployed (classifiers take batches as listers publish them): a phase's wall is its "
         "span; DB s = time inside its statements, summed over its threads",
-        f"setup (clouds, ledger by SQL, VACUUM ANALYZE), not counted: "
+        "setup (clouds, ledger by SQL, VACUUM ANALYZE), not counted: "
         + ", ".join(f"{r.setup_seconds:.1f} s" for r in results),
     ]
     stmt_t.notes += [
