@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import os
 import queue
+import struct
 import sys
 import threading
 import time
@@ -117,6 +118,7 @@ class PhaseStats:
     statements: int = 0
     db_seconds: float = 0.0
     connections: int = 0
+    backend_cpu: float = 0.0  # CPU of the server processes serving its connections
     started: float | None = None
     ended: float | None = None
 
@@ -158,15 +160,17 @@ class Meter:
             p.statements += 1
             p.db_seconds += seconds
 
-    def opened(self) -> None:
+    def opened(self) -> str:
         with self.lock:
             self.phases[self.phase].connections += 1
             self.open += 1
             self.peak = max(self.peak, self.open)
+        return self.phase
 
-    def closed(self) -> None:
+    def closed(self, phase: str, backend_cpu: float) -> None:
         with self.lock:
             self.open -= 1
+            self.phases[phase].backend_cpu += backend_cpu
 
 
 class MeteredConnection:
@@ -174,6 +178,8 @@ class MeteredConnection:
 
     def __init__(self, conn: Any, meter: Meter) -> None:
         self._conn, self._meter, self._closed = conn, meter, False
+        self._phase = meter.opened()
+        self._pid = backend_pid(conn)
 
     def run(self, sql: str, *args: Any, **kwargs: Any) -> Any:
         start = time.perf_counter()
@@ -185,7 +191,7 @@ class MeteredConnection:
     def close(self) -> None:
         if not self._closed:
             self._closed = True
-            self._meter.closed()
+            self._meter.closed(self._phase, process_cpu(self._pid))
         self._conn.close()
 
     def __getattr__(self, name: str) -> Any:
@@ -200,9 +206,7 @@ class MeteredDatabase(Database):
         self.meter = meter
 
     def connect(self) -> Any:
-        conn = super().connect()
-        self.meter.opened()
-        return MeteredConnection(conn, self.meter)
+        return MeteredConnection(super().connect(), self.meter)
 
 
 # ---- the database server's CPU time -------------------------------------------------------------
@@ -212,6 +216,19 @@ def _stat(pid: int) -> list[str]:
     with open(f"/proc/{pid}/stat", encoding="ascii") as f:
         text = f.read()
     return text[text.rindex(")") + 2:].split()  # fields from the state on (field 3)
+
+
+def backend_pid(conn: Any) -> int:
+    """The pid of the server process serving a pg8000 connection (its BackendKeyData)."""
+    return int(struct.unpack("!i", conn._backend_key_data[:4])[0])
+
+
+def process_cpu(pid: int) -> float:
+    """CPU seconds (utime + stime) of one live process; 0 when it is gone."""
+    try:
+        return sum(int(v) for v in _stat(pid)[11:13]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError):
+        return 0.0
 
 
 def server_pid(db: Database) -> int:
@@ -425,48 +442,57 @@ def _run_cycle(db: Database, clouds: dict[str, Any], size: Size, cfg: Config, se
 
 @dataclass
 class Floor:
+    """Per pass over the batches (the mean of ``passes``)."""
+
     wall: float
     db_seconds: float
-    server_cpu: float
+    server_cpu: float  # the whole server, as the cycle's
+    backend_cpu: float  # the server processes of the floor's connections alone
     statements: int
+    passes: int
 
 
-def _floor(db: Database, batches: list[tuple[str, list[ResourceGroup]]], threads: int, postmaster: int) -> Floor:
-    """``queries.JOIN_SQL`` for each batch's groups, ``threads`` threads on open connections."""
-    work: queue.Queue[tuple[str, list[ResourceGroup]] | None] = queue.Queue()
-    for b in batches:
-        work.put(b)
+def _floor(db: Database, batches: list[tuple[str, list[ResourceGroup]]], threads: int, postmaster: int,
+           min_seconds: float = 1.0, min_passes: int = 3) -> Floor:
+    """``queries.JOIN_SQL`` for each batch's groups, ``threads`` threads on open connections;
+    passes over all the batches until ``min_seconds`` went by (at least ``min_passes``), so
+    that the CPU clock's ticks (10 ms) do not swamp a small fleet's figure."""
+    work: queue.Queue[tuple[str, str, str]] = queue.Queue()
+    args = [(backend, ",".join({g.provider_ref for g in groups}),
+             ",".join({g.provider_ref for g in groups if g.primary_id is None})) for backend, groups in batches]
     conns = [connect(db.info) for _ in range(threads)]
+    pids = [backend_pid(c) for c in conns]
     seconds = [0.0] * threads
 
     def target(i: int) -> None:
         while True:
             try:
-                item = work.get_nowait()
+                backend, refs, left = work.get_nowait()
             except queue.Empty:
                 return
-            assert item is not None
-            backend, groups = item
-            refs = {g.provider_ref for g in groups}
-            left = {g.provider_ref for g in groups if g.primary_id is None}
             start = time.perf_counter()
-            conns[i].run(queries.JOIN_SQL, refs=",".join(refs), leftover=",".join(left), backend=backend)
+            conns[i].run(queries.JOIN_SQL, refs=refs, leftover=left, backend=backend)
             seconds[i] += time.perf_counter() - start
 
     try:
-        cpu0 = server_cpu(postmaster)
+        cpu0, own0 = server_cpu(postmaster), sum(process_cpu(p) for p in pids)
         start = time.perf_counter()
-        workers = [threading.Thread(target=target, args=(i,)) for i in range(threads)]
-        for t in workers:
-            t.start()
-        for t in workers:
-            t.join()
+        passes = 0
+        while passes < min_passes or time.perf_counter() - start < min_seconds:
+            for a in args:
+                work.put(a)
+            workers = [threading.Thread(target=target, args=(i,)) for i in range(threads)]
+            for t in workers:
+                t.start()
+            for t in workers:
+                t.join()
+            passes += 1
         wall = time.perf_counter() - start
-        cpu = server_cpu(postmaster) - cpu0
+        cpu, own = server_cpu(postmaster) - cpu0, sum(process_cpu(p) for p in pids) - own0
     finally:
         for c in conns:
             c.close()
-    return Floor(wall, sum(seconds), cpu, len(batches))
+    return Floor(wall / passes, sum(seconds) / passes, cpu / passes, own / passes, len(batches), passes)
 
 
 # ---- one size ---------------------------------------------------------------------------------------
@@ -498,7 +524,7 @@ def _measure_size(server: PgServer, size: Size, cfg: Config) -> SizeResult:
         errors = [e for c in cycles for e in c.errors]
         if errors:
             raise RuntimeError(f"fleet cycle failed at {size.backends} backends: {errors[:3]}")
-        floor = _floor(db, cycles[0].batches, cfg.classifiers, postmaster)
+        floor = _floor(db, [b for c in cycles for b in c.batches], cfg.classifiers, postmaster)
         with db.connection() as conn:
             orphans = int(conn.run("SELECT count(*) FROM orphans")[0][0])
         deleted = sum(len(c.deleted) for c in clouds.values())
@@ -538,6 +564,7 @@ def figures(r: SizeResult) -> dict[str, Any]:
             phases[p].statements += s.statements
             phases[p].db_seconds += s.db_seconds
             phases[p].connections += s.connections
+            phases[p].backend_cpu += s.backend_cpu
             phases[p].started = 0.0
             phases[p].ended = (phases[p].ended or 0.0) + s.span()
     statements = sum(s.statements for s in phases.values())
@@ -547,11 +574,16 @@ def figures(r: SizeResult) -> dict[str, Any]:
         out[f"{p} wall s"] = phases[p].span()
         out[f"{p} DB s"] = phases[p].db_seconds
         out[f"{p} stmts/backend"] = phases[p].statements / n
+        out[f"{p} CPU s"] = phases[p].backend_cpu
     out |= {"stmts/backend": statements / n, "statements": statements,
             "connections opened": sum(s.connections for s in phases.values()), "peak connections": peak,
             "server CPU s": cpu, "floor CPU s": r.floor.server_cpu,
             "CPU x floor": cpu / r.floor.server_cpu if r.floor.server_cpu > 0 else None,
-            "floor wall s": r.floor.wall, "floor DB s": r.floor.db_seconds,
+            "other CPU s": cpu - sum(s.backend_cpu for s in phases.values()),
+            "floor backends CPU s": r.floor.backend_cpu,
+            "classify CPU x floor": (phases["classify"].backend_cpu / r.floor.backend_cpu
+                                     if r.floor.backend_cpu > 0 else None),
+            "floor wall s": r.floor.wall, "floor DB s": r.floor.db_seconds, "floor passes": r.floor.passes,
             "orphans": r.orphans, "leaked": r.size.leaked, "deleted": r.deleted, "setup s": r.setup_seconds}
     return out
 
@@ -567,7 +599,9 @@ def _tables(cfg: Config, results: list[SizeResult]) -> list[Table]:
                    ["backends", "statements", "stmts/backend"] + [f"{p} stmts/backend" for p in PHASES]
                    + ["connections opened", "peak connections", "orphans", "leaked", "deleted"])
     cpu_t = Table(f"Fleet cycle: the database server's CPU against the classifier's join alone ({mode})",
-                  ["backends", "server CPU s", "floor CPU s", "CPU x floor", "floor wall s", "floor DB s"])
+                  ["backends", "server CPU s", "floor CPU s", "CPU x floor"] + [f"{p} CPU s" for p in PHASES]
+                  + ["other CPU s", "floor backends CPU s", "classify CPU x floor", "floor wall s", "floor DB s",
+                     "floor passes"])
     for row in rows:
         time_t.add(**row)
         stmt_t.add(**row)
@@ -579,7 +613,8 @@ def _tables(cfg: Config, results: list[SizeResult]) -> list[Table]:
         f"region: one listing per backend), {s0.vms_per_account:,} VMs (instance + root volume), "
         f"{200 / LEAK_EVERY:g}% leaked (terminated owner, or owner row gone)",
         "the phases overlap as deployed (classifiers take batches as listers publish them): a phase's wall is its "
-        "span; DB s = time inside its statements, summed over its threads",
+        "span; DB s = time inside its statements (pg8000's run, as the client sees it: the round trip, the "
+        "server's work, and waits for the GIL while other threads run Python), summed over its threads",
         "setup (clouds, ledger by SQL, VACUUM ANALYZE), not counted: "
         + ", ".join(f"{r.setup_seconds:.1f} s" for r in results),
     ]
@@ -592,8 +627,13 @@ def _tables(cfg: Config, results: list[SizeResult]) -> list[Table]:
     cpu_t.notes += [
         "server CPU: utime+stime of the postmaster and all its children (reaped ones included) over the cycle(s), "
         "/proc; background processes (checkpointer, autovacuum) included",
-        f"floor: queries.JOIN_SQL alone on the first cycle's batches (same groups), {cfg.classifiers} threads on "
-        f"open connections, after the cycle (warm cache); goal: CPU x floor <= {GOAL_CPU_RATIO}",
+        "<phase> CPU s: utime+stime of the server processes serving that phase's connections (read as each "
+        "closes); other = server CPU less the phases' (postmaster, background processes, connection ends); "
+        "/proc counts in 10 ms ticks per process, so small figures are coarse (a negative other is that rounding)",
+        f"floor: queries.JOIN_SQL alone on the cycle's batches (the same groups, one statement a batch), "
+        f"{cfg.classifiers} threads on open connections, after the cycle (warm cache), per pass (mean of the "
+        f"passes); goal: CPU x floor <= {GOAL_CPU_RATIO}; classify CPU x floor: the classifier's connections' "
+        "server processes against the floor's",
     ]
     tables = [time_t, stmt_t, cpu_t]
     if len(rows) >= 2:
@@ -601,9 +641,10 @@ def _tables(cfg: Config, results: list[SizeResult]) -> list[Table]:
     return tables
 
 
-GROWN = ("wall s", "tick wall s", "listing wall s", "classify wall s", "tick DB s", "listing DB s", "classify DB s",
-         "delete DB s", "statements", "stmts/backend", "connections opened", "peak connections", "server CPU s",
-         "floor CPU s", "CPU x floor", "orphans")
+GROWN = ("wall s", "tick wall s", "listing wall s", "classify wall s", "delete wall s", "tick DB s", "listing DB s",
+         "classify DB s", "delete DB s", "statements", "stmts/backend", "connections opened", "peak connections",
+         "server CPU s", "listing CPU s", "classify CPU s", "floor CPU s", "CPU x floor", "classify CPU x floor",
+         "orphans")
 
 
 def _growth(small: dict[str, Any], large: dict[str, Any]) -> Table:
@@ -616,7 +657,7 @@ def _growth(small: dict[str, Any], large: dict[str, Any]) -> Table:
             t.add(figure=name, **{f"at {small['backends']:,}": a, f"at {large['backends']:,}": b})
             continue
         g = b / a
-        per_backend = name in ("stmts/backend", "CPU x floor")
+        per_backend = name in ("stmts/backend", "CPU x floor", "classify CPU x floor")
         verdict = ("flat or better" if g <= 1.1 else "grows") if per_backend or name == "peak connections" \
             else ("linear or better" if g <= k * 1.1 else "worse than linear")
         t.add(**{"figure": name, f"at {small['backends']:,}": a, f"at {large['backends']:,}": b, "growth": g,
