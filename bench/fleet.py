@@ -65,6 +65,8 @@ PHASES = ("tick", "listing", "classify", "delete")
 LEAK_EVERY = 100  # per 100 VMs one terminated, one without its owner row: 2 % leaked
 GOAL_CONNECTIONS_OVER_CAPS = 2
 GOAL_CPU_RATIO = 1.5
+SQL_CHARS = 70  # a statement is told apart by its first characters
+TOP_STATEMENTS = 10
 
 
 @dataclass(frozen=True)
@@ -134,6 +136,7 @@ class Meter:
         self.lock = threading.Lock()
         self.local = threading.local()
         self.phases: dict[str, PhaseStats] = {p: PhaseStats() for p in PHASES}
+        self.by_sql: dict[tuple[str, str], list[float]] = {}  # (phase, statement's start): [count, seconds]
         self.open = self.peak = 0
 
     @property
@@ -154,11 +157,14 @@ class Meter:
             with self.lock:
                 p.ended = now if p.ended is None else max(p.ended, now)
 
-    def statement(self, seconds: float) -> None:
+    def statement(self, sql: str, seconds: float) -> None:
         with self.lock:
             p = self.phases[self.phase]
             p.statements += 1
             p.db_seconds += seconds
+            seen = self.by_sql.setdefault((self.phase, " ".join(sql.split())[:SQL_CHARS]), [0, 0.0])
+            seen[0] += 1
+            seen[1] += seconds
 
     def opened(self) -> str:
         with self.lock:
@@ -186,7 +192,7 @@ class MeteredConnection:
         try:
             return self._conn.run(sql, *args, **kwargs)
         finally:
-            self._meter.statement(time.perf_counter() - start)
+            self._meter.statement(sql, time.perf_counter() - start)
 
     def close(self) -> None:
         if not self._closed:
@@ -638,7 +644,35 @@ def _tables(cfg: Config, results: list[SizeResult]) -> list[Table]:
     tables = [time_t, stmt_t, cpu_t]
     if len(rows) >= 2:
         tables.append(_growth(rows[0], rows[-1]))
+    tables.append(_statements(results[0], results[-1]))
     return tables
+
+
+def _by_sql(r: SizeResult) -> dict[tuple[str, str], list[float]]:
+    out: dict[tuple[str, str], list[float]] = {}
+    for c in r.cycles:
+        for key, (n, secs) in c.meter.by_sql.items():
+            seen = out.setdefault(key, [0, 0.0])
+            seen[0] += n
+            seen[1] += secs
+    return out
+
+
+def _statements(small: SizeResult, large: SizeResult) -> Table:
+    """The statements with the most DB time at the larger size, against the smaller."""
+    a, b = _by_sql(small), _by_sql(large)
+    na, nb = small.size.backends, large.size.backends
+    t = Table(f"Fleet cycle: the {TOP_STATEMENTS} statements with the most DB time at {nb:,} backends "
+              f"(against {na:,})", ["phase", "statement", f"calls/backend at {na:,}", f"calls/backend at {nb:,}",
+                                   f"ms/call at {na:,}", f"ms/call at {nb:,}", f"DB s at {nb:,}"])
+    for key, (n, secs) in sorted(b.items(), key=lambda kv: -kv[1][1])[:TOP_STATEMENTS]:
+        n0, secs0 = a.get(key, (0, 0.0))
+        t.add(**{"phase": key[0], "statement": key[1], f"calls/backend at {na:,}": n0 / na,
+                 f"calls/backend at {nb:,}": n / nb, f"ms/call at {na:,}": secs0 / n0 * 1000 if n0 else None,
+                 f"ms/call at {nb:,}": secs / n * 1000, f"DB s at {nb:,}": secs})
+    t.notes.append(f"a statement is its first {SQL_CHARS} characters; ms/call as the client sees it (GIL waits "
+                   "included, see the first table)")
+    return t
 
 
 GROWN = ("wall s", "tick wall s", "listing wall s", "classify wall s", "delete wall s", "tick DB s", "listing DB s",
