@@ -237,16 +237,22 @@ def process_cpu(pid: int) -> float:
         return 0.0
 
 
-def server_pid(db: Database) -> int:
-    """The postmaster: the parent of this connection's backend process."""
+def server_pid(db: Database) -> int | None:
+    """The postmaster: the parent of this connection's backend process (None: the server
+    is not on this machine, ``DATABASE_URL``; its CPU is then not measured)."""
     with db.connection() as conn:
         backend = int(conn.run("SELECT pg_backend_pid()")[0][0])
-        return int(_stat(backend)[1])  # ppid (field 4), while the backend lives
+        try:
+            return int(_stat(backend)[1])  # ppid (field 4), while the backend lives
+        except OSError:
+            return None
 
 
-def server_cpu(postmaster: int) -> float:
+def server_cpu(postmaster: int | None) -> float:
     """CPU seconds of the server so far: the postmaster's own and its reaped children's
     (utime, stime, cutime, cstime), and each live child's (utime, stime, cutime, cstime)."""
+    if postmaster is None:
+        return float("nan")
     ticks = os.sysconf("SC_CLK_TCK")
 
     def cpu(fields: list[str]) -> int:
@@ -358,7 +364,7 @@ class Cycle:
 
 
 def _run_cycle(db: Database, clouds: dict[str, Any], size: Size, cfg: Config, settings: Settings,
-               postmaster: int) -> Cycle:
+               postmaster: int | None) -> Cycle:
     from tests.support.memory_cloud import MemoryProvider
 
     meter = Meter()
@@ -458,7 +464,7 @@ class Floor:
     passes: int
 
 
-def _floor(db: Database, batches: list[tuple[str, list[ResourceGroup]]], threads: int, postmaster: int,
+def _floor(db: Database, batches: list[tuple[str, list[ResourceGroup]]], threads: int, postmaster: int | None,
            min_seconds: float = 1.0, min_passes: int = 3) -> Floor:
     """``queries.JOIN_SQL`` for each batch's groups, ``threads`` threads on open connections;
     passes over all the batches until ``min_seconds`` went by (at least ``min_passes``), so
@@ -630,6 +636,10 @@ def _tables(cfg: Config, results: list[SizeResult]) -> list[Table]:
         "thread, as the deployed functions keep theirs; each thread closes its own at its end)",
         "orphans: rows of the orphans table after the run, asserted equal to the leaked VMs",
     ]
+    if cfg.delete:
+        stmt_t.notes.append("two cycles summed; deleter outcomes per cycle: " + "; ".join(
+            f"{r.size.backends} backends: " + " / ".join(str(c.deletes or "none") for c in r.cycles)
+            for r in results) + "; deleted = cloud resources deleted (instance and root volume of each leaked VM)")
     cpu_t.notes += [
         "server CPU: utime+stime of the postmaster and all its children (reaped ones included) over the cycle(s), "
         "/proc; background processes (checkpointer, autovacuum) included",
