@@ -21,7 +21,8 @@ due, the tick runs once, then 5 lister threads run the listing jobs while 5 clas
 threads classify the batches as they are published and 2 deleter threads handle the
 delete requests as they come (the phases overlap, as deployed). Report mode by default
 (no delete request is made); ``delete=True`` runs two delete-mode cycles with
-``ORPHAN_CLEANUP_CONFIRM_SECONDS=0`` (the first marks the orphans, the second deletes them).
+``ORPHAN_CLEANUP_CONFIRM_SECONDS=0`` (the deleter's outcomes per cycle are in the notes; the
+run asserts that every leaked VM's instance and root volume, and nothing else, was deleted).
 
 What it measures, per size: wall time of the cycle and of each phase (a phase's span:
 its first start to its last end; the phases overlap), DB time per phase (time inside the
@@ -601,7 +602,7 @@ def figures(r: SizeResult) -> dict[str, Any]:
 
 
 def _tables(cfg: Config, results: list[SizeResult]) -> list[Table]:
-    mode = ("delete mode, two cycles (confirm window 0: the first marks, the second deletes)" if cfg.delete
+    mode = ("delete mode, confirm window 0, two cycles" if cfg.delete
             else "report mode, one cycle")
     caps = f"{cfg.listers} listers, {cfg.classifiers} classifiers, {cfg.deleters} deleters"
     rows = [figures(r) for r in results]
