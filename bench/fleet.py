@@ -19,13 +19,14 @@ queues, and the deployed concurrency caps (template.yaml: ListerMaxConcurrency 5
 ClassifierMaxConcurrency 5, DeleterMaxConcurrency 2). One cycle: every backend is made
 due, the tick runs once, then 5 lister threads run the listing jobs while 5 classifier
 threads classify the batches as they are published and 2 deleter threads handle the
-delete requests as they come (the phases overlap, as deployed). Report mode by default
-(no delete request is made); ``delete=True`` runs two delete-mode cycles with
-``ORPHAN_CLEANUP_CONFIRM_SECONDS=0`` (the deleter's outcomes per cycle are in the notes; the
-run asserts that every leaked VM's instance and root volume, and nothing else, was deleted).
+delete requests as they come (the phases overlap, as deployed). Two modes, each on a fresh
+ledger: report mode (one cycle, no delete request), the default stack mode; then delete
+mode, two cycles with ``ORPHAN_CLEANUP_CONFIRM_SECONDS=0`` (the deleter's outcomes per
+cycle are in the notes; the run asserts that every leaked VM's instance and root volume,
+and nothing else, was deleted).
 
 What it measures, per size: wall time of the cycle and of each phase (a phase's span:
-its first start to its last end; the phases overlap), DB time per phase (time inside the
+its first piece of work's start to its last one's end; the phases overlap), DB time per phase (time inside the
 statements, summed over the phase's threads), statements per backend in all and per
 phase, peak connections open at once (opened minus closed, highest seen; goal <= the
 caps + 2), the database server's CPU time for the whole cycle (utime + stime of the
@@ -96,7 +97,8 @@ class Config:
     listers: int = 5  # template.yaml ListerMaxConcurrency
     classifiers: int = 5  # ClassifierMaxConcurrency
     deleters: int = 2  # DeleterMaxConcurrency
-    delete: bool = False  # report mode (one cycle); True: two delete-mode cycles, confirm window 0
+    delete: bool = False  # report mode (one cycle); True: two delete-mode cycles, confirm window 0 (``run``
+    # sets it per mode)
 
     @classmethod
     def quick(cls) -> Config:
@@ -107,10 +109,20 @@ class Config:
         return self.listers + self.classifiers + self.deleters
 
 
-def run(server: PgServer, quick: bool = False, cfg: Config | None = None) -> list[Table]:
-    cfg = cfg or (Config.quick() if quick else Config())
-    results = [_measure_size(server, size, cfg) for size in cfg.sizes]
-    return _tables(cfg, results)
+MODES = ("report", "delete")
+
+
+def run(server: PgServer, quick: bool = False, cfg: Config | None = None,
+        modes: tuple[str, ...] = MODES) -> list[Table]:
+    """The tables of each mode in ``modes`` (report: one cycle; delete: two), every size."""
+    base = cfg or (Config.quick() if quick else Config())
+    tables: list[Table] = []
+    for mode in modes:
+        if mode not in MODES:
+            raise ValueError(f"unknown mode {mode!r}; choose from {MODES}")
+        c = replace(base, delete=mode == "delete")
+        tables += _tables(c, [_measure_size(server, size, c) for size in c.sizes])
+    return tables
 
 
 # ---- counting: statements, DB time and connections per phase ---------------------------------
@@ -144,12 +156,17 @@ class Meter:
     def phase(self) -> str:
         return getattr(self.local, "phase", "tick")
 
-    @contextmanager
-    def in_phase(self, phase: str) -> Iterator[None]:
+    def enter(self, phase: str) -> None:
+        """The calling thread works for ``phase`` from now on."""
         self.local.phase = phase
+
+    @contextmanager
+    def work(self) -> Iterator[None]:
+        """One piece of the thread's phase's work (a tick, a job, a batch, a delete request):
+        the phase's span runs from its first piece's start to its last piece's end."""
         now = time.perf_counter()
         with self.lock:
-            p = self.phases[phase]
+            p = self.phases[self.phase]
             p.started = now if p.started is None else min(p.started, now)
         try:
             yield
@@ -389,8 +406,8 @@ def _run_cycle(db: Database, clouds: dict[str, Any], size: Size, cfg: Config, se
     def worker(phase: str, body: Callable[[Pipeline], None]) -> Callable[[], None]:
         def target() -> None:
             try:
-                with meter.in_phase(phase):
-                    body(pipeline())
+                meter.enter(phase)
+                body(pipeline())
             except Exception as exc:  # noqa: BLE001 - reported, and the run's checks then fail
                 with lock:
                     cycle.errors.append(f"{phase}: {type(exc).__name__}: {exc}")
@@ -400,12 +417,14 @@ def _run_cycle(db: Database, clouds: dict[str, Any], size: Size, cfg: Config, se
 
     def lister(p: Pipeline) -> None:
         while (body := jobs.pop()) is not None:
-            p.run_job(ListingJob.model_validate_json(body))
+            with meter.work():
+                p.run_job(ListingJob.model_validate_json(body))
 
     def classifier(p: Pipeline) -> None:
         while (body := batches.get()) is not None:
-            batch = ListingBatch.model_validate_json(body)
-            result = p.handle_batch(batch)
+            with meter.work():
+                batch = ListingBatch.model_validate_json(body)
+                result = p.handle_batch(batch)
             with lock:
                 if batch.groups:  # an empty last batch sends no join
                     cycle.batches.append((batch.backend, list(batch.groups)))
@@ -414,15 +433,17 @@ def _run_cycle(db: Database, clouds: dict[str, Any], size: Size, cfg: Config, se
 
     def deleter(p: Pipeline) -> None:
         while (body := requests.get()) is not None:
-            request = DeleteRequest.model_validate_json(body)
-            for outcome in delete_all(p, [request]):
-                with lock:
+            with meter.work():
+                outcomes = list(delete_all(p, [DeleteRequest.model_validate_json(body)]))
+            with lock:
+                for outcome in outcomes:
                     cycle.deletes[outcome.value] = cycle.deletes.get(outcome.value, 0) + 1
 
     cpu0 = server_cpu(postmaster)
     start = time.perf_counter()
     try:
-        with meter.in_phase("tick"):
+        meter.enter("tick")
+        with meter.work():
             tick = pipeline().run_tick()
         cycle.jobs = len(tick.jobs)
     finally:
@@ -445,8 +466,6 @@ def _run_cycle(db: Database, clouds: dict[str, Any], size: Size, cfg: Config, se
         t.join()
     cycle.wall = time.perf_counter() - start
     cycle.server_cpu = server_cpu(postmaster) - cpu0
-    if not cfg.delete:  # a deleter thread that saw no request has no span
-        meter.phases["delete"].started = meter.phases["delete"].ended = None
     return cycle
 
 
@@ -718,12 +737,11 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.fleet", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="10 and 100 backends (default: 100 and 1,000)")
-    p.add_argument("--delete", action="store_true", help="two delete-mode cycles instead of one report cycle")
+    p.add_argument("--mode", choices=(*MODES, "both"), default="both",
+                   help="report (one cycle), delete (two cycles, confirm window 0) or both (default)")
     args = p.parse_args(argv)
-    cfg = Config.quick() if args.quick else Config()
-    cfg = replace(cfg, delete=args.delete)
     started = time.perf_counter()
-    for table in run(PgServer(), cfg=cfg):
+    for table in run(PgServer(), quick=args.quick, modes=MODES if args.mode == "both" else (args.mode,)):
         print(table.render(), flush=True)
         print(flush=True)
     print(f"total {time.perf_counter() - started:.0f} s", flush=True)

@@ -16,12 +16,13 @@ TINY = (fleet.Size(accounts=1, backends_per_account=2, regions=3, vms_per_accoun
 
 
 @pytest.mark.slow  # a bench run (a few seconds): kept out of the default run for its time
-@pytest.mark.parametrize("delete", [False, True], ids=["report", "delete"])
-def test_tiny_fleet_finds_every_leak_within_the_connection_caps(pg_server, delete):
+@pytest.mark.parametrize("mode", fleet.MODES)
+def test_tiny_fleet_finds_every_leak_within_the_connection_caps(pg_server, mode):
     # given two tiny fleets (2 and 4 backends, 2% of their VMs leaked) at the deployed caps
-    cfg = fleet.Config(sizes=TINY, delete=delete)
-    # when the fleet benchmark runs its cycle(s) and the join floor
-    tables = fleet.run(PgServer(pg_server), cfg=cfg)
+    cfg = fleet.Config(sizes=TINY)
+    delete = mode == "delete"
+    # when the fleet benchmark runs its cycle(s) in that mode, and the join floor
+    tables = fleet.run(PgServer(pg_server), cfg=cfg, modes=(mode,))
     # then every leaked VM was found as an orphan, and nothing else
     times, statements, cpu, growth, top = tables
     assert [r["backends"] for r in statements.rows] == [2, 4]
