@@ -638,7 +638,8 @@ def _tables(cfg: Config, results: list[SizeResult]) -> list[Table]:
         time_t.add(**row)
         stmt_t.add(**row)
         cpu_t.add(**row)
-    sizes = ", ".join(f"{r.size.backends} backends ({r.size.accounts} accounts, {r.size.vms:,} VMs)" for r in results)
+    sizes = ", ".join(f"{r.size.backends:,} backends ({r.size.accounts:,} account{'s' if r.size.accounts > 1 else ''}, "
+                      f"{r.size.vms:,} VMs)" for r in results)
     s0 = results[0].size
     time_t.notes += [
         f"sizes: {sizes}; per account {s0.regions} regions, {s0.backends_per_account} backends (each lists one "
