@@ -431,7 +431,7 @@ class CountingDatabase(Database):
         return conn
 
 
-def test_idle_scheduled_run_is_three_statements_and_no_provider_call(db, cloud, platform):
+def test_idle_scheduled_run_is_two_statements_and_no_provider_call(db, cloud, platform):
     platform.terminated_leak()
     with db.connection() as conn:  # the platform's writes happened long before this listing
         conn.run("UPDATE ledger_activity SET at = at - interval '1 hour'")
@@ -449,8 +449,8 @@ def test_idle_scheduled_run_is_three_statements_and_no_provider_call(db, cloud, 
 
     assert idle.reason == "no_activity" and not idle.started
     assert sum(cloud.calls.values()) == 0
-    # the backend, the cleanup row with STEP 1's query, the processed mark; no transaction
-    assert len(counting.statements) == 3 and not any(s.startswith("BEGIN") for s in counting.statements)
+    # the backend with its cleanup row and STEP 1's query, the processed mark; no transaction
+    assert len(counting.statements) == 2 and not any(s.startswith("BEGIN") for s in counting.statements)
     with db.connection() as conn:
         assert conn.run("SELECT last_processed_at FROM cleanup")[0][0] == now + timedelta(seconds=901)
 

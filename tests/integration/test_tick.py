@@ -188,7 +188,10 @@ def test_a_job_is_a_hint_it_regroups_by_the_rows_and_reapplies_step1(world):
     assert result["listings"] == 2
     assert sorted(b.account for b in world.built) == [ACCOUNT, OTHER]
     assert by_backend["clean"] == {"backend": "clean", "started": False, "reason": "not_due"}
-    assert by_backend["gone"] == {"backend": "gone", "started": False, "reason": "unknown_backend"}
+    assert by_backend["gone"] == {"backend": "gone", "started": False, "reason": "unknown_backend",
+                                  "error": "unknown backend 'gone' (see `orphan-cleanup backend list`)"}
+    with world.db.connection() as conn:  # and nothing is made for it
+        assert conn.run("SELECT count(*) FROM cleanup WHERE backend_id = 'gone'") == [[0]]
     assert by_backend["acct-1"]["started"] and by_backend["acct-2"]["started"]
 
 

@@ -9,18 +9,18 @@ rule 13); only tests and the simulation pass a time.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from orphan_cleanup.core import classify, delete_rules
 from orphan_cleanup.core.backends import DEFAULT_PROTECT_KEY, Backend, Mode, account_view, cycle_snapshot
 from orphan_cleanup.core.classify import Limits
-from orphan_cleanup.core.errors import BlastRadiusExceeded, LeaseLost
+from orphan_cleanup.core.errors import BlastRadiusExceeded, ConfigError, LeaseLost
 from orphan_cleanup.core.listing import RegionFailure, ResourceGroup
 from orphan_cleanup.core.owners import Keep
 from orphan_cleanup.core.verdicts import DeleteOutcome, DeleteResult, Outcome
-from orphan_cleanup.ledger.locked import GateHold, LockedCycle
+from orphan_cleanup.ledger.locked import GateHold, Leases, LockedCycle
 from orphan_cleanup.ledger.records import Cycle, CycleRef, DeleteRequestRow, IdleSnapshot
 from orphan_cleanup.ledger.session import LedgerSession
 from orphan_cleanup.ledger.store import LedgerStore
@@ -32,6 +32,22 @@ class StartResult:
     reason: str  # started: never_cleaned|mode_changed|activity|manual; else: no_activity|not_due|busy
     # The backend as the started cycle works on it: its snapshot (SAFETY.md rules 16, 18).
     backend: Backend | None = None
+    # Its region baselines (``LeaseUnit.baselines``), read with the lease.
+    baselines: dict[str, tuple[int | None, int | None]] | None = None
+    error: str | None = None  # why it was refused (``StartRefusal``), or its row is unknown
+
+
+@dataclass(frozen=True)
+class StartRefusal:
+    """Why a backend's row, read under its lease, must not start a cycle now."""
+
+    reason: str
+    error: str | None = None
+
+
+#: A backend's row as it is under its lease -> the mode and limits of the cycle it would start,
+#: or why it must not start.
+Plan = Callable[[Backend], "tuple[Mode, Limits] | StartRefusal"]
 
 
 @dataclass(frozen=True)
@@ -64,13 +80,12 @@ def scheduled_step1(seen: IdleSnapshot, mode: str, limits: Limits, now: datetime
                                          activity_since_clean=seen.activity_since_clean)
 
 
-def quick_skip(session: LedgerSession, backend_id: str, mode: str, limits: Limits,
+def quick_skip(session: LedgerSession, backend_id: str, seen: IdleSnapshot | None, mode: str, limits: Limits,
                now: datetime | None = None) -> str | None:
-    """The idle path of a scheduled run, without a transaction or lock: one read
-    and, when there is nothing to do, one conditional write marking the row
-    processed. Returns why the run is skipped, or None when the locked
-    ``start_cycle`` must decide. It applies the same rules as ``start_cycle``."""
-    seen = session.idle_snapshot(backend_id)
+    """The idle path of a scheduled run, without a transaction or lock: from ``seen``
+    (``LedgerSession.backend_and_idle``, one read) and, when there is nothing to do, one
+    conditional write marking the row processed. Returns why the run is skipped, or None
+    when the locked ``start_cycle`` must decide. It applies the same rules as ``start_cycle``."""
     if seen is None or seen.leased:
         return None
     now = now or seen.now
@@ -82,37 +97,62 @@ def quick_skip(session: LedgerSession, backend_id: str, mode: str, limits: Limit
     return reason if marked else None
 
 
+def start_cycles(store: LedgerStore, backend_ids: Sequence[str], *, manual: bool, plan: Plan,
+                 stack_protect_key: str = DEFAULT_PROTECT_KEY, now: datetime | None = None) -> dict[str, StartResult]:
+    """STEP 1 and the lease of each backend, in one transaction (``LedgerStore.leases``: its
+    statements do not grow with the number of backends). For each: ``plan`` of its row as
+    it is now (refused: nothing written); a live lease makes this a no-op ("busy"), an
+    expired one fails its cycle first; a scheduled run with no reason to list only marks the
+    row processed. Otherwise bumps the fence and creates the cycle, with the backend as it
+    is now and the keys of its whole account (SAFETY.md rules 16, 18)."""
+    with store.leases(backend_ids, now) as leases:
+        return {b: _start(leases, b, manual, plan, stack_protect_key) for b in dict.fromkeys(backend_ids)}
+
+
+def _start(leases: Leases, backend_id: str, manual: bool, plan: Plan, stack_protect_key: str) -> StartResult:
+    try:
+        lease = leases.unit(backend_id)
+        row, account = lease.account_rows()
+    except ConfigError as e:  # e.g. the backend row was removed since it was read
+        return StartResult(None, "unknown_backend", error=str(e))
+    planned = plan(row)
+    if isinstance(planned, StartRefusal):
+        return StartResult(None, planned.reason, error=planned.error)
+    mode, limits = planned
+    state, now = lease.state, lease.now
+    if state.lease_owner is not None:
+        if state.lease_expires_at is not None and state.lease_expires_at > now:
+            return StartResult(None, "busy")
+        lease.expire(classify.backoff_delay(state.retry_delay_seconds, limits.interval_seconds,
+                                            limits.max_backoff_seconds))
+    elif not manual and classify.not_due(state.next_due_at, state.retry_delay_seconds, limits, now):
+        return StartResult(None, "not_due")
+    reason = "manual"
+    if not manual:
+        go, reason = classify.may_have_new_orphans(
+            clean_at=state.clean_at, clean_mode=state.clean_mode, mode=mode,
+            activity_since_clean=lease.activity_since_clean())
+        if not go:
+            lease.mark_processed(now + timedelta(seconds=limits.interval_seconds))
+            return StartResult(None, reason)
+    backend = account_view(row, account, stack_protect_key)
+    ref = lease.start(mode, now + timedelta(seconds=limits.cycle_deadline_seconds), manual=manual,
+                      snapshot=cycle_snapshot(backend))
+    return StartResult(ref, reason, backend, lease.baselines())
+
+
 def start_cycle(store: LedgerStore, backend_id: str, mode: Mode, limits: Limits, *, manual: bool,
                 stack_protect_key: str = DEFAULT_PROTECT_KEY, now: datetime | None = None,
                 mode_of: Callable[[Backend], Mode] | None = None) -> StartResult:
-    """STEP 1 and the lease. A live lease makes this a no-op ("busy"); an expired
-    one fails its cycle first. A scheduled run with no reason to list only marks
-    the row processed. Otherwise bumps the fence and creates the cycle, with the
-    backend as it is now and the keys of its whole account (SAFETY.md rules 16, 18)."""
-    with store.lease(backend_id, now) as lease:
-        state, now = lease.state, lease.now
-        if state.lease_owner is not None:
-            if state.lease_expires_at is not None and state.lease_expires_at > now:
-                return StartResult(None, "busy")
-            lease.expire(classify.backoff_delay(state.retry_delay_seconds, limits.interval_seconds,
-                                                limits.max_backoff_seconds))
-        elif not manual and classify.not_due(state.next_due_at, state.retry_delay_seconds, limits, now):
-            return StartResult(None, "not_due")
-        reason = "manual"
-        if not manual:
-            go, reason = classify.may_have_new_orphans(
-                clean_at=state.clean_at, clean_mode=state.clean_mode, mode=mode,
-                activity_since_clean=lease.activity_since_clean())
-            if not go:
-                lease.mark_processed(now + timedelta(seconds=limits.interval_seconds))
-                return StartResult(None, reason)
-        row, account = lease.account_rows()
+    """``start_cycles`` of one backend in ``mode`` with ``limits``; ``mode_of``: the mode its
+    row gives now, which must still be ``mode`` ("backend_changed" otherwise: next run)."""
+    def plan(row: Backend) -> tuple[Mode, Limits] | StartRefusal:
         if mode_of is not None and mode_of(row) != mode:
-            return StartResult(None, "backend_changed")  # its mode moved since ``mode`` was read: next run
-        backend = account_view(row, account, stack_protect_key)
-        ref = lease.start(mode, now + timedelta(seconds=limits.cycle_deadline_seconds), manual=manual,
-                          snapshot=cycle_snapshot(backend))
-    return StartResult(ref, reason, backend)
+            return StartRefusal("backend_changed")
+        return mode, limits
+
+    return start_cycles(store, [backend_id], manual=manual, plan=plan, stack_protect_key=stack_protect_key,
+                        now=now)[backend_id]
 
 
 def renew_lease(store: LedgerStore, cycle_id: str, seconds: int, *, gate: GateHold | None = None,
@@ -128,11 +168,12 @@ def renew_lease(store: LedgerStore, cycle_id: str, seconds: int, *, gate: GateHo
         return False
 
 
-def record_region_groups(store: LedgerStore, cycle_id: str, counts: dict[str, int]) -> None:
-    """Store the cycle's believed per-region group counts (before its last batch goes
-    out, so a clean finish sees them). ``LeaseLost`` if fenced."""
-    with store.cycle(cycle_id) as cyc:
-        cyc.record_region_groups(counts)
+def record_region_groups(store: LedgerStore, counts: dict[str, dict[str, int]]) -> set[str]:
+    """Store each cycle's believed per-region group counts (before its last batch goes
+    out, so a clean finish sees them), in one statement. Returns the cycles recorded:
+    a fenced one is not (SAFETY.md rule 6)."""
+    with store.session() as session:
+        return session.record_region_groups(counts)
 
 
 def set_listed_at(store: LedgerStore, cycle_id: str, listed_at: datetime | None = None) -> datetime:
@@ -176,8 +217,16 @@ def fail_cycle(store: LedgerStore, cycle_id: str, error: str, limits: Limits, no
 
 def finish_if_complete(store: LedgerStore, cycle_id: str, limits: Limits,
                        now: datetime | None = None) -> Outcome | None:
-    """Finish a cycle whose batches (and deletions) are all in. Fenced; at most once."""
+    """Finish a cycle whose batches (and deletions) are all in. Fenced; at most once.
+    Two statements when nothing moves meanwhile: the rows read without a lock, and the
+    finish guarded by their versions; if they moved, decided again under the locks."""
     try:
+        with store.cycle_read(cycle_id, now) as cyc:
+            if not cyc.state.complete:
+                return None
+            result = finish(cyc, limits)
+        if cyc.finished is not None:
+            return result
         with store.cycle(cycle_id, now) as cyc:
             return finish(cyc, limits) if cyc.state.complete else None
     except LeaseLost:
@@ -221,8 +270,10 @@ def dispatch_deletes(store: LedgerStore, cycle_id: str, limits: Limits,
 
 def delete_allowed(store: LedgerStore, cycle_id: str, requested: ResourceGroup) -> DeleteDecision:
     """Whether a delete request may run now (``LeaseLost`` if the cycle is fenced).
-    The resources to delete come from the cycle's row, never from the message."""
-    with store.cycle(cycle_id) as cyc:
+    The resources to delete come from the cycle's row, never from the message. A read
+    without a lock: a lock held for it would be released before the provider's call
+    anyway; what is recorded after the call is fenced again (``record_delete``)."""
+    with store.cycle_read(cycle_id) as cyc:
         row = cyc.delete_request(requested.key) if cyc.state.mode == "delete" else DeleteRequestRow(None, None)
         why = delete_rules.delete_refusal(mode=cyc.state.mode, request_state=row.state, recorded=row.group,
                                           requested=requested, tripped_regions=cyc.state.tripped_regions,

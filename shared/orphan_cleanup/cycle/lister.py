@@ -17,7 +17,6 @@ from orphan_cleanup.core.classify import Limits
 from orphan_cleanup.core.errors import (
     ConfigError,
     DatabaseError,
-    LeaseLost,
     OrphanCleanupError,
     ProviderError,
     ProviderThrottled,
@@ -43,6 +42,8 @@ class StartedCycle:
     limits: Limits
     reason: str
     manual: bool
+    # Per region: (groups of the last clean listing, of the suspect one since), read with the lease.
+    baselines: dict[str, tuple[int | None, int | None]] = field(default_factory=dict)
 
     def result(self, reason: str, **kw: Any) -> ListerResult:
         return ListerResult(backend=self.backend.id, started=True, cycle_id=self.cycle.id, reason=reason, **kw)
@@ -192,18 +193,19 @@ class Lister:
                           stalest_backend_seconds=stalest[0] if stalest else None)
 
     def run_job(self, job: ListingJob) -> JobResult:
-        """A listing job: STEP 1 and the lease for each backend it names, then one
-        listing per group of started backends whose rows share a listing key (the
-        job's grouping is only a hint), feeding every cycle of the group."""
+        """A listing job: STEP 1 and the lease of every backend it names, in one transaction
+        whose statements do not grow with their number (``cycle_state.start_cycles``; the tick
+        has just read their idle facts, so no lock-free read comes first), then one listing
+        per group of started backends whose rows share a listing key (the job's grouping is
+        only a hint), feeding every cycle of the group."""
         results: list[ListerResult] = []
         started: dict[str, list[StartedCycle]] = {}
-        for backend_id in job.backends:
-            try:
-                start = self.start_cycle(backend_id, mode=None, manual=False)
-            except ConfigError as exc:  # e.g. the backend row was removed since the tick
-                self.ctx.reporter.error("listing job: backend not started", backend=backend_id, error=str(exc))
-                results.append(ListerResult(backend=backend_id, started=False, reason="unknown_backend"))
-                continue
+        outcomes = cycle_state.start_cycles(self.ctx.store, job.backends, manual=False, plan=self._plan(None),
+                                            stack_protect_key=self.ctx.settings.protect_tag_key, now=self.ctx.now())
+        for backend_id, outcome in outcomes.items():
+            if outcome.reason == "unknown_backend":  # e.g. the backend row was removed since the tick
+                self.ctx.reporter.error("listing job: backend not started", backend=backend_id, error=outcome.error)
+            start = self._started(backend_id, outcome, manual=False)
             if isinstance(start, ListerResult):
                 results.append(start)
             else:
@@ -215,64 +217,88 @@ class Lister:
     # ---- lister: STEP 1-2 -------------------------------------------------
 
     def run_lister(self, backend_id: str, *, mode: Mode | None = None, manual: bool = False) -> ListerResult:
-        """STEP 1, enroll, lease, list and publish batches. Returns a summary.
-        An idle scheduled run costs three statements on one connection."""
+        """STEP 1, lease, list and publish batches. Returns a summary.
+        An idle scheduled run costs two statements on one connection."""
         start = self.start_cycle(backend_id, mode=mode, manual=manual)
         return start if isinstance(start, ListerResult) else self.list_cycles([start])[0]
 
     def start_cycle(self, backend_id: str, *, mode: Mode | None, manual: bool) -> StartedCycle | ListerResult:
         """STEP 1 and the lease of one backend: its started cycle, or why it did not start.
         ``run_lister`` is this and ``list_cycles``; the manual runner calls them apart to
-        keep the lease alive (a heartbeat) from the moment it is taken."""
+        keep the lease alive (a heartbeat) from the moment it is taken. A scheduled run
+        reads its facts without a lock first: an idle backend is marked processed there."""
         with self.ctx.store.session() as session:
-            backend = session.backend(backend_id)
-            refusals = {"stack_protect_key": policy.stack_key_refusal(self.ctx.settings, backend),
-                        "ledger_key": None if self.ledger_keys else policy.ledger_key_refusal(backend)}
-            for reason, refused in refusals.items():
-                if refused is not None:
-                    self.ctx.reporter.error(refused, backend=backend_id)
-                    return ListerResult(backend=backend_id, started=False, reason=reason, error=refused)
-            effective = policy.effective_mode(self.ctx.settings, backend, mode)
-            if effective == "off":
-                return ListerResult(backend=backend_id, started=False, reason="off")
-            limits = self.ctx.limits(backend)
-            skip = None if manual else cycle_state.quick_skip(session, backend_id, effective, limits, self.ctx.now())
+            backend, seen = session.backend_and_idle(backend_id)
+            planned = self._plan(mode)(backend)
+            if isinstance(planned, cycle_state.StartRefusal):
+                return ListerResult(backend=backend_id, started=False, reason=planned.reason, error=planned.error)
+            effective, limits = planned
+            skip = None if manual else cycle_state.quick_skip(session, backend_id, seen, effective, limits,
+                                                               self.ctx.now())
         if skip is not None:
             return ListerResult(backend=backend_id, started=False, reason=skip)
-        self.ctx.store.enroll()
         started = cycle_state.start_cycle(self.ctx.store, backend_id, effective, limits, manual=manual,
                                           stack_protect_key=self.ctx.settings.protect_tag_key,
                                           now=self.ctx.now(),
                                           mode_of=lambda row: policy.effective_mode(self.ctx.settings, row, mode))
+        return self._started(backend_id, started, manual)
+
+    def _plan(self, mode: Mode | None) -> cycle_state.Plan:
+        """What a backend's row allows: the refusals of the stack's settings (the reporter
+        says why), its effective mode (never looser than the row's: ``policy``) and limits."""
+        def plan(backend: Backend) -> tuple[Mode, Limits] | cycle_state.StartRefusal:
+            refusals = {"stack_protect_key": policy.stack_key_refusal(self.ctx.settings, backend),
+                        "ledger_key": None if self.ledger_keys else policy.ledger_key_refusal(backend)}
+            for reason, refused in refusals.items():
+                if refused is not None:
+                    self.ctx.reporter.error(refused, backend=backend.id)
+                    return cycle_state.StartRefusal(reason, refused)
+            effective = policy.effective_mode(self.ctx.settings, backend, mode)
+            if effective == "off":
+                return cycle_state.StartRefusal("off")
+            return effective, self.ctx.limits(backend)
+        return plan
+
+    def _started(self, backend_id: str, started: cycle_state.StartResult, manual: bool) -> StartedCycle | ListerResult:
         if started.cycle is None or started.backend is None:
-            return ListerResult(backend=backend_id, started=False, reason=started.reason)
+            return ListerResult(backend=backend_id, started=False, reason=started.reason, error=started.error)
         # From here on the cycle works on its snapshot of the backend (SAFETY.md rule 18).
         return StartedCycle(backend=started.backend, cycle=started.cycle, limits=self.ctx.limits(started.backend),
-                            reason=started.reason, manual=manual)
+                            reason=started.reason, manual=manual, baselines=started.baselines or {})
 
-    def _close(self, s: StartedCycle, batcher: _Batcher) -> ListerResult:
-        """End one cycle's listing: remember anomalous regions, fail a cycle that listed
-        no region, else record the believed region counts and publish the last batch.
+    def _close(self, closing: list[tuple[StartedCycle, _Batcher]]) -> dict[str, ListerResult]:
+        """End the cycles' listing: remember anomalous regions, fail a cycle that listed no
+        region, else record the believed region counts of all the others (one statement)
+        and publish each one's last batch.
 
         A cycle whose every region was throttled past its retry budget is not failed:
         the regions are unavailable for this cycle, so it ends unsettled (SAFETY.md
         rule 5: throttling never fails a cycle; no failed-cycle backoff for a busy account)."""
-        if batcher.suspects:
-            with self.ctx.store.session() as session:
-                session.mark_suspect(s.backend.id, batcher.suspects)
-        all_throttled = bool(batcher.failures) and batcher.regions_throttled == len(batcher.failures)
-        if not batcher.regions_listed and not all_throttled:  # nothing listed: never clean, never unsettled
-            error = "no region could be listed" if batcher.failures else "no region to list"
-            self.ctx.reporter.error("listing failed", backend=s.backend.id, cycle_id=s.cycle.id, error=error)
-            cycle_state.fail_cycle(self.ctx.store, s.cycle.id, error, s.limits, self.ctx.now(),
-                                   failures=batcher.failures)
-            return s.result("listing_failed")
-        try:
-            cycle_state.record_region_groups(self.ctx.store, s.cycle.id, batcher.counts)
-        except LeaseLost:
-            return s.result("lease_lost")
-        self.listing_queue.publish(batcher.close())
-        return s.result(s.reason, batches=batcher.count, mode=s.cycle.mode)
+        results: dict[str, ListerResult] = {}
+        counts: dict[str, dict[str, int]] = {}
+        for s, batcher in closing:
+            if batcher.suspects:
+                with self.ctx.store.session() as session:
+                    session.mark_suspect(s.backend.id, batcher.suspects)
+            all_throttled = bool(batcher.failures) and batcher.regions_throttled == len(batcher.failures)
+            if not batcher.regions_listed and not all_throttled:  # nothing listed: never clean, never unsettled
+                error = "no region could be listed" if batcher.failures else "no region to list"
+                self.ctx.reporter.error("listing failed", backend=s.backend.id, cycle_id=s.cycle.id, error=error)
+                cycle_state.fail_cycle(self.ctx.store, s.cycle.id, error, s.limits, self.ctx.now(),
+                                       failures=batcher.failures)
+                results[s.cycle.id] = s.result("listing_failed")
+            else:
+                counts[s.cycle.id] = batcher.counts
+        recorded = cycle_state.record_region_groups(self.ctx.store, counts) if counts else set()
+        for s, batcher in closing:
+            if s.cycle.id not in counts:
+                continue
+            if s.cycle.id not in recorded:
+                results[s.cycle.id] = s.result("lease_lost")
+                continue
+            self.listing_queue.publish(batcher.close())
+            results[s.cycle.id] = s.result(s.reason, batches=batcher.count, mode=s.cycle.mode)
+        return results
 
     def list_cycles(self, group: list[StartedCycle]) -> list[ListerResult]:
         """One listing (identity check, then every region) feeding the cycles of
@@ -280,16 +306,10 @@ class Lister:
         failures and outcome. Returns one result per backend, in order."""
         results: dict[str, ListerResult] = {}
         live: list[tuple[StartedCycle, _Batcher]] = []
-        with self.ctx.store.session() as session:
-            baselines = session.region_baselines([s.backend.id for s in group])
         for s in group:
-            try:
-                listed_at = cycle_state.set_listed_at(self.ctx.store, s.cycle.id, self.ctx.now())
-            except LeaseLost:
-                results[s.cycle.id] = s.result("lease_lost")
-                continue
-            live.append((s, _Batcher(s, listed_at, self.listing_queue.max_message_bytes - 4096,
-                                     baselines[s.backend.id], self.ctx.settings)))
+            assert s.cycle.listed_at is not None  # stamped with the lease (``LeaseUnit.start``)
+            live.append((s, _Batcher(s, s.cycle.listed_at, self.listing_queue.max_message_bytes - 4096,
+                                     s.baselines, self.ctx.settings)))
 
         def fail_all(reason: str, error: str, failures: list[RegionFailure] | None = None) -> None:
             for s, _ in live:
@@ -319,8 +339,7 @@ class Lister:
                 for _, batcher in live:
                     for batch in batcher.add(region):
                         self.listing_queue.publish(batch)
-            for s, batcher in live:
-                results[s.cycle.id] = self._close(s, batcher)
+            results.update(self._close(live))
         except Exception as exc:  # the listing raised: the cycles fail (STEP 7), never orphans
             for s, _ in live:
                 self.ctx.reporter.error("listing failed", backend=s.backend.id, cycle_id=s.cycle.id,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
@@ -28,7 +29,6 @@ from orphan_cleanup.core.owners import Keep
 from orphan_cleanup.core.redact import redact
 from orphan_cleanup.core.verdicts import Outcome
 from orphan_cleanup.ledger import queries
-from orphan_cleanup.ledger.queries import activity_since
 from orphan_cleanup.ledger.records import (
     CYCLE_COLUMNS,
     CleanupState,
@@ -152,20 +152,83 @@ _DELETED = ("SELECT 1 FROM provider_journal j WHERE j.backend_id = o.backend_id 
             " AND j.call !~ '(Detach|Disassociate|reateSnapshot|Cancel)' AND j.target = {target}")
 
 
-class LeaseUnit:
-    """STEP 1 of one backend under its locked ``cleanup`` row (created if missing)."""
+class Leases:
+    """STEP 1 and the lease of several backends in one transaction (``LedgerStore.leases``):
+    their ``cleanup`` rows (created if missing) locked in one statement, in id order, so two
+    holders never wait on each other; the facts of all of them read in one statement, after
+    the locks (``LeaseUnit.activity_since_clean``, ``account_rows``, ``baselines``); every
+    lease taken written in one statement (``flush``, before the commit). A job of N backends
+    is five statements whatever N: ``BEGIN``, the locks, the facts, the starts, ``COMMIT``."""
 
-    def __init__(self, conn: pg8000.native.Connection, backend_id: str, now: datetime | None) -> None:
+    def __init__(self, conn: pg8000.native.Connection, backend_ids: Sequence[str], now: datetime | None) -> None:
         self.conn = conn
-        self.backend_id = backend_id
-        self.now: datetime = now or conn.run("SELECT oc_clock()")[0][0]
-        conn.run("INSERT INTO cleanup (backend_id) VALUES (:b) ON CONFLICT DO NOTHING", b=backend_id)
-        self.state = _cleanup(conn.run(f"SELECT {_CLEANUP_COLUMNS} FROM cleanup WHERE backend_id = :b FOR UPDATE",
-                                       b=backend_id)[0])
+        ids = sorted(set(backend_ids))
+        lock = (f"SELECT {_CLEANUP_COLUMNS}, oc_clock() FROM cleanup WHERE backend_id = ANY(CAST(:ids AS text[]))"
+                " ORDER BY backend_id FOR UPDATE")
+        rows = conn.run(lock, ids=ids)
+        if len(rows) < len(ids):  # not enrolled yet: the rows of known backends are made here, then locked
+            conn.run("INSERT INTO cleanup (backend_id) SELECT b.id FROM coverages() b"
+                     " WHERE b.id = ANY(CAST(:ids AS text[])) ORDER BY b.id ON CONFLICT DO NOTHING", ids=ids)
+            rows = conn.run(lock, ids=ids)
+        self.now: datetime = now or (rows[0][-1] if rows else conn.run("SELECT oc_clock()")[0][0])
+        self.units = {row[0]: LeaseUnit(self, _cleanup(row[:-1])) for row in rows}
+        self._facts: dict[str, _LeaseFacts] | None = None
+        self._starts: list[dict[str, Any]] = []
+
+    def unit(self, backend_id: str) -> LeaseUnit:
+        """``ConfigError`` for an id that is no backend (nor a retired coverage)."""
+        if backend_id not in self.units:
+            raise ConfigError(f"unknown backend {backend_id!r} (see `orphan-cleanup backend list`)")
+        return self.units[backend_id]
+
+    def facts(self, backend_id: str) -> _LeaseFacts:
+        """What STEP 1 and the start read of ``backend_id`` (all the locked backends' at
+        once, the first time): activity since its ``clean_at``, its row now, the raw settings
+        of every backend of its provider account (SAFETY.md rules 16, 18 and 24) and its
+        region baselines. ``ConfigError`` if its row is gone."""
+        if self._facts is None:
+            since = {b: u.state.clean_at for b, u in self.units.items()}
+            self._facts = {}
+            for *row, active, settings, baselines in self.conn.run(
+                    _LEASE_FACTS_SQL, ids=list(since), t=json.dumps(since, default=str)):
+                self._facts[row[0]] = _LeaseFacts(
+                    row=row, active=bool(active), account=[queries.json_value(s) for s in settings or ()],
+                    baselines={r: (c, s) for r, c, s in queries.json_value(baselines) or ()})
+        found = self._facts.get(backend_id)
+        if found is None:
+            raise ConfigError(f"unknown backend {backend_id!r} (see `orphan-cleanup backend list`)")
+        return found
+
+    def flush(self) -> None:
+        """Write every lease ``LeaseUnit.start`` took, in one statement: bump each fence and
+        create each cycle that remembers it, with its snapshot (SAFETY.md rule 18) and its
+        listing time, the lease's clock (before the first provider call: rule 13; earlier
+        is the safe side of every margin)."""
+        if not self._starts:
+            return
+        starts, self._starts = self._starts, []
+        rows = self.conn.run(_START_SQL, s=json.dumps(starts, default=str), n=self.now)
+        if rows[0][0] != len(starts):  # the rows are locked: only a bug gets here
+            raise LeaseLost(f"{len(starts) - rows[0][0]} of {len(starts)} leases were not taken")
+
+
+class LeaseUnit:
+    """STEP 1 of one backend of a ``Leases`` transaction, under its locked ``cleanup`` row."""
+
+    def __init__(self, leases: Leases, state: CleanupState) -> None:
+        self.leases = leases
+        self.conn = leases.conn
+        self.backend_id = state.backend_id
+        self.state = state
+        self.now = leases.now
 
     def activity_since_clean(self) -> bool:
         """Any ledger change that may concern this backend after ``clean_at`` (False if never clean)."""
-        return self.state.clean_at is not None and activity_since(self.conn, self.backend_id, self.state.clean_at)
+        return self.state.clean_at is not None and self.leases.facts(self.backend_id).active
+
+    def baselines(self) -> dict[str, tuple[int | None, int | None]]:
+        """Per region: (groups of the last clean listing, groups of the suspect listing since)."""
+        return self.leases.facts(self.backend_id).baselines
 
     def expire(self, retry_delay_seconds: int) -> None:
         """Fail the cycle holding an expired lease (lost message, crashed function):
@@ -193,26 +256,56 @@ class LeaseUnit:
         ``settings`` of every backend of its provider account, its own included: what the
         cycle's snapshot is made of (SAFETY.md rules 16 and 18). ``ConfigError`` if gone
         or misconfigured."""
-        rows = self.conn.run(f"SELECT {queries.COVERAGE_COLUMNS} FROM coverages() WHERE id = :b", b=self.backend_id)
-        if not rows:
-            raise ConfigError(f"unknown backend {self.backend_id!r} (see `orphan-cleanup backend list`)")
-        return queries.backend_from_row(rows[0]), queries.account_settings(self.conn, self.backend_id)
+        facts = self.leases.facts(self.backend_id)
+        return queries.backend_from_row(facts.row), facts.account
 
     def start(self, mode: Mode, deadline: datetime, *, manual: bool,
               snapshot: dict[str, Any] | None = None) -> CycleRef:
-        """Take the lease: bump the fence and create the cycle that remembers it, with
-        ``snapshot``, the backend as the cycle will work on it (SAFETY.md rule 18)."""
+        """Take the lease (written by ``Leases.flush``, in this transaction): the next fence
+        and the cycle that remembers it, with ``snapshot``, the backend as the cycle will
+        work on it (SAFETY.md rule 18), listed at the lease's clock."""
         if self.state.lease_owner is not None:
             raise LeaseLost(f"backend {self.backend_id} is leased by cycle {self.state.lease_owner}")
         cycle_id = uuid.uuid4().hex
-        self.state = _cleanup(self.conn.run(
-            "UPDATE cleanup SET fence = fence + 1, lease_owner = :c, lease_expires_at = :d WHERE backend_id = :b"
-            f" RETURNING {_CLEANUP_COLUMNS}", c=cycle_id, d=deadline, b=self.backend_id)[0])
-        self.conn.run("INSERT INTO cycles (id, backend_id, fence, mode, started_at, deadline, manual, record_all,"
-                      " backend_snapshot) VALUES (:c, :b, :f, :m, :n, :d, :man, :man, CAST(:snap AS jsonb))",
-                      c=cycle_id, b=self.backend_id, f=self.state.fence, m=mode, n=self.now, d=deadline, man=manual,
-                      snap=None if snapshot is None else json.dumps(snapshot))
-        return CycleRef(cycle_id, self.backend_id, self.state.fence, mode)
+        fence = self.state.fence + 1
+        self.leases._starts.append({"backend_id": self.backend_id, "id": cycle_id, "fence": fence, "mode": mode,
+                                    "deadline": deadline, "manual": manual, "snapshot": snapshot})
+        self.state = replace(self.state, fence=fence, lease_owner=cycle_id, lease_expires_at=deadline)
+        return CycleRef(cycle_id, self.backend_id, fence, mode, self.now)
+
+
+class _LeaseFacts(NamedTuple):
+    row: list[Any]
+    active: bool
+    account: list[Any]
+    baselines: dict[str, tuple[int | None, int | None]]
+
+
+# ``:t``: each backend's clean_at (JSON object; null: never clean, no activity read).
+_LEASE_FACTS_SQL = (
+    f"SELECT {', '.join('b.' + c.strip() for c in queries.COVERAGE_COLUMNS.split(','))},"
+    " x.since IS NOT NULL AND " + queries.ACTIVITY_EXISTS.format(since="x.since", backend="b.id") + ","
+    " ARRAY(SELECT s.settings::text FROM coverages() s WHERE " + queries.SCOPE_SQL.format(t="s") + " = "
+    + queries.SCOPE_SQL.format(t="b") + "),"
+    " (SELECT json_agg(json_build_array(l.region, l.clean_groups, l.suspect_groups))"
+    "    FROM region_listings l WHERE l.backend_id = b.id)::text"
+    " FROM coverages() b"
+    " JOIN jsonb_each_text(CAST(:t AS jsonb)) AS e(id, since_text) ON e.id = b.id"
+    " CROSS JOIN LATERAL (SELECT CAST(e.since_text AS timestamptz) AS since) AS x"
+    " WHERE b.id = ANY(CAST(:ids AS text[]))")
+
+_START_SQL = """
+WITH s AS (SELECT * FROM jsonb_to_recordset(CAST(:s AS jsonb))
+             AS x(backend_id text, id text, fence bigint, mode text, deadline timestamptz, manual boolean,
+                  snapshot jsonb)),
+l AS (UPDATE cleanup cl SET fence = s.fence, lease_owner = s.id, lease_expires_at = s.deadline
+        FROM s WHERE cl.backend_id = s.backend_id AND cl.fence = s.fence - 1 AND cl.lease_owner IS NULL
+      RETURNING cl.backend_id),
+c AS (INSERT INTO cycles (id, backend_id, fence, mode, started_at, listed_at, deadline, manual, record_all,
+                          backend_snapshot)
+      SELECT s.id, s.backend_id, s.fence, s.mode, :n, :n, s.deadline, s.manual, s.manual, s.snapshot
+        FROM s JOIN l ON l.backend_id = s.backend_id RETURNING 1)
+SELECT count(*) FROM c"""
 
 
 class LockedCycle:
@@ -221,16 +314,25 @@ class LockedCycle:
     Constructing it raises ``LeaseLost`` when the cycle is unknown, finished, or
     its backend's fence or lease moved on: a stale holder writes nothing."""
 
-    def __init__(self, conn: pg8000.native.Connection, cycle_id: str, now: datetime | None) -> None:
+    def __init__(self, conn: pg8000.native.Connection, cycle_id: str, now: datetime | None, *,
+                 lock: bool = True) -> None:
+        """``lock=False`` (``LedgerStore.cycle_read``): the rows read without a lock, and
+        outside a transaction; then only ``finish`` may write, as one guarded statement."""
         self.conn = conn
-        lease = conn.run(
-            "SELECT cl.fence, cl.lease_owner, cl.clean_at, cl.retry_delay_seconds, oc_clock() FROM cleanup cl"
-            " WHERE cl.backend_id = (SELECT backend_id FROM cycles WHERE id = :c) FOR UPDATE", c=cycle_id)
-        row = conn.run(f"SELECT {CYCLE_COLUMNS} FROM cycles WHERE id = :c FOR UPDATE", c=cycle_id)
-        if not lease or not row:
+        self.locked = lock
+        # One statement, locking in the store's order: ``FOR UPDATE OF cl, c`` takes the cleanup
+        # row, then the cycle row; each comes back as its latest committed version. Unlocked,
+        # the rows' versions (``xmin``) come with them, for ``finish``'s guard.
+        rows = conn.run(
+            "SELECT cl.fence, cl.lease_owner, cl.clean_at, cl.retry_delay_seconds, oc_clock(),"
+            " cl.xmin::text, c.xmin::text, " + ", ".join(f"c.{col.strip()}" for col in CYCLE_COLUMNS.split(","))
+            + " FROM cycles c JOIN cleanup cl ON cl.backend_id = c.backend_id WHERE c.id = :c"
+            + (" FOR UPDATE OF cl, c" if lock else ""), c=cycle_id)
+        if not rows:
             raise LeaseLost(f"cycle {cycle_id} is unknown")
-        self.state = Cycle.from_row(row[0])
-        fence, owner, self._clean_at, self._retry_delay, clock = lease[0]
+        fence, owner, self._clean_at, self._retry_delay, clock, *versions = rows[0][:7]
+        self._versions = versions
+        self.state = Cycle.from_row(rows[0][7:])
         self.check_lease(fence, owner)
         self.now: datetime = now or clock
         self.finished: FinishedCycle | None = None  # set by ``finish``: the store's hook, after commit
@@ -270,11 +372,6 @@ class LockedCycle:
         self._update("listed_at = coalesce(CAST(:t AS timestamptz), oc_clock())", t=listed_at)
         assert self.state.listed_at is not None
         return self.state.listed_at
-
-    def record_region_groups(self, counts: dict[str, int]) -> None:
-        """The group count of each region this cycle listed and believed: the
-        backend's next baselines if the cycle finishes clean (migration 0010's trigger)."""
-        self._update("region_groups = CAST(:g AS jsonb)", g=json.dumps(counts))
 
     def fail(self, error: str, failures: Sequence[RegionFailure] | None = None) -> None:
         """The listing (or the identity check before it) failed; ``failures`` replace the cycle's.
@@ -329,28 +426,30 @@ class LockedCycle:
         self._update("dispatched = true")
 
     def delete_request(self, group_key: str) -> DeleteRequestRow:
-        state = self.conn.run("SELECT state FROM delete_requests WHERE cycle_id = :c AND group_key = :k",
-                              c=self.state.id, k=group_key)
-        if not state:
-            return DeleteRequestRow(None, None)
-        # With the group, the operator's keep of its ref if one is in force (SAFETY.md rule 23:
-        # a keep written after the plan wins), in the same statement. In force at the listing
-        # time, as the classifier reads keeps: a keep that ended since then still holds (the
-        # safe direction).
-        recorded = self.conn.run(
-            "SELECT g.provider_ref, g.region, g.primary_id, g.resources, g.evidence->>'lp',"
+        # The request's state and, with the group, the operator's keep of its ref if one is in
+        # force (SAFETY.md rule 23: a keep written after the plan wins), in one statement. In
+        # force at the listing time, as the classifier reads keeps: a keep that ended since
+        # then still holds (the safe direction).
+        rows = self.conn.run(
+            "SELECT d.state, g.provider_ref, g.region, g.primary_id, g.resources, g.evidence->>'lp',"
             " CASE WHEN k.provider_ref IS NOT NULL THEN json_build_object('reason', k.reason, 'kept_at', k.kept_at,"
             "   'until', k.until)::text END"
-            " FROM cycle_groups g LEFT JOIN (" + queries.KEEPS_SQL.format(
+            " FROM delete_requests d"
+            " LEFT JOIN cycle_groups g ON g.cycle_id = d.cycle_id AND g.group_key = d.group_key"
+            "  AND g.verdict = 'orphan'"
+            " LEFT JOIN (" + queries.KEEPS_SQL.format(
                 backend=":b", t="CAST(:t AS timestamptz)",
                 refs="ARRAY(SELECT provider_ref FROM cycle_groups WHERE cycle_id = :c AND group_key = :k)")
             + ") k ON k.provider_ref = g.provider_ref"
-            " WHERE g.cycle_id = :c AND g.group_key = :k AND g.verdict = 'orphan'",
+            " WHERE d.cycle_id = :c AND d.group_key = :k",
             c=self.state.id, k=group_key, b=self.state.backend_id, t=self.state.listed_at)
-        if not recorded:
-            return DeleteRequestRow(state[0][0], None)
-        keep = msgspec.json.decode(recorded[0][5], type=Keep) if recorded[0][5] else None
-        return DeleteRequestRow(state[0][0], group_from_row(recorded[0]), listed_primary=recorded[0][4], keep=keep)
+        if not rows:
+            return DeleteRequestRow(None, None)
+        state, *recorded = rows[0]
+        if recorded[0] is None:
+            return DeleteRequestRow(state, None)
+        keep = msgspec.json.decode(recorded[5], type=Keep) if recorded[5] else None
+        return DeleteRequestRow(state, group_from_row(recorded), listed_primary=recorded[4], keep=keep)
 
     def record_delete(self, group: ResourceGroup, rec: DeleteRecord) -> bool:
         """Record one deletion's end, once per (cycle, group): False (and nothing
@@ -415,39 +514,64 @@ class LockedCycle:
 
     def finish(self, outcome: Outcome, *, clean_at: datetime | None, next_due_at: datetime,
                retry_delay_seconds: int) -> None:
-        """STEP 7 as decided: the outcome, the backend's schedule, the lease released."""
-        c = self.state
-        self._update("outcome = :o, finished_at = :n", o=outcome.value, n=self.now)
-        self.finished = FinishedCycle(backend_id=c.backend_id, cycle_id=c.id, mode=c.mode, outcome=outcome.value)
-        if outcome is Outcome.FAILED:
-            self.conn.run(CYCLE_FAILED_EVENT, ids=[c.id], no_reason=NO_REASON)
-        self._close_vanished_orphans(c)
-        self.conn.run(
-            "UPDATE cleanup SET clean_at = :ca, clean_mode = CASE WHEN :o = 'clean' THEN :m ELSE clean_mode END,"
-            " last_processed_at = :n, next_due_at = :due, retry_delay_seconds = :d, last_outcome = :o,"
-            " last_error = :e, lease_owner = NULL, lease_expires_at = NULL WHERE backend_id = :b",
-            ca=clean_at, o=outcome.value, m=c.mode, n=self.now, due=next_due_at, d=retry_delay_seconds,
-            e=c.error, b=c.backend_id)
+        """STEP 7 as decided, in one statement: the outcome, the failed cycle's event, the
+        orphans this listing did not see again closed, the backend's schedule, the lease
+        released. (Its parts see one snapshot and write different tables; the triggers on
+        the cycle's outcome run after them, as they ran after the outcome's own statement.)
 
-    def _close_vanished_orphans(self, c: Cycle) -> None:
-        """Orphan rows this complete listing did not see again are closed, except in
-        regions (or their zones) whose listing failed: those may still exist. Closed as
-        'deleted' when the journal holds, since the orphan was first seen, a successful
-        delete of its VM (the call whose target is its primary) or, for a group without a
-        VM, of each of its resources: one whose cycle lost its lease before recording it
-        (SAFETY.md rule 19). Otherwise 'gone'."""
-        if c.failed or not c.listing_done:
+        Unlocked (``cycle_read``), the statement locks the cleanup row, then the cycle row,
+        and writes only if neither changed since they were read (their ``xmin``): then
+        ``finished`` is set; otherwise nothing is written and it stays None (decide again
+        under the locks: ``LedgerStore.cycle``)."""
+        c = self.state
+        target = "UPDATE cycles SET outcome = :o, finished_at = :n WHERE id = :_id"
+        if not self.locked:
+            target = ("UPDATE cycles c SET outcome = :o, finished_at = :n"
+                      " FROM (SELECT xmin::text AS version FROM cleanup WHERE backend_id = :b FOR UPDATE) AS cl"
+                      " WHERE c.id = :_id AND c.outcome IS NULL AND cl.version = :clv AND c.xmin::text = :cv")
+        parts = [f"fin AS ({target} RETURNING {_columns('cycles' if self.locked else 'c')})"]
+        params: dict[str, Any] = dict(o=outcome.value, n=self.now, _id=c.id, ca=clean_at, m=c.mode, due=next_due_at,
+                                      delay=retry_delay_seconds, e=c.error, b=c.backend_id)
+        if not self.locked:
+            params.update(clv=self._versions[0], cv=self._versions[1])
+        done = " AND EXISTS (SELECT 1 FROM fin)"
+        if outcome is Outcome.FAILED:
+            parts.append(f"failed_event AS ({CYCLE_FAILED_EVENT}{done})")
+            params.update(ids=[c.id], no_reason=NO_REASON)
+        if not c.failed and c.listing_done:
+            parts.append(f"vanished AS ({_VANISHED_SQL}{done})")
+            params.update(regions=[f.region for f in c.failures])
+        parts.append(
+            "released AS (UPDATE cleanup SET clean_at = :ca,"
+            " clean_mode = CASE WHEN :o = 'clean' THEN :m ELSE clean_mode END, last_processed_at = :n,"
+            " next_due_at = :due, retry_delay_seconds = :delay, last_outcome = :o, last_error = :e,"
+            f" lease_owner = NULL, lease_expires_at = NULL WHERE backend_id = :b{done})")
+        rows = self.conn.run("WITH " + ", ".join(parts) + f" SELECT {CYCLE_COLUMNS} FROM fin", **params)
+        if not rows:
+            assert not self.locked, "a locked cycle's outcome is written"
             return
-        vm, member = _DELETED.format(target="o.primary_id"), _DELETED.format(target="(r->>'id')")
-        deleted = (f"CASE WHEN o.primary_id IS NOT NULL THEN EXISTS ({vm})"
-                   " ELSE jsonb_array_length(o.resources) > 0 AND NOT EXISTS (SELECT 1 FROM"
-                   f" jsonb_array_elements(o.resources) AS r WHERE NOT EXISTS ({member})) END")
-        self.conn.run(
-            # deleted_at: when the report counts it deleted (a deleter that lost its lease did not record it)
-            f"UPDATE orphans o SET state = CASE WHEN {deleted} THEN 'deleted' ELSE 'gone' END,"
-            f" deleted_at = CASE WHEN o.deleted_at IS NULL AND {deleted} THEN oc_clock() ELSE o.deleted_at END"
-            " WHERE o.backend_id = :b AND o.last_cycle_id IS DISTINCT FROM :c"
-            " AND o.state IN ('open', 'deleting', 'delete_failed', 'protected')"
-            " AND NOT EXISTS (SELECT 1 FROM unnest(CAST(:f AS text[])) AS f(region)"
-            "                 WHERE o.region = f.region OR o.region LIKE f.region || '-%')",
-            b=c.backend_id, c=c.id, f=[f.region for f in c.failures])
+        self.state = Cycle.from_row(rows[0])
+        self.finished = FinishedCycle(backend_id=c.backend_id, cycle_id=c.id, mode=c.mode, outcome=outcome.value)
+
+
+def _columns(alias: str) -> str:
+    return ", ".join(f"{alias}.{col.strip()}" for col in CYCLE_COLUMNS.split(","))
+
+
+# Orphan rows a complete listing (``finish``: not failed, every batch in) did not see again are
+# closed, except in regions (or their zones) whose listing failed (``:regions``): those may still
+# exist. Closed as 'deleted' when the journal holds, since the orphan was first seen, a successful
+# delete of its VM (the call whose target is its primary) or, for a group without a VM, of each
+# of its resources: one whose cycle lost its lease before recording it (SAFETY.md rule 19).
+# Otherwise 'gone'. ``deleted_at``: when the report counts it deleted.
+_DELETED_ANY = ("CASE WHEN o.primary_id IS NOT NULL THEN EXISTS (" + _DELETED.format(target="o.primary_id") + ")"
+                " ELSE jsonb_array_length(o.resources) > 0 AND NOT EXISTS (SELECT 1 FROM"
+                " jsonb_array_elements(o.resources) AS r WHERE NOT EXISTS ("
+                + _DELETED.format(target="(r->>'id')") + ")) END")
+_VANISHED_SQL = (
+    f"UPDATE orphans o SET state = CASE WHEN {_DELETED_ANY} THEN 'deleted' ELSE 'gone' END,"
+    f" deleted_at = CASE WHEN o.deleted_at IS NULL AND {_DELETED_ANY} THEN oc_clock() ELSE o.deleted_at END"
+    " WHERE o.backend_id = :b AND o.last_cycle_id IS DISTINCT FROM :_id"
+    " AND o.state IN ('open', 'deleting', 'delete_failed', 'protected')"
+    " AND NOT EXISTS (SELECT 1 FROM unnest(CAST(:regions AS text[])) AS f(region)"
+    "                 WHERE o.region = f.region OR o.region LIKE f.region || '-%')")

@@ -124,19 +124,25 @@ class LedgerSession:
         return ApplyResult(status=r["status"], listing_complete=bool(r.get("listing_complete")),
                            mode=r.get("mode"), groups_listed=r.get("groups_listed"))
 
-    def idle_snapshot(self, backend_id: str) -> IdleSnapshot | None:
-        """STEP 1's facts in one read, without a lock: None when the backend has no
-        cleanup row yet."""
+    def backend_and_idle(self, backend_id: str) -> tuple[Backend, IdleSnapshot | None]:
+        """The backend's row (``ConfigError`` when unknown) and STEP 1's facts, in one read
+        without a lock (None when the backend has no cleanup row yet)."""
+        columns = ", ".join(f"b.{c.strip()}" for c in queries.COVERAGE_COLUMNS.split(","))
         rows = self.conn.run(
-            "SELECT c.clean_at, c.clean_mode, c.lease_owner IS NOT NULL, c.retry_delay_seconds, c.next_due_at,"
+            f"SELECT {columns}, c.backend_id IS NOT NULL, c.clean_at, c.clean_mode, c.lease_owner IS NOT NULL,"
+            " c.retry_delay_seconds, c.next_due_at,"
             " c.clean_at IS NOT NULL AND " + queries.ACTIVITY_EXISTS.format(since="c.clean_at", backend=":b") +
-            ", oc_clock() FROM cleanup c WHERE c.backend_id = :b", b=backend_id)
+            ", oc_clock() FROM coverages() b LEFT JOIN cleanup c ON c.backend_id = b.id WHERE b.id = :b",
+            b=backend_id)
         if not rows:
-            return None
-        clean_at, clean_mode, leased, delay, next_due, active, clock = rows[0]
-        return IdleSnapshot(clean_at=clean_at, clean_mode=clean_mode, leased=bool(leased),
-                            retry_delay_seconds=delay, next_due_at=next_due, activity_since_clean=bool(active),
-                            now=clock)
+            raise ConfigError(f"unknown backend {backend_id!r} (see `orphan-cleanup backend list`)")
+        *row, enrolled, clean_at, clean_mode, leased, delay, next_due, active, clock = rows[0]
+        backend = queries.backend_from_row(row)
+        if not enrolled:
+            return backend, None
+        return backend, IdleSnapshot(clean_at=clean_at, clean_mode=clean_mode, leased=bool(leased),
+                                     retry_delay_seconds=delay, next_due_at=next_due,
+                                     activity_since_clean=bool(active), now=clock)
 
     def tick_rows(self, known: dict[bytes, Backend] | None = None, *, horizon: bool = True) -> list[TickRow]:
         """The tick's one statement: enroll every backend once the ledger has issued refs,
@@ -195,15 +201,17 @@ class LedgerSession:
             " WHERE c.backend_id = x.backend_id AND c.lease_owner IS NULL AND c.clean_at = x.clean_at"
             " AND c.clean_mode = x.mode RETURNING c.backend_id", n=now, p=payload)}
 
-    def region_baselines(self, backend_ids: Sequence[str]) -> dict[str, dict[str, tuple[int | None, int | None]]]:
-        """Per backend and region: (groups of the last clean listing, groups of the
-        suspect listing since), in one statement."""
-        out: dict[str, dict[str, tuple[int | None, int | None]]] = {b: {} for b in backend_ids}
-        for b, region, clean, suspect in self.conn.run(
-                "SELECT backend_id, region, clean_groups, suspect_groups FROM region_listings"
-                " WHERE backend_id = ANY(CAST(:b AS text[]))", b=list(backend_ids)):
-            out[b][region] = (clean, suspect)
-        return out
+    def record_region_groups(self, counts: dict[str, dict[str, int]]) -> set[str]:
+        """The group count of each region each cycle listed and believed (by cycle id): the
+        backend's next baselines if the cycle finishes clean (migration 0010's trigger). One
+        fenced statement: a cycle that lost its lease or finished gets nothing written, and
+        is not in the ids returned (SAFETY.md rule 6). It locks the cycle rows alone; every
+        change of a fence (a lease taken over expires its cycle first) writes that cycle's
+        row, so the recheck after a wait sees it."""
+        return {r[0] for r in self.conn.run(
+            "UPDATE cycles c SET region_groups = x.value FROM jsonb_each(CAST(:g AS jsonb)) AS x, cleanup cl"
+            " WHERE c.id = x.key AND c.outcome IS NULL AND cl.backend_id = c.backend_id"
+            " AND cl.fence = c.fence AND cl.lease_owner = c.id RETURNING c.id", g=json.dumps(counts))}
 
     def mark_suspect(self, backend_id: str, counts: dict[str, int]) -> None:
         """Remember the group counts of region listings found anomalous (one statement)."""

@@ -42,7 +42,7 @@ from orphan_cleanup.core.listing import ResourceGroup
 from orphan_cleanup.core.owners import Record
 from orphan_cleanup.ledger import digest_facts, keeps, leaks, queries, reports, watch
 from orphan_cleanup.ledger.db import Database
-from orphan_cleanup.ledger.locked import LeaseUnit, LockedCycle
+from orphan_cleanup.ledger.locked import Leases, LockedCycle
 from orphan_cleanup.ledger.records import CycleReport, FinishedCycle
 from orphan_cleanup.ledger.session import LedgerSession
 
@@ -66,10 +66,13 @@ class LedgerStore:
             yield LedgerSession(conn)
 
     @contextmanager
-    def lease(self, backend_id: str, now: datetime | None = None) -> Iterator[LeaseUnit]:
-        """STEP 1 and the lease of one backend, in one transaction holding its cleanup row."""
+    def leases(self, backend_ids: Sequence[str], now: datetime | None = None) -> Iterator[Leases]:
+        """STEP 1 and the lease of several backends, in one transaction holding their
+        cleanup rows; the leases taken are written at its end (``Leases.flush``)."""
         with self.db.transaction() as conn:
-            yield LeaseUnit(conn, backend_id, now)
+            leases = Leases(conn, backend_ids, now)
+            yield leases
+            leases.flush()
 
     @contextmanager
     def cycle(self, cycle_id: str, now: datetime | None = None) -> Iterator[LockedCycle]:
@@ -77,6 +80,18 @@ class LedgerStore:
         A cycle the unit finished is handed to ``on_finish`` after the commit."""
         with self.db.transaction() as conn:
             unit = LockedCycle(conn, cycle_id, now)
+            yield unit
+        if unit.finished is not None and self.on_finish is not None:
+            self.on_finish(unit.finished)
+
+    @contextmanager
+    def cycle_read(self, cycle_id: str, now: datetime | None = None) -> Iterator[LockedCycle]:
+        """A live cycle read without a lock or a transaction (``LeaseLost`` if fenced), whose
+        only write is ``finish``: one statement that writes only if the rows did not change
+        since this read (else ``finished`` stays None: decide again under ``cycle()``).
+        A cycle it finished is handed to ``on_finish``, as ``cycle()`` does."""
+        with self.db.connection() as conn:
+            unit = LockedCycle(conn, cycle_id, now, lock=False)
             yield unit
         if unit.finished is not None and self.on_finish is not None:
             self.on_finish(unit.finished)
@@ -99,7 +114,7 @@ class LedgerStore:
         """Take the per-ref delete gate (a lease row). Unrelated refs never wait. The gate is
         per account (``Backend.scope``, kept in the ``backend_id`` column): backends sharing an
         account list the same groups and must not delete one at the same time. The holder may renew."""
-        with self.db.transaction() as conn:
+        with self.db.connection() as conn:  # one statement: its own transaction
             return bool(conn.run(
                 "INSERT INTO delete_gates AS g (backend_id, provider_ref, holder, expires_at)"
                 " VALUES (:b, :r, :h, now() + make_interval(secs => :t))"
@@ -109,7 +124,7 @@ class LedgerStore:
 
     def release_gate(self, scope: str, ref: str, holder: str) -> None:
         """Release the gate if ``holder`` holds it (else nothing)."""
-        with self.db.transaction() as conn:
+        with self.db.connection() as conn:  # one statement: its own transaction
             conn.run("DELETE FROM delete_gates WHERE backend_id = :b AND provider_ref = :r AND holder = :h",
                      b=scope, r=ref, h=holder)
 
