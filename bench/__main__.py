@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 BENCHES = ("classifier", "listing", "scale", "idle", "tick", "profile", "imports", "peers", "throttling", "report",
-           "platform")
+           "platform", "fleet", "memory")
 DEFAULT_JSON = Path(__file__).resolve().parent / "results" / "latest.json"
 
 
@@ -137,6 +137,14 @@ def _run(name: str, quick: bool, pg: Any, plot: str | None = None) -> list[Any]:
         from bench import platform as platform_writes  # not the stdlib module main() reads
 
         return platform_writes.run(pg(), quick=quick)
+    if name == "fleet":
+        from bench import fleet
+
+        return fleet.run(pg(), quick=quick)
+    if name == "memory":
+        from bench import memory
+
+        return memory.run(pg(), quick=quick)
     raise AssertionError(name)
 
 
