@@ -157,7 +157,7 @@ class Deleter:
         """The request's cycle and backend, from the ledger: ``cycle_unknown`` without a
         cycle that listed; ``MessageRefused`` when the request names another backend."""
         with self.ctx.store.session() as session:
-            cycle = session.cycle_context(request.cycle_id)
+            cycle = session.cycle_context(request.cycle_id, account=True)
             if cycle is None or cycle.listed_at is None:
                 return DeleteOutcome.CYCLE_UNKNOWN
             if request.backend != cycle.backend_id:
@@ -165,8 +165,7 @@ class Deleter:
                                         backend=cycle.backend_id, cycle_id=cycle.id, group=request.group.key)
                 raise MessageRefused(f"delete request for {request.group.key} names backend {request.backend!r},"
                                      f" its cycle is of {cycle.backend_id!r}")
-            backend = account_view(cycle.backend, session.account_settings(cycle.backend_id),
-                                   self.ctx.settings.protect_tag_key)
+            backend = account_view(cycle.backend, cycle.account or [], self.ctx.settings.protect_tag_key)
         return DeleteJob(request, cycle, cycle.listed_at, backend, self.ctx.limits(backend))
 
     # ---- the guards, in order: each ends the request (a ``Stop``) or lets it go on (None) ----

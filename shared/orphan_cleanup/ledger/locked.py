@@ -452,64 +452,32 @@ class LockedCycle:
         return DeleteRequestRow(state, group_from_row(recorded), listed_primary=recorded[4], keep=keep)
 
     def record_delete(self, group: ResourceGroup, rec: DeleteRecord) -> bool:
-        """Record one deletion's end, once per (cycle, group): False (and nothing
-        written) when it was recorded already."""
+        """Record one deletion's end, once per (cycle, group), in one statement (``_RECORD_SQL``):
+        False (and nothing written) when it was recorded already."""
         detail = json.dumps({"result": rec.result.model_dump(mode="json") if rec.result else None,
                              "error": rec.error, "skipped": rec.skipped_reason})
         c = self.state
-        if not self.conn.run("UPDATE delete_requests SET state = :s, attempts = attempts + 1,"
-                             " result = CAST(:r AS jsonb), updated_at = now()"
-                             " WHERE cycle_id = :c AND group_key = :k AND state = 'queued' RETURNING 1",
-                             s=rec.request_state, r=detail, c=c.id, k=group.key):
-            return False
-        self.conn.run("UPDATE cycle_groups SET action = :a, error = :e, updated_at = now()"
-                      " WHERE cycle_id = :c AND group_key = :k", a=rec.action.value, e=rec.error, c=c.id, k=group.key)
-        # A row remembering a protection (SAFETY.md rule 14) keeps it, with its verdict and
-        # reason, as ``delete_rules`` decided (``rec.keeps_protection``); otherwise the row is
-        # the orphan its cycle classified again.
-        # When it became 'deleted' is the report's deletion time (C3 ``report``; one clock, rule 13).
-        self.conn.run("UPDATE orphans o SET state = CASE WHEN o.state = 'protected' AND o.reason ="
-                      " 'termination_protection' AND :keep THEN o.state ELSE :s END, last_error = :e,"
-                      " deleted_at = CASE WHEN :s = 'deleted' AND NOT (o.state = 'protected' AND o.reason ="
-                      " 'termination_protection' AND :keep) THEN oc_clock() ELSE o.deleted_at END,"
-                      " verdict = CASE WHEN :keep THEN o.verdict ELSE g.verdict END,"
-                      " reason = CASE WHEN :keep THEN o.reason ELSE g.reason END"
-                      " FROM cycle_groups g WHERE o.backend_id = :b AND o.group_key = :k"
-                      " AND g.cycle_id = :c AND g.group_key = :k",
-                      s=rec.orphan_state, e=rec.error, b=c.backend_id, k=group.key, c=c.id,
-                      keep=rec.keeps_protection)
-        if rec.result is not None and rec.result.attached and group.primary_id in rec.result.deleted:
-            # What the deleter saw attached to the orphan VM it terminated: its leftovers later.
-            # Through the definer's function: the deleter's role may not write orphan_resources
-            # (docs/DATABASE.md, "One role per function").
-            self.conn.run("SELECT oc_record_orphan_resources(:c, :k, CAST(:ids AS text[]))",
-                          c=c.id, k=group.key, ids=list(rec.result.attached))
+        # What the deleter saw attached to the orphan VM it terminated: its leftovers later.
+        attached = (list(rec.result.attached) if rec.result is not None and rec.result.attached
+                    and group.primary_id in rec.result.deleted else [])
         note = evidence.snapshot_note(rec.result.snapshots, rec.result.snapshots_pending) if rec.result else None
-        if note is not None:
-            # The snapshots kept of the group's data join its C3 ``detail``.
-            self.conn.run("UPDATE cycle_groups SET evidence = jsonb_set(coalesce(evidence, '{}'::jsonb), '{d}',"
-                          " to_jsonb(concat_ws('; ', evidence->>'d', CAST(:n AS text))))"
-                          " WHERE cycle_id = :c AND group_key = :k", n=note, c=c.id, k=group.key)
-        if rec.protection is not None:
-            # The delete found a protection (rule 14): the group's verdict, as reported and remembered.
-            d = json.dumps((rec.protection_detail or rec.protection)[:200])
-            self.conn.run("UPDATE cycle_groups SET verdict = 'protected', reason = :r,"
-                          " evidence = jsonb_set(coalesce(evidence, '{}'::jsonb), '{d}', CAST(:d AS jsonb))"
-                          " WHERE cycle_id = :c AND group_key = :k", r=rec.protection, d=d, c=c.id, k=group.key)
-            self.conn.run("UPDATE orphans SET verdict = 'protected', reason = :r WHERE backend_id = :b"
-                          " AND group_key = :k", r=rec.protection, b=c.backend_id, k=group.key)
-        # The event targets the owner by the id and name kept in provider_refs.
-        self.conn.run("INSERT INTO events (backend_id, cycle_id, kind, message, provider_ref, owner_type, owner_id,"
-                      " owner_name, details) SELECT :b, :c, :kind, :m, :ref, r.owner_type, r.owner_id, r.owner_name,"
-                      " CAST(:d AS jsonb) FROM (SELECT 1) AS one LEFT JOIN provider_refs r ON r.provider_ref = :ref",
-                      b=c.backend_id, c=c.id, kind=f"orphan_{rec.action.value}", m=rec.message,
-                      ref=group.provider_ref, d=detail)
-        self._update("open_deletes = open_deletes - 1, unsettled = unsettled OR :u, failed = failed OR :f,"
-                     " tripped_regions = CASE WHEN :t AND NOT (CAST(:r AS text) = ANY(tripped_regions))"
-                     "   THEN array_append(tripped_regions, CAST(:r AS text)) ELSE tripped_regions END,"
-                     " error = CASE WHEN :f THEN coalesce(error, :e) ELSE error END",
-                     u=rec.unsettled or rec.trip_region, f=rec.failed, t=rec.trip_region, r=group.region,
-                     e=reason_line(f"delete of {group.provider_ref} in {group.region} failed: {rec.error or '?'}"))
+        protection_detail = (json.dumps((rec.protection_detail or rec.protection)[:200])
+                             if rec.protection is not None else None)
+        rows = self.conn.run(
+            _RECORD_SQL, s=rec.request_state, r=detail, _id=c.id, k=group.key, a=rec.action.value, e=rec.error,
+            o=rec.orphan_state, b=c.backend_id, keep=rec.keeps_protection, note=note,
+            prot=rec.protection, pd=protection_detail, kind=f"orphan_{rec.action.value}", m=rec.message,
+            ref=group.provider_ref, u=rec.unsettled or rec.trip_region, f=rec.failed, t=rec.trip_region,
+            region=group.region,
+            fe=reason_line(f"delete of {group.provider_ref} in {group.region} failed: {rec.error or '?'}"))
+        if not rows:
+            return False
+        self.state = Cycle.from_row(rows[0])
+        if attached:
+            # Through the definer's function, which reads the request recorded above: the
+            # deleter's role may not write orphan_resources (docs/DATABASE.md, "One role per function").
+            self.conn.run("SELECT oc_record_orphan_resources(:c, :k, CAST(:ids AS text[]))",
+                          c=c.id, k=group.key, ids=attached)
         return True
 
     def finish(self, outcome: Outcome, *, clean_at: datetime | None, next_due_at: datetime,
@@ -552,6 +520,62 @@ class LockedCycle:
             return
         self.state = Cycle.from_row(rows[0])
         self.finished = FinishedCycle(backend_id=c.backend_id, cycle_id=c.id, mode=c.mode, outcome=outcome.value)
+
+
+# One deletion's end (``LockedCycle.record_delete``), one statement: the request, guarded
+# (``state = 'queued'``: once per (cycle, group)); every other part writes only if it did.
+# - the group's action and error; the snapshots kept of its data join its C3 ``detail``; a
+#   protection the delete found (SAFETY.md rule 14) becomes its verdict, reason and detail;
+# - the orphan row: one remembering a protection keeps it, with its verdict and reason, as
+#   ``delete_rules`` decided (``:keep``); otherwise it is the orphan its cycle classified again
+#   (or the protection just found). When it became 'deleted' is the report's deletion time
+#   (C3 ``report``; one clock, rule 13);
+# - the event, targeting the owner by the id and name kept in provider_refs;
+# - the cycle's counters.
+# Its parts see one snapshot (the orphan row reads the group's verdict as it was) and each row
+# is written once.
+_RECORD_SQL = """
+WITH req AS (
+  UPDATE delete_requests SET state = :s, attempts = attempts + 1, result = CAST(:r AS jsonb), updated_at = now()
+   WHERE cycle_id = :_id AND group_key = :k AND state = 'queued' RETURNING 1),
+grp AS (
+  UPDATE cycle_groups SET action = :a, error = :e, updated_at = now(),
+         verdict = CASE WHEN CAST(:prot AS text) IS NOT NULL THEN 'protected' ELSE verdict END,
+         reason = coalesce(CAST(:prot AS text), reason),
+         evidence = CASE
+           WHEN CAST(:prot AS text) IS NOT NULL
+             THEN jsonb_set(coalesce(evidence, '{}'::jsonb), '{d}', CAST(:pd AS jsonb))
+           WHEN CAST(:note AS text) IS NOT NULL
+             THEN jsonb_set(coalesce(evidence, '{}'::jsonb), '{d}',
+                            to_jsonb(concat_ws('; ', evidence->>'d', CAST(:note AS text))))
+           ELSE evidence END
+   WHERE cycle_id = :_id AND group_key = :k AND EXISTS (SELECT 1 FROM req) RETURNING 1),
+orphan AS (
+  UPDATE orphans o SET state = CASE WHEN o.state = 'protected' AND o.reason = 'termination_protection' AND :keep
+                                    THEN o.state ELSE :o END,
+         last_error = :e,
+         deleted_at = CASE WHEN :o = 'deleted' AND NOT (o.state = 'protected'
+                                AND o.reason = 'termination_protection' AND :keep)
+                           THEN oc_clock() ELSE o.deleted_at END,
+         verdict = CASE WHEN CAST(:prot AS text) IS NOT NULL THEN 'protected' WHEN :keep THEN o.verdict
+                        ELSE g.verdict END,
+         reason = CASE WHEN CAST(:prot AS text) IS NOT NULL THEN CAST(:prot AS text) WHEN :keep THEN o.reason
+                       ELSE g.reason END
+    FROM cycle_groups g
+   WHERE o.backend_id = :b AND o.group_key = :k AND g.cycle_id = :_id AND g.group_key = :k
+     AND EXISTS (SELECT 1 FROM req) RETURNING 1),
+event AS (
+  INSERT INTO events (backend_id, cycle_id, kind, message, provider_ref, owner_type, owner_id, owner_name, details)
+  SELECT :b, :_id, :kind, :m, :ref, r.owner_type, r.owner_id, r.owner_name, CAST(:r AS jsonb)
+    FROM (SELECT 1) AS one LEFT JOIN provider_refs r ON r.provider_ref = :ref
+   WHERE EXISTS (SELECT 1 FROM req) RETURNING 1),
+counted AS (
+  UPDATE cycles SET open_deletes = open_deletes - 1, unsettled = unsettled OR :u, failed = failed OR :f,
+         tripped_regions = CASE WHEN :t AND NOT (CAST(:region AS text) = ANY(tripped_regions))
+                                THEN array_append(tripped_regions, CAST(:region AS text)) ELSE tripped_regions END,
+         error = CASE WHEN :f THEN coalesce(error, :fe) ELSE error END
+   WHERE id = :_id AND EXISTS (SELECT 1 FROM req) RETURNING """ + CYCLE_COLUMNS + """)
+SELECT * FROM counted"""
 
 
 def _columns(alias: str) -> str:

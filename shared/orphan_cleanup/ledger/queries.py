@@ -52,15 +52,6 @@ def backend_from_row(row: list) -> Backend:
                           f" (fix it with `orphan-cleanup backend update {row[0]}`)") from e
 
 
-def account_settings(conn: pg8000.native.Connection, backend_id: str) -> list[Any]:
-    """The raw ``settings`` of every backend of ``backend_id``'s provider account now: whose
-    protect and controller keys apply to what it lists (SAFETY.md rule 16), its retired
-    coverages' included (rule 24: their keys still protect)."""
-    sql = "SELECT s.settings FROM coverages() me JOIN coverages() s ON " + SCOPE_SQL.format(t="s") + " = " \
-        + SCOPE_SQL.format(t="me") + " WHERE me.id = :b"
-    return [json_value(r[0]) for r in conn.run(sql, b=backend_id)]
-
-
 def get_backend(conn: pg8000.native.Connection, backend_id: str) -> Backend:
     """A backend, or a retired coverage by its own id (SAFETY.md rule 24)."""
     rows = conn.run(f"SELECT {COVERAGE_COLUMNS} FROM coverages() WHERE id = :i", i=backend_id)

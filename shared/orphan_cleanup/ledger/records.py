@@ -142,6 +142,8 @@ class CycleContext:
     backend: Backend  # the backend as the cycle took it (its snapshot), SAFETY.md rule 18
     row_mode: Mode | None = None  # the backend row's own mode now (None: the global one)
     row: Backend | None = None  # the backend row as it is now (None: it no longer reads as one)
+    # With ``account=True``: the raw settings of every backend of its provider account now.
+    account: list[Any] | None = None
 
 
 @dataclass(frozen=True)

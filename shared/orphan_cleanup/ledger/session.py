@@ -72,18 +72,22 @@ class LedgerSession:
         """The backend row (``ConfigError`` when unknown)."""
         return queries.get_backend(self.conn, backend_id)
 
-    def cycle_context(self, cycle_id: str) -> CycleContext | None:
+    def cycle_context(self, cycle_id: str, *, account: bool = False) -> CycleContext | None:
         """The cycle's row and its backend, in one statement (None: no such cycle, or its
         backend row is gone). The backend is the cycle's snapshot (SAFETY.md rule 18),
         with the row's own mode beside it (``off`` still stops what is left of a cycle);
-        a cycle without a snapshot (older than migration 0011) reads the row."""
+        a cycle without a snapshot (older than migration 0011) reads the row. ``account``:
+        with the raw settings of every backend of its provider account now (rule 16)."""
         columns = ", ".join(f"b.{c.strip()}" for c in queries.COVERAGE_COLUMNS.split(","))
+        settings = (", ARRAY(SELECT s.settings::text FROM coverages() s WHERE " + queries.SCOPE_SQL.format(t="s")
+                    + " = " + queries.SCOPE_SQL.format(t="b") + ")") if account else ""
         rows = self.conn.run(f"SELECT c.id, c.backend_id, c.mode, c.listed_at, c.record_all,"
-                             f" c.backend_snapshot::text, {columns}"
+                             f" c.backend_snapshot::text, {columns}{settings}"
                              " FROM cycles c JOIN coverages() b ON b.id = c.backend_id WHERE c.id = :c", c=cycle_id)
         if not rows:
             return None
         cid, backend_id, mode, listed_at, record_all, snapshot, *row = rows[0]
+        same_account = [queries.json_value(v) for v in row.pop() or ()] if account else None
         try:
             current: Backend | None = queries.backend_from_row(row)
         except ConfigError:
@@ -97,16 +101,12 @@ class LedgerSession:
             backend = from_snapshot(json.loads(snapshot), key)
         assert backend is not None
         return CycleContext(id=cid, backend_id=backend_id, mode=mode, listed_at=listed_at, record_all=record_all,
-                            backend=backend, row_mode=row[5], row=current)
+                            backend=backend, row_mode=row[5], row=current, account=same_account)
 
     def origin_seen(self, cycle_id: str) -> None:
         """A retired coverage's cycle found a group whose owner names the backend it came
         from: the coverage does not retire after it (SAFETY.md rule 24)."""
         self.conn.run("UPDATE cycles SET origin_seen = true WHERE id = :c AND NOT origin_seen", c=cycle_id)
-
-    def account_settings(self, backend_id: str) -> list[Any]:
-        """The raw ``settings`` of every backend of ``backend_id``'s provider account now."""
-        return queries.account_settings(self.conn, backend_id)
 
     def load_records(self, backend_id: str, groups: Iterable[ResourceGroup]) -> dict[str, Record]:
         """STEP 3: the ledger records of the groups' refs, keyed by ref, in one statement."""
