@@ -9,6 +9,7 @@ import pytest
 
 from orphan_cleanup.core.listing import ResourceKind
 from orphan_cleanup.core.messages import DeleteRequest, ListingBatch
+from orphan_cleanup.core.results import ListerResult
 from orphan_cleanup.core.settings import Settings
 from orphan_cleanup.cycle.deleter import GateBusy
 from orphan_cleanup.cycle.pipeline import Pipeline
@@ -492,3 +493,45 @@ def test_a_forged_creation_time_never_moves_a_vm_out_of_the_margin(db, cloud, pl
         assert cloud.calls["describe"] == describes + 1  # the deleter's one read of the VM's creation time
     else:
         assert groups == [["skipped", "recent_resource"]] and skipped == []
+
+
+def test_a_cycle_fenced_between_its_lease_and_its_listing_lists_nothing(db, cloud, platform):
+    """SAFETY.md rule 6: the listing's stamp is fenced. A cycle whose lease was taken over after
+    it started (its deadline passed: a job's earlier listings ran long) makes no provider call
+    and writes no region count, so a stale listing is never the next cycle's baseline."""
+    platform.tracked()
+    pipeline = make_pipeline(db, cloud)
+    now = datetime.now(timezone.utc)
+    pipeline.clock = lambda: now
+    stale = pipeline.start_cycle("mem", mode="report", manual=True)
+    assert not isinstance(stale, ListerResult)
+    pipeline.clock = lambda: now + timedelta(days=1)  # past its deadline: the next run takes over
+    taken = pipeline.start_cycle("mem", mode="report", manual=True)
+    assert not isinstance(taken, ListerResult)
+    cloud.calls.clear()
+
+    result, = pipeline.list_cycles([stale])
+
+    assert result.reason == "lease_lost" and sum(cloud.calls.values()) == 0
+    with db.connection() as conn:
+        assert conn.run("SELECT listed_at, region_groups FROM cycles WHERE id = :c", c=stale.cycle.id) == [[None, None]]
+        assert conn.run("SELECT count(*) FROM region_listings") == [[0]]
+
+
+def test_a_cycle_is_listed_at_its_listing_not_at_its_lease(db, cloud, platform):
+    """SAFETY.md rules 13 and 23: the listing time is stamped right before the first provider
+    call; a lease taken earlier (a job's later listing, a lock wait) does not date it back."""
+    platform.tracked()
+    pipeline = make_pipeline(db, cloud)
+    now = datetime.now(timezone.utc)
+    pipeline.clock = lambda: now
+    started = pipeline.start_cycle("mem", mode="report", manual=True)
+    assert not isinstance(started, ListerResult)
+    pipeline.clock = lambda: now + timedelta(seconds=300)  # the listing comes later
+
+    result, = pipeline.list_cycles([started])
+
+    assert result.started and result.reason == "manual"
+    with db.connection() as conn:
+        assert conn.run("SELECT listed_at FROM cycles WHERE id = :c", c=started.cycle.id) == [
+            [now + timedelta(seconds=300)]]

@@ -168,12 +168,19 @@ def renew_lease(store: LedgerStore, cycle_id: str, seconds: int, *, gate: GateHo
         return False
 
 
-def record_region_groups(store: LedgerStore, counts: dict[str, dict[str, int]]) -> set[str]:
+def record_region_groups(store: LedgerStore, counts: dict[str, dict[str, int]], backends: dict[str, str]) -> set[str]:
     """Store each cycle's believed per-region group counts (before its last batch goes
     out, so a clean finish sees them), in one statement. Returns the cycles recorded:
-    a fenced one is not (SAFETY.md rule 6)."""
+    a fenced one is not (SAFETY.md rule 6). ``backends``: cycle id -> backend id."""
     with store.session() as session:
-        return session.record_region_groups(counts)
+        return session.record_region_groups(counts, backends)
+
+
+def stamp_listed_at(store: LedgerStore, backends: dict[str, str], now: datetime | None = None) -> dict[str, datetime]:
+    """Stamp the listing time of the live cycles of one listing (cycle id -> backend id) right
+    before its first provider call, in one statement: the cycles still live, with their time."""
+    with store.session() as session:
+        return session.stamp_listed_at(backends, now)
 
 
 def set_listed_at(store: LedgerStore, cycle_id: str, listed_at: datetime | None = None) -> datetime:

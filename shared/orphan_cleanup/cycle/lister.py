@@ -279,7 +279,7 @@ class Lister:
         for s, batcher in closing:
             if batcher.suspects:
                 with self.ctx.store.session() as session:
-                    session.mark_suspect(s.backend.id, batcher.suspects)
+                    session.mark_suspect(s.cycle.id, s.backend.id, batcher.suspects)
             all_throttled = bool(batcher.failures) and batcher.regions_throttled == len(batcher.failures)
             if not batcher.regions_listed and not all_throttled:  # nothing listed: never clean, never unsettled
                 error = "no region could be listed" if batcher.failures else "no region to list"
@@ -289,7 +289,8 @@ class Lister:
                 results[s.cycle.id] = s.result("listing_failed")
             else:
                 counts[s.cycle.id] = batcher.counts
-        recorded = cycle_state.record_region_groups(self.ctx.store, counts) if counts else set()
+        recorded = cycle_state.record_region_groups(
+            self.ctx.store, counts, {s.cycle.id: s.backend.id for s, _ in closing}) if counts else set()
         for s, batcher in closing:
             if s.cycle.id not in counts:
                 continue
@@ -305,10 +306,16 @@ class Lister:
         ``group``, backends with one listing key. Each cycle keeps its own batches,
         failures and outcome. Returns one result per backend, in order."""
         results: dict[str, ListerResult] = {}
+        # Fenced, right before the first provider call: a cycle that lost its lease since it was
+        # taken lists nothing (SAFETY.md rule 6).
+        stamped = cycle_state.stamp_listed_at(self.ctx.store, {s.cycle.id: s.backend.id for s in group},
+                                              self.ctx.now())
         live: list[tuple[StartedCycle, _Batcher]] = []
         for s in group:
-            assert s.cycle.listed_at is not None  # stamped with the lease (``LeaseUnit.start``)
-            live.append((s, _Batcher(s, s.cycle.listed_at, self.listing_queue.max_message_bytes - 4096,
+            if s.cycle.id not in stamped:
+                results[s.cycle.id] = s.result("lease_lost")
+                continue
+            live.append((s, _Batcher(s, stamped[s.cycle.id], self.listing_queue.max_message_bytes - 4096,
                                      s.baselines, self.ctx.settings)))
 
         def fail_all(reason: str, error: str, failures: list[RegionFailure] | None = None) -> None:

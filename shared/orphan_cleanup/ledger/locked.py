@@ -155,24 +155,30 @@ _DELETED = ("SELECT 1 FROM provider_journal j WHERE j.backend_id = o.backend_id 
 class Leases:
     """STEP 1 and the lease of several backends in one transaction (``LedgerStore.leases``):
     their ``cleanup`` rows (created if missing) locked in one statement, in id order, so two
-    holders never wait on each other; the facts of all of them read in one statement, after
-    the locks (``LeaseUnit.activity_since_clean``, ``account_rows``, ``baselines``); every
-    lease taken written in one statement (``flush``, before the commit). A job of N backends
-    is five statements whatever N: ``BEGIN``, the locks, the facts, the starts, ``COMMIT``."""
+    holders never wait on each other, with their facts (``LeaseUnit.activity_since_clean``,
+    ``account_rows``, ``baselines``); every lease taken written in one statement (``flush``,
+    before the commit). A job of N backends is four statements whatever N: ``BEGIN``, the
+    locks with the facts, the starts, ``COMMIT``.
+
+    The facts come with the locks when no locked row changed while this statement waited for
+    it: its facts (read in the statement's snapshot, taken before the wait) are then as of
+    the lock. Otherwise (a holder changed a row: a cycle finished, a lease expired) they are
+    read again, after the locks, in one more statement."""
 
     def __init__(self, conn: pg8000.native.Connection, backend_ids: Sequence[str], now: datetime | None) -> None:
         self.conn = conn
         ids = sorted(set(backend_ids))
-        lock = (f"SELECT {_CLEANUP_COLUMNS}, oc_clock() FROM cleanup WHERE backend_id = ANY(CAST(:ids AS text[]))"
-                " ORDER BY backend_id FOR UPDATE")
-        rows = conn.run(lock, ids=ids)
+        rows = conn.run(_LOCK_SQL, ids=ids)
         if len(rows) < len(ids):  # not enrolled yet: the rows of known backends are made here, then locked
             conn.run("INSERT INTO cleanup (backend_id) SELECT b.id FROM coverages() b"
                      " WHERE b.id = ANY(CAST(:ids AS text[])) ORDER BY b.id ON CONFLICT DO NOTHING", ids=ids)
-            rows = conn.run(lock, ids=ids)
-        self.now: datetime = now or (rows[0][-1] if rows else conn.run("SELECT oc_clock()")[0][0])
-        self.units = {row[0]: LeaseUnit(self, _cleanup(row[:-1])) for row in rows}
+            rows = conn.run(_LOCK_SQL, ids=ids)
+        self.now: datetime = now or (rows[0][_N_CLEANUP] if rows else conn.run("SELECT oc_clock()")[0][0])
+        self.units = {row[0]: LeaseUnit(self, _cleanup(row[:_N_CLEANUP])) for row in rows}
         self._facts: dict[str, _LeaseFacts] | None = None
+        if all(row[_N_CLEANUP + 1] for row in rows):  # no row moved while the statement waited
+            self._facts = {row[0]: _lease_facts(row[_N_CLEANUP + 2:]) for row in rows
+                           if row[_N_CLEANUP + 2] is not None}
         self._starts: list[dict[str, Any]] = []
 
     def unit(self, backend_id: str) -> LeaseUnit:
@@ -182,18 +188,13 @@ class Leases:
         return self.units[backend_id]
 
     def facts(self, backend_id: str) -> _LeaseFacts:
-        """What STEP 1 and the start read of ``backend_id`` (all the locked backends' at
-        once, the first time): activity since its ``clean_at``, its row now, the raw settings
-        of every backend of its provider account (SAFETY.md rules 16, 18 and 24) and its
-        region baselines. ``ConfigError`` if its row is gone."""
+        """What STEP 1 and the start read of ``backend_id``: activity since its ``clean_at``,
+        its row now, the raw settings of every backend of its provider account (SAFETY.md
+        rules 16, 18 and 24) and its region baselines. ``ConfigError`` if its row is gone."""
         if self._facts is None:
             since = {b: u.state.clean_at for b, u in self.units.items()}
-            self._facts = {}
-            for *row, active, settings, baselines in self.conn.run(
-                    _LEASE_FACTS_SQL, ids=list(since), t=json.dumps(since, default=str)):
-                self._facts[row[0]] = _LeaseFacts(
-                    row=row, active=bool(active), account=[queries.json_value(s) for s in settings or ()],
-                    baselines={r: (c, s) for r, c, s in queries.json_value(baselines) or ()})
+            self._facts = {row[0]: _lease_facts(row) for row in self.conn.run(
+                _LEASE_FACTS_SQL, ids=list(since), t=json.dumps(since, default=str))}
         found = self._facts.get(backend_id)
         if found is None:
             raise ConfigError(f"unknown backend {backend_id!r} (see `orphan-cleanup backend list`)")
@@ -201,9 +202,8 @@ class Leases:
 
     def flush(self) -> None:
         """Write every lease ``LeaseUnit.start`` took, in one statement: bump each fence and
-        create each cycle that remembers it, with its snapshot (SAFETY.md rule 18) and its
-        listing time, the lease's clock (before the first provider call: rule 13; earlier
-        is the safe side of every margin)."""
+        create each cycle that remembers it, with its snapshot (SAFETY.md rule 18). Its
+        listing time is stamped right before its listing (``LedgerSession.stamp_listed_at``)."""
         if not self._starts:
             return
         starts, self._starts = self._starts, []
@@ -263,7 +263,7 @@ class LeaseUnit:
               snapshot: dict[str, Any] | None = None) -> CycleRef:
         """Take the lease (written by ``Leases.flush``, in this transaction): the next fence
         and the cycle that remembers it, with ``snapshot``, the backend as the cycle will
-        work on it (SAFETY.md rule 18), listed at the lease's clock."""
+        work on it (SAFETY.md rule 18)."""
         if self.state.lease_owner is not None:
             raise LeaseLost(f"backend {self.backend_id} is leased by cycle {self.state.lease_owner}")
         cycle_id = uuid.uuid4().hex
@@ -271,7 +271,7 @@ class LeaseUnit:
         self.leases._starts.append({"backend_id": self.backend_id, "id": cycle_id, "fence": fence, "mode": mode,
                                     "deadline": deadline, "manual": manual, "snapshot": snapshot})
         self.state = replace(self.state, fence=fence, lease_owner=cycle_id, lease_expires_at=deadline)
-        return CycleRef(cycle_id, self.backend_id, fence, mode, self.now)
+        return CycleRef(cycle_id, self.backend_id, fence, mode)
 
 
 class _LeaseFacts(NamedTuple):
@@ -281,14 +281,37 @@ class _LeaseFacts(NamedTuple):
     baselines: dict[str, tuple[int | None, int | None]]
 
 
-# ``:t``: each backend's clean_at (JSON object; null: never clean, no activity read).
+def _lease_facts(row: Sequence[Any]) -> _LeaseFacts:
+    *columns, active, settings, baselines = row
+    return _LeaseFacts(row=list(columns), active=bool(active), account=[queries.json_value(s) for s in settings or ()],
+                       baselines={r: (c, s) for r, c, s in queries.json_value(baselines) or ()})
+
+
+def _facts_sql(since: str) -> str:
+    """A backend ``b``'s facts (``_LeaseFacts``), activity read since ``since`` (NULL: never clean)."""
+    return (f"{', '.join('b.' + c.strip() for c in queries.COVERAGE_COLUMNS.split(','))},"
+            f" {since} IS NOT NULL AND " + queries.ACTIVITY_EXISTS.format(since=since, backend="b.id") + ","
+            " ARRAY(SELECT s.settings::text FROM coverages() s WHERE " + queries.SCOPE_SQL.format(t="s") + " = "
+            + queries.SCOPE_SQL.format(t="b") + "),"
+            " (SELECT json_agg(json_build_array(l.region, l.clean_groups, l.suspect_groups))"
+            "    FROM region_listings l WHERE l.backend_id = b.id)::text")
+
+
+_N_CLEANUP = len(_CLEANUP_COLUMNS.split(","))
+
+# The cleanup rows locked in id order, each with the clock, whether it is the version the
+# statement's snapshot holds (no holder changed it while the statement waited) and its
+# backend's facts (NULL columns: no such backend).
+_LOCK_SQL = (
+    f"SELECT {', '.join('cl.' + c.strip() for c in _CLEANUP_COLUMNS.split(','))}, oc_clock(),"
+    " cl.xmin::text = (SELECT s.xmin::text FROM cleanup s WHERE s.backend_id = cl.backend_id),"
+    f" {_facts_sql('cl.clean_at')}"
+    " FROM cleanup cl LEFT JOIN coverages() b ON b.id = cl.backend_id"
+    " WHERE cl.backend_id = ANY(CAST(:ids AS text[])) ORDER BY cl.backend_id FOR UPDATE OF cl")
+
+# The facts again, after the locks. ``:t``: each backend's clean_at (JSON object; null: never clean).
 _LEASE_FACTS_SQL = (
-    f"SELECT {', '.join('b.' + c.strip() for c in queries.COVERAGE_COLUMNS.split(','))},"
-    " x.since IS NOT NULL AND " + queries.ACTIVITY_EXISTS.format(since="x.since", backend="b.id") + ","
-    " ARRAY(SELECT s.settings::text FROM coverages() s WHERE " + queries.SCOPE_SQL.format(t="s") + " = "
-    + queries.SCOPE_SQL.format(t="b") + "),"
-    " (SELECT json_agg(json_build_array(l.region, l.clean_groups, l.suspect_groups))"
-    "    FROM region_listings l WHERE l.backend_id = b.id)::text"
+    f"SELECT {_facts_sql('x.since')}"
     " FROM coverages() b"
     " JOIN jsonb_each_text(CAST(:t AS jsonb)) AS e(id, since_text) ON e.id = b.id"
     " CROSS JOIN LATERAL (SELECT CAST(e.since_text AS timestamptz) AS since) AS x"
@@ -301,9 +324,8 @@ WITH s AS (SELECT * FROM jsonb_to_recordset(CAST(:s AS jsonb))
 l AS (UPDATE cleanup cl SET fence = s.fence, lease_owner = s.id, lease_expires_at = s.deadline
         FROM s WHERE cl.backend_id = s.backend_id AND cl.fence = s.fence - 1 AND cl.lease_owner IS NULL
       RETURNING cl.backend_id),
-c AS (INSERT INTO cycles (id, backend_id, fence, mode, started_at, listed_at, deadline, manual, record_all,
-                          backend_snapshot)
-      SELECT s.id, s.backend_id, s.fence, s.mode, :n, :n, s.deadline, s.manual, s.manual, s.snapshot
+c AS (INSERT INTO cycles (id, backend_id, fence, mode, started_at, deadline, manual, record_all, backend_snapshot)
+      SELECT s.id, s.backend_id, s.fence, s.mode, :n, s.deadline, s.manual, s.manual, s.snapshot
         FROM s JOIN l ON l.backend_id = s.backend_id RETURNING 1)
 SELECT count(*) FROM c"""
 

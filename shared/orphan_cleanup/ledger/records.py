@@ -126,7 +126,6 @@ class CycleRef:
     backend_id: str
     fence: int
     mode: Mode
-    listed_at: datetime | None = None  # stamped when the lease is taken (``LeaseUnit.start``)
 
 
 @dataclass(frozen=True)

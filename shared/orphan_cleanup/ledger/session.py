@@ -201,26 +201,37 @@ class LedgerSession:
             " WHERE c.backend_id = x.backend_id AND c.lease_owner IS NULL AND c.clean_at = x.clean_at"
             " AND c.clean_mode = x.mode RETURNING c.backend_id", n=now, p=payload)}
 
-    def record_region_groups(self, counts: dict[str, dict[str, int]]) -> set[str]:
-        """The group count of each region each cycle listed and believed (by cycle id): the
-        backend's next baselines if the cycle finishes clean (migration 0010's trigger). One
-        fenced statement: a cycle that lost its lease or finished gets nothing written, and
-        is not in the ids returned (SAFETY.md rule 6). It locks the cycle rows alone; every
-        change of a fence (a lease taken over expires its cycle first) writes that cycle's
-        row, so the recheck after a wait sees it."""
-        return {r[0] for r in self.conn.run(
-            "UPDATE cycles c SET region_groups = x.value FROM jsonb_each(CAST(:g AS jsonb)) AS x, cleanup cl"
-            " WHERE c.id = x.key AND c.outcome IS NULL AND cl.backend_id = c.backend_id"
-            " AND cl.fence = c.fence AND cl.lease_owner = c.id RETURNING c.id", g=json.dumps(counts))}
+    def stamp_listed_at(self, cycles: dict[str, str], listed_at: datetime | None = None) -> dict[str, datetime]:
+        """Stamp the listing time of live cycles (``cycles``: cycle id -> backend id) right before
+        their listing's first provider call: ``listed_at``, else the database clock after the
+        locks (SAFETY.md rule 13). One fenced statement (``_FENCED``); returns the cycles stamped,
+        with their time: one not returned lost its lease or finished, and is not listed."""
+        return {r[0]: r[1] for r in self.conn.run(
+            "UPDATE cycles c SET listed_at = coalesce(CAST(:t AS timestamptz), oc_clock())" + _FENCED
+            + " RETURNING c.id, c.listed_at", t=listed_at, ids=list(cycles), backends=list(cycles.values()))}
 
-    def mark_suspect(self, backend_id: str, counts: dict[str, int]) -> None:
-        """Remember the group counts of region listings found anomalous (one statement)."""
+    def record_region_groups(self, counts: dict[str, dict[str, int]], backends: dict[str, str]) -> set[str]:
+        """The group count of each region each cycle listed and believed (by cycle id; ``backends``:
+        cycle id -> backend id): the backend's next baselines if the cycle finishes clean
+        (migration 0010's trigger). One fenced statement (``_FENCED``); returns the cycles
+        recorded: one not returned lost its lease or finished (SAFETY.md rule 6)."""
+        return {r[0] for r in self.conn.run(
+            "UPDATE cycles c SET region_groups = CAST(:g AS jsonb) -> c.id" + _FENCED + " RETURNING c.id",
+            g=json.dumps(counts), ids=list(counts), backends=[backends[c] for c in counts])}
+
+    def mark_suspect(self, cycle_id: str, backend_id: str, counts: dict[str, int]) -> None:
+        """Remember the group counts of region listings found anomalous (one statement), if the
+        cycle that listed them still holds its lease: a fenced cycle's listing is no baseline
+        (SAFETY.md rule 6)."""
         self.conn.run(
             "INSERT INTO region_listings AS l (backend_id, region, suspect_groups, suspect_at)"
             " SELECT :b, r.key, r.value::integer, oc_clock() FROM jsonb_each_text(CAST(:c AS jsonb)) AS r"
+            " WHERE EXISTS (SELECT 1 FROM cycles c JOIN cleanup cl ON cl.backend_id = c.backend_id"
+            "                WHERE c.id = :cycle AND c.backend_id = :b AND c.outcome IS NULL"
+            "                  AND cl.fence = c.fence AND cl.lease_owner = c.id)"
             " ON CONFLICT (backend_id, region) DO UPDATE"
             " SET suspect_groups = excluded.suspect_groups, suspect_at = excluded.suspect_at",
-            b=backend_id, c=json.dumps(counts))
+            b=backend_id, c=json.dumps(counts), cycle=cycle_id)
 
     def mark_idle(self, backend_id: str, *, now: datetime, next_due: datetime, seen: IdleSnapshot,
                   mode: str) -> bool:
@@ -230,3 +241,13 @@ class LedgerSession:
             "UPDATE cleanup SET last_processed_at = :n, next_due_at = :d WHERE backend_id = :b"
             " AND lease_owner IS NULL AND clean_at = :ca AND clean_mode = :m RETURNING 1",
             n=now, d=next_due, b=backend_id, ca=seen.clean_at, m=mode))
+
+
+# A write of live cycles (``:ids``; ``:backends``, their backends), fenced (SAFETY.md rule 6) in
+# one statement that keeps the store's lock order: the backends' cleanup rows first, locked in
+# id order, then the cycle rows the update locks. Only a cycle that still holds its backend's
+# lease at its fence, unfinished, is written.
+_FENCED = (" FROM (SELECT backend_id, fence, lease_owner FROM cleanup WHERE backend_id = ANY(CAST(:backends AS text[]))"
+           "        ORDER BY backend_id FOR UPDATE) AS cl"
+           " WHERE c.id = ANY(CAST(:ids AS text[])) AND c.outcome IS NULL AND cl.backend_id = c.backend_id"
+           " AND cl.fence = c.fence AND cl.lease_owner = c.id")
