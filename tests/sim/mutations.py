@@ -246,8 +246,8 @@ def _trust_message_mode(env: SimEnv, stack: ExitStack) -> None:
     real_context, real_allowed = LedgerSession.cycle_context, cycle_state.delete_allowed
     real_batch, real_delete = pipeline.Pipeline.handle_batch, pipeline.Pipeline.handle_delete
 
-    def context(self, cycle_id):  # type: ignore[no-untyped-def]
-        c = real_context(self, cycle_id)
+    def context(self, cycle_id, **kw):  # type: ignore[no-untyped-def]
+        c = real_context(self, cycle_id, **kw)
         if c is None or not current:
             return c
         msg = current[-1]
@@ -485,8 +485,8 @@ def _backend_row_trusted(env: SimEnv, stack: ExitStack) -> None:
     """A cycle works on its backend's row as it is now, not as its lease snapshotted it (rule 18)."""
     real = LedgerSession.cycle_context
 
-    def context(self: LedgerSession, cycle_id: str) -> Any:
-        c = real(self, cycle_id)
+    def context(self: LedgerSession, cycle_id: str, **kw: Any) -> Any:
+        c = real(self, cycle_id, **kw)
         return dataclasses.replace(c, backend=c.row) if c is not None and c.row is not None else c
 
     _patch(stack, LedgerSession, "cycle_context", context)

@@ -25,7 +25,7 @@ BUDGET: dict[str, int | range] = {                       # first seed that catch
     "orphan_without_record": range(20, 35),  # 23
     "pending_is_orphan": range(1, 15),      # 6
     "margin_zero": 8,            # 0
-    "no_reread": range(45, 60),              # 49 (a protect tag added while a request waits)
+    "no_reread": range(75, 90),              # 79 (a protect tag added while a request waits; 49 before)
     "protect_ignored": 8,        # 1
     "no_gate": range(50, 65),                # 54 (0 before rule 24: seed 0 had the moves world, 42 with it)
     "global_gate": range(10, 25),            # 13 (0 before rule 24's coverages)
@@ -39,7 +39,7 @@ BUDGET: dict[str, int | range] = {                       # first seed that catch
     "ownership_by_backend_id": 8,  # 0
     "listing_key_ignores_account": range(5, 20),  # 8 (the tick: a failover backend due with sim, in its regions)
     "no_identity_check": range(6, 25),       # 9
-    "trust_message_mode": range(8, 25),      # 12 (modes: a persistent forger says delete on report batches; R1/R2)
+    "trust_message_mode": range(12, 30),     # 16 (modes: a persistent forger says delete on report batches; R1/R2)
     "job_grouping_trusted": range(11, 30),   # 14 (a forged or stale listing job)
     "off_overridable": range(7, 25),         # 10
     "function_clock": 8,         # 1
@@ -51,10 +51,10 @@ BUDGET: dict[str, int | range] = {                       # first seed that catch
     "no_blast_check": range(4, 15),         # 6 (a foreign DeleteOnTermination volume on an instance being deleted)
     "primary_unchecked": range(110, 125),    # 116 (a live owner whose recorded primary_id names no VM)
     "keys_per_backend": range(19, 35),       # 22 (sim-b with its own protect key, a tag of either; 2 before volumes)
-    "stack_key_dropped": range(20, 40),      # 27 (a user's tag of the stack's key, which no row names)
+    "stack_key_dropped": range(101, 115),    # 105 (a user's tag of the stack's key, which no row names; 27 before)
     # the one deletion algorithm (deletion_worlds.py)
     "own_device_unchecked": range(60, 75),   # 67 (swap: a stopped VM's root swapped for someone's)
-    "name_unchecked": 8,         # 2 (names: a name reused right after the deletion's read)
+    "name_unchecked": range(12, 25),         # 15 (names: a name reused right after the deletion's read; 2 before)
     "in_use_fails": 8,           # 0 (a snapshot an image uses, a volume attached during the delete)
     "in_use_ignored": 8,         # 0 (inuse: an orphan's volume on someone's instance)
     "snapshot_age_unchecked": range(15, 30),  # 18 (ages: a persistent forger claims a young snapshot of ours old)
