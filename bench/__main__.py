@@ -1,7 +1,9 @@
 """``python -m bench``: run the benchmarks, print their tables, write JSON.
 
-    python -m bench                      # everything (~16 min on 2 cores; platform alone ~6)
-    python -m bench --quick              # smaller sizes, fewer repetitions (~5 min on 2 cores)
+    python -m bench                      # everything (~19 min on 2 cores; platform alone ~6)
+    python -m bench --quick              # smaller sizes, fewer repetitions (~6 min on 2 cores)
+    python -m bench --only fleet,platform,memory          # the database's load at fleet scale (~9 min)
+    python -m bench --only fleet,platform,memory --quick  # the same, smaller (~2.5 min)
     python -m bench --only classifier,idle --json out.json
 
 Each figure is measured in the same run as its baseline; compare ratios, not

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import os
 import queue
+import re
 import struct
 import sys
 import threading
@@ -49,6 +50,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from bench.classifier import quiet_reporter
@@ -91,12 +93,22 @@ class Size:
         return sum(1 for i in range(self.vms_per_account) if _role(i) != "busy") * self.accounts
 
 
+def template_cap(parameter: str) -> int:
+    """The default of a concurrency parameter of template.yaml (the SQS ScalingConfig's
+    MaximumConcurrency of the lister, classifier or deleter)."""
+    text = (Path(__file__).resolve().parent.parent / "template.yaml").read_text()
+    found = re.search(rf"^  {parameter}:\n(?:    .*\n)*?    Default: (\d+)", text, re.M)
+    if found is None:
+        raise ValueError(f"template.yaml has no default for {parameter}")
+    return int(found.group(1))
+
+
 @dataclass
 class Config:
     sizes: tuple[Size, ...] = (Size(accounts=10), Size(accounts=100))
-    listers: int = 5  # template.yaml ListerMaxConcurrency
-    classifiers: int = 5  # ClassifierMaxConcurrency
-    deleters: int = 2  # DeleterMaxConcurrency
+    listers: int = field(default_factory=lambda: template_cap("ListerMaxConcurrency"))
+    classifiers: int = field(default_factory=lambda: template_cap("ClassifierMaxConcurrency"))
+    deleters: int = field(default_factory=lambda: template_cap("DeleterMaxConcurrency"))
     delete: bool = False  # report mode (one cycle); True: two delete-mode cycles, confirm window 0 (``run``
     # sets it per mode)
 

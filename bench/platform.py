@@ -58,6 +58,9 @@ class Config:
     rounds: int = 8  # per case: this many rounds of each side (ABBA)
     round_seconds: float = 10.0
     sample_ms: float = 20.0
+    # The fleet's connections' startup options (e.g. "-c synchronous_commit=off": what the
+    # cleanup's redoable commits would cost with it); None: as deployed.
+    fleet_options: str | None = None
 
     @classmethod
     def quick(cls) -> Config:
@@ -420,7 +423,7 @@ def _fleet_main(info: Any, cfg: Config, run_ev: Any, paused_ev: Any, stop_ev: An
     from tests.support.memory_cloud import MemoryCloud, MemoryProvider
 
     os.nice(10)  # the cleanup's own CPU is not the database's: only its statements compete
-    db = Database(info, keep_idle=True)
+    db = Database(replace(info, options=cfg.fleet_options) if cfg.fleet_options else info, keep_idle=True)
     clouds = {b: MemoryCloud() for b in backend_ids(cfg)}
     groups.value = _fleet_ledger(db, clouds, cfg)
     jobs, listing = InProcessQueue(), InProcessQueue()
