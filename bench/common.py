@@ -76,6 +76,15 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
+def print_tables(make: Callable[[], list[Table]]) -> None:
+    """A benchmark module run on its own (``python -m bench.NAME``): its tables, then the time."""
+    started = time.perf_counter()
+    for table in make():
+        print(table.render(), flush=True)
+        print(flush=True)
+    print(f"total {time.perf_counter() - started:.0f} s", flush=True)
+
+
 # ---- timing ------------------------------------------------------------------------------
 
 

@@ -54,7 +54,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.classifier import quiet_reporter
-from bench.common import PgServer, Table
+from bench.common import PgServer, Table, print_tables
 from orphan_cleanup.core.backends import DEFAULT_TAG_KEY, Backend
 from orphan_cleanup.core.listing import ResourceGroup, ResourceKind
 from orphan_cleanup.core.messages import DeleteRequest, ListingBatch, ListingJob
@@ -753,11 +753,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--mode", choices=(*MODES, "both"), default="both",
                    help="report (one cycle), delete (two cycles, confirm window 0) or both (default)")
     args = p.parse_args(argv)
-    started = time.perf_counter()
-    for table in run(PgServer(), quick=args.quick, modes=MODES if args.mode == "both" else (args.mode,)):
-        print(table.render(), flush=True)
-        print(flush=True)
-    print(f"total {time.perf_counter() - started:.0f} s", flush=True)
+    print_tables(lambda: run(PgServer(), quick=args.quick, modes=MODES if args.mode == "both" else (args.mode,)))
     return 0
 
 

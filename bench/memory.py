@@ -529,13 +529,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         _child_main(args.child)
         return 0
-    from bench.common import PgServer
+    from bench.common import PgServer, print_tables
 
-    started = time.perf_counter()
-    for table in run(PgServer(), quick=args.quick):
-        print(table.render(), flush=True)
-        print(flush=True)
-    print(f"total {time.perf_counter() - started:.0f} s", flush=True)
+    print_tables(lambda: run(PgServer(), quick=args.quick))
     return 0
 
 
